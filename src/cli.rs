@@ -1,0 +1,38 @@
+//! Command-line interface: argument shapes only, no logic.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tolerable",
+    version,
+    about = "Kubernetes admission webhook that lets Pods onto the architecture pools their images can run on"
+)]
+pub struct Cli {
+    /// Config file (TOML). Default: ./tolerable.toml when it exists. Every key can be overridden
+    /// by a TOLERABLE_<KEY> environment variable.
+    #[arg(long, global = true, env = "TOLERABLE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ask the registries on which platforms images can run (reads manifests, never layers).
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Print one JSON array, one object per image, in argument order.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Image references as a Pod spec would name them (nginx, ghcr.io/org/app:1.2@sha256:…).
+    #[arg(required = true, value_name = "IMAGE")]
+    pub images: Vec<String>,
+}

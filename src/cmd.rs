@@ -1,0 +1,22 @@
+//! Subcommands: thin wiring from the CLI to the library.
+
+pub mod inspect;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+
+/// Runs the command; `Err` is a start-up failure (bad config), printed by `main`.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = Config::from_process(cli.config.as_deref())?;
+    crate::telemetry::init(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Inspect(args) => {
+            runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! Configuration: `tolerable.toml`, overridden key by key by `TOLERABLE_<KEY>` environment
+//! variables, resolved once at start-up into a validated, immutable [`Config`]. A bad value stops
+//! start-up with an error naming the key and the reason.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::registry::cache::CacheSettings;
+use crate::registry::credentials::normalize_registry_key;
+use crate::registry::oci::TransportSettings;
+use crate::registry::{CredentialStore, ResolverSettings};
+
+pub const ENV_PREFIX: &str = "TOLERABLE";
+/// The variable naming the config file; not itself a config key.
+pub const CONFIG_PATH_ENV: &str = "TOLERABLE_CONFIG";
+/// Read when neither `--config` nor `TOLERABLE_CONFIG` names a file, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
+/// The API server waits at most 30 s for a webhook; a lookup must fit well inside.
+const MAX_LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("config key `{key}`: {reason}")]
+    Key { key: String, reason: String },
+    #[error("configuration: {0}")]
+    Other(String),
+}
+
+impl ConfigError {
+    fn key(key: &str, reason: impl Into<String>) -> Self {
+        Self::Key {
+            key: key.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The file and environment as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawConfig {
+    log_level: String,
+    log_format: String,
+    registry_credential_path: Option<PathBuf>,
+    docker_config_path: Option<PathBuf>,
+    registry_ca_path: Option<PathBuf>,
+    insecure_registries: List,
+    registry_mirrors: BTreeMap<String, String>,
+    lookup_timeout: String,
+    registry_connect_timeout: String,
+    cache_tag_ttl: String,
+    cache_digest_ttl: String,
+    cache_failure_ttl: String,
+    cache_max_entries: u64,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        Self {
+            log_level: "info".into(),
+            log_format: "text".into(),
+            registry_credential_path: None,
+            docker_config_path: None,
+            registry_ca_path: None,
+            insecure_registries: List::default(),
+            registry_mirrors: BTreeMap::new(),
+            lookup_timeout: "4s".into(),
+            registry_connect_timeout: "2s".into(),
+            cache_tag_ttl: "5m".into(),
+            cache_digest_ttl: "24h".into(),
+            cache_failure_ttl: "10s".into(),
+            cache_max_entries: 20_000,
+        }
+    }
+}
+
+/// A list written as a TOML array or, in an environment variable, as `a, b, c`. Items are
+/// trimmed and empty items dropped.
+#[derive(Debug, Default)]
+struct List(Vec<String>);
+
+impl<'de> Deserialize<'de> for List {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            Many(Vec<String>),
+        }
+        let items = match Raw::deserialize(deserializer)? {
+            Raw::One(text) => text.split(',').map(str::to_owned).collect(),
+            Raw::Many(items) => items,
+        };
+        Ok(Self(
+            items
+                .into_iter()
+                .map(|item| item.trim().to_owned())
+                .filter(|item| !item.is_empty())
+                .collect(),
+        ))
+    }
+}
+
+/// Validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub log_level: String,
+    pub log_format: LogFormat,
+    pub registry_credential_path: Option<PathBuf>,
+    pub docker_config_path: Option<PathBuf>,
+    pub resolver: ResolverSettings,
+}
+
+impl Config {
+    /// Reads the config file (if any) and overlays `env` (the process environment in `main`; a
+    /// plain map in tests, so no test mutates the process environment).
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(ConfigError::File {
+                    path: path.to_owned(),
+                    reason: "not found or not a file".into(),
+                });
+            }
+            builder = builder.add_source(
+                config::File::from(path)
+                    .format(config::FileFormat::Toml)
+                    .required(true),
+            );
+        }
+        let env: HashMap<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| is_config_variable(k))
+            .map(|(k, v)| (k, v.trim().to_owned()))
+            .collect();
+        // Values stay strings (`try_parsing(false)`): config-rs would turn `386` into a number
+        // and split lists without trimming. [`List`] splits and trims them itself.
+        let environment = config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(false)
+            .ignore_empty(true)
+            .source(Some(env));
+        let raw: RawConfig = builder
+            .add_source(environment)
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(|e| match (file, &e) {
+                (Some(path), config::ConfigError::FileParse { .. }) => ConfigError::File {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                },
+                _ => ConfigError::Other(e.to_string()),
+            })?;
+        Self::validate(raw)
+    }
+
+    /// Reads the config the CLI names: `--config` / `TOLERABLE_CONFIG`, else `./tolerable.toml`
+    /// when present, else defaults; then the `TOLERABLE_*` environment.
+    pub fn from_process(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+        let default = Path::new(DEFAULT_CONFIG_FILE);
+        let file = explicit.or_else(|| default.is_file().then_some(default));
+        Self::load(file, std::env::vars())
+    }
+
+    fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
+        let RawConfig {
+            log_level,
+            log_format,
+            registry_credential_path,
+            docker_config_path,
+            registry_ca_path,
+            insecure_registries,
+            registry_mirrors,
+            lookup_timeout,
+            registry_connect_timeout,
+            cache_tag_ttl,
+            cache_digest_ttl,
+            cache_failure_ttl,
+            cache_max_entries,
+        } = raw;
+
+        tracing_subscriber::EnvFilter::try_new(&log_level)
+            .map_err(|e| ConfigError::key("log_level", format!("{log_level:?}: {e}")))?;
+        let log_format = match log_format.trim() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(ConfigError::key(
+                    "log_format",
+                    format!("{other:?} is not text or json"),
+                ))
+            }
+        };
+
+        let lookup_timeout = parse_duration("lookup_timeout", &lookup_timeout)?;
+        if lookup_timeout.is_zero() || lookup_timeout > MAX_LOOKUP_TIMEOUT {
+            return Err(ConfigError::key(
+                "lookup_timeout",
+                "must be above 0 and at most 30s (the API server's longest webhook timeout)",
+            ));
+        }
+        let connect_timeout =
+            parse_duration("registry_connect_timeout", &registry_connect_timeout)?;
+        if connect_timeout.is_zero() {
+            return Err(ConfigError::key(
+                "registry_connect_timeout",
+                "must be above 0",
+            ));
+        }
+        let cache = CacheSettings {
+            tag_ttl: parse_duration("cache_tag_ttl", &cache_tag_ttl)?,
+            digest_ttl: parse_duration("cache_digest_ttl", &cache_digest_ttl)?,
+            failure_ttl: parse_duration("cache_failure_ttl", &cache_failure_ttl)?,
+            max_entries: cache_max_entries,
+        };
+        if cache.max_entries == 0 {
+            return Err(ConfigError::key("cache_max_entries", "must be at least 1"));
+        }
+
+        let insecure_registries = insecure_registries
+            .0
+            .iter()
+            .map(|r| {
+                crate::registry::reference::validate_host(r)
+                    .map(|()| r.to_owned())
+                    .map_err(|why| ConfigError::key("insecure_registries", format!("{r:?}: {why}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut mirrors = BTreeMap::new();
+        for (registry, mirror) in registry_mirrors {
+            let key = format!("registry_mirrors.{registry}");
+            let mirror = mirror.trim().to_owned();
+            crate::registry::reference::validate_host(&mirror)
+                .map_err(|why| ConfigError::key(&key, format!("mirror {mirror:?}: {why}")))?;
+            mirrors.insert(normalize_registry_key(&registry), mirror);
+        }
+
+        let extra_roots_pem = match &registry_ca_path {
+            Some(path) => vec![read_ca_bundle(path)?],
+            None => Vec::new(),
+        };
+        for (key, path) in [
+            ("registry_credential_path", &registry_credential_path),
+            ("docker_config_path", &docker_config_path),
+        ] {
+            if let Some(path) = path {
+                if !path.exists() {
+                    return Err(ConfigError::key(
+                        key,
+                        format!("{} does not exist", path.display()),
+                    ));
+                }
+            }
+        }
+
+        Ok(Self {
+            log_level,
+            log_format,
+            registry_credential_path,
+            docker_config_path,
+            resolver: ResolverSettings {
+                transport: TransportSettings {
+                    connect_timeout,
+                    read_timeout: lookup_timeout,
+                    insecure_registries,
+                    extra_roots_pem,
+                },
+                mirrors,
+                lookup_timeout,
+                cache,
+            },
+        })
+    }
+
+    /// The registry credentials the config points at (files, then the docker config).
+    pub fn credential_store(&self) -> Result<CredentialStore, ConfigError> {
+        let mut store = match &self.registry_credential_path {
+            Some(dir) => CredentialStore::load_dir(dir)
+                .map_err(|e| ConfigError::key("registry_credential_path", e.to_string()))?,
+            None => CredentialStore::default(),
+        };
+        if let Some(path) = &self.docker_config_path {
+            let key = "docker_config_path";
+            let json = std::fs::read(path)
+                .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
+            let warnings = store
+                .add_docker_config(&json, &path.display().to_string())
+                .map_err(|e| ConfigError::key(key, e.to_string()))?;
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+        }
+        Ok(store)
+    }
+}
+
+/// `TOLERABLE_*` variables that are config keys. Kubernetes injects `<SERVICE>_SERVICE_HOST`,
+/// `<SERVICE>_PORT_…` for every Service in the namespace, so a Service named `tolerable` must not
+/// make start-up fail on unknown keys.
+fn is_config_variable(name: &str) -> bool {
+    let Some(key) = name.strip_prefix("TOLERABLE_") else {
+        return false;
+    };
+    name != CONFIG_PATH_ENV
+        && !key.starts_with("SERVICE_")
+        && key != "PORT"
+        && !key.starts_with("PORT_")
+}
+
+/// `500ms`, `4s`, `5m`, `24h`, or a bare number of seconds.
+pub fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let text = text.trim();
+    let bad = || {
+        ConfigError::key(
+            key,
+            format!("{text:?} is not a duration (e.g. 500ms, 4s, 5m, 24h)"),
+        )
+    };
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    Ok(duration)
+}
+
+fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::CertificateDer;
+    let key = "registry_ca_path";
+    let pem = std::fs::read(path)
+        .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(ConfigError::key(
+            key,
+            format!("{} holds no PEM certificate", path.display()),
+        ));
+    }
+    Ok(pem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+        let path = dir.path().join("tolerable.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::load(None, env(&[])).unwrap();
+        assert_eq!(c.resolver.lookup_timeout, Duration::from_secs(4));
+        assert_eq!(c.resolver.cache.tag_ttl, Duration::from_secs(300));
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert!(c.resolver.mirrors.is_empty());
+    }
+
+    #[test]
+    fn file_then_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            r#"
+            lookup_timeout = "3s"
+            insecure_registries = ["127.0.0.1:5000"]
+            log_format = "json"
+            [registry_mirrors]
+            "docker.io" = "mirror.gcr.io"
+            "#,
+        );
+        let c = Config::load(Some(&path), env(&[])).unwrap();
+        assert_eq!(c.resolver.lookup_timeout, Duration::from_secs(3));
+        assert_eq!(c.resolver.transport.insecure_registries, ["127.0.0.1:5000"]);
+        assert_eq!(c.resolver.mirrors["docker.io"], "mirror.gcr.io");
+        assert_eq!(c.log_format, LogFormat::Json);
+
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                ("TOLERABLE_LOOKUP_TIMEOUT", "1500ms"),
+                (
+                    "TOLERABLE_INSECURE_REGISTRIES",
+                    " localhost:5000 , 10.0.0.1:80,",
+                ),
+                ("TOLERABLE_CACHE_MAX_ENTRIES", "77"),
+                ("TOLERABLE_CONFIG", "/elsewhere.toml"),
+                // Injected by Kubernetes for a Service named tolerable.
+                ("TOLERABLE_SERVICE_HOST", "10.0.0.9"),
+                ("TOLERABLE_PORT_443_TCP", "tcp://10.0.0.9:443"),
+                ("TOLERABLE_PORT", "tcp://10.0.0.9:443"),
+                ("OTHER_LOOKUP_TIMEOUT", "9s"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.resolver.lookup_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            c.resolver.transport.insecure_registries,
+            ["localhost:5000", "10.0.0.1:80"]
+        );
+        assert_eq!(c.resolver.cache.max_entries, 77);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("TOLERABLE_LOOKUP_TIMEOUT", "soon")], "lookup_timeout"),
+            (&[("TOLERABLE_LOOKUP_TIMEOUT", "0s")], "lookup_timeout"),
+            (&[("TOLERABLE_LOOKUP_TIMEOUT", "1m")], "lookup_timeout"),
+            (&[("TOLERABLE_CACHE_TAG_TTL", "5y")], "cache_tag_ttl"),
+            (
+                &[("TOLERABLE_CACHE_MAX_ENTRIES", "lots")],
+                "cache_max_entries",
+            ),
+            (&[("TOLERABLE_CACHE_MAX_ENTRIES", "0")], "cache_max_entries"),
+            (&[("TOLERABLE_LOG_FORMAT", "xml")], "log_format"),
+            (&[("TOLERABLE_LOG_LEVEL", "info,[")], "log_level"),
+            (
+                &[("TOLERABLE_INSECURE_REGISTRIES", "bad host:1")],
+                "insecure_registries",
+            ),
+            (
+                &[("TOLERABLE_REGISTRY_CA_PATH", "/nonexistent/ca.pem")],
+                "registry_ca_path",
+            ),
+            (
+                &[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", "/nonexistent/creds")],
+                "registry_credential_path",
+            ),
+            (&[("TOLERABLE_LOOKUP_TIMEOT", "1s")], "lookup_timeot"),
+        ];
+        for (vars, key) in cases {
+            let err = Config::load(None, env(vars)).unwrap_err().to_string();
+            assert!(err.contains(key), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "lookup_timeout = \n");
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("tolerable.toml"), "{err}");
+
+        let path = write(&dir, "[registry_mirrors]\n\"docker.io\" = \"not a host\"\n");
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("registry_mirrors.docker.io"), "{err}");
+
+        let path = write(&dir, "unknown_key = 1\n");
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("unknown_key"), "{err}");
+
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let path = write(&dir, &format!("registry_ca_path = {:?}\n", ca));
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("registry_ca_path") && err.contains("no PEM"),
+            "{err}"
+        );
+
+        let missing = dir.path().join("missing.toml");
+        let err = Config::load(Some(&missing), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.toml"), "{err}");
+    }
+
+    #[test]
+    fn durations() {
+        for (text, want) in [
+            ("250ms", Duration::from_millis(250)),
+            ("4s", Duration::from_secs(4)),
+            ("4", Duration::from_secs(4)),
+            ("5m", Duration::from_secs(300)),
+            ("24h", Duration::from_secs(86400)),
+        ] {
+            assert_eq!(parse_duration("k", text).unwrap(), want, "{text}");
+        }
+        for bad in ["", "s", "1.5s", "-1s", "1d", "99999999999999999999h"] {
+            assert!(parse_duration("k", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! Image platform resolution: on which platforms can this image run? Answered from the registry's
+//! manifests and image configs, never from layers.
+//!
+//! [`Resolver`] is the entry point: it parses the reference, picks the registry host (a mirror
+//! first, then the origin), tries each credential in order, walks the manifest tree, and caches
+//! the answer. The walk itself ([`walk`]) is generic over [`ManifestSource`], the I/O boundary.
+
+pub mod cache;
+pub mod credentials;
+pub mod manifest;
+pub mod oci;
+pub mod platform;
+pub mod reference;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::try_join_all;
+use serde::Serialize;
+
+use self::cache::{CacheKey, CacheSettings, LookupCache};
+pub use self::credentials::{Credential, CredentialStore};
+use self::manifest::{ManifestError, ParsedManifest};
+use self::oci::{ClientPool, TransportSettings};
+pub use self::platform::Platform;
+pub use self::reference::{ImageReference, ReferenceError};
+
+/// An index inside an index inside an index is already unusual; deeper is a loop or an attack.
+pub const MAX_INDEX_DEPTH: usize = 3;
+
+/// What the registry said about one image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePlatforms {
+    /// The normalised reference that was looked up.
+    pub reference: String,
+    /// Digest of the top-level manifest or index.
+    pub digest: String,
+    pub media_type: String,
+    /// Sorted, without duplicates; never empty.
+    pub platforms: Vec<Platform>,
+    /// The host that answered (a mirror or the origin's API host).
+    #[serde(skip)]
+    pub served_by: String,
+    /// Where the credential used came from, or `anonymous`. Never the credential itself.
+    #[serde(skip)]
+    pub credential_source: String,
+}
+
+/// Why an image's platforms could not be determined. Each message names the image and is safe
+/// to show to a user: no credential, token or header ever goes into one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error(transparent)]
+    InvalidReference(#[from] ReferenceError),
+    #[error("{reference}: not found in the registry (no such repository, tag or digest)")]
+    NotFound { reference: String },
+    #[error("{reference}: the registry refused access (tried: {tried})")]
+    Unauthorized { reference: String, tried: String },
+    #[error("{reference}: not a container image (media type {media_type})")]
+    NotAnImage {
+        reference: String,
+        media_type: String,
+    },
+    #[error("{reference}: {reason}")]
+    Malformed { reference: String, reason: String },
+    #[error("{reference}: the image index lists no runnable platform")]
+    NoPlatforms { reference: String },
+    #[error("{reference}: lookup did not finish within {after:?}")]
+    Timeout { reference: String, after: Duration },
+    #[error("{reference}: registry {registry} unreachable: {reason}")]
+    Unreachable {
+        reference: String,
+        registry: String,
+        reason: String,
+    },
+    #[error("{reference}: registry answered HTTP {status}: {message}")]
+    Registry {
+        reference: String,
+        status: u16,
+        message: String,
+    },
+}
+
+impl LookupError {
+    /// A bounded label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidReference(_) => "invalid_reference",
+            Self::NotFound { .. } => "not_found",
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::NotAnImage { .. } => "not_an_image",
+            Self::Malformed { .. } => "malformed",
+            Self::NoPlatforms { .. } => "no_platforms",
+            Self::Timeout { .. } => "timeout",
+            Self::Unreachable { .. } => "unreachable",
+            Self::Registry { .. } => "registry_error",
+        }
+    }
+}
+
+/// What went wrong talking to one registry host, before it is tied to an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    NotFound,
+    Unauthorized,
+    TooLarge,
+    Malformed(String),
+    Manifest(ManifestError),
+    TooDeep,
+    Status { code: u16, message: String },
+    Transport(String),
+}
+
+impl FetchError {
+    fn into_lookup(self, reference: &str, host: &str, tried: &str) -> LookupError {
+        let reference = reference.to_owned();
+        match self {
+            Self::NotFound => LookupError::NotFound { reference },
+            Self::Unauthorized => LookupError::Unauthorized {
+                reference,
+                tried: tried.to_owned(),
+            },
+            Self::TooLarge => LookupError::Malformed {
+                reference,
+                reason: "config blob larger than 4 MiB".into(),
+            },
+            Self::Malformed(reason) => LookupError::Malformed { reference, reason },
+            Self::Manifest(ManifestError::NotAnImage { media_type }) => LookupError::NotAnImage {
+                reference,
+                media_type,
+            },
+            Self::Manifest(e) => LookupError::Malformed {
+                reference,
+                reason: e.to_string(),
+            },
+            Self::TooDeep => LookupError::Malformed {
+                reference,
+                reason: format!("image indexes nested deeper than {MAX_INDEX_DEPTH}"),
+            },
+            Self::Status { code, message } => LookupError::Registry {
+                reference,
+                status: code,
+                message,
+            },
+            Self::Transport(reason) => LookupError::Unreachable {
+                reference,
+                registry: host.to_owned(),
+                reason,
+            },
+        }
+    }
+}
+
+/// The I/O boundary: one registry host with one credential.
+pub trait ManifestSource: Sync {
+    /// The manifest body and its digest. `reference` is a tag or a digest.
+    fn manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> impl Future<Output = Result<(Bytes, String), FetchError>> + Send;
+    fn blob(
+        &self,
+        repository: &str,
+        digest: &str,
+    ) -> impl Future<Output = Result<Bytes, FetchError>> + Send;
+}
+
+/// The result of walking one manifest tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Walked {
+    pub digest: String,
+    pub media_type: String,
+    pub platforms: Vec<Platform>,
+}
+
+/// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one
+/// request when its entries carry platforms; entries without one, and single manifests, cost a
+/// config blob read each (done concurrently).
+pub async fn walk(
+    source: &impl ManifestSource,
+    repository: &str,
+    reference: &str,
+) -> Result<Walked, FetchError> {
+    let (body, digest) = source.manifest(repository, reference).await?;
+    let parsed = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest)?;
+    let media_type = parsed.media_type().to_owned();
+    let mut platforms = platforms_of(source, repository, parsed, 0).await?;
+    platforms.sort();
+    platforms.dedup();
+    Ok(Walked {
+        digest,
+        media_type,
+        platforms,
+    })
+}
+
+fn platforms_of<'a, S: ManifestSource>(
+    source: &'a S,
+    repository: &'a str,
+    parsed: ParsedManifest,
+    depth: usize,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Platform>, FetchError>> + Send + 'a>> {
+    Box::pin(async move {
+        match parsed {
+            ParsedManifest::Schema1 { platform, .. } => Ok(vec![platform]),
+            ParsedManifest::Image { config, .. } => {
+                let blob = source.blob(repository, &config.digest).await?;
+                Ok(vec![
+                    manifest::parse_image_config(&blob).map_err(FetchError::Manifest)?
+                ])
+            }
+            ParsedManifest::Index { entries, .. } => {
+                let mut known = Vec::new();
+                let mut unknown = Vec::new();
+                for entry in entries {
+                    match entry.platform {
+                        // A nested index's own platform field is not trusted: read it.
+                        Some(p) if !entry.is_index() => known.push(p),
+                        _ => unknown.push(entry.descriptor.digest),
+                    }
+                }
+                if !unknown.is_empty() && depth >= MAX_INDEX_DEPTH {
+                    return Err(FetchError::TooDeep);
+                }
+                let children = try_join_all(unknown.iter().map(|digest| async move {
+                    let (body, _) = source.manifest(repository, digest).await?;
+                    let child = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
+                    match child {
+                        Ok(child) => platforms_of(source, repository, child, depth + 1).await,
+                        // An artifact inside an index (a signature, an SBOM) is not a platform.
+                        Err(FetchError::Manifest(ManifestError::NotAnImage { .. })) => {
+                            Ok(Vec::new())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }))
+                .await?;
+                known.extend(children.into_iter().flatten());
+                known.retain(|p| !p.is_unknown());
+                Ok(known)
+            }
+        }
+    })
+}
+
+/// Everything the resolver needs, resolved from config at start-up.
+#[derive(Clone, Debug)]
+pub struct ResolverSettings {
+    pub transport: TransportSettings,
+    /// Registry (as images name it) → mirror host to ask first.
+    pub mirrors: BTreeMap<String, String>,
+    /// The deadline for one lookup, all retries and fallbacks included.
+    pub lookup_timeout: Duration,
+    pub cache: CacheSettings,
+}
+
+/// Resolves images to platforms: mirrors, credentials, cache.
+pub struct Resolver {
+    settings: ResolverSettings,
+    credentials: CredentialStore,
+    clients: ClientPool,
+    cache: LookupCache,
+}
+
+impl Resolver {
+    pub fn new(settings: ResolverSettings, credentials: CredentialStore) -> Self {
+        Self {
+            clients: ClientPool::new(settings.transport.clone()),
+            cache: LookupCache::new(&settings.cache),
+            settings,
+            credentials,
+        }
+    }
+
+    /// Platforms of `image`, using the configured credentials.
+    pub async fn resolve(&self, image: &str) -> Result<Arc<ImagePlatforms>, LookupError> {
+        self.resolve_with(image, &[]).await
+    }
+
+    /// Platforms of `image`, trying `credentials` first (a Pod's pull secrets), then the
+    /// configured ones, then anonymous access.
+    pub async fn resolve_with(
+        &self,
+        image: &str,
+        credentials: &[Credential],
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let reference = ImageReference::parse(image)?;
+        let chain: Vec<Credential> = credentials
+            .iter()
+            .chain(self.credentials.for_registry(reference.registry()))
+            .cloned()
+            .collect();
+        let key = CacheKey {
+            reference: reference.clone(),
+            credentials: chain.iter().map(|c| self.clients.fingerprint(c)).collect(),
+        };
+        let timeout = self.settings.lookup_timeout;
+        self.cache
+            .get_or_resolve(key, async {
+                let shown = reference.to_string();
+                match tokio::time::timeout(timeout, self.lookup(&reference, &chain)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(LookupError::Timeout {
+                        reference: shown,
+                        after: timeout,
+                    }),
+                }
+            })
+            .await
+    }
+
+    /// Uncached lookup: the mirror (if any) first, then the origin.
+    async fn lookup(
+        &self,
+        reference: &ImageReference,
+        chain: &[Credential],
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
+            let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
+            match self.lookup_at(reference, mirror, &mirror_chain).await {
+                Ok(found) => return Ok(found),
+                Err(e) => tracing::info!(
+                    image = %reference, %mirror, error = %e,
+                    "mirror failed; asking the origin registry"
+                ),
+            }
+        }
+        self.lookup_at(reference, reference.api_host(), chain).await
+    }
+
+    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
+    async fn lookup_at(
+        &self,
+        reference: &ImageReference,
+        host: &str,
+        chain: &[Credential],
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let shown = reference.to_string();
+        let attempts = chain.iter().map(Some).chain(std::iter::once(None));
+        let mut tried = Vec::new();
+        for credential in attempts {
+            let label = credential
+                .map_or("anonymous", Credential::source)
+                .to_owned();
+            tried.push(label.clone());
+            let source = self
+                .clients
+                .source(host, credential)
+                .map_err(|e| e.into_lookup(&shown, host, &label))?;
+            match walk(
+                &source,
+                reference.repository(),
+                reference.manifest_reference(),
+            )
+            .await
+            {
+                Ok(walked) if walked.platforms.is_empty() => {
+                    return Err(LookupError::NoPlatforms { reference: shown });
+                }
+                Ok(walked) => {
+                    tracing::debug!(image = %shown, %host, credential = %label, digest = %walked.digest, "resolved");
+                    return Ok(Arc::new(ImagePlatforms {
+                        reference: shown,
+                        digest: walked.digest,
+                        media_type: walked.media_type,
+                        platforms: walked.platforms,
+                        served_by: host.to_owned(),
+                        credential_source: label,
+                    }));
+                }
+                Err(FetchError::Unauthorized) => {
+                    tracing::debug!(image = %shown, %host, credential = %label, "registry refused this credential");
+                }
+                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
+            }
+        }
+        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+    }
+
+    /// Entries currently cached (for metrics and tests).
+    pub fn cached_entries(&self) -> u64 {
+        self.cache.entry_count()
+    }
+}

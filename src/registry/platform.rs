@@ -1,0 +1,118 @@
+//! Platforms (os / architecture / variant), normalised the way containerd's platform matching
+//! normalises them, so `arm64/v8`, `aarch64` and `arm64` are one platform and `arm` means `arm/v7`.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// One platform an image can run on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Platform {
+    pub os: String,
+    pub architecture: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// Builds a normalised platform from what a manifest or image config says.
+    pub fn normalized(os: &str, architecture: &str, variant: Option<&str>) -> Self {
+        let os = match os.to_ascii_lowercase().as_str() {
+            "macos" => "darwin".to_owned(),
+            other => other.to_owned(),
+        };
+        let (architecture, variant) = normalize_arch(
+            &architecture.to_ascii_lowercase(),
+            &variant.unwrap_or_default().to_ascii_lowercase(),
+        );
+        Self {
+            os,
+            architecture,
+            variant: (!variant.is_empty()).then_some(variant),
+        }
+    }
+
+    /// Attestation and other non-runnable entries in an index say `unknown/unknown`.
+    pub fn is_unknown(&self) -> bool {
+        self.os == "unknown" || self.architecture == "unknown" || self.os.is_empty()
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        if let Some(variant) = &self.variant {
+            write!(f, "/{variant}")?;
+        }
+        Ok(())
+    }
+}
+
+/// containerd's `normalizeArch` rules, restated.
+fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
+    let (arch, variant) = match arch {
+        "i386" => ("386", ""),
+        "x86_64" | "x86-64" | "amd64" => ("amd64", if variant == "v1" { "" } else { variant }),
+        "aarch64" | "arm64" => (
+            "arm64",
+            match variant {
+                "8" | "v8" | "v8.0" => "",
+                "9" | "9.0" | "v9.0" => "v9",
+                other => other,
+            },
+        ),
+        "armhf" => ("arm", "v7"),
+        "armel" => ("arm", "v6"),
+        "arm" => (
+            "arm",
+            match variant {
+                "" | "7" => "v7",
+                "5" => "v5",
+                "6" => "v6",
+                "8" => "v8",
+                other => other,
+            },
+        ),
+        other => (other, variant),
+    };
+    (arch.to_owned(), variant.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_like_containerd() {
+        let cases: &[(&str, &str, Option<&str>, &str)] = &[
+            ("linux", "amd64", None, "linux/amd64"),
+            ("Linux", "x86_64", None, "linux/amd64"),
+            ("linux", "x86-64", Some("v1"), "linux/amd64"),
+            ("linux", "amd64", Some("v3"), "linux/amd64/v3"),
+            ("linux", "arm64", Some("v8"), "linux/arm64"),
+            ("linux", "aarch64", None, "linux/arm64"),
+            ("linux", "arm64", Some("8"), "linux/arm64"),
+            ("linux", "arm64", Some("9.0"), "linux/arm64/v9"),
+            ("linux", "arm", None, "linux/arm/v7"),
+            ("linux", "arm", Some("7"), "linux/arm/v7"),
+            ("linux", "arm", Some("6"), "linux/arm/v6"),
+            ("linux", "armhf", None, "linux/arm/v7"),
+            ("linux", "armel", None, "linux/arm/v6"),
+            ("linux", "i386", Some("x"), "linux/386"),
+            ("linux", "s390x", None, "linux/s390x"),
+            ("linux", "ppc64le", None, "linux/ppc64le"),
+            ("windows", "amd64", None, "windows/amd64"),
+            ("macos", "arm64", None, "darwin/arm64"),
+            ("linux", "riscv64", Some(""), "linux/riscv64"),
+        ];
+        for (os, arch, variant, want) in cases {
+            assert_eq!(
+                Platform::normalized(os, arch, *variant).to_string(),
+                *want,
+                "{os}/{arch}/{variant:?}"
+            );
+        }
+        assert!(Platform::normalized("unknown", "unknown", None).is_unknown());
+        assert!(!Platform::normalized("linux", "amd64", None).is_unknown());
+    }
+}
