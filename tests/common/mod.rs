@@ -1,0 +1,71 @@
+//! Test support: real registries (Debian's `docker-registry`, the CNCF distribution server) on
+//! 127.0.0.1 in each auth mode, a token service, fixture images of every shape, certificates,
+//! and the few fake servers for what a real registry cannot be made to do (hang, send garbage).
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+pub mod certs;
+pub mod fake;
+pub mod fixtures;
+pub mod registry;
+pub mod token;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use tolerable::registry::cache::CacheSettings;
+use tolerable::registry::oci::TransportSettings;
+use tolerable::registry::ResolverSettings;
+
+/// Installs the process-wide rustls provider, as `main` does.
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A free port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Resolver settings for tests: short timeouts, every test registry trusted.
+pub fn settings() -> ResolverSettings {
+    init();
+    ResolverSettings {
+        transport: TransportSettings {
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(3),
+            insecure_registries: vec![registry::plain().host.clone()],
+            extra_roots_pem: vec![certs::ca().ca_pem.clone().into_bytes()],
+        },
+        mirrors: Default::default(),
+        lookup_timeout: Duration::from_secs(3),
+        cache: CacheSettings {
+            tag_ttl: Duration::from_secs(60),
+            digest_ttl: Duration::from_secs(600),
+            failure_ttl: Duration::from_secs(2),
+            max_entries: 1000,
+        },
+    }
+}
+
+/// Runs `future` to completion on a private runtime in its own thread: shared registries are
+/// set up once per test binary, from whichever test's runtime gets there first.
+pub fn block_on_own_thread<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .expect("setup thread panicked")
+}

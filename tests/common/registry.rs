@@ -1,0 +1,227 @@
+//! Real registries: Debian's `docker-registry` (CNCF distribution 2.8) on free 127.0.0.1 ports,
+//! in-memory storage, one per auth mode, started once per test binary and stopped when the test
+//! process exits (the wrapper shell kills it when its stdin, held by this process, closes).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::certs;
+use super::fixtures;
+use super::token::{self, TokenServer};
+
+pub const USER: &str = "testuser";
+pub const PASSWORD: &str = "testpass";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// http, no auth.
+    Plain,
+    /// https with the test CA, no auth.
+    Tls,
+    /// https, htpasswd Basic auth.
+    Basic,
+    /// https, Bearer tokens from [`TokenServer`].
+    Token,
+}
+
+pub struct Registry {
+    pub mode: Mode,
+    /// `127.0.0.1:PORT`, as image references and `insecure_registries` name it.
+    pub host: String,
+    pub log_path: PathBuf,
+    pub token: Option<TokenServer>,
+    _dir: tempfile::TempDir,
+    _process: Mutex<Child>,
+}
+
+pub fn plain() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::start_with_fixtures(Mode::Plain))
+}
+
+pub fn tls() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::start_with_fixtures(Mode::Tls))
+}
+
+pub fn basic() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::start_with_fixtures(Mode::Basic))
+}
+
+pub fn token() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::start_with_fixtures(Mode::Token))
+}
+
+fn find_binary(name: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` not found: the registry tests need it. Install it with \
+                 `sudo apt-get install -y {package}` (.ci/run does this)"
+            )
+        })
+}
+
+impl Registry {
+    fn start_with_fixtures(mode: Mode) -> Self {
+        super::init();
+        let registry = Self::start(mode);
+        let host = registry.host.clone();
+        super::block_on_own_thread(async move {
+            let pusher = fixtures::Pusher::for_mode(&host, mode);
+            pusher.push_all("fixtures").await;
+        });
+        registry
+    }
+
+    pub fn start(mode: Mode) -> Self {
+        let binary = find_binary("docker-registry", "docker-registry");
+        let dir = tempfile::tempdir().unwrap();
+        let port = super::free_port();
+        let host = format!("127.0.0.1:{port}");
+        let mut tls = String::new();
+        if mode != Mode::Plain {
+            let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
+            write(dir.path(), "registry.crt", &leaf.cert_pem);
+            write(dir.path(), "registry.key", &leaf.key_pem);
+            tls = format!(
+                "  tls:\n    certificate: {0}/registry.crt\n    key: {0}/registry.key\n",
+                dir.path().display()
+            );
+        }
+        let mut token_server = None;
+        let auth = match mode {
+            Mode::Plain | Mode::Tls => String::new(),
+            Mode::Basic => {
+                let htpasswd = find_binary("htpasswd", "apache2-utils");
+                let out = Command::new(htpasswd)
+                    .args(["-Bbn", USER, PASSWORD])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "htpasswd failed");
+                std::fs::write(dir.path().join("htpasswd"), out.stdout).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: tolerable-test\n    path: {}/htpasswd\n",
+                    dir.path().display()
+                )
+            }
+            Mode::Token => {
+                let server = TokenServer::start();
+                write(dir.path(), "token.crt", &server.cert_pem);
+                let auth = format!(
+                    "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}/token.crt\n",
+                    server.realm(),
+                    token::SERVICE,
+                    token::ISSUER,
+                    dir.path().display()
+                );
+                token_server = Some(server);
+                auth
+            }
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  inmemory: {{}}\n  \
+             delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: tolerable-test-only\n{tls}{auth}"
+        );
+        let config_path = write(dir.path(), "config.yml", &config);
+        let log_path = dir.path().join("registry.log");
+        let mut process = Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid"#)
+            .arg(&binary)
+            .arg(&config_path)
+            .arg(&log_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&host).is_err() {
+            if started.elapsed() > Duration::from_secs(15) || process.try_wait().unwrap().is_some()
+            {
+                panic!(
+                    "registry ({mode:?}) did not start: {}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            mode,
+            host,
+            log_path,
+            token: token_server,
+            _dir: dir,
+            _process: Mutex::new(process),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.mode == Mode::Plain {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{}", self.host)
+    }
+
+    /// The registry's access log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Registry requests for `repository` made by tolerable (by its User-Agent), as
+    /// (manifest requests, blob requests). Waits for the access log to catch up by sending a
+    /// marker request and waiting until it is logged.
+    pub async fn requests_for(&self, repository: &str) -> (usize, usize) {
+        let marker = format!("marker-{}", super::free_port());
+        let _ = fixtures::Pusher::for_mode(&self.host, self.mode)
+            .probe(repository, &marker)
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.log().contains(&marker) {
+            assert!(
+                Instant::now() < deadline,
+                "marker never reached the access log"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let log = self.log();
+        let ours = log
+            .lines()
+            .filter(|l| l.contains("\"tolerable/") && !l.contains(&marker));
+        let (mut manifests, mut blobs) = (0, 0);
+        for line in ours {
+            if line.contains(&format!("/v2/{repository}/manifests/")) {
+                manifests += 1;
+            } else if line.contains(&format!("/v2/{repository}/blobs/")) {
+                blobs += 1;
+            }
+        }
+        (manifests, blobs)
+    }
+
+    /// Stops the registry process (the shell wrapper kills it when stdin closes).
+    pub fn stop(&self) {
+        let mut process = self._process.lock().unwrap();
+        if let Some(mut stdin) = process.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let _ = process.wait();
+    }
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}

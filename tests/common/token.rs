@@ -1,0 +1,252 @@
+//! A small registry token service (the distribution "token" auth flow), signing ES256 JWTs the
+//! registry verifies against the certificate in its `rootcertbundle`.
+//!
+//! Users: `testuser:testpass` (pull and push everywhere, answer carries `token` and
+//! `access_token`), `accessuser:accesspass` (pull, answer carries only `access_token`),
+//! `shortuser:shortpass` (pull, tokens live 2 s). Anonymous callers may pull, except from
+//! repositories under `private/`. Every request is counted.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use rcgen::{CertificateParams, KeyPair, PublicKeyData as _};
+use ring::rand::SystemRandom;
+use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+
+pub const SERVICE: &str = "tolerable-test-registry";
+pub const ISSUER: &str = "tolerable-test-issuer";
+
+pub struct TokenServer {
+    pub port: u16,
+    /// PEM of the signing certificate: the registry's `rootcertbundle`.
+    pub cert_pem: String,
+    requests: Arc<AtomicUsize>,
+}
+
+impl TokenServer {
+    pub fn realm(&self) -> String {
+        format!("http://127.0.0.1:{}/token", self.port)
+    }
+
+    /// Token requests served so far (any outcome).
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn start() -> Self {
+        let key = KeyPair::generate().unwrap();
+        let cert_pem = CertificateParams::new(vec!["token-signer".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap()
+            .pem();
+        let signer = Arc::new(Signer {
+            kid: libtrust_key_id(&key.subject_public_key_info()),
+            key: EcdsaKeyPair::from_pkcs8(
+                &ECDSA_P256_SHA256_FIXED_SIGNING,
+                &key.serialize_der(),
+                &SystemRandom::new(),
+            )
+            .unwrap(),
+        });
+        let requests = Arc::new(AtomicUsize::new(0));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counter = requests.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let signer = signer.clone();
+                    let counter = counter.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            let response = issue(&signer, &req);
+                            async move { Ok::<_, Infallible>(response) }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
+        });
+        Self {
+            port,
+            cert_pem,
+            requests,
+        }
+    }
+}
+
+struct Signer {
+    kid: String,
+    key: EcdsaKeyPair,
+}
+
+fn b64url(data: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+}
+
+/// The key id libtrust (and so distribution) derives from a public key: base32 of the first 240
+/// bits of sha256(DER SubjectPublicKeyInfo), in groups of four separated by `:`.
+fn libtrust_key_id(spki_der: &[u8]) -> String {
+    let hash = ring::digest::digest(&ring::digest::SHA256, spki_der);
+    let b32 = base32(&hash.as_ref()[..30]);
+    b32.as_bytes()
+        .chunks(4)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn base32(data: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::new();
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for &byte in data {
+        buffer = (buffer << 8) | u32::from(byte);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(ALPHABET[((buffer >> bits) & 31) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((buffer << (5 - bits)) & 31) as usize] as char);
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+fn issue(signer: &Signer, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() != "/token" {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "not found"}),
+        );
+    }
+    let mut scopes = Vec::new();
+    for pair in req.uri().query().unwrap_or("").split('&') {
+        if let Some(("scope", value)) = pair.split_once('=') {
+            scopes.push(percent_decode(value));
+        }
+    }
+    let user = req
+        .headers()
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|raw| String::from_utf8(raw).ok());
+    let (subject, ttl, access_token_only, may_push) = match user.as_deref() {
+        None => ("", 300, false, false),
+        Some("testuser:testpass") => ("testuser", 300, false, true),
+        Some("accessuser:accesspass") => ("accessuser", 300, true, false),
+        Some("shortuser:shortpass") => ("shortuser", 2, false, false),
+        Some(_) => {
+            return json_response(
+                StatusCode::UNAUTHORIZED,
+                serde_json::json!({"errors": [{"code": "UNAUTHORIZED", "message": "bad credentials"}]}),
+            )
+        }
+    };
+    let access: Vec<serde_json::Value> = scopes
+        .iter()
+        .flat_map(|s| s.split(' '))
+        .filter_map(|scope| {
+            let mut parts = scope.splitn(2, ':');
+            let kind = parts.next()?;
+            let rest = parts.next()?;
+            let (name, actions) = rest.rsplit_once(':')?;
+            let granted: Vec<&str> = actions
+                .split(',')
+                .filter(|a| match *a {
+                    "pull" => !subject.is_empty() || !name.starts_with("private/"),
+                    "push" => may_push,
+                    _ => false,
+                })
+                .collect();
+            Some(serde_json::json!({"type": kind, "name": name, "actions": granted}))
+        })
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = serde_json::json!({
+        "iss": ISSUER, "sub": if subject.is_empty() { "anonymous" } else { subject }, "aud": SERVICE,
+        "exp": now + ttl, "nbf": now - 5, "iat": now, "jti": format!("{now}-{}", rand_id()),
+        "access": access,
+    });
+    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "kid": signer.kid});
+    let signing_input = format!(
+        "{}.{}",
+        b64url(header.to_string().as_bytes()),
+        b64url(claims.to_string().as_bytes())
+    );
+    let signature = signer
+        .key
+        .sign(&SystemRandom::new(), signing_input.as_bytes())
+        .unwrap();
+    let token = format!("{signing_input}.{}", b64url(signature.as_ref()));
+    let body = if access_token_only {
+        serde_json::json!({"access_token": token, "expires_in": ttl})
+    } else {
+        serde_json::json!({"token": token, "access_token": token, "expires_in": ttl})
+    };
+    json_response(StatusCode::OK, body)
+}
+
+fn rand_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut bytes).unwrap();
+    u64::from_le_bytes(bytes)
+}
