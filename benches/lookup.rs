@@ -1,1 +1,153 @@
-fn main() {}
+//! Lookup benchmarks (`cargo bench --bench lookup`, or `make bench`): a real registry on
+//! loopback, the real resolver.
+//!
+//! - warm: a cached lookup (parse the reference, hash the key, hit the cache).
+//! - cold: an uncached lookup of an OCI index, against the registry's own time for the same
+//!   manifest GET over a raw keep-alive connection.
+//!
+//! Results and method go in BENCHMARKS.md.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::registry::{self, Mode};
+use tolerable::registry::{CredentialStore, Resolver};
+
+const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
+                      application/vnd.docker.distribution.manifest.list.v2+json, \
+                      application/vnd.docker.distribution.manifest.v2+json";
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn fmt(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// One manifest GET over an open keep-alive connection: the registry's own time plus loopback.
+fn raw_get(stream: &mut BufReader<TcpStream>, host: &str, path: &str) {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {ACCEPT}\r\nUser-Agent: bench-raw\r\n\r\n");
+    stream.get_mut().write_all(request.as_bytes()).unwrap();
+    let mut length = 0usize;
+    let mut line = String::new();
+    let mut status_ok = false;
+    loop {
+        line.clear();
+        stream.read_line(&mut line).unwrap();
+        if line.starts_with("HTTP/1.1 200") {
+            status_ok = true;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    assert!(status_ok, "raw GET {path} failed");
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).unwrap();
+}
+
+fn main() {
+    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let registry = registry::plain();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    println!("| benchmark | result |");
+    println!("| --- | --- |");
+
+    if filter.as_deref().is_none_or(|f| "warm".contains(f)) {
+        let resolver = Resolver::new(common::settings(), CredentialStore::default());
+        let image = format!("{}/fixtures/multiarch-oci:v1", registry.host);
+        runtime.block_on(async {
+            resolver.resolve(&image).await.unwrap();
+            // Warm-up, then batches; report the median batch's per-lookup time.
+            let mut per_lookup = Vec::new();
+            for _ in 0..30 {
+                const N: u32 = 20_000;
+                let started = Instant::now();
+                for _ in 0..N {
+                    std::hint::black_box(resolver.resolve(std::hint::black_box(&image)).await.unwrap());
+                }
+                per_lookup.push(started.elapsed() / N);
+            }
+            println!("| warm lookup (median of 30 × 20,000) | {} |", fmt(percentile(&mut per_lookup, 0.5)));
+        });
+    }
+
+    if filter.as_deref().is_none_or(|f| "cold".contains(f)) {
+        const N: usize = 300;
+        let pusher = common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain);
+        let digest = runtime.block_on(pusher.push("bench/cold", "multiarch-oci", "v1"));
+        let index = runtime.block_on(async {
+            // Many tags, one index: every lookup below is a cache miss for one manifest GET.
+            let client = oci_client::Client::try_from(oci_client::client::ClientConfig {
+                protocol: oci_client::client::ClientProtocol::Http,
+                ..Default::default()
+            })
+            .unwrap();
+            let reference = oci_client::Reference::with_digest(registry.host.clone(), "bench/cold".into(), digest.clone());
+            let (body, _) = client
+                .pull_manifest_raw(&reference, &oci_client::secrets::RegistryAuth::Anonymous, &[common::fixtures::OCI_INDEX])
+                .await
+                .unwrap();
+            body
+        });
+        runtime.block_on(async {
+            for i in 0..N {
+                pusher
+                    .manifest("bench/cold", &format!("t{i}"), common::fixtures::OCI_INDEX, &index)
+                    .await;
+            }
+        });
+
+        let mut raw = Vec::new();
+        let connection = TcpStream::connect(&registry.host).unwrap();
+        connection.set_nodelay(true).unwrap();
+        let mut stream = BufReader::new(connection);
+        for round in 0..2 {
+            for i in 0..N {
+                let started = Instant::now();
+                raw_get(&mut stream, &registry.host, &format!("/v2/bench/cold/manifests/t{i}"));
+                if round == 1 {
+                    raw.push(started.elapsed());
+                }
+            }
+        }
+
+        let resolver = Resolver::new(common::settings(), CredentialStore::default());
+        let mut cold = Vec::new();
+        runtime.block_on(async {
+            resolver
+                .resolve(&format!("{}/bench/cold@{digest}", registry.host))
+                .await
+                .unwrap();
+            for i in 0..N {
+                let image = format!("{}/bench/cold:t{i}", registry.host);
+                let started = Instant::now();
+                resolver.resolve(&image).await.unwrap();
+                cold.push(started.elapsed());
+            }
+        });
+        let raw_p50 = percentile(&mut raw, 0.5);
+        let cold_p50 = percentile(&mut cold, 0.5);
+        println!("| registry's own manifest GET, raw keep-alive (p50 of {N}) | {} |", fmt(raw_p50));
+        println!("| cold index lookup through tolerable (p50 of {N}) | {} |", fmt(cold_p50));
+        println!("| cold index lookup (p90 of {N}) | {} |", fmt(percentile(&mut cold, 0.9)));
+        println!(
+            "| cold lookup above the registry's own time (p50) | {} |",
+            fmt(cold_p50.saturating_sub(raw_p50))
+        );
+    }
+}

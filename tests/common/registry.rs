@@ -135,10 +135,11 @@ impl Registry {
         let log_path = dir.path().join("registry.log");
         let mut process = Command::new("sh")
             .arg("-c")
-            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid"#)
+            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid; wait $pid; rm -rf "$3""#)
             .arg(&binary)
             .arg(&config_path)
             .arg(&log_path)
+            .arg(dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
