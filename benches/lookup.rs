@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::registry::{self, Mode};
 use tolerable::registry::{CredentialStore, Resolver};
 
-const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
+const ACCEPT: &str =
+    "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
                       application/vnd.docker.distribution.manifest.list.v2+json, \
                       application/vnd.docker.distribution.manifest.v2+json";
 
@@ -32,7 +33,9 @@ fn fmt(d: Duration) -> String {
 
 /// One manifest GET over an open keep-alive connection: the registry's own time plus loopback.
 fn raw_get(stream: &mut BufReader<TcpStream>, host: &str, path: &str) {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {ACCEPT}\r\nUser-Agent: bench-raw\r\n\r\n");
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: {ACCEPT}\r\nUser-Agent: bench-raw\r\n\r\n"
+    );
     stream.get_mut().write_all(request.as_bytes()).unwrap();
     let mut length = 0usize;
     let mut line = String::new();
@@ -68,7 +71,7 @@ fn main() {
     println!("| --- | --- |");
 
     if filter.as_deref().is_none_or(|f| "warm".contains(f)) {
-        let resolver = Resolver::new(common::settings(), CredentialStore::default());
+        let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
         let image = format!("{}/fixtures/multiarch-oci:v1", registry.host);
         runtime.block_on(async {
             resolver.resolve(&image).await.unwrap();
@@ -78,11 +81,19 @@ fn main() {
                 const N: u32 = 20_000;
                 let started = Instant::now();
                 for _ in 0..N {
-                    std::hint::black_box(resolver.resolve(std::hint::black_box(&image)).await.unwrap());
+                    std::hint::black_box(
+                        resolver
+                            .resolve(std::hint::black_box(&image))
+                            .await
+                            .unwrap(),
+                    );
                 }
                 per_lookup.push(started.elapsed() / N);
             }
-            println!("| warm lookup (median of 30 × 20,000) | {} |", fmt(percentile(&mut per_lookup, 0.5)));
+            println!(
+                "| warm lookup (median of 30 × 20,000) | {} |",
+                fmt(percentile(&mut per_lookup, 0.5))
+            );
         });
     }
 
@@ -97,9 +108,17 @@ fn main() {
                 ..Default::default()
             })
             .unwrap();
-            let reference = oci_client::Reference::with_digest(registry.host.clone(), "bench/cold".into(), digest.clone());
+            let reference = oci_client::Reference::with_digest(
+                registry.host.clone(),
+                "bench/cold".into(),
+                digest.clone(),
+            );
             let (body, _) = client
-                .pull_manifest_raw(&reference, &oci_client::secrets::RegistryAuth::Anonymous, &[common::fixtures::OCI_INDEX])
+                .pull_manifest_raw(
+                    &reference,
+                    &oci_client::secrets::RegistryAuth::Anonymous,
+                    &[common::fixtures::OCI_INDEX],
+                )
                 .await
                 .unwrap();
             body
@@ -107,7 +126,12 @@ fn main() {
         runtime.block_on(async {
             for i in 0..N {
                 pusher
-                    .manifest("bench/cold", &format!("t{i}"), common::fixtures::OCI_INDEX, &index)
+                    .manifest(
+                        "bench/cold",
+                        &format!("t{i}"),
+                        common::fixtures::OCI_INDEX,
+                        &index,
+                    )
                     .await;
             }
         });
@@ -119,14 +143,18 @@ fn main() {
         for round in 0..2 {
             for i in 0..N {
                 let started = Instant::now();
-                raw_get(&mut stream, &registry.host, &format!("/v2/bench/cold/manifests/t{i}"));
+                raw_get(
+                    &mut stream,
+                    &registry.host,
+                    &format!("/v2/bench/cold/manifests/t{i}"),
+                );
                 if round == 1 {
                     raw.push(started.elapsed());
                 }
             }
         }
 
-        let resolver = Resolver::new(common::settings(), CredentialStore::default());
+        let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
         let mut cold = Vec::new();
         runtime.block_on(async {
             resolver
@@ -142,9 +170,18 @@ fn main() {
         });
         let raw_p50 = percentile(&mut raw, 0.5);
         let cold_p50 = percentile(&mut cold, 0.5);
-        println!("| registry's own manifest GET, raw keep-alive (p50 of {N}) | {} |", fmt(raw_p50));
-        println!("| cold index lookup through tolerable (p50 of {N}) | {} |", fmt(cold_p50));
-        println!("| cold index lookup (p90 of {N}) | {} |", fmt(percentile(&mut cold, 0.9)));
+        println!(
+            "| registry's own manifest GET, raw keep-alive (p50 of {N}) | {} |",
+            fmt(raw_p50)
+        );
+        println!(
+            "| cold index lookup through tolerable (p50 of {N}) | {} |",
+            fmt(cold_p50)
+        );
+        println!(
+            "| cold index lookup (p90 of {N}) | {} |",
+            fmt(percentile(&mut cold, 0.9))
+        );
         println!(
             "| cold lookup above the registry's own time (p50) | {} |",
             fmt(cold_p50.saturating_sub(raw_p50))

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::registry::cache::CacheSettings;
+use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
-use crate::registry::oci::TransportSettings;
 use crate::registry::{CredentialStore, ResolverSettings};
 
 pub const ENV_PREFIX: &str = "TOLERABLE";

@@ -6,9 +6,10 @@
 //! the answer. The walk itself ([`walk`]) is generic over [`ManifestSource`], the I/O boundary.
 
 pub mod cache;
+pub mod challenge;
+pub mod client;
 pub mod credentials;
 pub mod manifest;
-pub mod oci;
 pub mod platform;
 pub mod reference;
 
@@ -22,9 +23,9 @@ use futures_util::future::try_join_all;
 use serde::Serialize;
 
 use self::cache::{CacheKey, CacheSettings, LookupCache};
+use self::client::{RegistryClient, TransportSettings};
 pub use self::credentials::{Credential, CredentialStore};
 use self::manifest::{ManifestError, ParsedManifest};
-use self::oci::{ClientPool, TransportSettings};
 pub use self::platform::Platform;
 pub use self::reference::{ImageReference, ReferenceError};
 
@@ -126,7 +127,7 @@ impl FetchError {
             },
             Self::TooLarge => LookupError::Malformed {
                 reference,
-                reason: "config blob larger than 4 MiB".into(),
+                reason: "manifest or config larger than 4 MiB".into(),
             },
             Self::Malformed(reason) => LookupError::Malformed { reference, reason },
             Self::Manifest(ManifestError::NotAnImage { media_type }) => LookupError::NotAnImage {
@@ -263,18 +264,24 @@ pub struct ResolverSettings {
 pub struct Resolver {
     settings: ResolverSettings,
     credentials: CredentialStore,
-    clients: ClientPool,
+    client: RegistryClient,
     cache: LookupCache,
 }
 
 impl Resolver {
-    pub fn new(settings: ResolverSettings, credentials: CredentialStore) -> Self {
-        Self {
-            clients: ClientPool::new(settings.transport.clone()),
+    /// Fails only if the transport cannot be built (a CA bundle that does not parse).
+    pub fn new(
+        settings: ResolverSettings,
+        credentials: CredentialStore,
+    ) -> Result<Self, LookupError> {
+        let client = RegistryClient::new(&settings.transport)
+            .map_err(|e| e.into_lookup("registry client", "-", ""))?;
+        Ok(Self {
+            client,
             cache: LookupCache::new(&settings.cache),
             settings,
             credentials,
-        }
+        })
     }
 
     /// Platforms of `image`, using the configured credentials.
@@ -297,7 +304,7 @@ impl Resolver {
             .collect();
         let key = CacheKey {
             reference: reference.clone(),
-            credentials: chain.iter().map(|c| self.clients.fingerprint(c)).collect(),
+            credentials: chain.iter().map(|c| self.client.fingerprint(c)).collect(),
         };
         let timeout = self.settings.lookup_timeout;
         self.cache
@@ -348,10 +355,7 @@ impl Resolver {
                 .map_or("anonymous", Credential::source)
                 .to_owned();
             tried.push(label.clone());
-            let source = self
-                .clients
-                .source(host, credential)
-                .map_err(|e| e.into_lookup(&shown, host, &label))?;
+            let source = self.client.source(host, credential);
             match walk(
                 &source,
                 reference.repository(),

@@ -39,8 +39,16 @@ fn json_output_one_object_per_argument_in_order() {
     let good = format!("{}/fixtures/multiarch-oci:v1", plain.host);
     let single = format!("{}/fixtures/arm64-oci:v1", tls.host);
     let missing = format!("{}/fixtures/multiarch-oci:nope", plain.host);
-    let out = inspect(&["--json", &good, "not a reference", &single, &missing], &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = inspect(
+        &["--json", &good, "not a reference", &single, &missing],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(items.len(), 4);
 
@@ -57,8 +65,14 @@ fn json_output_one_object_per_argument_in_order() {
         ])
     );
     assert_eq!(items[1]["image"], "not a reference");
-    assert!(items[1]["error"].as_str().unwrap().contains("invalid image reference"));
-    assert_eq!(items[2]["platforms"], serde_json::json!([{"os": "linux", "architecture": "arm64"}]));
+    assert!(items[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("invalid image reference"));
+    assert_eq!(
+        items[2]["platforms"],
+        serde_json::json!([{"os": "linux", "architecture": "arm64"}])
+    );
     assert_eq!(items[2]["mediaType"], common::fixtures::OCI_MANIFEST);
     assert!(items[3]["error"].as_str().unwrap().contains("not found"));
     assert!(items[3].get("platforms").is_none());
@@ -68,7 +82,11 @@ fn json_output_one_object_per_argument_in_order() {
 fn human_output_and_success_status() {
     let image = format!("{}/fixtures/multiarch-docker:v1", registry::plain().host);
     let out = inspect(&[&image], &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with(&image), "{text}");
     assert!(text.contains("digest:     sha256:"), "{text}");
@@ -96,33 +114,56 @@ fn credentials_from_files_and_docker_config_never_printed() {
     let out = inspect(
         &[&image],
         &[
-            ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", creds.to_str().unwrap()),
+            (
+                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
+                creds.to_str().unwrap(),
+            ),
             ("TOLERABLE_LOG_LEVEL", "trace"),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stdout.contains("linux/s390x"), "{stdout}");
-    assert!(stderr.len() > 100, "trace logging produced nothing: {stderr}");
+    assert!(
+        stderr.len() > 100,
+        "trace logging produced nothing: {stderr}"
+    );
     let basic_header = "dGVzdHVzZXI6dGVzdHBhc3M="; // base64("testuser:testpass")
     for shown in [&stdout, &stderr] {
         assert!(!shown.contains(PASSWORD), "password leaked:\n{shown}");
-        assert!(!shown.contains(basic_header), "Authorization leaked:\n{shown}");
+        assert!(
+            !shown.contains(basic_header),
+            "Authorization leaked:\n{shown}"
+        );
     }
 
     // A docker config.json (.dockerconfigjson format).
     let docker_config = dir.path().join("config.json");
     std::fs::write(
         &docker_config,
-        format!(r#"{{"auths":{{"{}":{{"auth":"{basic_header}"}}}}}}"#, basic.host),
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"{basic_header}"}}}}}}"#,
+            basic.host
+        ),
     )
     .unwrap();
     let out = inspect(
         &["--json", &image],
-        &[("TOLERABLE_DOCKER_CONFIG_PATH", docker_config.to_str().unwrap())],
+        &[(
+            "TOLERABLE_DOCKER_CONFIG_PATH",
+            docker_config.to_str().unwrap(),
+        )],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Wrong credentials: a clear error without the secret.
     std::fs::write(
@@ -133,15 +174,31 @@ fn credentials_from_files_and_docker_config_never_printed() {
     let out = inspect(
         &["--json", &image],
         &[
-            ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", creds.to_str().unwrap()),
+            (
+                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
+                creds.to_str().unwrap(),
+            ),
             ("TOLERABLE_LOG_LEVEL", "trace"),
         ],
     );
     assert_eq!(out.status.code(), Some(1));
     let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(items[0]["error"].as_str().unwrap().contains("refused access"), "{items:?}");
-    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!all.contains("not-the-password-123"), "secret leaked:\n{all}");
+    assert!(
+        items[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused access"),
+        "{items:?}"
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !all.contains("not-the-password-123"),
+        "secret leaked:\n{all}"
+    );
 }
 
 #[test]
@@ -150,19 +207,33 @@ fn bearer_tokens_never_printed() {
     let image = format!("{}/fixtures/multiarch-oci:v1", token.host);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
-        dir.path().join(format!("{}.toml", token.host.replace(':', "_"))),
+        dir.path()
+            .join(format!("{}.toml", token.host.replace(':', "_"))),
         format!("user = \"{USER}\"\nsecret = \"{PASSWORD}\"\n"),
     )
     .unwrap();
+    let insecure = format!("{},{}", registry::plain().host, token.token_host());
     let out = inspect(
         &[&image],
         &[
-            ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", dir.path().to_str().unwrap()),
+            (
+                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
+                dir.path().to_str().unwrap(),
+            ),
             ("TOLERABLE_LOG_LEVEL", "trace"),
+            ("TOLERABLE_INSECURE_REGISTRIES", &insecure),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Every JWT starts with the base64 of `{"`: eyJ.
     assert!(!all.contains("eyJ"), "token leaked:\n{all}");
     assert!(!all.contains(PASSWORD), "password leaked:\n{all}");
@@ -173,6 +244,9 @@ fn bad_config_refuses_to_start_naming_the_key() {
     let out = inspect(&["nginx"], &[("TOLERABLE_LOOKUP_TIMEOUT", "forever")]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("lookup_timeout") && stderr.contains("forever"), "{stderr}");
+    assert!(
+        stderr.contains("lookup_timeout") && stderr.contains("forever"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
 }

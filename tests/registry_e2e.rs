@@ -53,13 +53,13 @@ async fn assert_every_shape(registry: &Registry, resolver: &Resolver) {
 
 #[tokio::test]
 async fn every_shape_over_plain_http() {
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     assert_every_shape(registry::plain(), &resolver).await;
 }
 
 #[tokio::test]
 async fn every_shape_over_tls_with_private_ca() {
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     assert_every_shape(registry::tls(), &resolver).await;
 }
 
@@ -67,7 +67,7 @@ async fn every_shape_over_tls_with_private_ca() {
 async fn every_shape_with_basic_auth() {
     let registry = registry::basic();
     let (_dir, store) = creds_dir(registry, USER, PASSWORD);
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     assert_every_shape(registry, &resolver).await;
     let found = resolver
         .resolve(&format!("{}/fixtures/amd64-docker:v1", registry.host))
@@ -84,14 +84,14 @@ async fn every_shape_with_basic_auth() {
 async fn every_shape_with_bearer_tokens() {
     let registry = registry::token();
     let (_dir, store) = creds_dir(registry, USER, PASSWORD);
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     assert_every_shape(registry, &resolver).await;
 }
 
 #[tokio::test]
 async fn media_types_are_reported() {
     let registry = registry::plain();
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     for (name, media_type) in [
         ("multiarch-oci", fixtures::OCI_INDEX),
         ("multiarch-docker", fixtures::DOCKER_LIST),
@@ -109,7 +109,7 @@ async fn media_types_are_reported() {
 #[tokio::test]
 async fn digest_references_and_digest_winning_over_tag() {
     let registry = registry::plain();
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     let by_tag = resolver
         .resolve(&format!("{}/fixtures/multiarch-docker:v1", registry.host))
         .await
@@ -137,7 +137,7 @@ async fn digest_references_and_digest_winning_over_tag() {
 #[tokio::test]
 async fn missing_tag_and_repository_are_not_found() {
     let registry = registry::plain();
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     for image in [
         format!("{}/fixtures/multiarch-oci:no-such-tag", registry.host),
         format!("{}/no/such-repository:v1", registry.host),
@@ -165,7 +165,7 @@ async fn wrong_or_missing_credentials_are_refused_without_leaking_them() {
     let image = format!("{}/fixtures/multiarch-oci:v1", registry.host);
 
     let (_dir, store) = creds_dir(registry, USER, "wrong-password-XYZ");
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     let err = resolver.resolve(&image).await.unwrap_err();
     let LookupError::Unauthorized { tried, .. } = &err else {
         panic!("{err:?}")
@@ -177,13 +177,13 @@ async fn wrong_or_missing_credentials_are_refused_without_leaking_them() {
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains("wrong-password-XYZ"), "{shown}");
 
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     let err = resolver.resolve(&image).await.unwrap_err();
     assert!(matches!(err, LookupError::Unauthorized { .. }), "{err:?}");
 
     // A Pod's own credential goes first; a rejected one falls through to the next.
     let (_dir, store) = creds_dir(registry, USER, PASSWORD);
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     let bad = Credential::new(USER, "also-wrong", "secret default/stale");
     let found = resolver.resolve_with(&image, &[bad]).await.unwrap();
     assert!(
@@ -203,7 +203,7 @@ async fn bearer_tokens_private_repositories_and_token_reuse() {
     let image = format!("{}/private/app:v1", registry.host);
 
     // Anonymous: the token service grants nothing on private/, the registry refuses.
-    let anonymous = Resolver::new(common::settings(), CredentialStore::default());
+    let anonymous = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     let err = anonymous.resolve(&image).await.unwrap_err();
     assert!(matches!(err, LookupError::Unauthorized { .. }), "{err:?}");
     // Public repositories on the same registry work anonymously.
@@ -213,7 +213,7 @@ async fn bearer_tokens_private_repositories_and_token_reuse() {
         .unwrap();
 
     // A token answer that carries only `access_token`.
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
     let access_only = Credential::new("accessuser", "accesspass", "test access_token user");
     let found = resolver.resolve_with(&image, &[access_only]).await.unwrap();
     assert_eq!(
@@ -223,7 +223,7 @@ async fn bearer_tokens_private_repositories_and_token_reuse() {
 
     // Tokens are reused: a second image in the same repository costs no token request.
     let (_dir, store) = creds_dir(registry, USER, PASSWORD);
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     resolver.resolve(&image).await.unwrap();
     let before = token_server.requests();
     resolver
@@ -241,7 +241,7 @@ async fn expired_tokens_are_renewed() {
         .push("private/short", "amd64-docker", "v1")
         .await;
     let (_dir, store) = creds_dir(registry, "shortuser", "shortpass");
-    let resolver = Resolver::new(common::settings(), store);
+    let resolver = Resolver::new(common::settings(), store).unwrap();
     let found = resolver
         .resolve(&format!("{}/private/short:v1", registry.host))
         .await
@@ -262,7 +262,7 @@ async fn tls_registry_needs_its_ca_and_plain_http_needs_listing() {
     let mut settings = common::settings();
     settings.transport.extra_roots_pem.clear();
     settings.transport.insecure_registries.clear();
-    let resolver = Resolver::new(settings, CredentialStore::default());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
 
     let err = resolver
         .resolve(&format!(
@@ -293,7 +293,7 @@ async fn unreachable_registry_fails_fast() {
     let host = common::fake::closed_port();
     let mut settings = common::settings();
     settings.transport.insecure_registries.push(host.clone());
-    let resolver = Resolver::new(settings, CredentialStore::default());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
     let started = Instant::now();
     let err = resolver
         .resolve(&format!("{host}/app:v1"))
@@ -314,7 +314,7 @@ async fn hung_registry_is_abandoned_at_the_deadline() {
     let mut settings = common::settings();
     settings.transport.insecure_registries.push(host.clone());
     settings.lookup_timeout = Duration::from_millis(500);
-    let resolver = Resolver::new(settings, CredentialStore::default());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
     let started = Instant::now();
     let err = resolver
         .resolve(&format!("{host}/app:v1"))
@@ -338,7 +338,7 @@ async fn malformed_manifest_is_a_clear_error() {
         let host = common::fake::manifest_server(body, content_type);
         let mut settings = common::settings();
         settings.transport.insecure_registries.push(host.clone());
-        let resolver = Resolver::new(settings, CredentialStore::default());
+        let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
         let err = resolver.resolve(&format!("{host}/app:v1")).await.unwrap_err();
         assert!(matches!(err, LookupError::Malformed { .. }), "{err:?}");
         assert!(err.to_string().contains("malformed"), "{err}");
@@ -357,7 +357,7 @@ async fn registry_request_counts() {
     pusher
         .push("count/no-platform", "index-no-platform", "v1")
         .await;
-    let resolver = Resolver::new(common::settings(), CredentialStore::default());
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
 
     // An index with platforms: one manifest GET.
     let index = format!("{}/count/index:v1", registry.host);
@@ -406,7 +406,7 @@ async fn mirror_first_then_origin() {
     settings
         .mirrors
         .insert(registry.host.clone(), closed.clone());
-    let resolver = Resolver::new(settings, CredentialStore::default());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
 
     let via_mirror = resolver
         .resolve(&format!("{closed}/fixtures/multiarch-oci:v1"))
@@ -436,7 +436,7 @@ async fn docker_hub_images_through_a_mirror() {
     settings
         .mirrors
         .insert("docker.io".into(), registry.host.clone());
-    let resolver = Resolver::new(settings, CredentialStore::default());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
     let found = resolver.resolve("nginx").await.unwrap();
     assert_eq!(found.reference, "docker.io/library/nginx:latest");
     assert_eq!(found.served_by, registry.host);
@@ -449,4 +449,42 @@ async fn docker_hub_images_through_a_mirror() {
             "windows/amd64"
         ]
     );
+}
+
+#[tokio::test]
+async fn credentials_never_go_to_a_plain_http_token_service_unless_listed() {
+    let registry = registry::token();
+    let mut settings = common::settings();
+    settings
+        .transport
+        .insecure_registries
+        .retain(|h| *h != registry.token_host());
+    let (_dir, store) = creds_dir(registry, USER, PASSWORD);
+    let resolver = Resolver::new(settings, store).unwrap();
+    let before = registry.token.as_ref().unwrap().requests();
+    let err = resolver
+        .resolve(&format!("{}/fixtures/amd64-docker:v1", registry.host))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("refusing to send credentials"),
+        "{err}"
+    );
+    assert_eq!(registry.token.as_ref().unwrap().requests(), before);
+}
+
+#[tokio::test]
+async fn token_service_down_is_a_clear_error() {
+    // A token-auth registry whose realm is a closed port.
+    let closed = common::fake::closed_port();
+    let registry = Registry::start_with_realm(Mode::Token, Some(format!("http://{closed}/token")));
+    let mut settings = common::settings();
+    settings.transport.insecure_registries.push(closed);
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
+    let err = resolver
+        .resolve(&format!("{}/fixtures/amd64-docker:v1", registry.host))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LookupError::Unreachable { .. }), "{err:?}");
+    assert!(err.to_string().contains("token service"), "{err}");
 }

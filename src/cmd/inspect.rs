@@ -14,7 +14,7 @@ pub async fn run(
     args: &InspectArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let resolver = Resolver::new(config.resolver.clone(), config.credential_store()?);
+    let resolver = Resolver::new(config.resolver.clone(), config.credential_store()?)?;
     let results =
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;

@@ -219,13 +219,16 @@ struct DockerAuthEntry {
     password: Option<String>,
 }
 
+/// Credentials by registry, and a warning for each entry that could not be used.
+pub type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
+
 /// Parses a `.dockerconfigjson` (`{"auths": {...}}`) or legacy `.dockercfg` (the auths map
 /// itself). Entries that cannot be used become warnings naming the registry, not errors: one bad
 /// entry must not hide the good ones.
 pub fn parse_docker_config(
     json: &[u8],
     source_name: &str,
-) -> Result<(Vec<(String, Credential)>, Vec<String>), CredentialError> {
+) -> Result<DockerConfigEntries, CredentialError> {
     let bad = || CredentialError::BadDockerConfig {
         source_name: source_name.to_owned(),
     };

@@ -13,7 +13,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use tolerable::registry::cache::CacheSettings;
-use tolerable::registry::oci::TransportSettings;
+use tolerable::registry::client::TransportSettings;
 use tolerable::registry::ResolverSettings;
 
 /// Installs the process-wide rustls provider, as `main` does.
@@ -40,7 +40,11 @@ pub fn settings() -> ResolverSettings {
         transport: TransportSettings {
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(3),
-            insecure_registries: vec![registry::plain().host.clone()],
+            // The token service of the token registry is plain http on loopback.
+            insecure_registries: vec![
+                registry::plain().host.clone(),
+                registry::token().token_host(),
+            ],
             extra_roots_pem: vec![certs::ca().ca_pem.clone().into_bytes()],
         },
         mirrors: Default::default(),

@@ -83,6 +83,11 @@ impl Registry {
     }
 
     pub fn start(mode: Mode) -> Self {
+        Self::start_with_realm(mode, None)
+    }
+
+    /// Like [`Registry::start`]; in token mode, `realm` replaces the token service's URL.
+    pub fn start_with_realm(mode: Mode, realm: Option<String>) -> Self {
         let binary = find_binary("docker-registry", "docker-registry");
         let dir = tempfile::tempdir().unwrap();
         let port = super::free_port();
@@ -118,7 +123,7 @@ impl Registry {
                 write(dir.path(), "token.crt", &server.cert_pem);
                 let auth = format!(
                     "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}/token.crt\n",
-                    server.realm(),
+                    realm.unwrap_or_else(|| server.realm()),
                     token::SERVICE,
                     token::ISSUER,
                     dir.path().display()
@@ -135,7 +140,7 @@ impl Registry {
         let log_path = dir.path().join("registry.log");
         let mut process = Command::new("sh")
             .arg("-c")
-            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid; wait $pid; rm -rf "$3""#)
+            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$3""#)
             .arg(&binary)
             .arg(&config_path)
             .arg(&log_path)
@@ -163,6 +168,14 @@ impl Registry {
             _dir: dir,
             _process: Mutex::new(process),
         }
+    }
+
+    /// `127.0.0.1:PORT` of the token service (token mode only).
+    pub fn token_host(&self) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.token.as_ref().expect("not a token registry").port
+        )
     }
 
     pub fn url(&self) -> String {

@@ -202,9 +202,7 @@ fn issue(signer: &Signer, req: &Request<hyper::body::Incoming>) -> Response<Full
         .iter()
         .flat_map(|s| s.split(' '))
         .filter_map(|scope| {
-            let mut parts = scope.splitn(2, ':');
-            let kind = parts.next()?;
-            let rest = parts.next()?;
+            let (kind, rest) = scope.split_once(':')?;
             let (name, actions) = rest.rsplit_once(':')?;
             let granted: Vec<&str> = actions
                 .split(',')
