@@ -504,6 +504,15 @@ mod tests {
     }
 
     #[test]
+    fn shipped_config_is_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, include_str!("../tolerable.toml"));
+        let shipped = Config::load(Some(&path), env(&[])).unwrap();
+        let defaults = Config::load(None, env(&[])).unwrap();
+        assert_eq!(format!("{shipped:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
     fn durations() {
         for (text, want) in [
             ("250ms", Duration::from_millis(250)),
