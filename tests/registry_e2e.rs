@@ -222,15 +222,19 @@ async fn bearer_tokens_private_repositories_and_token_reuse() {
     );
 
     // Tokens are reused: a second image in the same repository costs no token request.
-    let (_dir, store) = creds_dir(registry, USER, PASSWORD);
+    let (_dir, store) = creds_dir(registry, "reuseuser", "reusepass");
     let resolver = Resolver::new(common::settings(), store).unwrap();
     resolver.resolve(&image).await.unwrap();
-    let before = token_server.requests();
+    assert_eq!(token_server.requests_by("reuseuser"), 1);
     resolver
         .resolve(&format!("{}/private/app@{digest}", registry.host))
         .await
         .unwrap();
-    assert_eq!(token_server.requests(), before, "token was not reused");
+    assert_eq!(
+        token_server.requests_by("reuseuser"),
+        1,
+        "token was not reused"
+    );
 }
 
 #[tokio::test]
@@ -248,13 +252,17 @@ async fn expired_tokens_are_renewed() {
         .unwrap();
     // Tokens for shortuser live 2 s; oci-client treats one as expired once the whole second
     // after `exp` has begun.
+    assert_eq!(token_server.requests_by("shortuser"), 1);
     tokio::time::sleep(Duration::from_millis(3200)).await;
-    let before = token_server.requests();
     resolver
         .resolve(&format!("{}/private/short@{}", registry.host, found.digest))
         .await
         .unwrap();
-    assert!(token_server.requests() > before, "expired token was reused");
+    assert_eq!(
+        token_server.requests_by("shortuser"),
+        2,
+        "expired token was reused"
+    );
 }
 
 #[tokio::test]
@@ -459,9 +467,8 @@ async fn credentials_never_go_to_a_plain_http_token_service_unless_listed() {
         .transport
         .insecure_registries
         .retain(|h| *h != registry.token_host());
-    let (_dir, store) = creds_dir(registry, USER, PASSWORD);
+    let (_dir, store) = creds_dir(registry, "leakcheck", "leak-check-pass");
     let resolver = Resolver::new(settings, store).unwrap();
-    let before = registry.token.as_ref().unwrap().requests();
     let err = resolver
         .resolve(&format!("{}/fixtures/amd64-docker:v1", registry.host))
         .await
@@ -470,7 +477,7 @@ async fn credentials_never_go_to_a_plain_http_token_service_unless_listed() {
         err.to_string().contains("refusing to send credentials"),
         "{err}"
     );
-    assert_eq!(registry.token.as_ref().unwrap().requests(), before);
+    assert_eq!(registry.token.as_ref().unwrap().requests_by("leakcheck"), 0);
 }
 
 #[tokio::test]

@@ -172,6 +172,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tags_expire_digests_stay() {
+        let mut s = settings(Duration::from_secs(1));
+        s.tag_ttl = Duration::from_millis(100);
+        let cache = LookupCache::new(&s);
+        let pinned = format!("app@sha256:{}", "a".repeat(64));
+        for image in ["app:3", pinned.as_str()] {
+            cache
+                .get_or_resolve(key(image), async { Ok(answer()) })
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let calls = AtomicUsize::new(0);
+        for image in ["app:3", pinned.as_str()] {
+            cache
+                .get_or_resolve(key(image), async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok(answer())
+                })
+                .await
+                .unwrap();
+        }
+        // Only the tag was asked again.
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
     async fn bounded() {
         let mut s = settings(Duration::from_secs(1));
         s.max_entries = 10;

@@ -3,12 +3,13 @@
 //!
 //! Users: `testuser:testpass` (pull and push everywhere, answer carries `token` and
 //! `access_token`), `accessuser:accesspass` (pull, answer carries only `access_token`),
-//! `shortuser:shortpass` (pull, tokens live 2 s). Anonymous callers may pull, except from
-//! repositories under `private/`. Every request is counted.
+//! `shortuser:shortpass` (pull, tokens live 2 s), `reuseuser:reusepass` (pull). Anonymous
+//! callers may pull, except from repositories under `private/`. Requests are counted per user
+//! name presented (right password or not), so concurrent tests can each watch their own.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -26,7 +27,7 @@ pub struct TokenServer {
     pub port: u16,
     /// PEM of the signing certificate: the registry's `rootcertbundle`.
     pub cert_pem: String,
-    requests: Arc<AtomicUsize>,
+    requests: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl TokenServer {
@@ -34,9 +35,14 @@ impl TokenServer {
         format!("http://127.0.0.1:{}/token", self.port)
     }
 
-    /// Token requests served so far (any outcome).
-    pub fn requests(&self) -> usize {
-        self.requests.load(Ordering::SeqCst)
+    /// Token requests so far that presented `user` ("" for anonymous), any outcome.
+    pub fn requests_by(&self, user: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .get(user)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn start() -> Self {
@@ -55,7 +61,7 @@ impl TokenServer {
             )
             .unwrap(),
         });
-        let requests = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(HashMap::new()));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -75,8 +81,7 @@ impl TokenServer {
                     let counter = counter.clone();
                     tokio::spawn(async move {
                         let service = hyper::service::service_fn(move |req| {
-                            counter.fetch_add(1, Ordering::SeqCst);
-                            let response = issue(&signer, &req);
+                            let response = issue(&signer, &req, &counter);
                             async move { Ok::<_, Infallible>(response) }
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
@@ -166,7 +171,11 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<B
     response
 }
 
-fn issue(signer: &Signer, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+fn issue(
+    signer: &Signer,
+    req: &Request<hyper::body::Incoming>,
+    counter: &Mutex<HashMap<String, usize>>,
+) -> Response<Full<Bytes>> {
     if req.uri().path() != "/token" {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -186,11 +195,16 @@ fn issue(signer: &Signer, req: &Request<hyper::body::Incoming>) -> Response<Full
         .and_then(|h| h.strip_prefix("Basic "))
         .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
         .and_then(|raw| String::from_utf8(raw).ok());
+    let name = user
+        .as_deref()
+        .map_or("", |u| u.split(':').next().unwrap_or(""));
+    *counter.lock().unwrap().entry(name.to_owned()).or_default() += 1;
     let (subject, ttl, access_token_only, may_push) = match user.as_deref() {
         None => ("", 300, false, false),
         Some("testuser:testpass") => ("testuser", 300, false, true),
         Some("accessuser:accesspass") => ("accessuser", 300, true, false),
         Some("shortuser:shortpass") => ("shortuser", 2, false, false),
+        Some("reuseuser:reusepass") => ("reuseuser", 300, false, false),
         Some(_) => {
             return json_response(
                 StatusCode::UNAUTHORIZED,
