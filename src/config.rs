@@ -2,12 +2,16 @@
 //! variables, resolved once at start-up into a validated, immutable [`Config`]. A bad value stops
 //! start-up with an error naming the key and the reason.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::mutate::{
+    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator, TolerationTemplate,
+};
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
@@ -52,6 +56,16 @@ pub enum LogFormat {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawConfig {
+    ssl_cert_path: Option<PathBuf>,
+    ssl_key_path: Option<PathBuf>,
+    listen_addr: String,
+    supported_architectures: List,
+    tolerations: RawTolerations,
+    skip_namespaces: List,
+    steering: String,
+    preferred_architecture: Option<String>,
+    on_no_common_architecture: String,
+    on_lookup_failure: String,
     log_level: String,
     log_format: String,
     registry_credential_path: Option<PathBuf>,
@@ -70,6 +84,16 @@ struct RawConfig {
 impl Default for RawConfig {
     fn default() -> Self {
         Self {
+            ssl_cert_path: None,
+            ssl_key_path: None,
+            listen_addr: "0.0.0.0:8443".into(),
+            supported_architectures: List(vec!["arm64".into()]),
+            tolerations: RawTolerations::default(),
+            skip_namespaces: List(vec!["kube-system".into()]),
+            steering: "node_affinity".into(),
+            preferred_architecture: None,
+            on_no_common_architecture: "deny".into(),
+            on_lookup_failure: "allow".into(),
             log_level: "info".into(),
             log_format: "text".into(),
             registry_credential_path: None,
@@ -83,6 +107,27 @@ impl Default for RawConfig {
             cache_digest_ttl: "24h".into(),
             cache_failure_ttl: "10s".into(),
             cache_max_entries: 20_000,
+        }
+    }
+}
+
+/// `[tolerations]`: the toleration added for each tolerated architecture.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawTolerations {
+    key: String,
+    operator: String,
+    effect: String,
+    toleration_seconds: Option<i64>,
+}
+
+impl Default for RawTolerations {
+    fn default() -> Self {
+        Self {
+            key: "kubernetes.io/arch".into(),
+            operator: "Equal".into(),
+            effect: "NoSchedule".into(),
+            toleration_seconds: None,
         }
     }
 }
@@ -117,6 +162,10 @@ impl<'de> Deserialize<'de> for List {
 /// Validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Serving certificate and key; `None` makes `serve` generate a self-signed pair.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    pub listen_addr: SocketAddr,
+    pub policy: Policy,
     pub log_level: String,
     pub log_format: LogFormat,
     pub registry_credential_path: Option<PathBuf>,
@@ -182,6 +231,16 @@ impl Config {
 
     fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
         let RawConfig {
+            ssl_cert_path,
+            ssl_key_path,
+            listen_addr,
+            supported_architectures,
+            tolerations,
+            skip_namespaces,
+            steering,
+            preferred_architecture,
+            on_no_common_architecture,
+            on_lookup_failure,
             log_level,
             log_format,
             registry_credential_path,
@@ -272,7 +331,36 @@ impl Config {
             }
         }
 
+        let tls_files = match (ssl_cert_path, ssl_key_path) {
+            (Some(cert), Some(key)) => {
+                for (k, path) in [("ssl_cert_path", &cert), ("ssl_key_path", &key)] {
+                    if !path.exists() {
+                        return Err(ConfigError::key(k, format!("{} does not exist", path.display())));
+                    }
+                }
+                Some((cert, key))
+            }
+            (Some(_), None) => return Err(ConfigError::key("ssl_key_path", "must be set with ssl_cert_path")),
+            (None, Some(_)) => return Err(ConfigError::key("ssl_cert_path", "must be set with ssl_key_path")),
+            (None, None) => None,
+        };
+        let listen_addr: SocketAddr = listen_addr.trim().parse().map_err(|_| {
+            ConfigError::key("listen_addr", format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"))
+        })?;
+        let policy = validate_policy(
+            supported_architectures,
+            tolerations,
+            skip_namespaces,
+            &steering,
+            preferred_architecture,
+            &on_no_common_architecture,
+            &on_lookup_failure,
+        )?;
+
         Ok(Self {
+            tls_files,
+            listen_addr,
+            policy,
             log_level,
             log_format,
             registry_credential_path,
@@ -311,6 +399,124 @@ impl Config {
         }
         Ok(store)
     }
+}
+
+/// Architecture names as nodes label them (`amd64`, `arm64`, `s390x`, `ppc64le`, `386`, …).
+fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
+    let ok = !arch.is_empty()
+        && arch.len() <= 63
+        && arch.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(arch.to_owned())
+    } else {
+        Err(ConfigError::key(key, format!("{arch:?} is not an architecture name (e.g. arm64)")))
+    }
+}
+
+fn validate_policy(
+    supported_architectures: List,
+    tolerations: RawTolerations,
+    skip_namespaces: List,
+    steering: &str,
+    preferred_architecture: Option<String>,
+    on_no_common_architecture: &str,
+    on_lookup_failure: &str,
+) -> Result<Policy, ConfigError> {
+    let supported_architectures = supported_architectures
+        .0
+        .iter()
+        .map(|a| validate_arch("supported_architectures", a))
+        .collect::<Result<BTreeSet<_>, _>>()?;
+
+    let RawTolerations {
+        key,
+        operator,
+        effect,
+        toleration_seconds,
+    } = tolerations;
+    let key = key.trim().to_owned();
+    let label_key_ok = !key.is_empty()
+        && key.len() <= 316
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
+    if !label_key_ok {
+        return Err(ConfigError::key("tolerations.key", format!("{key:?} is not a taint key")));
+    }
+    let operator = match operator.trim() {
+        "Equal" => TolerationOperator::Equal,
+        "Exists" => TolerationOperator::Exists,
+        other => {
+            return Err(ConfigError::key(
+                "tolerations.operator",
+                format!("{other:?} is not Equal or Exists"),
+            ))
+        }
+    };
+    let effect = effect.trim().to_owned();
+    if !matches!(effect.as_str(), "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return Err(ConfigError::key(
+            "tolerations.effect",
+            format!("{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"),
+        ));
+    }
+    if toleration_seconds.is_some() && effect != "NoExecute" {
+        return Err(ConfigError::key(
+            "tolerations.toleration_seconds",
+            "Kubernetes allows tolerationSeconds only with effect NoExecute",
+        ));
+    }
+
+    let steering = match steering.trim() {
+        "off" => Steering::Off,
+        "node_selector" => Steering::NodeSelector,
+        "node_affinity" => Steering::NodeAffinity,
+        other => {
+            return Err(ConfigError::key(
+                "steering",
+                format!("{other:?} is not off, node_selector or node_affinity"),
+            ))
+        }
+    };
+    let preferred_architecture = preferred_architecture
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+        .map(|a| validate_arch("preferred_architecture", &a))
+        .transpose()?;
+    let on_no_common_architecture = match on_no_common_architecture.trim() {
+        "deny" => OnNoCommonArchitecture::Deny,
+        "warn" => OnNoCommonArchitecture::Warn,
+        other => {
+            return Err(ConfigError::key(
+                "on_no_common_architecture",
+                format!("{other:?} is not deny or warn"),
+            ))
+        }
+    };
+    let on_lookup_failure = match on_lookup_failure.trim() {
+        "allow" => OnLookupFailure::Allow,
+        "deny" => OnLookupFailure::Deny,
+        other => {
+            return Err(ConfigError::key(
+                "on_lookup_failure",
+                format!("{other:?} is not allow or deny"),
+            ))
+        }
+    };
+    Ok(Policy {
+        supported_architectures,
+        toleration: TolerationTemplate {
+            key,
+            operator,
+            effect,
+            toleration_seconds,
+        },
+        steering,
+        preferred_architecture,
+        on_no_common_architecture,
+        on_lookup_failure,
+        skip_namespaces: skip_namespaces.0.into_iter().collect(),
+    })
 }
 
 /// `TOLERABLE_*` variables that are config keys. Kubernetes injects `<SERVICE>_SERVICE_HOST`,
@@ -391,6 +597,71 @@ mod tests {
         assert_eq!(c.resolver.cache.tag_ttl, Duration::from_secs(300));
         assert_eq!(c.log_format, LogFormat::Text);
         assert!(c.resolver.mirrors.is_empty());
+        assert_eq!(c.listen_addr.to_string(), "0.0.0.0:8443");
+        assert!(c.tls_files.is_none());
+        assert_eq!(c.policy.supported_architectures, BTreeSet::from(["arm64".to_owned()]));
+        assert_eq!(c.policy.steering, Steering::NodeAffinity);
+        assert_eq!(c.policy.toleration.key, "kubernetes.io/arch");
+        assert_eq!(c.policy.toleration.effect, "NoSchedule");
+        assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Allow);
+        assert_eq!(c.policy.on_no_common_architecture, OnNoCommonArchitecture::Deny);
+    }
+
+    #[test]
+    fn original_tolerable_keys_and_nested_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("tls.crt");
+        let key = dir.path().join("tls.key");
+        std::fs::write(&cert, "x").unwrap();
+        std::fs::write(&key, "x").unwrap();
+        let path = write(
+            &dir,
+            &format!(
+                r#"
+                ssl_cert_path = {cert:?}
+                ssl_key_path = {key:?}
+                registry_credential_path = {creds:?}
+                supported_architectures = ["arm64", "s390x"]
+                log_level = "debug"
+                [tolerations]
+                key = "example.com/arch"
+                operator = "Exists"
+                effect = "NoExecute"
+                toleration_seconds = 30
+                "#,
+                creds = dir.path()
+            ),
+        );
+        let c = Config::load(Some(&path), env(&[])).unwrap();
+        assert_eq!(c.tls_files, Some((cert.clone(), key.clone())));
+        assert_eq!(c.policy.supported_architectures.len(), 2);
+        assert_eq!(c.policy.toleration.operator, TolerationOperator::Exists);
+        assert_eq!(c.policy.toleration.toleration_seconds, Some(30));
+
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                ("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x,ppc64le , 386"),
+                ("TOLERABLE_TOLERATIONS__EFFECT", "NoExecute"),
+                ("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "60"),
+                ("TOLERABLE_STEERING", "node_selector"),
+                ("TOLERABLE_SKIP_NAMESPACES", "kube-system, monitoring"),
+                ("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64"),
+                ("TOLERABLE_ON_LOOKUP_FAILURE", "deny"),
+                ("TOLERABLE_LISTEN_ADDR", "127.0.0.1:9443"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.policy.supported_architectures,
+            BTreeSet::from(["386", "arm64", "ppc64le", "s390x"].map(String::from))
+        );
+        assert_eq!(c.policy.toleration.toleration_seconds, Some(60));
+        assert_eq!(c.policy.steering, Steering::NodeSelector);
+        assert!(c.policy.skip_namespaces.contains("monitoring"));
+        assert_eq!(c.policy.preferred_architecture.as_deref(), Some("arm64"));
+        assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Deny);
+        assert_eq!(c.listen_addr.port(), 9443);
     }
 
     #[test]
@@ -465,6 +736,23 @@ mod tests {
                 "registry_credential_path",
             ),
             (&[("TOLERABLE_LOOKUP_TIMEOT", "1s")], "lookup_timeot"),
+            (&[("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,ARM 64")], "supported_architectures"),
+            (&[("TOLERABLE_TOLERATIONS__OPERATOR", "Maybe")], "tolerations.operator"),
+            (&[("TOLERABLE_TOLERATIONS__EFFECT", "NoRun")], "tolerations.effect"),
+            (&[("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "30")], "tolerations.toleration_seconds"),
+            (&[("TOLERABLE_TOLERATIONS__KEY", "bad key")], "tolerations.key"),
+            (&[("TOLERABLE_TOLERATIONS__COLOR", "red")], "color"),
+            (&[("TOLERABLE_STEERING", "sideways")], "steering"),
+            (&[("TOLERABLE_PREFERRED_ARCHITECTURE", "Arm64")], "preferred_architecture"),
+            (&[("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "shrug")], "on_no_common_architecture"),
+            (&[("TOLERABLE_ON_LOOKUP_FAILURE", "panic")], "on_lookup_failure"),
+            (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
+            (&[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")], "ssl_key_path"),
+            (&[("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")], "ssl_cert_path"),
+            (
+                &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt"), ("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")],
+                "ssl_cert_path",
+            ),
         ];
         for (vars, key) in cases {
             let err = Config::load(None, env(vars)).unwrap_err().to_string();

@@ -2,11 +2,17 @@
 //! architecture pools (arm64, s390x, …) their images can really run on.
 //!
 //! - [`registry`]: image → platforms, read from registry manifests (the I/O edge), cached.
+//! - [`mutate`]: the pure decision core (Pod + platforms + policy → decision → JSON Patch).
+//! - [`admission`]: one AdmissionReview end to end, shared by the server and `review`.
+//! - [`server`]: HTTPS transport, certificate reload, health, metrics.
 //! - [`config`]: `tolerable.toml` + `TOLERABLE_*` environment, validated at start-up.
-//! - [`cmd`]: the subcommands (`inspect`), thin over the library.
+//! - [`cmd`]: the subcommands, thin over the library.
 
+pub mod admission;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod metrics;
+pub mod mutate;
 pub mod registry;
 pub mod telemetry;

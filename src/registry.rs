@@ -156,6 +156,13 @@ impl FetchError {
     }
 }
 
+/// Told about every registry request and cache lookup (metrics implement it).
+pub trait RegistryObserver: Send + Sync {
+    /// `status` is `None` when no HTTP answer came (connect error, timeout).
+    fn registry_request(&self, host: &str, status: Option<u16>);
+    fn cache_lookup(&self, hit: bool);
+}
+
 /// The I/O boundary: one registry host with one credential.
 pub trait ManifestSource: Sync {
     /// The manifest body and its digest. `reference` is a tag or a digest.
@@ -266,6 +273,7 @@ pub struct Resolver {
     credentials: CredentialStore,
     client: RegistryClient,
     cache: LookupCache,
+    observer: Option<Arc<dyn RegistryObserver>>,
 }
 
 impl Resolver {
@@ -281,7 +289,15 @@ impl Resolver {
             cache: LookupCache::new(&settings.cache),
             settings,
             credentials,
+            observer: None,
         })
+    }
+
+    /// Reports registry requests and cache lookups to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
+        self.client.set_observer(observer.clone());
+        self.observer = Some(observer);
+        self
     }
 
     /// Platforms of `image`, using the configured credentials.
@@ -307,8 +323,11 @@ impl Resolver {
             credentials: chain.iter().map(|c| self.client.fingerprint(c)).collect(),
         };
         let timeout = self.settings.lookup_timeout;
-        self.cache
+        let missed = std::sync::atomic::AtomicBool::new(false);
+        let result = self
+            .cache
             .get_or_resolve(key, async {
+                missed.store(true, std::sync::atomic::Ordering::Relaxed);
                 let shown = reference.to_string();
                 match tokio::time::timeout(timeout, self.lookup(&reference, &chain)).await {
                     Ok(result) => result,
@@ -318,7 +337,11 @@ impl Resolver {
                     }),
                 }
             })
-            .await
+            .await;
+        if let Some(observer) = &self.observer {
+            observer.cache_lookup(!missed.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        result
     }
 
     /// Uncached lookup: the mirror (if any) first, then the origin.

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::RandomState;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -23,7 +23,7 @@ use serde::Deserialize;
 use super::challenge::{self, Challenge};
 use super::credentials::Credential;
 use super::manifest::ACCEPT as MANIFEST_TYPES;
-use super::{FetchError, ManifestSource};
+use super::{FetchError, ManifestSource, RegistryObserver};
 
 /// Manifests are small; the OCI distribution spec asks registries to accept up to 4 MiB.
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
@@ -62,9 +62,20 @@ pub struct RegistryClient {
     insecure: HashSet<String>,
     authorizations: Mutex<HashMap<AuthorizationKey, CachedAuthorization>>,
     hasher: RandomState,
+    observer: Option<Arc<dyn RegistryObserver>>,
 }
 
 impl RegistryClient {
+    pub fn set_observer(&mut self, observer: Arc<dyn RegistryObserver>) {
+        self.observer = Some(observer);
+    }
+
+    fn observe(&self, host: &str, status: Option<u16>) {
+        if let Some(observer) = &self.observer {
+            observer.registry_request(host, status);
+        }
+    }
+
     pub fn new(settings: &TransportSettings) -> Result<Self, FetchError> {
         let mut roots = Vec::new();
         for pem in &settings.extra_roots_pem {
@@ -91,6 +102,7 @@ impl RegistryClient {
             insecure: settings.insecure_registries.iter().cloned().collect(),
             authorizations: Mutex::default(),
             hasher: RandomState::new(),
+            observer: None,
         })
     }
 
@@ -231,6 +243,8 @@ impl HostSource<'_> {
         }
         let started = Instant::now();
         let result = request.send().await;
+        self.client
+            .observe(&self.host, result.as_ref().ok().map(|r| r.status().as_u16()));
         match &result {
             Ok(response) => tracing::debug!(
                 host = %self.host, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64,
@@ -300,10 +314,11 @@ impl HostSource<'_> {
         if let Some(credential) = self.credential {
             request = request.header(AUTHORIZATION, basic_authorization(credential));
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| FetchError::Transport(format!("token service: {}", error_chain(&e))))?;
+        let response = request.send().await;
+        self.client
+            .observe(&realm_host, response.as_ref().ok().map(|r| r.status().as_u16()));
+        let response =
+            response.map_err(|e| FetchError::Transport(format!("token service: {}", error_chain(&e))))?;
         match response.status() {
             StatusCode::OK => {}
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {

@@ -1,0 +1,121 @@
+//! One admission, end to end: parse the AdmissionReview, look the Pod's images up (the only I/O),
+//! decide, answer. The webhook handler and `tolerable review` both call [`Admission::review`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::metrics::Metrics;
+use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
+use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, Policy};
+use crate::registry::Resolver;
+
+/// The answer to one AdmissionReview, with what led to it.
+#[derive(Debug)]
+pub struct Reviewed {
+    pub uid: String,
+    pub out: AdmissionReviewOut,
+    /// The Pod as received, when the request carried one that could be read.
+    pub pod: Option<Pod>,
+    pub decision: Option<Decision>,
+    pub operations: Vec<Value>,
+    /// A bounded label: decided, skipped, denied, …
+    pub outcome: &'static str,
+}
+
+pub struct Admission {
+    resolver: Arc<Resolver>,
+    policy: Policy,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Admission {
+    pub fn new(resolver: Arc<Resolver>, policy: Policy, metrics: Option<Arc<Metrics>>) -> Self {
+        Self {
+            resolver,
+            policy,
+            metrics,
+        }
+    }
+
+    /// Answers one AdmissionReview body within `budget` (the time left for image lookups).
+    /// `Err` only when the body is not an AdmissionReview at all.
+    pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
+        let request_review = review::parse(body)?;
+        let request = request_review.request.as_ref().expect("parse checks the request");
+        let allowed = AdmissionReviewOut::allow(&request_review);
+        let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
+            uid: request.uid.clone(),
+            out,
+            pod,
+            decision: None,
+            operations: Vec::new(),
+            outcome,
+        };
+        if !request.is_pod_create() {
+            return Ok(unchanged(allowed, None, "not_pod_create"));
+        }
+        let pod = match request.pod() {
+            Ok(pod) => pod,
+            Err(reason) => {
+                let out = allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
+                return Ok(unchanged(out, None, "invalid_object"));
+            }
+        };
+        let images = match mutate::images_of(&pod) {
+            Ok(images) => images,
+            Err(reason) => {
+                let out = allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
+                return Ok(unchanged(out, Some(pod), "invalid_object"));
+            }
+        };
+        let namespace = request
+            .namespace
+            .as_deref()
+            .or(pod.metadata.namespace.as_deref())
+            .unwrap_or("default")
+            .to_owned();
+        // Skips need no lookups.
+        let facts = if mutate::skip_reason(&namespace, &pod, &self.policy).is_some() {
+            ImageFacts::new()
+        } else {
+            self.lookup(&images, budget).await
+        };
+        let decision = mutate::decide(&namespace, &pod, &images, &facts, &self.policy);
+        let operations = patch::operations(&pod, &decision);
+        let mut out = allowed.with_warnings(&decision.warnings);
+        out = match &decision.deny {
+            Some(message) => out.deny(message),
+            None => out.with_patch(&operations),
+        };
+        Ok(Reviewed {
+            uid: request.uid.clone(),
+            out,
+            pod: Some(pod),
+            outcome: decision.outcome().label(),
+            decision: Some(decision),
+            operations,
+        })
+    }
+
+    /// Looks up every distinct image concurrently, each bounded by `budget`.
+    async fn lookup(&self, images: &[ContainerImage], budget: Duration) -> ImageFacts {
+        let distinct: BTreeSet<&str> = images.iter().map(|c| c.image.as_str()).collect();
+        let lookups = distinct.into_iter().map(|image| async move {
+            let started = Instant::now();
+            let result = match tokio::time::timeout(budget, self.resolver.resolve(image)).await {
+                Ok(Ok(found)) => Ok(found),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("lookup did not finish within the admission deadline ({budget:?})")),
+            };
+            if let Some(metrics) = &self.metrics {
+                metrics.observe_lookup(started.elapsed(), result.is_ok());
+            }
+            (image.to_owned(), result)
+        });
+        futures_util::future::join_all(lookups).await.into_iter().collect()
+    }
+}

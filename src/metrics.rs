@@ -1,0 +1,157 @@
+//! Prometheus metrics. `serve` owns the registry; components get an `Arc<Metrics>`. Every label
+//! value comes from a bounded set (registry hosts are capped, see [`MAX_REGISTRY_LABELS`]).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::registry::RegistryObserver;
+
+/// Distinct registry hosts given their own label value; the rest count as `other`, so Pods
+/// naming random registries cannot blow up the metric's cardinality.
+pub const MAX_REGISTRY_LABELS: usize = 50;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegistryLabels {
+    registry: String,
+    status: String,
+}
+
+pub struct Metrics {
+    admissions: Family<OutcomeLabels, Counter>,
+    admission_duration: Histogram,
+    lookup_duration: Family<ResultLabels, Histogram>,
+    registry_requests: Family<RegistryLabels, Counter>,
+    cache_lookups: Family<ResultLabels, Counter>,
+    cache_entries: Gauge,
+    certificate_reloads: Family<ResultLabels, Counter>,
+    registries_named: Mutex<HashSet<String>>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs … ~1.6 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            admissions: Family::default(),
+            admission_duration: latency_histogram(),
+            lookup_duration: Family::new_with_constructor(latency_histogram),
+            registry_requests: Family::default(),
+            cache_lookups: Family::default(),
+            cache_entries: Gauge::default(),
+            certificate_reloads: Family::default(),
+            registries_named: Mutex::default(),
+        };
+        registry.register(
+            "tolerable_admissions",
+            "AdmissionReviews answered, by outcome",
+            metrics.admissions.clone(),
+        );
+        registry.register(
+            "tolerable_admission_duration_seconds",
+            "Time to answer an AdmissionReview, body read to response",
+            metrics.admission_duration.clone(),
+        );
+        registry.register(
+            "tolerable_image_lookup_duration_seconds",
+            "Time to learn an image's platforms (cache hits included), by result",
+            metrics.lookup_duration.clone(),
+        );
+        registry.register(
+            "tolerable_registry_requests",
+            "HTTP requests to registries and token services, by registry host and status",
+            metrics.registry_requests.clone(),
+        );
+        registry.register(
+            "tolerable_cache_lookups",
+            "Image lookups answered from the cache (hit) or the registry (miss)",
+            metrics.cache_lookups.clone(),
+        );
+        registry.register(
+            "tolerable_cache_entries",
+            "Images in the lookup cache",
+            metrics.cache_entries.clone(),
+        );
+        registry.register(
+            "tolerable_certificate_reloads",
+            "Serving certificate reloads, by result",
+            metrics.certificate_reloads.clone(),
+        );
+        metrics
+    }
+
+    pub fn admission(&self, outcome: &'static str, elapsed: Duration) {
+        self.admissions.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.admission_duration.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn observe_lookup(&self, elapsed: Duration, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.lookup_duration
+            .get_or_create(&ResultLabels { result })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn certificate_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.certificate_reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn set_cache_entries(&self, entries: u64) {
+        self.cache_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
+    }
+
+    fn registry_label(&self, host: &str) -> String {
+        let mut named = self.registries_named.lock().expect("metrics lock poisoned");
+        if named.contains(host) {
+            return host.to_owned();
+        }
+        if named.len() < MAX_REGISTRY_LABELS {
+            named.insert(host.to_owned());
+            return host.to_owned();
+        }
+        "other".to_owned()
+    }
+}
+
+impl RegistryObserver for Metrics {
+    fn registry_request(&self, host: &str, status: Option<u16>) {
+        let labels = RegistryLabels {
+            registry: self.registry_label(host),
+            status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
+        };
+        self.registry_requests.get_or_create(&labels).inc();
+    }
+
+    fn cache_lookup(&self, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.cache_lookups.get_or_create(&ResultLabels { result }).inc();
+    }
+}
+
+/// The text exposition of `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
+    out
+}

@@ -1,0 +1,542 @@
+//! The decision core: a Pod, what the registries said about its images, and the policy go in; a
+//! decision comes out. Pure: no I/O, no clock, no logging — the webhook, `tolerable review` and
+//! the table tests all call [`decide`].
+
+pub mod patch;
+pub mod review;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
+
+use crate::registry::ImagePlatforms;
+
+/// The node label the kubelet sets to the node's architecture.
+pub const ARCH_LABEL: &str = "kubernetes.io/arch";
+/// The node label the kubelet sets to the node's operating system.
+pub const OS_LABEL: &str = "kubernetes.io/os";
+/// Label or annotation (`"true"`) that makes tolerable leave a Pod alone.
+pub const SKIP_KEY: &str = "tolerable.io/skip";
+/// Label or annotation naming the architecture a Pod prefers (`none` for no preference);
+/// overrides `preferred_architecture`.
+pub const PREFERRED_KEY: &str = "tolerable.io/preferred-architecture";
+/// Annotation tolerable writes to explain what it decided and from which platforms.
+pub const DECISION_ANNOTATION: &str = "tolerable.io/decision";
+/// Weight of the preferred-architecture term (1–100): a nudge other preferences can outweigh.
+pub const PREFERRED_WEIGHT: i32 = 50;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steering {
+    Off,
+    NodeSelector,
+    NodeAffinity,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnNoCommonArchitecture {
+    Deny,
+    Warn,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnLookupFailure {
+    Allow,
+    Deny,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TolerationOperator {
+    Equal,
+    Exists,
+}
+
+/// The toleration added for an architecture's taint: `key`, `operator`, `effect`, and the
+/// architecture as the value (no value with `Exists`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TolerationTemplate {
+    pub key: String,
+    pub operator: TolerationOperator,
+    /// Empty means every effect.
+    pub effect: String,
+    pub toleration_seconds: Option<i64>,
+}
+
+impl TolerationTemplate {
+    pub fn for_architecture(&self, arch: &str) -> Toleration {
+        Toleration {
+            key: Some(self.key.clone()),
+            operator: Some(
+                match self.operator {
+                    TolerationOperator::Equal => "Equal",
+                    TolerationOperator::Exists => "Exists",
+                }
+                .to_owned(),
+            ),
+            value: match self.operator {
+                TolerationOperator::Equal => Some(arch.to_owned()),
+                TolerationOperator::Exists => None,
+            },
+            effect: (!self.effect.is_empty()).then(|| self.effect.clone()),
+            toleration_seconds: self.toleration_seconds,
+        }
+    }
+
+    /// Whether `existing` already tolerates the taint this template stands for (Kubernetes'
+    /// matching rules), so adding ours would be redundant.
+    pub fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
+        let key = existing.key.as_deref().unwrap_or("");
+        let exists = existing.operator.as_deref() == Some("Exists");
+        let key_matches = key == self.key || (key.is_empty() && exists);
+        let value_matches = exists || existing.value.as_deref().unwrap_or("") == arch;
+        let effect = existing.effect.as_deref().unwrap_or("");
+        let effect_matches = effect.is_empty() || effect == self.effect;
+        // A toleration that expires sooner than ours does not cover ours.
+        let seconds_cover = match (existing.toleration_seconds, self.toleration_seconds) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(theirs), Some(ours)) => theirs >= ours,
+        };
+        key_matches && value_matches && effect_matches && seconds_cover
+    }
+}
+
+/// What the operator configured.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Architectures of the cluster's tainted pools.
+    pub supported_architectures: BTreeSet<String>,
+    pub toleration: TolerationTemplate,
+    pub steering: Steering,
+    pub preferred_architecture: Option<String>,
+    pub on_no_common_architecture: OnNoCommonArchitecture,
+    pub on_lookup_failure: OnLookupFailure,
+    pub skip_namespaces: BTreeSet<String>,
+}
+
+/// What the registries said, per image as the Pod spec writes it. `Err` carries a reason that is
+/// safe to show (no credentials).
+pub type ImageFacts = BTreeMap<String, Result<Arc<ImagePlatforms>, String>>;
+
+/// One container's image, as the Pod spec writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerImage {
+    pub container: String,
+    pub image: String,
+}
+
+/// Every image of the Pod: init, regular and ephemeral containers. A container without an image
+/// is an error naming it.
+pub fn images_of(pod: &Pod) -> Result<Vec<ContainerImage>, String> {
+    let Some(spec) = &pod.spec else {
+        return Err("the Pod has no spec".into());
+    };
+    let mut out = Vec::new();
+    let named = |kind: &str, name: &str, image: &Option<String>| match image.as_deref().map(str::trim) {
+        Some(image) if !image.is_empty() => Ok(ContainerImage {
+            container: name.to_owned(),
+            image: image.to_owned(),
+        }),
+        _ => Err(format!("{kind} {name:?} has no image")),
+    };
+    for c in spec.init_containers.iter().flatten() {
+        out.push(named("init container", &c.name, &c.image)?);
+    }
+    for c in &spec.containers {
+        out.push(named("container", &c.name, &c.image)?);
+    }
+    for c in spec.ephemeral_containers.iter().flatten() {
+        out.push(named("ephemeral container", &c.name, &c.image)?);
+    }
+    if out.is_empty() {
+        return Err("the Pod has no containers".into());
+    }
+    Ok(out)
+}
+
+/// Why a Pod is answered the way it is, for metrics and logs (a bounded set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Changes made (or already in place from an earlier invocation).
+    Decided,
+    /// Opted out, skipped namespace, not a Pod CREATE.
+    Skipped,
+    /// Some image's platforms are unknown; allowed unchanged.
+    LookupFailed,
+    /// No architecture common to all images; allowed with a warning.
+    NoCommonArchitecture,
+    Denied,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Decided => "decided",
+            Self::Skipped => "skipped",
+            Self::LookupFailed => "lookup_failed",
+            Self::NoCommonArchitecture => "no_common_architecture",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+/// What to do with the Pod. Changes are described, not yet encoded; [`patch`] turns them into a
+/// JSON Patch against the same Pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// `Some(message)` rejects the Pod.
+    pub deny: Option<String>,
+    pub tolerations: Vec<Toleration>,
+    /// Pin `kubernetes.io/arch` in the nodeSelector.
+    pub node_selector: Option<String>,
+    /// AND `kubernetes.io/arch In (…)` into every required nodeSelectorTerm.
+    pub required_architectures: Option<Vec<String>>,
+    /// Add a preferred term for this architecture.
+    pub preferred_architecture: Option<String>,
+    /// New value of the decision annotation, when it differs from the Pod's.
+    pub annotation: Option<String>,
+    pub warnings: Vec<String>,
+    /// One line: what was decided and why.
+    pub summary: String,
+    pub outcome: Option<Outcome>,
+}
+
+impl Decision {
+    fn skipped(summary: impl Into<String>) -> Self {
+        Self {
+            summary: summary.into(),
+            outcome: Some(Outcome::Skipped),
+            ..Self::default()
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        self.outcome.unwrap_or(Outcome::Decided)
+    }
+
+    /// Whether the decision changes the Pod.
+    pub fn changes_pod(&self) -> bool {
+        !self.tolerations.is_empty()
+            || self.node_selector.is_some()
+            || self.required_architectures.is_some()
+            || self.preferred_architecture.is_some()
+            || self.annotation.is_some()
+    }
+}
+
+fn label_or_annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    let meta = &pod.metadata;
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .or_else(|| meta.annotations.as_ref().and_then(|a| a.get(key)))
+        .map(String::as_str)
+}
+
+/// The OS the Pod will run on: its `kubernetes.io/os` node selector, else `spec.os`, else linux.
+pub fn pod_os(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    spec.and_then(|s| s.node_selector.as_ref())
+        .and_then(|n| n.get(OS_LABEL))
+        .cloned()
+        .or_else(|| spec.and_then(|s| s.os.as_ref()).map(|os| os.name.clone()))
+        .unwrap_or_else(|| "linux".to_owned())
+}
+
+/// How the Pod itself already constrains `kubernetes.io/arch`.
+#[derive(Debug, PartialEq, Eq)]
+enum ExistingConstraint {
+    None,
+    /// Exactly what tolerable adds for this set (an earlier invocation's work).
+    Ours,
+    /// The Pod's own; `allowed` when it can be read as a set of architectures.
+    Theirs { allowed: Option<BTreeSet<String>> },
+}
+
+fn required_terms(pod: &Pod) -> Option<&Vec<NodeSelectorTerm>> {
+    pod.spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .map(|r| &r.node_selector_terms)
+}
+
+fn existing_arch_constraint(pod: &Pod, steering: Steering, common: &[String]) -> ExistingConstraint {
+    let selector = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|n| n.get(ARCH_LABEL));
+    if let Some(arch) = selector {
+        if steering == Steering::NodeSelector && common.len() == 1 && *arch == common[0] {
+            return ExistingConstraint::Ours;
+        }
+        return ExistingConstraint::Theirs {
+            allowed: Some(BTreeSet::from([arch.clone()])),
+        };
+    }
+    let Some(terms) = required_terms(pod) else {
+        return ExistingConstraint::None;
+    };
+    let arch_expressions: Vec<Vec<_>> = terms
+        .iter()
+        .map(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .filter(|e| e.key == ARCH_LABEL)
+                .collect()
+        })
+        .collect();
+    if arch_expressions.iter().all(Vec::is_empty) {
+        return ExistingConstraint::None;
+    }
+    let ours = |e: &&k8s_openapi::api::core::v1::NodeSelectorRequirement| {
+        e.operator == "In" && e.values.as_deref() == Some(common)
+    };
+    if steering == Steering::NodeAffinity && arch_expressions.iter().all(|t| t.iter().any(ours)) {
+        return ExistingConstraint::Ours;
+    }
+    // Readable as a set only when every term limits the arch with `In`: the union of terms.
+    let mut allowed = BTreeSet::new();
+    for term in &arch_expressions {
+        let ins: Vec<_> = term.iter().filter(|e| e.operator == "In").collect();
+        if ins.is_empty() {
+            return ExistingConstraint::Theirs { allowed: None };
+        }
+        let mut term_allowed: BTreeSet<String> = ins[0].values.iter().flatten().cloned().collect();
+        for e in &ins[1..] {
+            let values: BTreeSet<String> = e.values.iter().flatten().cloned().collect();
+            term_allowed = term_allowed.intersection(&values).cloned().collect();
+        }
+        allowed.extend(term_allowed);
+    }
+    ExistingConstraint::Theirs { allowed: Some(allowed) }
+}
+
+fn has_preferred_arch_term(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+        .is_some_and(|terms| {
+            terms.iter().any(|t| {
+                t.preference
+                    .match_expressions
+                    .iter()
+                    .flatten()
+                    .any(|e| e.key == ARCH_LABEL)
+            })
+        })
+}
+
+fn join(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    items.into_iter().map(|s| s.as_ref().to_owned()).collect::<Vec<_>>().join(",")
+}
+
+/// The annotation value to write: `Some` only when it differs from what the Pod carries, so a
+/// reinvocation changes nothing.
+fn annotation_update(pod: &Pod, value: String) -> Option<String> {
+    let current = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DECISION_ANNOTATION));
+    (current != Some(&value)).then_some(value)
+}
+
+/// Why tolerable leaves this Pod alone without looking at its images, if it does.
+pub fn skip_reason(namespace: &str, pod: &Pod, policy: &Policy) -> Option<String> {
+    if policy.skip_namespaces.contains(namespace) {
+        return Some(format!("namespace {namespace} is in skip_namespaces"));
+    }
+    if label_or_annotation(pod, SKIP_KEY) == Some("true") {
+        return Some(format!("the Pod opted out with {SKIP_KEY}=true"));
+    }
+    None
+}
+
+/// Decides what to do with a Pod being created in `namespace`.
+pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &ImageFacts, policy: &Policy) -> Decision {
+    if let Some(reason) = skip_reason(namespace, pod, policy) {
+        return Decision::skipped(reason);
+    }
+
+    // Images whose platforms are unknown: leave the Pod where it would land anyway.
+    let mut failed = Vec::new();
+    let mut known: Vec<(&str, &ImagePlatforms)> = Vec::new();
+    for ContainerImage { image, .. } in images {
+        match facts.get(image) {
+            Some(Ok(found)) => known.push((image, found)),
+            Some(Err(reason)) => failed.push(format!("{image}: {reason}")),
+            None => failed.push(format!("{image}: not looked up")),
+        }
+    }
+    failed.dedup();
+    if !failed.is_empty() {
+        let detail = failed.join("; ");
+        if policy.on_lookup_failure == OnLookupFailure::Deny {
+            return Decision {
+                deny: Some(format!("tolerable could not determine the platforms of: {detail}")),
+                summary: format!("denied: platforms unknown ({detail})"),
+                outcome: Some(Outcome::Denied),
+                ..Decision::default()
+            };
+        }
+        return Decision {
+            warnings: failed
+                .iter()
+                .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
+                .collect(),
+            annotation: annotation_update(pod, format!("unchanged: platforms unknown for {detail}")),
+            summary: format!("unchanged: platforms unknown ({detail})"),
+            outcome: Some(Outcome::LookupFailed),
+            ..Decision::default()
+        };
+    }
+
+    // Architectures each image supports on the Pod's OS, and those common to all.
+    let os = pod_os(pod);
+    let mut common: Option<BTreeSet<String>> = None;
+    let mut described = Vec::new();
+    for (image, found) in &known {
+        let archs: BTreeSet<String> = found
+            .platforms
+            .iter()
+            .filter(|p| p.os == os)
+            .map(|p| p.architecture.clone())
+            .collect();
+        let platforms = join(found.platforms.iter().map(ToString::to_string));
+        described.push(format!("{image} ({platforms})"));
+        common = Some(match common {
+            None => archs,
+            Some(c) => c.intersection(&archs).cloned().collect(),
+        });
+    }
+    let common: Vec<String> = common.unwrap_or_default().into_iter().collect();
+    let described = described.join(", ");
+
+    if common.is_empty() {
+        let message = format!("no {os} architecture is common to all images: {described}");
+        if policy.on_no_common_architecture == OnNoCommonArchitecture::Deny {
+            return Decision {
+                deny: Some(message.clone()),
+                summary: format!("denied: {message}"),
+                outcome: Some(Outcome::Denied),
+                ..Decision::default()
+            };
+        }
+        return Decision {
+            warnings: vec![format!("tolerable added no tolerations: {message}")],
+            annotation: annotation_update(pod, format!("unchanged: {message}")),
+            summary: format!("unchanged: {message}"),
+            outcome: Some(Outcome::NoCommonArchitecture),
+            ..Decision::default()
+        };
+    }
+
+    let mut decision = Decision::default();
+    let existing_tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .map_or(&[][..], Vec::as_slice);
+    let tolerated: Vec<&String> = common
+        .iter()
+        .filter(|arch| policy.supported_architectures.contains(*arch))
+        .collect();
+    for arch in &tolerated {
+        if !existing_tolerations
+            .iter()
+            .any(|t| policy.toleration.is_tolerated_by(t, arch))
+        {
+            decision.tolerations.push(policy.toleration.for_architecture(arch));
+        }
+    }
+
+    let mut steering_note = String::new();
+    match existing_arch_constraint(pod, policy.steering, &common) {
+        ExistingConstraint::Ours => {
+            steering_note = steering_description(policy.steering, &common);
+        }
+        ExistingConstraint::Theirs { allowed } => {
+            steering_note = "kept the Pod's own kubernetes.io/arch constraint".into();
+            if let Some(allowed) = allowed {
+                let unsupported: Vec<&String> = allowed.iter().filter(|a| !common.contains(a)).collect();
+                if !unsupported.is_empty() {
+                    decision.warnings.push(format!(
+                        "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
+                        join(&unsupported),
+                        join(&common)
+                    ));
+                }
+            }
+        }
+        ExistingConstraint::None => match policy.steering {
+            Steering::Off => {}
+            Steering::NodeSelector if common.len() == 1 => {
+                decision.node_selector = Some(common[0].clone());
+                steering_note = steering_description(policy.steering, &common);
+            }
+            Steering::NodeSelector => {}
+            Steering::NodeAffinity => {
+                decision.required_architectures = Some(common.clone());
+                steering_note = steering_description(policy.steering, &common);
+            }
+        },
+    }
+
+    // A preference among several possible architectures; the Pod's own label or annotation wins.
+    let preferred = match label_or_annotation(pod, PREFERRED_KEY) {
+        Some("none") => None,
+        Some(arch) => {
+            if !common.iter().any(|c| c == arch) {
+                decision.warnings.push(format!(
+                    "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
+                    join(&common)
+                ));
+            }
+            Some(arch.to_owned())
+        }
+        None => policy.preferred_architecture.clone(),
+    };
+    let mut preference_note = String::new();
+    if let Some(arch) = preferred.filter(|a| common.len() > 1 && common.contains(a)) {
+        if !has_preferred_arch_term(pod) {
+            decision.preferred_architecture = Some(arch.clone());
+        }
+        preference_note = format!("; prefers {arch}");
+    }
+
+    let tolerates = if tolerated.is_empty() {
+        "no tainted pool".to_owned()
+    } else {
+        join(&tolerated)
+    };
+    let mut value = format!("{os} architectures {}; tolerates {tolerates}", join(&common));
+    if !steering_note.is_empty() {
+        value.push_str("; ");
+        value.push_str(&steering_note);
+    }
+    value.push_str(&preference_note);
+    decision.summary = format!("{value}; images: {described}");
+    decision.annotation = annotation_update(pod, decision.summary.clone());
+    decision.outcome = Some(Outcome::Decided);
+    decision
+}
+
+fn steering_description(steering: Steering, common: &[String]) -> String {
+    match steering {
+        Steering::Off => String::new(),
+        Steering::NodeSelector => format!("nodeSelector {ARCH_LABEL}={}", common[0]),
+        Steering::NodeAffinity => format!("requires {ARCH_LABEL} in ({})", join(common)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

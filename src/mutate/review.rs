@@ -1,0 +1,217 @@
+//! AdmissionReview v1 in and out. Our own thin types rather than kube-core's: its
+//! `AdmissionResponse.patch` serialises as an array of numbers (kube-rs/kube#1781) where the API
+//! documents a base64 string, and we only need the request fields the decision uses. The Pod is
+//! a real `k8s-openapi` Pod, parsed only when the request is a Pod CREATE.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// At most this many warnings reach the client; more are dropped by the API server.
+pub const MAX_WARNINGS: usize = 16;
+/// Longer warnings are cut by the API server.
+pub const MAX_WARNING_LEN: usize = 256;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionReviewIn<'a> {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(borrow)]
+    pub request: Option<AdmissionRequest<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRequest<'a> {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: String,
+    #[serde(default, borrow)]
+    pub object: Option<&'a RawValue>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// Why a body is not an AdmissionReview we can answer at all (HTTP 400).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReviewError {
+    #[error("body is not JSON: {0}")]
+    NotJson(String),
+    #[error("body is not an AdmissionReview: {0}")]
+    NotAdmissionReview(String),
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+impl ReviewError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::NotJson(_) => "not_json",
+            Self::NotAdmissionReview(_) => "not_admission_review",
+            Self::NoRequest => "no_request",
+        }
+    }
+}
+
+/// Parses a request body. Only the envelope is checked here; the object is parsed later, and
+/// only if it is a Pod being created.
+pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
+    let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
+    let review: AdmissionReviewIn = serde_json::from_str(text).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            ReviewError::NotJson(e.to_string())
+        } else {
+            ReviewError::NotAdmissionReview(e.to_string())
+        }
+    })?;
+    if review.kind != "AdmissionReview" {
+        return Err(ReviewError::NotAdmissionReview(format!(
+            "kind is {:?}, not AdmissionReview",
+            review.kind
+        )));
+    }
+    if !review.api_version.starts_with("admission.k8s.io/") {
+        return Err(ReviewError::NotAdmissionReview(format!(
+            "apiVersion is {:?}, not admission.k8s.io/v1",
+            review.api_version
+        )));
+    }
+    if review.request.is_none() {
+        return Err(ReviewError::NoRequest);
+    }
+    Ok(review)
+}
+
+impl AdmissionRequest<'_> {
+    /// Whether tolerable mutates this request: a Pod (not a subresource) being created.
+    pub fn is_pod_create(&self) -> bool {
+        self.operation == "CREATE"
+            && self.kind.group.is_empty()
+            && self.kind.kind == "Pod"
+            && self.sub_resource.as_deref().is_none_or(str::is_empty)
+    }
+
+    /// The Pod in the request.
+    pub fn pod(&self) -> Result<Pod, String> {
+        let raw = self.object.ok_or("the request has no object")?;
+        serde_json::from_str(raw.get()).map_err(|e| format!("the object is not a valid Pod: {e}"))
+    }
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionReviewOut {
+    pub api_version: String,
+    pub kind: String,
+    pub response: AdmissionResponse,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionResponse {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// Base64 of the JSON Patch, as the API documents it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    /// Set exactly when `patch` is: a patch without a type is silently dropped by the API server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Status {
+    pub code: u16,
+    pub message: String,
+}
+
+impl AdmissionReviewOut {
+    /// An allowed, unchanged answer to `review`.
+    pub fn allow(review: &AdmissionReviewIn<'_>) -> Self {
+        let uid = review.request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+        Self {
+            api_version: review.api_version.clone(),
+            kind: review.kind.clone(),
+            response: AdmissionResponse {
+                uid,
+                allowed: true,
+                status: None,
+                patch: None,
+                patch_type: None,
+                warnings: Vec::new(),
+                audit_annotations: BTreeMap::new(),
+            },
+        }
+    }
+
+    pub fn deny(mut self, message: &str) -> Self {
+        self.response.allowed = false;
+        self.response.status = Some(Status {
+            code: 403,
+            message: message.to_owned(),
+        });
+        self
+    }
+
+    /// Adds a JSON Patch; an empty one is not sent at all.
+    pub fn with_patch(mut self, operations: &[serde_json::Value]) -> Self {
+        if operations.is_empty() {
+            return self;
+        }
+        let json = serde_json::to_vec(operations).expect("JSON values serialize");
+        self.response.patch = Some(base64::engine::general_purpose::STANDARD.encode(json));
+        self.response.patch_type = Some("JSONPatch");
+        self
+    }
+
+    /// Adds warnings the way the API server can show them: ASCII, one line, at most
+    /// [`MAX_WARNING_LEN`] characters, at most [`MAX_WARNINGS`] of them (a warning with a newline
+    /// or tab would be silently dropped).
+    pub fn with_warnings(mut self, warnings: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
+        for warning in warnings {
+            if self.response.warnings.len() >= MAX_WARNINGS {
+                break;
+            }
+            let clean: String = warning
+                .as_ref()
+                .chars()
+                .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { ' ' })
+                .take(MAX_WARNING_LEN)
+                .collect();
+            if !clean.trim().is_empty() {
+                self.response.warnings.push(clean);
+            }
+        }
+        self
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an AdmissionReview serializes")
+    }
+}
