@@ -46,6 +46,7 @@ impl Admission {
     pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
         let request_review = review::parse(body)?;
         let request = request_review.request.as_ref().expect("parse checks the request");
+        tracing::Span::current().record("uid", request.uid.as_str());
         let allowed = AdmissionReviewOut::allow(&request_review);
         let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
             uid: request.uid.clone(),

@@ -22,6 +22,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the admission webhook (HTTPS; POST /mutate, GET /healthz /readyz /metrics).
+    Serve,
+    /// Decide offline for a Pod manifest or an AdmissionReview (YAML or JSON): print the
+    /// decision, the JSON Patch and the patched Pod. Exit status 1 when the Pod would be denied.
+    Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
     Inspect(InspectArgs),
 }
@@ -35,4 +40,15 @@ pub struct InspectArgs {
     /// Image references as a Pod spec would name them (nginx, ghcr.io/org/app:1.2@sha256:…).
     #[arg(required = true, value_name = "IMAGE")]
     pub images: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// Print one JSON object for machines.
+    #[arg(long)]
+    pub json: bool,
+
+    /// A Pod or AdmissionReview file, or `-` for standard input.
+    #[arg(value_name = "FILE")]
+    pub file: String,
 }

@@ -1,6 +1,8 @@
 //! Subcommands: thin wiring from the CLI to the library.
 
 pub mod inspect;
+pub mod review;
+pub mod serve;
 
 use std::process::ExitCode;
 
@@ -15,8 +17,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Inspect(args) => {
-            runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
-        }
+        Command::Inspect(args) => runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout())),
+        Command::Serve => runtime.block_on(serve::run(&config)),
+        Command::Review(args) => runtime.block_on(review::run(&config, &args, &mut std::io::stdout())),
     }
 }

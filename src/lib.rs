@@ -15,4 +15,5 @@ pub mod config;
 pub mod metrics;
 pub mod mutate;
 pub mod registry;
+pub mod server;
 pub mod telemetry;

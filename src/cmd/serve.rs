@@ -1,0 +1,62 @@
+//! `tolerable serve`: the webhook.
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::registry::Resolver;
+use crate::server::tls::{self, CertStore};
+use crate::server::{self, AppState};
+
+pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut metrics_registry));
+    let resolver = Arc::new(
+        Resolver::new(config.resolver.clone(), config.credential_store()?)?.with_observer(metrics.clone()),
+    );
+    let certs = Arc::new(match &config.tls_files {
+        Some((cert, key)) => CertStore::from_files(cert, key)?,
+        None => {
+            // For a first run without cert-manager: a fresh CA, printed so a client can trust it.
+            let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
+            let generated = tls::self_signed(&names)?;
+            println!(
+                "No ssl_cert_path/ssl_key_path configured: serving a self-signed certificate for {}.\n\
+                 Trust this CA to call the webhook (e.g. curl --cacert ca.pem):\n{}",
+                names.join(", "),
+                generated.ca_pem
+            );
+            CertStore::fixed(generated.key)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen_addr)
+        .await
+        .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
+    let reloader = tokio::spawn(certs.clone().watch(Some(metrics.clone())));
+    let state = Arc::new(AppState {
+        admission: Admission::new(resolver.clone(), config.policy.clone(), Some(metrics.clone())),
+        metrics,
+        metrics_registry,
+        resolver,
+        ready: AtomicBool::new(false),
+    });
+    tracing::info!(addr = %listener.local_addr()?, "serving the admission webhook on /mutate");
+    server::run(listener, certs, state, shutdown_signal()).await;
+    reloader.abort();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+    }
+}
