@@ -16,8 +16,9 @@ test-deps: ## install the registry server and htpasswd when missing (apt)
 fmt: ## check formatting
 	$(CARGO) fmt --all -- --check
 
-lint: ## clippy, warnings are errors
+lint: ## clippy, warnings are errors; and the binary alone (without test-only crate features)
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) check --locked --bins
 
 unit: ## every test (starts real registries on 127.0.0.1)
 	$(CARGO) test --locked

@@ -45,7 +45,10 @@ impl Admission {
     /// `Err` only when the body is not an AdmissionReview at all.
     pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
         let request_review = review::parse(body)?;
-        let request = request_review.request.as_ref().expect("parse checks the request");
+        let request = request_review
+            .request
+            .as_ref()
+            .expect("parse checks the request");
         tracing::Span::current().record("uid", request.uid.as_str());
         let allowed = AdmissionReviewOut::allow(&request_review);
         let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
@@ -62,14 +65,16 @@ impl Admission {
         let pod = match request.pod() {
             Ok(pod) => pod,
             Err(reason) => {
-                let out = allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
+                let out =
+                    allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
                 return Ok(unchanged(out, None, "invalid_object"));
             }
         };
         let images = match mutate::images_of(&pod) {
             Ok(images) => images,
             Err(reason) => {
-                let out = allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
+                let out =
+                    allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
                 return Ok(unchanged(out, Some(pod), "invalid_object"));
             }
         };
@@ -109,14 +114,19 @@ impl Admission {
             let started = Instant::now();
             let result = match tokio::time::timeout(budget, self.resolver.resolve(image)).await {
                 Ok(Ok(found)) => Ok(found),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("lookup did not finish within the admission deadline ({budget:?})")),
+                Ok(Err(e)) => Err(e.reason()),
+                Err(_) => Err(format!(
+                    "lookup did not finish within the admission deadline ({budget:?})"
+                )),
             };
             if let Some(metrics) = &self.metrics {
                 metrics.observe_lookup(started.elapsed(), result.is_ok());
             }
             (image.to_owned(), result)
         });
-        futures_util::future::join_all(lookups).await.into_iter().collect()
+        futures_util::future::join_all(lookups)
+            .await
+            .into_iter()
+            .collect()
     }
 }

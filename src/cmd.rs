@@ -17,8 +17,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Inspect(args) => runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout())),
+        Command::Inspect(args) => {
+            runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
+        }
         Command::Serve => runtime.block_on(serve::run(&config)),
-        Command::Review(args) => runtime.block_on(review::run(&config, &args, &mut std::io::stdout())),
+        Command::Review(args) => {
+            runtime.block_on(review::run(&config, &args, &mut std::io::stdout()))
+        }
     }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::mutate::{
-    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator, TolerationTemplate,
+    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
+    TolerationTemplate,
 };
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
@@ -335,17 +336,33 @@ impl Config {
             (Some(cert), Some(key)) => {
                 for (k, path) in [("ssl_cert_path", &cert), ("ssl_key_path", &key)] {
                     if !path.exists() {
-                        return Err(ConfigError::key(k, format!("{} does not exist", path.display())));
+                        return Err(ConfigError::key(
+                            k,
+                            format!("{} does not exist", path.display()),
+                        ));
                     }
                 }
                 Some((cert, key))
             }
-            (Some(_), None) => return Err(ConfigError::key("ssl_key_path", "must be set with ssl_cert_path")),
-            (None, Some(_)) => return Err(ConfigError::key("ssl_cert_path", "must be set with ssl_key_path")),
+            (Some(_), None) => {
+                return Err(ConfigError::key(
+                    "ssl_key_path",
+                    "must be set with ssl_cert_path",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::key(
+                    "ssl_cert_path",
+                    "must be set with ssl_key_path",
+                ))
+            }
             (None, None) => None,
         };
         let listen_addr: SocketAddr = listen_addr.trim().parse().map_err(|_| {
-            ConfigError::key("listen_addr", format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"))
+            ConfigError::key(
+                "listen_addr",
+                format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"),
+            )
         })?;
         let policy = validate_policy(
             supported_architectures,
@@ -405,11 +422,16 @@ impl Config {
 fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
     let ok = !arch.is_empty()
         && arch.len() <= 63
-        && arch.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        && arch
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if ok {
         Ok(arch.to_owned())
     } else {
-        Err(ConfigError::key(key, format!("{arch:?} is not an architecture name (e.g. arm64)")))
+        Err(ConfigError::key(
+            key,
+            format!("{arch:?} is not an architecture name (e.g. arm64)"),
+        ))
     }
 }
 
@@ -441,7 +463,10 @@ fn validate_policy(
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
     if !label_key_ok {
-        return Err(ConfigError::key("tolerations.key", format!("{key:?} is not a taint key")));
+        return Err(ConfigError::key(
+            "tolerations.key",
+            format!("{key:?} is not a taint key"),
+        ));
     }
     let operator = match operator.trim() {
         "Equal" => TolerationOperator::Equal,
@@ -454,10 +479,15 @@ fn validate_policy(
         }
     };
     let effect = effect.trim().to_owned();
-    if !matches!(effect.as_str(), "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+    if !matches!(
+        effect.as_str(),
+        "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+    ) {
         return Err(ConfigError::key(
             "tolerations.effect",
-            format!("{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"),
+            format!(
+                "{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"
+            ),
         ));
     }
     if toleration_seconds.is_some() && effect != "NoExecute" {
@@ -599,12 +629,18 @@ mod tests {
         assert!(c.resolver.mirrors.is_empty());
         assert_eq!(c.listen_addr.to_string(), "0.0.0.0:8443");
         assert!(c.tls_files.is_none());
-        assert_eq!(c.policy.supported_architectures, BTreeSet::from(["arm64".to_owned()]));
+        assert_eq!(
+            c.policy.supported_architectures,
+            BTreeSet::from(["arm64".to_owned()])
+        );
         assert_eq!(c.policy.steering, Steering::NodeAffinity);
         assert_eq!(c.policy.toleration.key, "kubernetes.io/arch");
         assert_eq!(c.policy.toleration.effect, "NoSchedule");
         assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Allow);
-        assert_eq!(c.policy.on_no_common_architecture, OnNoCommonArchitecture::Deny);
+        assert_eq!(
+            c.policy.on_no_common_architecture,
+            OnNoCommonArchitecture::Deny
+        );
     }
 
     #[test]
@@ -641,7 +677,10 @@ mod tests {
         let c = Config::load(
             Some(&path),
             env(&[
-                ("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x,ppc64le , 386"),
+                (
+                    "TOLERABLE_SUPPORTED_ARCHITECTURES",
+                    "arm64, s390x,ppc64le , 386",
+                ),
                 ("TOLERABLE_TOLERATIONS__EFFECT", "NoExecute"),
                 ("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "60"),
                 ("TOLERABLE_STEERING", "node_selector"),
@@ -736,21 +775,54 @@ mod tests {
                 "registry_credential_path",
             ),
             (&[("TOLERABLE_LOOKUP_TIMEOT", "1s")], "lookup_timeot"),
-            (&[("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,ARM 64")], "supported_architectures"),
-            (&[("TOLERABLE_TOLERATIONS__OPERATOR", "Maybe")], "tolerations.operator"),
-            (&[("TOLERABLE_TOLERATIONS__EFFECT", "NoRun")], "tolerations.effect"),
-            (&[("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "30")], "tolerations.toleration_seconds"),
-            (&[("TOLERABLE_TOLERATIONS__KEY", "bad key")], "tolerations.key"),
+            (
+                &[("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,ARM 64")],
+                "supported_architectures",
+            ),
+            (
+                &[("TOLERABLE_TOLERATIONS__OPERATOR", "Maybe")],
+                "tolerations.operator",
+            ),
+            (
+                &[("TOLERABLE_TOLERATIONS__EFFECT", "NoRun")],
+                "tolerations.effect",
+            ),
+            (
+                &[("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "30")],
+                "tolerations.toleration_seconds",
+            ),
+            (
+                &[("TOLERABLE_TOLERATIONS__KEY", "bad key")],
+                "tolerations.key",
+            ),
             (&[("TOLERABLE_TOLERATIONS__COLOR", "red")], "color"),
             (&[("TOLERABLE_STEERING", "sideways")], "steering"),
-            (&[("TOLERABLE_PREFERRED_ARCHITECTURE", "Arm64")], "preferred_architecture"),
-            (&[("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "shrug")], "on_no_common_architecture"),
-            (&[("TOLERABLE_ON_LOOKUP_FAILURE", "panic")], "on_lookup_failure"),
-            (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
-            (&[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")], "ssl_key_path"),
-            (&[("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")], "ssl_cert_path"),
             (
-                &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt"), ("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")],
+                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "Arm64")],
+                "preferred_architecture",
+            ),
+            (
+                &[("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "shrug")],
+                "on_no_common_architecture",
+            ),
+            (
+                &[("TOLERABLE_ON_LOOKUP_FAILURE", "panic")],
+                "on_lookup_failure",
+            ),
+            (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
+            (
+                &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")],
+                "ssl_key_path",
+            ),
+            (
+                &[("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")],
+                "ssl_cert_path",
+            ),
+            (
+                &[
+                    ("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt"),
+                    ("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key"),
+                ],
                 "ssl_cert_path",
             ),
         ];

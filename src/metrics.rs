@@ -101,7 +101,9 @@ impl Metrics {
     }
 
     pub fn admission(&self, outcome: &'static str, elapsed: Duration) {
-        self.admissions.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.admissions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
         self.admission_duration.observe(elapsed.as_secs_f64());
     }
 
@@ -114,11 +116,14 @@ impl Metrics {
 
     pub fn certificate_reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
-        self.certificate_reloads.get_or_create(&ResultLabels { result }).inc();
+        self.certificate_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn set_cache_entries(&self, entries: u64) {
-        self.cache_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
+        self.cache_entries
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     fn registry_label(&self, host: &str) -> String {
@@ -145,13 +150,16 @@ impl RegistryObserver for Metrics {
 
     fn cache_lookup(&self, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
-        self.cache_lookups.get_or_create(&ResultLabels { result }).inc();
+        self.cache_lookups
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 }
 
 /// The text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
+    prometheus_client::encoding::text::encode(&mut out, registry)
+        .expect("writing to a String cannot fail");
     out
 }

@@ -132,13 +132,14 @@ pub fn images_of(pod: &Pod) -> Result<Vec<ContainerImage>, String> {
         return Err("the Pod has no spec".into());
     };
     let mut out = Vec::new();
-    let named = |kind: &str, name: &str, image: &Option<String>| match image.as_deref().map(str::trim) {
-        Some(image) if !image.is_empty() => Ok(ContainerImage {
-            container: name.to_owned(),
-            image: image.to_owned(),
-        }),
-        _ => Err(format!("{kind} {name:?} has no image")),
-    };
+    let named =
+        |kind: &str, name: &str, image: &Option<String>| match image.as_deref().map(str::trim) {
+            Some(image) if !image.is_empty() => Ok(ContainerImage {
+                container: name.to_owned(),
+                image: image.to_owned(),
+            }),
+            _ => Err(format!("{kind} {name:?} has no image")),
+        };
     for c in spec.init_containers.iter().flatten() {
         out.push(named("init container", &c.name, &c.image)?);
     }
@@ -250,7 +251,9 @@ enum ExistingConstraint {
     /// Exactly what tolerable adds for this set (an earlier invocation's work).
     Ours,
     /// The Pod's own; `allowed` when it can be read as a set of architectures.
-    Theirs { allowed: Option<BTreeSet<String>> },
+    Theirs {
+        allowed: Option<BTreeSet<String>>,
+    },
 }
 
 fn required_terms(pod: &Pod) -> Option<&Vec<NodeSelectorTerm>> {
@@ -265,7 +268,11 @@ fn required_terms(pod: &Pod) -> Option<&Vec<NodeSelectorTerm>> {
         .map(|r| &r.node_selector_terms)
 }
 
-fn existing_arch_constraint(pod: &Pod, steering: Steering, common: &[String]) -> ExistingConstraint {
+fn existing_arch_constraint(
+    pod: &Pod,
+    steering: Steering,
+    common: &[String],
+) -> ExistingConstraint {
     let selector = pod
         .spec
         .as_ref()
@@ -315,7 +322,9 @@ fn existing_arch_constraint(pod: &Pod, steering: Steering, common: &[String]) ->
         }
         allowed.extend(term_allowed);
     }
-    ExistingConstraint::Theirs { allowed: Some(allowed) }
+    ExistingConstraint::Theirs {
+        allowed: Some(allowed),
+    }
 }
 
 fn has_preferred_arch_term(pod: &Pod) -> bool {
@@ -323,7 +332,10 @@ fn has_preferred_arch_term(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         .is_some_and(|terms| {
             terms.iter().any(|t| {
                 t.preference
@@ -336,7 +348,11 @@ fn has_preferred_arch_term(pod: &Pod) -> bool {
 }
 
 fn join(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
-    items.into_iter().map(|s| s.as_ref().to_owned()).collect::<Vec<_>>().join(",")
+    items
+        .into_iter()
+        .map(|s| s.as_ref().to_owned())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The annotation value to write: `Some` only when it differs from what the Pod carries, so a
@@ -362,7 +378,13 @@ pub fn skip_reason(namespace: &str, pod: &Pod, policy: &Policy) -> Option<String
 }
 
 /// Decides what to do with a Pod being created in `namespace`.
-pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &ImageFacts, policy: &Policy) -> Decision {
+pub fn decide(
+    namespace: &str,
+    pod: &Pod,
+    images: &[ContainerImage],
+    facts: &ImageFacts,
+    policy: &Policy,
+) -> Decision {
     if let Some(reason) = skip_reason(namespace, pod, policy) {
         return Decision::skipped(reason);
     }
@@ -382,7 +404,9 @@ pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &Ima
         let detail = failed.join("; ");
         if policy.on_lookup_failure == OnLookupFailure::Deny {
             return Decision {
-                deny: Some(format!("tolerable could not determine the platforms of: {detail}")),
+                deny: Some(format!(
+                    "tolerable could not determine the platforms of: {detail}"
+                )),
                 summary: format!("denied: platforms unknown ({detail})"),
                 outcome: Some(Outcome::Denied),
                 ..Decision::default()
@@ -393,7 +417,10 @@ pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &Ima
                 .iter()
                 .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
                 .collect(),
-            annotation: annotation_update(pod, format!("unchanged: platforms unknown for {detail}")),
+            annotation: annotation_update(
+                pod,
+                format!("unchanged: platforms unknown for {detail}"),
+            ),
             summary: format!("unchanged: platforms unknown ({detail})"),
             outcome: Some(Outcome::LookupFailed),
             ..Decision::default()
@@ -455,7 +482,9 @@ pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &Ima
             .iter()
             .any(|t| policy.toleration.is_tolerated_by(t, arch))
         {
-            decision.tolerations.push(policy.toleration.for_architecture(arch));
+            decision
+                .tolerations
+                .push(policy.toleration.for_architecture(arch));
         }
     }
 
@@ -467,7 +496,8 @@ pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &Ima
         ExistingConstraint::Theirs { allowed } => {
             steering_note = "kept the Pod's own kubernetes.io/arch constraint".into();
             if let Some(allowed) = allowed {
-                let unsupported: Vec<&String> = allowed.iter().filter(|a| !common.contains(a)).collect();
+                let unsupported: Vec<&String> =
+                    allowed.iter().filter(|a| !common.contains(a)).collect();
                 if !unsupported.is_empty() {
                     decision.warnings.push(format!(
                         "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
@@ -518,7 +548,10 @@ pub fn decide(namespace: &str, pod: &Pod, images: &[ContainerImage], facts: &Ima
     } else {
         join(&tolerated)
     };
-    let mut value = format!("{os} architectures {}; tolerates {tolerates}", join(&common));
+    let mut value = format!(
+        "{os} architectures {}; tolerates {tolerates}",
+        join(&common)
+    );
     if !steering_note.is_empty() {
         value.push_str("; ");
         value.push_str(&steering_note);

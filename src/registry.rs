@@ -87,6 +87,25 @@ pub enum LookupError {
 }
 
 impl LookupError {
+    /// The message without the image reference in front, for callers that name the image
+    /// themselves.
+    pub fn reason(&self) -> String {
+        let text = self.to_string();
+        let prefix = match self {
+            Self::InvalidReference(_) => return text,
+            Self::NotFound { reference }
+            | Self::Unauthorized { reference, .. }
+            | Self::NotAnImage { reference, .. }
+            | Self::Malformed { reference, .. }
+            | Self::NoPlatforms { reference }
+            | Self::Timeout { reference, .. }
+            | Self::Unreachable { reference, .. }
+            | Self::Registry { reference, .. } => format!("{reference}: "),
+        };
+        text.strip_prefix(&prefix)
+            .map_or(text.clone(), str::to_owned)
+    }
+
     /// A bounded label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -410,7 +429,7 @@ impl Resolver {
     }
 
     /// Entries currently cached (for metrics and tests).
-    pub fn cached_entries(&self) -> u64 {
-        self.cache.entry_count()
+    pub async fn cached_entries(&self) -> u64 {
+        self.cache.entry_count().await
     }
 }

@@ -49,12 +49,17 @@ pub struct AppState {
 
 type Body = Full<Bytes>;
 
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     response
 }
 
@@ -74,7 +79,9 @@ pub fn lookup_budget(query: Option<&str>) -> Duration {
         .filter(|t| !t.is_zero())
         .unwrap_or(DEFAULT_TIMEOUT);
     let margin = (timeout / 5).max(MIN_DEADLINE_MARGIN);
-    timeout.saturating_sub(margin).max(Duration::from_millis(50))
+    timeout
+        .saturating_sub(margin)
+        .max(Duration::from_millis(50))
 }
 
 /// Reads the body within the size limit, un-gzipping it if needed.
@@ -102,10 +109,15 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 too_large()
             } else {
-                json_error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}"))
+                json_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("cannot read the body: {e}"),
+                )
             }
         })?
         .to_bytes();
@@ -116,7 +128,12 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
             flate2::read::GzDecoder::new(&body[..])
                 .take(MAX_BODY_BYTES as u64 + 1)
                 .read_to_end(&mut out)
-                .map_err(|e| json_error(StatusCode::BAD_REQUEST, &format!("body is not valid gzip: {e}")))?;
+                .map_err(|e| {
+                    json_error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("body is not valid gzip: {e}"),
+                    )
+                })?;
             if out.len() > MAX_BODY_BYTES {
                 return Err(too_large());
             }
@@ -140,11 +157,18 @@ async fn mutate(state: &AppState, req: Request<Incoming>) -> Response<Body> {
         }
     };
     let span = tracing::info_span!("admission", uid = tracing::field::Empty);
-    let result = state.admission.review(&body, budget).instrument(span.clone()).await;
+    let result = state
+        .admission
+        .review(&body, budget)
+        .instrument(span.clone())
+        .await;
     let _entered = span.enter();
     match result {
         Ok(reviewed) => {
-            let summary = reviewed.decision.as_ref().map_or("", |d| d.summary.as_str());
+            let summary = reviewed
+                .decision
+                .as_ref()
+                .map_or("", |d| d.summary.as_str());
             tracing::info!(
                 outcome = reviewed.outcome,
                 allowed = reviewed.out.response.allowed,
@@ -176,7 +200,9 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Result<Response<
             }
         }
         (&Method::GET, "/metrics") => {
-            state.metrics.set_cache_entries(state.resolver.cached_entries());
+            state
+                .metrics
+                .set_cache_entries(state.resolver.cached_entries().await);
             respond(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -186,7 +212,10 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Result<Response<
         (_, "/mutate" | "/healthz" | "/readyz" | "/metrics") => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
-        _ => json_error(StatusCode::NOT_FOUND, "not found: the webhook path is /mutate"),
+        _ => json_error(
+            StatusCode::NOT_FOUND,
+            "not found: the webhook path is /mutate",
+        ),
     };
     Ok(response)
 }
@@ -239,7 +268,9 @@ pub async fn run(
                 }
             };
             let service = hyper::service::service_fn(move |req| route(state.clone(), req));
-            let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
             if let Err(e) = watcher.watch(connection).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -247,7 +278,10 @@ pub async fn run(
     }
     state.ready.store(false, Ordering::Relaxed);
     drop(listener);
-    tracing::info!(in_flight = graceful.count(), "shutting down: finishing requests in flight");
+    tracing::info!(
+        in_flight = graceful.count(),
+        "shutting down: finishing requests in flight"
+    );
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!("shutdown grace period over; closing remaining connections"),
@@ -261,10 +295,19 @@ mod tests {
     #[test]
     fn budget_from_the_api_servers_timeout() {
         assert_eq!(lookup_budget(Some("timeout=10s")), Duration::from_secs(8));
-        assert_eq!(lookup_budget(Some("x=1&timeout=30s")), Duration::from_secs(24));
-        assert_eq!(lookup_budget(Some("timeout=1s")), Duration::from_millis(700));
+        assert_eq!(
+            lookup_budget(Some("x=1&timeout=30s")),
+            Duration::from_secs(24)
+        );
+        assert_eq!(
+            lookup_budget(Some("timeout=1s")),
+            Duration::from_millis(700)
+        );
         assert_eq!(lookup_budget(None), Duration::from_secs(8));
         assert_eq!(lookup_budget(Some("timeout=bogus")), Duration::from_secs(8));
-        assert_eq!(lookup_budget(Some("timeout=100ms")), Duration::from_millis(50));
+        assert_eq!(
+            lookup_budget(Some("timeout=100ms")),
+            Duration::from_millis(50)
+        );
     }
 }

@@ -50,35 +50,54 @@ pub fn review_body(document: &Value) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-pub async fn run(config: &Config, args: &ReviewArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &Config,
+    args: &ReviewArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
     let text = if args.file == "-" {
         let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).context("reading standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading standard input")?;
         text
     } else {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file))?
     };
     let document = parse_document(&text)?;
     let body = review_body(&document)?;
-    let resolver = Arc::new(Resolver::new(config.resolver.clone(), config.credential_store()?)?);
+    let resolver = Arc::new(Resolver::new(
+        config.resolver.clone(),
+        config.credential_store()?,
+    )?);
     let admission = Admission::new(resolver, config.policy.clone(), None);
     let reviewed = admission
-        .review(&body, config.resolver.lookup_timeout + Duration::from_millis(500))
+        .review(
+            &body,
+            config.resolver.lookup_timeout + Duration::from_millis(500),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     // The object as it would be stored: the request's object with the patch applied.
     let object = match document.get("kind").and_then(Value::as_str) {
-        Some("AdmissionReview") => document.pointer("/request/object").cloned().unwrap_or(Value::Null),
+        Some("AdmissionReview") => document
+            .pointer("/request/object")
+            .cloned()
+            .unwrap_or(Value::Null),
         _ => document.clone(),
     };
     let mut patched = object;
     if !reviewed.operations.is_empty() && reviewed.out.response.allowed {
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(reviewed.operations.clone()))?;
+        let patch: json_patch::Patch =
+            serde_json::from_value(Value::Array(reviewed.operations.clone()))?;
         json_patch::patch(&mut patched, &patch).context("applying the patch")?;
     }
     let response = &reviewed.out.response;
-    let summary = reviewed.decision.as_ref().map_or("", |d| d.summary.as_str());
+    let summary = reviewed
+        .decision
+        .as_ref()
+        .map_or("", |d| d.summary.as_str());
     if args.json {
         let report = json!({
             "allowed": response.allowed,
@@ -93,7 +112,15 @@ pub async fn run(config: &Config, args: &ReviewArgs, out: &mut impl Write) -> an
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
     } else {
-        writeln!(out, "decision: {}", if response.allowed { "allowed" } else { "denied" })?;
+        writeln!(
+            out,
+            "decision: {}",
+            if response.allowed {
+                "allowed"
+            } else {
+                "denied"
+            }
+        )?;
         writeln!(out, "outcome:  {}", reviewed.outcome)?;
         if !summary.is_empty() {
             writeln!(out, "why:      {summary}")?;
@@ -104,10 +131,22 @@ pub async fn run(config: &Config, args: &ReviewArgs, out: &mut impl Write) -> an
         for warning in &response.warnings {
             writeln!(out, "warning:  {warning}")?;
         }
-        writeln!(out, "\n# JSON Patch\n{}", serde_json::to_string_pretty(&reviewed.operations)?)?;
+        writeln!(
+            out,
+            "\n# JSON Patch\n{}",
+            serde_json::to_string_pretty(&reviewed.operations)?
+        )?;
         if response.allowed {
-            writeln!(out, "\n# Patched Pod\n{}", serde_yaml_ng::to_string(&patched)?)?;
+            writeln!(
+                out,
+                "\n# Patched Pod\n{}",
+                serde_yaml_ng::to_string(&patched)?
+            )?;
         }
     }
-    Ok(if response.allowed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if response.allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

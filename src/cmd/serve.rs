@@ -17,7 +17,8 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
     let resolver = Arc::new(
-        Resolver::new(config.resolver.clone(), config.credential_store()?)?.with_observer(metrics.clone()),
+        Resolver::new(config.resolver.clone(), config.credential_store()?)?
+            .with_observer(metrics.clone()),
     );
     let certs = Arc::new(match &config.tls_files {
         Some((cert, key)) => CertStore::from_files(cert, key)?,
@@ -39,7 +40,11 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
     let reloader = tokio::spawn(certs.clone().watch(Some(metrics.clone())));
     let state = Arc::new(AppState {
-        admission: Admission::new(resolver.clone(), config.policy.clone(), Some(metrics.clone())),
+        admission: Admission::new(
+            resolver.clone(),
+            config.policy.clone(),
+            Some(metrics.clone()),
+        ),
         metrics,
         metrics_registry,
         resolver,

@@ -43,7 +43,10 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
 
     if let Some(arch) = &decision.node_selector {
         if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
-            ops.push(add(format!("/spec/nodeSelector/{}", token(ARCH_LABEL)), json!(arch)));
+            ops.push(add(
+                format!("/spec/nodeSelector/{}", token(ARCH_LABEL)),
+                json!(arch),
+            ));
         } else {
             ops.push(add("/spec/nodeSelector", json!({ ARCH_LABEL: arch })));
         }
@@ -69,7 +72,10 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
             ));
             node_affinity_added = true;
         } else {
-            match node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+            match node_affinity.and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }) {
                 None => ops.push(add(base, required)),
                 // No term at all can match nothing; give it one.
                 Some(r) if r.node_selector_terms.is_empty() => ops.push(add(
@@ -96,7 +102,8 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
             "weight": PREFERRED_WEIGHT,
             "preference": {"matchExpressions": [arch_requirement(std::slice::from_ref(arch))]},
         });
-        let preferred_path = "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
+        let preferred_path =
+            "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
         if affinity.is_none() && !node_affinity_added {
             ops.push(add(
                 "/spec/affinity",
@@ -108,7 +115,10 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
                 json!({"preferredDuringSchedulingIgnoredDuringExecution": [term]}),
             ));
         } else if node_affinity
-            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|n| {
+                n.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .is_some()
         {
             ops.push(add(format!("{preferred_path}/-"), term));
@@ -124,7 +134,10 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
                 json!(value),
             ));
         } else {
-            ops.push(add("/metadata/annotations", json!({ DECISION_ANNOTATION: value })));
+            ops.push(add(
+                "/metadata/annotations",
+                json!({ DECISION_ANNOTATION: value }),
+            ));
         }
     }
     ops

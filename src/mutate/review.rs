@@ -154,7 +154,11 @@ pub struct Status {
 impl AdmissionReviewOut {
     /// An allowed, unchanged answer to `review`.
     pub fn allow(review: &AdmissionReviewIn<'_>) -> Self {
-        let uid = review.request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+        let uid = review
+            .request
+            .as_ref()
+            .map(|r| r.uid.clone())
+            .unwrap_or_default();
         Self {
             api_version: review.api_version.clone(),
             kind: review.kind.clone(),
@@ -201,7 +205,13 @@ impl AdmissionReviewOut {
             let clean: String = warning
                 .as_ref()
                 .chars()
-                .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { ' ' })
+                .map(|c| {
+                    if c.is_ascii() && !c.is_ascii_control() {
+                        c
+                    } else {
+                        ' '
+                    }
+                })
                 .take(MAX_WARNING_LEN)
                 .collect();
             if !clean.trim().is_empty() {
@@ -213,5 +223,90 @@ impl AdmissionReviewOut {
 
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("an AdmissionReview serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+        "uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"","version":"v1","kind":"Pod"},
+        "operation":"CREATE","namespace":"apps","object":{"spec":{"containers":[]}}}}"#;
+
+    /// The exact bytes on the wire: `patch` is base64 (kube-rs/kube#1781 would send numbers),
+    /// `patchType` travels with it, the uid, apiVersion and kind are echoed.
+    #[test]
+    fn golden_wire_bytes() {
+        let review = parse(REQUEST.as_bytes()).unwrap();
+        let ops = vec![
+            serde_json::json!({"op": "add", "path": "/spec/tolerations", "value": [
+            {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}]}),
+        ];
+        let out = AdmissionReviewOut::allow(&review)
+            .with_patch(&ops)
+            .with_warnings(["one\twarning\nwith ünïcode"]);
+        assert_eq!(
+            String::from_utf8(out.to_json()).unwrap(),
+            concat!(
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"#,
+                r#""uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":true,"#,
+                r#""patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL3NwZWMvdG9sZXJhdGlvbnMiLCJ2YWx1ZSI6W3siZWZmZWN0IjoiTm9TY2hlZHVsZSIsImtleSI6Imt1YmVybmV0ZXMuaW8vYXJjaCIsIm9wZXJhdG9yIjoiRXF1YWwiLCJ2YWx1ZSI6ImFybTY0In1dfV0=","#,
+                r#""patchType":"JSONPatch","warnings":["one warning with  n code"]}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn empty_patch_sends_neither_patch_nor_type_and_denial_has_a_status() {
+        let review = parse(REQUEST.as_bytes()).unwrap();
+        let out = AdmissionReviewOut::allow(&review)
+            .with_patch(&[])
+            .deny("no common architecture");
+        assert_eq!(
+            String::from_utf8(out.to_json()).unwrap(),
+            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"705ab4f5-6393-11e8-b7cc-42010a800002","allowed":false,"status":{"code":403,"message":"no common architecture"}}}"#
+        );
+    }
+
+    #[test]
+    fn warnings_are_capped_in_number_and_length() {
+        let review = parse(REQUEST.as_bytes()).unwrap();
+        let long = "x".repeat(1000);
+        let out = AdmissionReviewOut::allow(&review).with_warnings(vec![long.as_str(); 40]);
+        assert_eq!(out.response.warnings.len(), MAX_WARNINGS);
+        assert!(out
+            .response
+            .warnings
+            .iter()
+            .all(|w| w.len() == MAX_WARNING_LEN));
+    }
+
+    #[test]
+    fn envelopes_that_are_not_admission_reviews() {
+        for (body, want) in [
+            (&b"\xff"[..], "not UTF-8"),
+            (b"{", "not JSON"),
+            (b"{}", "not an AdmissionReview"),
+            (
+                br#"{"apiVersion":"v1","kind":"AdmissionReview","request":null}"#,
+                "apiVersion",
+            ),
+            (
+                br#"{"apiVersion":"admission.k8s.io/v1","kind":"Pod"}"#,
+                "kind is \"Pod\"",
+            ),
+            (
+                br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+                "no request",
+            ),
+        ] {
+            let err = parse(body).unwrap_err().to_string();
+            assert!(err.contains(want), "{body:?}: {err}");
+        }
+        let review = parse(REQUEST.as_bytes()).unwrap();
+        let request = review.request.unwrap();
+        assert!(request.is_pod_create());
+        assert!(request.pod().is_ok());
     }
 }

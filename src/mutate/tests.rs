@@ -97,11 +97,19 @@ fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     let mut patched = pod_json.clone();
     let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
     json_patch::patch(&mut patched, &p).unwrap_or_else(|e| panic!("{e}: {ops:#?}"));
-    let patched_pod: Pod = serde_json::from_value(patched.clone()).expect("patched object is a Pod");
+    let patched_pod: Pod =
+        serde_json::from_value(patched.clone()).expect("patched object is a Pod");
     let again = decide("apps", &patched_pod, &images, facts, policy);
     let again_ops = patch::operations(&patched_pod, &again);
-    assert!(again_ops.is_empty(), "reinvocation changed the Pod again: {again_ops:#?}");
-    Outcome { decision, patched, ops }
+    assert!(
+        again_ops.is_empty(),
+        "reinvocation changed the Pod again: {again_ops:#?}"
+    );
+    Outcome {
+        decision,
+        patched,
+        ops,
+    }
 }
 
 fn arch_toleration(arch: &str) -> Value {
@@ -109,23 +117,45 @@ fn arch_toleration(arch: &str) -> Value {
 }
 
 fn required_terms(patched: &Value) -> &Value {
-    &patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    &patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
 }
 
 #[test]
 fn multi_arch_image_gets_tolerations_and_affinity_on_a_bare_pod() {
     let p = pod(&["app:1"], json!({}));
-    let out = run(&p, &facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64/v8", "linux/arm/v7"]))]), &policy());
-    assert_eq!(out.patched["spec"]["tolerations"], json!([arch_toleration("arm64")]));
+    let out = run(
+        &p,
+        &facts(&[(
+            "app:1",
+            Ok(&["linux/amd64", "linux/arm64/v8", "linux/arm/v7"]),
+        )]),
+        &policy(),
+    );
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
     assert_eq!(
         required_terms(&out.patched),
         &json!([{"matchExpressions": [{"key": ARCH_LABEL, "operator": "In", "values": ["amd64", "arm", "arm64"]}]}])
     );
-    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION].as_str().unwrap();
-    assert!(note.starts_with("linux architectures amd64,arm,arm64; tolerates arm64"), "{note}");
-    assert!(note.contains("app:1 (linux/amd64,linux/arm/v7,linux/arm64)"), "{note}");
+    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("linux architectures amd64,arm,arm64; tolerates arm64"),
+        "{note}"
+    );
+    assert!(
+        note.contains("app:1 (linux/amd64,linux/arm/v7,linux/arm64)"),
+        "{note}"
+    );
     // Parents are added whole, never `/spec` itself.
-    assert!(out.ops.iter().all(|op| op["op"] == "add" && op["path"] != "/spec"));
+    assert!(out
+        .ops
+        .iter()
+        .all(|op| op["op"] == "add" && op["path"] != "/spec"));
     assert!(out.ops.iter().any(|op| op["path"] == "/spec/tolerations"));
     assert!(out.ops.iter().any(|op| op["path"] == "/spec/affinity"));
 }
@@ -152,7 +182,10 @@ fn existing_tolerations_are_appended_to_and_equivalents_respected() {
         .push(json!({"key": ARCH_LABEL, "operator": "Exists"}));
     let out = run(&pod(&["app:1"], covered), &f, &policy());
     assert_eq!(out.decision.tolerations, vec![]);
-    assert_eq!(out.patched["spec"]["tolerations"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        out.patched["spec"]["tolerations"].as_array().unwrap().len(),
+        3
+    );
 
     // The empty key with Exists tolerates everything.
     let everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
@@ -179,27 +212,45 @@ fn common_architectures_of_all_images_including_init_and_ephemeral() {
         out.patched["spec"]["tolerations"],
         json!([arch_toleration("arm64"), arch_toleration("s390x")])
     );
-    assert_eq!(required_terms(&out.patched)[0]["matchExpressions"][0]["values"], json!(["arm64", "s390x"]));
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
+        json!(["arm64", "s390x"])
+    );
 }
 
 #[test]
 fn single_arch_default_image_is_pinned_without_tolerations() {
-    let out = run(&pod(&["legacy:1"], json!({})), &facts(&[("legacy:1", Ok(&["linux/amd64"]))]), &policy());
+    let out = run(
+        &pod(&["legacy:1"], json!({})),
+        &facts(&[("legacy:1", Ok(&["linux/amd64"]))]),
+        &policy(),
+    );
     assert!(out.patched["spec"]["tolerations"].is_null());
-    assert_eq!(required_terms(&out.patched)[0]["matchExpressions"][0]["values"], json!(["amd64"]));
-    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION].as_str().unwrap();
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
+    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
     assert!(note.contains("tolerates no tainted pool"), "{note}");
 }
 
 #[test]
 fn no_common_architecture_denies_naming_each_image_or_warns() {
     let p = pod(&["x86:1", "z:1"], json!({}));
-    let f = facts(&[("x86:1", Ok(&["linux/amd64"])), ("z:1", Ok(&["linux/s390x"]))]);
+    let f = facts(&[
+        ("x86:1", Ok(&["linux/amd64"])),
+        ("z:1", Ok(&["linux/s390x"])),
+    ]);
     let pod: Pod = serde_json::from_value(p.clone()).unwrap();
     let images = images_of(&pod).unwrap();
     let d = decide("apps", &pod, &images, &f, &policy());
     let message = d.deny.as_deref().unwrap();
-    assert!(message.contains("x86:1 (linux/amd64)") && message.contains("z:1 (linux/s390x)"), "{message}");
+    assert!(
+        message.contains("x86:1 (linux/amd64)") && message.contains("z:1 (linux/s390x)"),
+        "{message}"
+    );
     assert_eq!(d.outcome(), super::Outcome::Denied);
     assert!(patch::operations(&pod, &d).is_empty());
 
@@ -208,7 +259,11 @@ fn no_common_architecture_denies_naming_each_image_or_warns() {
     let out = run(&p, &f, &warn);
     assert!(out.decision.deny.is_none());
     assert_eq!(out.decision.outcome(), super::Outcome::NoCommonArchitecture);
-    assert!(out.decision.warnings[0].contains("no linux architecture is common"), "{:?}", out.decision.warnings);
+    assert!(
+        out.decision.warnings[0].contains("no linux architecture is common"),
+        "{:?}",
+        out.decision.warnings
+    );
     assert!(out.patched["spec"]["tolerations"].is_null());
     assert!(out.patched["spec"]["affinity"].is_null());
 }
@@ -216,13 +271,20 @@ fn no_common_architecture_denies_naming_each_image_or_warns() {
 #[test]
 fn lookup_failure_changes_nothing_but_explains_or_denies() {
     let p = pod(&["ok:1", "gone:1"], json!({}));
-    let f = facts(&[("ok:1", Ok(&["linux/arm64"])), ("gone:1", Err("not found in the registry"))]);
+    let f = facts(&[
+        ("ok:1", Ok(&["linux/arm64"])),
+        ("gone:1", Err("not found in the registry")),
+    ]);
     let out = run(&p, &f, &policy());
     assert_eq!(out.decision.outcome(), super::Outcome::LookupFailed);
     assert!(out.patched["spec"]["tolerations"].is_null());
     assert!(out.patched["spec"]["affinity"].is_null());
     assert_eq!(out.decision.warnings.len(), 1);
-    assert!(out.decision.warnings[0].contains("gone:1: not found"), "{:?}", out.decision.warnings);
+    assert!(
+        out.decision.warnings[0].contains("gone:1: not found"),
+        "{:?}",
+        out.decision.warnings
+    );
     assert!(out.patched["metadata"]["annotations"][DECISION_ANNOTATION]
         .as_str()
         .unwrap()
@@ -246,11 +308,18 @@ fn required_affinity_is_anded_into_every_existing_term() {
             ]
         }}}}}),
     );
-    let out = run(&p, &facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]), &policy());
+    let out = run(
+        &p,
+        &facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]),
+        &policy(),
+    );
     let terms = required_terms(&out.patched).as_array().unwrap();
     assert_eq!(terms.len(), 2, "no new OR'd term");
     let arch = json!({"key": ARCH_LABEL, "operator": "In", "values": ["amd64", "arm64"]});
-    assert_eq!(terms[0]["matchExpressions"], json!([{"key": "pool", "operator": "In", "values": ["a"]}, arch]));
+    assert_eq!(
+        terms[0]["matchExpressions"],
+        json!([{"key": "pool", "operator": "In", "values": ["a"]}, arch])
+    );
     assert_eq!(terms[1]["matchExpressions"], json!([arch]));
     assert_eq!(terms[1]["matchFields"][0]["values"], json!(["node-1"]));
 }
@@ -267,7 +336,11 @@ fn affinity_parents_added_where_missing() {
         let out = run(&pod(&["app:1"], extra.clone()), &f, &policy());
         let terms = required_terms(&out.patched);
         assert_eq!(terms.as_array().unwrap().len(), 1, "{extra}");
-        assert_eq!(terms[0]["matchExpressions"][0]["values"], json!(["amd64", "arm64"]), "{extra}");
+        assert_eq!(
+            terms[0]["matchExpressions"][0]["values"],
+            json!(["amd64", "arm64"]),
+            "{extra}"
+        );
     }
 }
 
@@ -278,16 +351,33 @@ fn a_pods_own_arch_constraint_is_respected_with_a_warning_when_it_contradicts() 
     let out = run(&pod(&["app:1"], pinned), &f, &policy());
     assert!(out.patched["spec"]["affinity"].is_null());
     assert_eq!(out.patched["spec"]["nodeSelector"][ARCH_LABEL], "s390x");
-    assert!(out.decision.warnings[0].contains("allows kubernetes.io/arch s390x"), "{:?}", out.decision.warnings);
+    assert!(
+        out.decision.warnings[0].contains("allows kubernetes.io/arch s390x"),
+        "{:?}",
+        out.decision.warnings
+    );
     // Tolerations are still added: they only permit, never force.
-    assert_eq!(out.patched["spec"]["tolerations"], json!([arch_toleration("arm64")]));
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
 
     let fine = json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": ARCH_LABEL, "operator": "In", "values": ["arm64"]}]}]
     }}}}});
     let out = run(&pod(&["app:1"], fine), &f, &policy());
-    assert!(out.decision.warnings.is_empty(), "{:?}", out.decision.warnings);
-    assert_eq!(required_terms(&out.patched)[0]["matchExpressions"].as_array().unwrap().len(), 1);
+    assert!(
+        out.decision.warnings.is_empty(),
+        "{:?}",
+        out.decision.warnings
+    );
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -299,14 +389,34 @@ fn node_selector_steering_pins_only_a_single_architecture() {
         &facts(&[("z:1", Ok(&["linux/s390x"]))]),
         &p,
     );
-    assert_eq!(out.patched["spec"]["nodeSelector"], json!({"disk": "ssd", ARCH_LABEL: "s390x"}));
-    assert!(out.ops.iter().any(|op| op["path"] == "/spec/nodeSelector/kubernetes.io~1arch"));
-    assert_eq!(out.patched["spec"]["tolerations"], json!([arch_toleration("s390x")]));
+    assert_eq!(
+        out.patched["spec"]["nodeSelector"],
+        json!({"disk": "ssd", ARCH_LABEL: "s390x"})
+    );
+    assert!(out
+        .ops
+        .iter()
+        .any(|op| op["path"] == "/spec/nodeSelector/kubernetes.io~1arch"));
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([arch_toleration("s390x")])
+    );
 
-    let out = run(&pod(&["z:1"], json!({})), &facts(&[("z:1", Ok(&["linux/s390x"]))]), &p);
-    assert_eq!(out.patched["spec"]["nodeSelector"], json!({ARCH_LABEL: "s390x"}));
+    let out = run(
+        &pod(&["z:1"], json!({})),
+        &facts(&[("z:1", Ok(&["linux/s390x"]))]),
+        &p,
+    );
+    assert_eq!(
+        out.patched["spec"]["nodeSelector"],
+        json!({ARCH_LABEL: "s390x"})
+    );
 
-    let out = run(&pod(&["m:1"], json!({})), &facts(&[("m:1", Ok(&["linux/amd64", "linux/s390x"]))]), &p);
+    let out = run(
+        &pod(&["m:1"], json!({})),
+        &facts(&[("m:1", Ok(&["linux/amd64", "linux/s390x"]))]),
+        &p,
+    );
     assert!(out.patched["spec"]["nodeSelector"].is_null());
     assert!(out.patched["spec"]["affinity"].is_null());
 }
@@ -315,8 +425,15 @@ fn node_selector_steering_pins_only_a_single_architecture() {
 fn steering_off_adds_only_tolerations() {
     let mut p = policy();
     p.steering = Steering::Off;
-    let out = run(&pod(&["m:1"], json!({})), &facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]), &p);
-    assert_eq!(out.patched["spec"]["tolerations"], json!([arch_toleration("arm64")]));
+    let out = run(
+        &pod(&["m:1"], json!({})),
+        &facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]),
+        &p,
+    );
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
     assert!(out.patched["spec"]["affinity"].is_null());
 }
 
@@ -326,7 +443,8 @@ fn preferred_architecture_and_the_pods_override() {
     let mut p = policy();
     p.preferred_architecture = Some("arm64".into());
     let out = run(&pod(&["m:1"], json!({})), &f, &p);
-    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(
         preferred,
         &json!([{"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": [
@@ -335,40 +453,81 @@ fn preferred_architecture_and_the_pods_override() {
     assert_eq!(required_terms(&out.patched).as_array().unwrap().len(), 1);
 
     // The Pod says no preference.
-    let out = run(&pod(&["m:1"], json!({"metadata": {"labels": {PREFERRED_KEY: "none"}}})), &f, &p);
-    assert!(out.patched["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_null());
+    let out = run(
+        &pod(
+            &["m:1"],
+            json!({"metadata": {"labels": {PREFERRED_KEY: "none"}}}),
+        ),
+        &f,
+        &p,
+    );
+    assert!(out.patched["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"]
+        .is_null());
 
     // The Pod prefers amd64 (annotation), with steering off and no config preference.
     let mut off = policy();
     off.steering = Steering::Off;
-    let out = run(&pod(&["m:1"], json!({"metadata": {"annotations": {PREFERRED_KEY: "amd64"}}})), &f, &off);
-    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
-    assert_eq!(preferred[0]["preference"]["matchExpressions"][0]["values"], json!(["amd64"]));
+    let out = run(
+        &pod(
+            &["m:1"],
+            json!({"metadata": {"annotations": {PREFERRED_KEY: "amd64"}}}),
+        ),
+        &f,
+        &off,
+    );
+    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(
+        preferred[0]["preference"]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
 
     // A preference the images cannot honour is ignored with a warning.
-    let out = run(&pod(&["m:1"], json!({"metadata": {"labels": {PREFERRED_KEY: "s390x"}}})), &f, &p);
+    let out = run(
+        &pod(
+            &["m:1"],
+            json!({"metadata": {"labels": {PREFERRED_KEY: "s390x"}}}),
+        ),
+        &f,
+        &p,
+    );
     assert!(out.decision.preferred_architecture.is_none());
-    assert!(out.decision.warnings.iter().any(|w| w.contains("s390x ignored")));
+    assert!(out
+        .decision
+        .warnings
+        .iter()
+        .any(|w| w.contains("s390x ignored")));
 
     // Existing preferred terms are appended to.
     let existing = json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}}});
     let out = run(&pod(&["m:1"], existing), &f, &p);
-    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(preferred.as_array().unwrap().len(), 2);
 }
 
 #[test]
 fn the_pods_os_filters_platforms() {
-    let f = facts(&[("win:1", Ok(&["linux/amd64", "linux/arm64", "windows/amd64"]))]);
+    let f = facts(&[(
+        "win:1",
+        Ok(&["linux/amd64", "linux/arm64", "windows/amd64"]),
+    )]);
     let windows = json!({"spec": {"nodeSelector": {OS_LABEL: "windows"}}});
     let out = run(&pod(&["win:1"], windows), &f, &policy());
     assert!(out.patched["spec"]["tolerations"].is_null());
-    assert_eq!(required_terms(&out.patched)[0]["matchExpressions"][0]["values"], json!(["amd64"]));
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
 
     let spec_os = json!({"spec": {"os": {"name": "windows"}}});
     let out = run(&pod(&["win:1"], spec_os), &f, &policy());
-    assert_eq!(required_terms(&out.patched)[0]["matchExpressions"][0]["values"], json!(["amd64"]));
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
 
     // A Windows-only image in a Linux Pod: nothing in common.
     let only = facts(&[("win:1", Ok(&["windows/amd64"]))]);
@@ -391,7 +550,13 @@ fn opt_outs() {
         assert!(!d.changes_pod());
     }
     let pod: Pod = serde_json::from_value(pod(&["m:1"], json!({}))).unwrap();
-    let d = decide("kube-system", &pod, &images_of(&pod).unwrap(), &f, &policy());
+    let d = decide(
+        "kube-system",
+        &pod,
+        &images_of(&pod).unwrap(),
+        &f,
+        &policy(),
+    );
     assert_eq!(d.outcome(), super::Outcome::Skipped);
     assert!(skip_reason("kube-system", &pod, &policy()).is_some());
     assert!(skip_reason("apps", &pod, &policy()).is_none());
@@ -406,7 +571,11 @@ fn exists_template_and_toleration_seconds() {
         effect: "NoExecute".into(),
         toleration_seconds: Some(60),
     };
-    let out = run(&pod(&["m:1"], json!({})), &facts(&[("m:1", Ok(&["linux/arm64"]))]), &p);
+    let out = run(
+        &pod(&["m:1"], json!({})),
+        &facts(&[("m:1", Ok(&["linux/arm64"]))]),
+        &p,
+    );
     assert_eq!(
         out.patched["spec"]["tolerations"],
         json!([{"key": "example.com/arch", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}])
@@ -415,10 +584,15 @@ fn exists_template_and_toleration_seconds() {
 
 #[test]
 fn images_of_names_containers_without_images() {
-    let p: Pod = serde_json::from_value(json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b"}]}})).unwrap();
+    let p: Pod = serde_json::from_value(
+        json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b"}]}}),
+    )
+    .unwrap();
     assert_eq!(images_of(&p).unwrap_err(), "container \"b\" has no image");
     let p: Pod = serde_json::from_value(json!({"metadata": {}})).unwrap();
     assert!(images_of(&p).is_err());
-    let p: Pod = serde_json::from_value(json!({"spec": {"containers": [{"name": "a", "image": " "}]}})).unwrap();
+    let p: Pod =
+        serde_json::from_value(json!({"spec": {"containers": [{"name": "a", "image": " "}]}}))
+            .unwrap();
     assert!(images_of(&p).is_err());
 }

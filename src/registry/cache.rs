@@ -79,7 +79,9 @@ impl LookupCache {
         entry.as_ref().clone()
     }
 
-    pub fn entry_count(&self) -> u64 {
+    /// Entries cached now (after applying pending inserts and evictions, which moka defers).
+    pub async fn entry_count(&self) -> u64 {
+        self.entries.run_pending_tasks().await;
         self.entries.entry_count()
     }
 }
@@ -209,7 +211,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        cache.entries.run_pending_tasks().await;
-        assert!(cache.entry_count() <= 10, "{}", cache.entry_count());
+        let count = cache.entry_count().await;
+        assert!(count <= 10, "{count}");
     }
 }

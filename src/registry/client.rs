@@ -243,18 +243,20 @@ impl HostSource<'_> {
         }
         let started = Instant::now();
         let result = request.send().await;
-        self.client
-            .observe(&self.host, result.as_ref().ok().map(|r| r.status().as_u16()));
+        self.client.observe(
+            &self.host,
+            result.as_ref().ok().map(|r| r.status().as_u16()),
+        );
         match &result {
             Ok(response) => tracing::debug!(
                 host = %self.host, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64,
                 "registry request"
             ),
             Err(e) => {
-                tracing::debug!(host = %self.host, error = %error_chain(e), "registry request failed")
+                tracing::debug!(host = %self.host, error = %transport_reason(e), "registry request failed")
             }
         }
-        result.map_err(|e| FetchError::Transport(error_chain(&e)))
+        result.map_err(|e| FetchError::Transport(transport_reason(&e)))
     }
 
     /// Works out the `Authorization` for a challenge; `None` when we have nothing to offer.
@@ -306,19 +308,29 @@ impl HostSource<'_> {
             )));
         }
         let scope = format!("repository:{repository}:pull");
-        let mut query: Vec<(&str, &str)> = vec![("scope", &scope)];
-        if let Some(service) = challenge.param("service") {
-            query.push(("service", service));
+        let mut realm_url = realm_url;
+        {
+            let mut query = realm_url.query_pairs_mut();
+            query.append_pair("scope", &scope);
+            if let Some(service) = challenge.param("service") {
+                query.append_pair("service", service);
+            }
         }
-        let mut request = self.client.http.get(realm_url).query(&query);
+        let mut request = self.client.http.get(realm_url);
         if let Some(credential) = self.credential {
             request = request.header(AUTHORIZATION, basic_authorization(credential));
         }
         let response = request.send().await;
-        self.client
-            .observe(&realm_host, response.as_ref().ok().map(|r| r.status().as_u16()));
-        let response =
-            response.map_err(|e| FetchError::Transport(format!("token service: {}", error_chain(&e))))?;
+        self.client.observe(
+            &realm_host,
+            response.as_ref().ok().map(|r| r.status().as_u16()),
+        );
+        let response = response.map_err(|e| {
+            FetchError::Transport(format!(
+                "token service {realm_host}: {}",
+                transport_reason(&e)
+            ))
+        })?;
         match response.status() {
             StatusCode::OK => {}
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
@@ -432,7 +444,7 @@ async fn read_capped(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| FetchError::Transport(error_chain(&e)))?
+        .map_err(|e| FetchError::Transport(transport_reason(&e)))?
     {
         if body.len() + chunk.len() > max_bytes {
             return Err(FetchError::TooLarge);
@@ -525,6 +537,29 @@ fn verify_digest(expected: &str, body: &[u8]) -> Result<(), FetchError> {
             "content does not match its digest (expected {expected}, got {actual})"
         )))
     }
+}
+
+/// Why a request failed, short enough for an admission warning: what failed (connect, timeout,
+/// body) and the root cause, without reqwest's "error sending request for url (…)" preamble (the
+/// host is named by the caller).
+pub(crate) fn transport_reason(e: &reqwest::Error) -> String {
+    let mut root: &dyn std::error::Error = e;
+    while let Some(source) = root.source() {
+        root = source;
+    }
+    let what = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connect failed"
+    } else if e.is_body() || e.is_decode() {
+        "reading the answer failed"
+    } else {
+        "request failed"
+    };
+    if std::ptr::addr_eq(root, e as &dyn std::error::Error) {
+        return format!("{what}: {e}");
+    }
+    format!("{what}: {root}")
 }
 
 /// An error and its causes on one line: reqwest's top-level message ("error sending request")

@@ -40,7 +40,12 @@ pub enum TlsError {
 }
 
 /// Parses a PEM certificate chain and private key into a checked pair.
-pub fn certified_key(cert_pem: &[u8], key_pem: &[u8], cert_path: &Path, key_path: &Path) -> Result<CertifiedKey, TlsError> {
+pub fn certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<CertifiedKey, TlsError> {
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Invalid {
@@ -87,7 +92,9 @@ pub struct CertStore {
 
 impl fmt::Debug for CertStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CertStore").field("files", &self.files).finish()
+        f.debug_struct("CertStore")
+            .field("files", &self.files)
+            .finish()
     }
 }
 
@@ -171,11 +178,12 @@ impl CertStore {
 
     /// The rustls server configuration: h2 and HTTP/1.1 (the API server speaks HTTP/1.1).
     pub fn server_config(self: &Arc<Self>) -> Arc<ServerConfig> {
-        let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
+        let mut config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_no_client_auth()
+                .with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Arc::new(config)
     }
@@ -195,7 +203,10 @@ pub struct SelfSigned {
 
 /// Generates a CA and a serving certificate for `names` (DNS names or IP addresses).
 pub fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
     let generate = |e: rcgen::Error| TlsError::Generate(e.to_string());
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -203,9 +214,12 @@ pub fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
     ca_params
         .distinguished_name
         .push(DnType::CommonName, "tolerable self-signed CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().map_err(generate)?).map_err(generate)?;
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().map_err(generate)?)
+        .map_err(generate)?;
     let mut params = CertificateParams::new(names.to_vec()).map_err(generate)?;
-    params.distinguished_name.push(DnType::CommonName, "tolerable");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "tolerable");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let key = KeyPair::generate().map_err(generate)?;
     let cert = params.signed_by(&key, &ca).map_err(generate)?;

@@ -8,6 +8,7 @@ pub mod fake;
 pub mod fixtures;
 pub mod registry;
 pub mod token;
+pub mod webhook;
 
 use std::sync::Once;
 use std::time::Duration;

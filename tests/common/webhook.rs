@@ -1,0 +1,204 @@
+//! The webhook server, started in-process on 127.0.0.1 with certificates laid out the way the
+//! kubelet mounts a Secret (`..data` symlink), and a client that trusts the test CA.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tolerable::admission::Admission;
+use tolerable::metrics::Metrics;
+use tolerable::mutate::{
+    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
+    TolerationTemplate, ARCH_LABEL,
+};
+use tolerable::registry::{CredentialStore, Resolver, ResolverSettings};
+use tolerable::server::tls::CertStore;
+use tolerable::server::AppState;
+
+use super::certs;
+
+pub fn policy() -> Policy {
+    Policy {
+        supported_architectures: BTreeSet::from(["arm64".to_owned(), "s390x".to_owned()]),
+        toleration: TolerationTemplate {
+            key: ARCH_LABEL.into(),
+            operator: TolerationOperator::Equal,
+            effect: "NoSchedule".into(),
+            toleration_seconds: None,
+        },
+        steering: Steering::NodeAffinity,
+        preferred_architecture: None,
+        on_no_common_architecture: OnNoCommonArchitecture::Deny,
+        on_lookup_failure: OnLookupFailure::Allow,
+        skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+    }
+}
+
+/// A Secret volume as the kubelet writes it: `tls.crt -> ..data/tls.crt`,
+/// `..data -> ..<timestamp>/`. [`SecretVolume::rotate`] swaps `..data` atomically.
+pub struct SecretVolume {
+    pub dir: tempfile::TempDir,
+    generation: usize,
+}
+
+impl SecretVolume {
+    pub fn new(cert_pem: &str, key_pem: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut volume = Self { dir, generation: 0 };
+        volume.write_generation(cert_pem, key_pem);
+        std::os::unix::fs::symlink(
+            volume.generation_dir_name(),
+            volume.dir.path().join("..data"),
+        )
+        .unwrap();
+        for name in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), volume.dir.path().join(name))
+                .unwrap();
+        }
+        volume
+    }
+
+    fn generation_dir_name(&self) -> String {
+        format!(
+            "..2026_11_22_00_00_{:02}.{}",
+            self.generation,
+            1000 + self.generation
+        )
+    }
+
+    fn write_generation(&mut self, cert_pem: &str, key_pem: &str) {
+        let dir = self.dir.path().join(self.generation_dir_name());
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("tls.crt"), cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), key_pem).unwrap();
+    }
+
+    /// The kubelet's atomic update: write a new timestamped directory, point a temporary
+    /// symlink at it, rename it over `..data`, remove the old directory.
+    pub fn rotate(&mut self, cert_pem: &str, key_pem: &str) {
+        let old = self.dir.path().join(self.generation_dir_name());
+        self.generation += 1;
+        self.write_generation(cert_pem, key_pem);
+        let tmp = self.dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(self.generation_dir_name(), &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
+        std::fs::remove_dir_all(old).unwrap();
+    }
+
+    pub fn cert_path(&self) -> PathBuf {
+        self.dir.path().join("tls.crt")
+    }
+
+    pub fn key_path(&self) -> PathBuf {
+        self.dir.path().join("tls.key")
+    }
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    pub volume: SecretVolume,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    reloader: JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(policy: Policy, settings: ResolverSettings) -> Self {
+        super::init();
+        let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
+        let volume = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+        let mut metrics_registry = prometheus_client::registry::Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut metrics_registry));
+        let resolver = Arc::new(
+            Resolver::new(settings, CredentialStore::default())
+                .unwrap()
+                .with_observer(metrics.clone()),
+        );
+        let store =
+            Arc::new(CertStore::from_files(&volume.cert_path(), &volume.key_path()).unwrap());
+        let reloader = tokio::spawn(store.clone().watch(Some(metrics.clone())));
+        let state = Arc::new(AppState {
+            admission: Admission::new(resolver.clone(), policy, Some(metrics.clone())),
+            metrics,
+            metrics_registry,
+            resolver,
+            ready: AtomicBool::new(false),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(tolerable::server::run(
+            listener,
+            store,
+            state.clone(),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            addr,
+            state,
+            volume,
+            shutdown: Some(tx),
+            task: Some(task),
+            reloader,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    /// Asks the server to shut down (as SIGTERM does) and waits until it has.
+    pub async fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+
+    pub fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.reloader.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// An HTTPS client that trusts only the test CA and resolves `localhost` to 127.0.0.1.
+pub fn client() -> reqwest::Client {
+    client_builder().build().unwrap()
+}
+
+pub fn client_builder() -> reqwest::ClientBuilder {
+    super::init();
+    let ca = reqwest::Certificate::from_pem(certs::ca().ca_pem.as_bytes()).unwrap();
+    reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .resolve("localhost", "127.0.0.1:0".parse().unwrap())
+        .no_proxy()
+}
+
+/// A recorded AdmissionReview from `tests/data`, its images pointed at `registry_host`.
+pub fn recorded(name: &str, registry_host: &str) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text.replace("127.0.0.1:25000", registry_host)).unwrap()
+}
