@@ -1,0 +1,267 @@
+//! `tolerable serve` and `tolerable review`, run as the binary an operator runs.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::registry;
+use serde_json::{json, Value};
+
+fn tolerable() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host)
+        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x")
+        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .current_dir(std::env::temp_dir());
+    command
+}
+
+fn review(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = tolerable()
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn pod_yaml(images: &[&str]) -> String {
+    let mut yaml = String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  containers:\n");
+    for (i, image) in images.iter().enumerate() {
+        yaml.push_str(&format!("  - name: c{i}\n    image: {image}\n"));
+    }
+    yaml
+}
+
+#[test]
+fn review_a_pod_manifest_in_yaml() {
+    let host = &registry::plain().host;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    std::fs::write(
+        &file,
+        pod_yaml(&[&format!("{host}/fixtures/multiarch-oci:v1")]),
+    )
+    .unwrap();
+    let out = review(&[file.to_str().unwrap()], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(text.contains("tolerates arm64"), "{text}");
+    assert!(text.contains("# JSON Patch"), "{text}");
+    // The patched Pod, in YAML.
+    let patched = text.split("# Patched Pod\n").nth(1).unwrap();
+    let pod: Value = serde_yaml_ng::from_str(patched).unwrap();
+    assert_eq!(pod["spec"]["tolerations"][0]["value"], "arm64");
+    assert_eq!(pod["metadata"]["name"], "web");
+}
+
+#[test]
+fn review_an_admission_review_as_json_from_stdin() {
+    let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
+    let out = review(&["--json", "-"], Some(&request.to_string()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["allowed"], true);
+    assert_eq!(report["outcome"], "decided");
+    assert_eq!(
+        report["response"]["response"]["uid"],
+        request["request"]["uid"]
+    );
+    assert_eq!(
+        report["pod"]["spec"]["tolerations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(!report["patch"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn review_exit_status_says_denied() {
+    let host = &registry::plain().host;
+    let yaml = pod_yaml(&[
+        &format!("{host}/fixtures/s390x-docker:v1"),
+        &format!("{host}/fixtures/amd64-docker:v1"),
+    ]);
+    let out = review(&["-"], Some(&yaml));
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("decision: denied"), "{text}");
+    assert!(text.contains("s390x-docker:v1 (linux/s390x)"), "{text}");
+    assert!(!text.contains("# Patched Pod"), "{text}");
+}
+
+#[test]
+fn review_bad_input_is_a_clear_error() {
+    for (input, want) in [
+        ("key: [unclosed", "neither JSON nor YAML"),
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nspec: {}\n",
+            "got kind Deployment",
+        ),
+        ("just a string", "expected a Pod"),
+    ] {
+        let out = review(&["-"], Some(input));
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{input}: {stderr}");
+    }
+    let out = review(&["/nonexistent/pod.yaml"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/pod.yaml"));
+}
+
+/// A newcomer's first run: no certificate configured, so `serve` makes one and prints its CA;
+/// SIGTERM stops it cleanly.
+#[tokio::test]
+async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
+    common::init();
+    let port = common::free_port();
+    let mut child = tolerable()
+        .arg("serve")
+        .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ca = String::new();
+    let mut line = String::new();
+    let started = Instant::now();
+    while !ca.contains("-----END CERTIFICATE-----") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "serve exited before printing its CA"
+        );
+        if line.starts_with("-----BEGIN") || !ca.is_empty() {
+            ca.push_str(&line);
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
+            ready = r.status() == 200;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "not ready");
+    let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
+    let response: Value = client
+        .post(format!("{url}/mutate?timeout=10s"))
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json_or_text()
+        .await;
+    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
+    assert!(response["response"]["patch"].is_string());
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            panic!("serve did not stop on SIGTERM:\n{stderr}");
+        }
+        // An async sleep: the client's (h2) connection must stay polled to answer the server's
+        // GOAWAY/PING during graceful shutdown.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("SIGTERM received"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_to_start_on_bad_certificates_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("tls.crt");
+    let key = dir.path().join("tls.key");
+    std::fs::write(&cert, "not a certificate").unwrap();
+    std::fs::write(&key, "not a key").unwrap();
+    let out = tolerable()
+        .arg("serve")
+        .env("TOLERABLE_SSL_CERT_PATH", &cert)
+        .env("TOLERABLE_SSL_KEY_PATH", &key)
+        .env(
+            "TOLERABLE_LISTEN_ADDR",
+            format!("127.0.0.1:{}", common::free_port()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ssl_cert_path"), "{stderr}");
+
+    let out = tolerable()
+        .arg("serve")
+        .env("TOLERABLE_SSL_CERT_PATH", &cert)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ssl_key_path"));
+}
+
+trait JsonOrText {
+    async fn json_or_text(self) -> Value;
+}
+
+impl JsonOrText for reqwest::Response {
+    async fn json_or_text(self) -> Value {
+        let bytes = self.bytes().await.unwrap();
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+    }
+}
