@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
 use crate::metrics::Metrics;
 use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
@@ -21,7 +20,7 @@ pub struct Reviewed {
     /// The Pod as received, when the request carried one that could be read.
     pub pod: Option<Pod>,
     pub decision: Option<Decision>,
-    pub operations: Vec<Value>,
+    pub operations: Vec<patch::Operation>,
     /// A bounded label: decided, skipped, denied, …
     pub outcome: &'static str,
 }

@@ -435,8 +435,8 @@ pub fn decide(
         let archs: BTreeSet<String> = found
             .platforms
             .iter()
-            .filter(|p| p.os == os)
-            .map(|p| p.architecture.clone())
+            .filter(|p| *p.os == *os)
+            .map(|p| p.architecture.to_string())
             .collect();
         let platforms = join(found.platforms.iter().map(ToString::to_string));
         described.push(format!("{image} ({platforms})"));

@@ -36,11 +36,10 @@ pub const MAX_INDEX_DEPTH: usize = 3;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImagePlatforms {
-    /// The normalised reference that was looked up.
-    pub reference: String,
     /// Digest of the top-level manifest or index.
     pub digest: String,
-    pub media_type: String,
+    /// One of the manifest types in [`manifest::ACCEPT`] (or schema 1).
+    pub media_type: &'static str,
     /// Sorted, without duplicates; never empty.
     pub platforms: Vec<Platform>,
     /// The host that answered (a mirror or the origin's API host).
@@ -48,7 +47,7 @@ pub struct ImagePlatforms {
     pub served_by: String,
     /// Where the credential used came from, or `anonymous`. Never the credential itself.
     #[serde(skip)]
-    pub credential_source: String,
+    pub credential_source: Arc<str>,
 }
 
 /// Why an image's platforms could not be determined. Each message names the image and is safe
@@ -201,7 +200,7 @@ pub trait ManifestSource: Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Walked {
     pub digest: String,
-    pub media_type: String,
+    pub media_type: &'static str,
     pub platforms: Vec<Platform>,
 }
 
@@ -215,10 +214,11 @@ pub async fn walk(
 ) -> Result<Walked, FetchError> {
     let (body, digest) = source.manifest(repository, reference).await?;
     let parsed = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest)?;
-    let media_type = parsed.media_type().to_owned();
+    let media_type = manifest::known_media_type(parsed.media_type());
     let mut platforms = platforms_of(source, repository, parsed, 0).await?;
     platforms.sort();
     platforms.dedup();
+    platforms.shrink_to_fit();
     Ok(Walked {
         digest,
         media_type,
@@ -337,10 +337,10 @@ impl Resolver {
             .chain(self.credentials.for_registry(reference.registry()))
             .cloned()
             .collect();
-        let key = CacheKey {
-            reference: reference.clone(),
-            credentials: chain.iter().map(|c| self.client.fingerprint(c)).collect(),
-        };
+        let key = CacheKey::new(
+            &reference,
+            chain.iter().map(|c| self.client.fingerprint(c)).collect(),
+        );
         let timeout = self.settings.lookup_timeout;
         let missed = std::sync::atomic::AtomicBool::new(false);
         let result = self
@@ -411,12 +411,12 @@ impl Resolver {
                 Ok(walked) => {
                     tracing::debug!(image = %shown, %host, credential = %label, digest = %walked.digest, "resolved");
                     return Ok(Arc::new(ImagePlatforms {
-                        reference: shown,
                         digest: walked.digest,
                         media_type: walked.media_type,
                         platforms: walked.platforms,
                         served_by: host.to_owned(),
-                        credential_source: label,
+                        credential_source: credential
+                            .map_or_else(|| Arc::from("anonymous"), Credential::shared_source),
                     }));
                 }
                 Err(FetchError::Unauthorized) => {

@@ -39,7 +39,6 @@ async fn assert_every_shape(registry: &Registry, resolver: &Resolver) {
                 let found = result.unwrap_or_else(|e| panic!("{:?} {image}: {e}", registry.mode));
                 assert_eq!(platforms(&found), *expected, "{:?} {image}", registry.mode);
                 assert!(found.digest.starts_with("sha256:"), "{}", found.digest);
-                assert_eq!(found.reference, image);
             }
             None => match result {
                 Err(LookupError::NotAnImage { media_type, .. }) => {
@@ -446,7 +445,6 @@ async fn docker_hub_images_through_a_mirror() {
         .insert("docker.io".into(), registry.host.clone());
     let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
     let found = resolver.resolve("nginx").await.unwrap();
-    assert_eq!(found.reference, "docker.io/library/nginx:latest");
     assert_eq!(found.served_by, registry.host);
     assert_eq!(
         platforms(&found),

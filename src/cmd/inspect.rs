@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::cli::InspectArgs;
 use crate::config::Config;
-use crate::registry::{ImagePlatforms, LookupError, Resolver};
+use crate::registry::{ImagePlatforms, ImageReference, LookupError, Resolver};
 
 pub async fn run(
     config: &Config,
@@ -33,7 +33,7 @@ pub async fn run(
             match result {
                 Ok(found) => {
                     writeln!(out, "{image}")?;
-                    writeln!(out, "  reference:  {}", found.reference)?;
+                    writeln!(out, "  reference:  {}", normalized(image))?;
                     writeln!(out, "  digest:     {}", found.digest)?;
                     writeln!(out, "  media type: {}", found.media_type)?;
                     let platforms: Vec<String> =
@@ -60,11 +60,15 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
     match result {
         Ok(found) => json!({
             "image": image,
-            "reference": found.reference,
+            "reference": normalized(image),
             "digest": found.digest,
             "mediaType": found.media_type,
             "platforms": found.platforms,
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
     }
+}
+
+fn normalized(image: &str) -> String {
+    ImageReference::parse(image).map_or_else(|_| image.to_owned(), |r| r.to_string())
 }

@@ -90,7 +90,7 @@ pub async fn run(
     let mut patched = object;
     if !reviewed.operations.is_empty() && reviewed.out.response.allowed {
         let patch: json_patch::Patch =
-            serde_json::from_value(Value::Array(reviewed.operations.clone()))?;
+            serde_json::from_value(serde_json::to_value(&reviewed.operations)?)?;
         json_patch::patch(&mut patched, &patch).context("applying the patch")?;
     }
     let response = &reviewed.out.response;

@@ -1,27 +1,75 @@
 //! Decision → JSON Patch (RFC 6902) against the Pod it was made for. Only `add` operations, each
 //! adding a missing parent first, so the patch is right whether `/spec/tolerations` or
-//! `/spec/affinity` exist or not — and `/spec` itself is never replaced.
+//! `/spec/affinity` exist or not — and `/spec` itself is never replaced. Values are the
+//! `k8s-openapi` types, serialized straight to the wire (no intermediate JSON tree: this is on
+//! the hot path of every admission).
 
-use k8s_openapi::api::core::v1::Pod;
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    PreferredSchedulingTerm, Toleration,
+};
+use serde::Serialize;
 
 use super::{Decision, ARCH_LABEL, DECISION_ANNOTATION, PREFERRED_WEIGHT};
+
+/// One JSON Patch operation (always `add`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Operation {
+    pub op: &'static str,
+    pub path: String,
+    pub value: PatchValue,
+}
+
+/// What an operation adds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PatchValue {
+    Tolerations(Vec<Toleration>),
+    Toleration(Toleration),
+    Text(String),
+    Map(BTreeMap<&'static str, String>),
+    Affinity(Affinity),
+    NodeAffinity(NodeAffinity),
+    Required(NodeSelector),
+    Requirement(NodeSelectorRequirement),
+    Requirements(Vec<NodeSelectorRequirement>),
+    Term(NodeSelectorTerm),
+    Preferred(Vec<PreferredSchedulingTerm>),
+    PreferredTerm(PreferredSchedulingTerm),
+}
 
 /// Escapes one JSON Pointer token (`~` → `~0`, `/` → `~1`).
 fn token(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-fn add(path: impl Into<String>, value: Value) -> Value {
-    json!({"op": "add", "path": path.into(), "value": value})
+fn add(path: impl Into<String>, value: PatchValue) -> Operation {
+    Operation {
+        op: "add",
+        path: path.into(),
+        value,
+    }
 }
 
-fn arch_requirement(architectures: &[String]) -> Value {
-    json!({"key": ARCH_LABEL, "operator": "In", "values": architectures})
+fn arch_requirement(architectures: &[String]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: ARCH_LABEL.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(architectures.to_vec()),
+    }
+}
+
+fn term(requirement: NodeSelectorRequirement) -> NodeSelectorTerm {
+    NodeSelectorTerm {
+        match_expressions: Some(vec![requirement]),
+        match_fields: None,
+    }
 }
 
 /// The JSON Patch operations that apply `decision` to `pod`. Empty when nothing changes.
-pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
+pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
     let mut ops = Vec::new();
     if decision.deny.is_some() {
         return ops;
@@ -29,15 +77,18 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
     let spec = pod.spec.as_ref();
 
     if !decision.tolerations.is_empty() {
-        let values: Vec<Value> = decision
-            .tolerations
-            .iter()
-            .map(|t| serde_json::to_value(t).expect("a toleration serializes"))
-            .collect();
         if spec.and_then(|s| s.tolerations.as_ref()).is_some() {
-            ops.extend(values.into_iter().map(|v| add("/spec/tolerations/-", v)));
+            ops.extend(
+                decision
+                    .tolerations
+                    .iter()
+                    .map(|t| add("/spec/tolerations/-", PatchValue::Toleration(t.clone()))),
+            );
         } else {
-            ops.push(add("/spec/tolerations", Value::Array(values)));
+            ops.push(add(
+                "/spec/tolerations",
+                PatchValue::Tolerations(decision.tolerations.clone()),
+            ));
         }
     }
 
@@ -45,10 +96,13 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
         if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
             ops.push(add(
                 format!("/spec/nodeSelector/{}", token(ARCH_LABEL)),
-                json!(arch),
+                PatchValue::Text(arch.clone()),
             ));
         } else {
-            ops.push(add("/spec/nodeSelector", json!({ ARCH_LABEL: arch })));
+            ops.push(add(
+                "/spec/nodeSelector",
+                PatchValue::Map(BTreeMap::from([(ARCH_LABEL, arch.clone())])),
+            ));
         }
     }
 
@@ -57,18 +111,29 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
     let mut node_affinity_added = false;
     if let Some(architectures) = &decision.required_architectures {
         let requirement = arch_requirement(architectures);
-        let required = json!({"nodeSelectorTerms": [{"matchExpressions": [requirement.clone()]}]});
+        let required = NodeSelector {
+            node_selector_terms: vec![term(requirement.clone())],
+        };
         let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
         if affinity.is_none() {
             ops.push(add(
                 "/spec/affinity",
-                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}),
+                PatchValue::Affinity(Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(required),
+                        ..NodeAffinity::default()
+                    }),
+                    ..Affinity::default()
+                }),
             ));
             node_affinity_added = true;
         } else if node_affinity.is_none() {
             ops.push(add(
                 "/spec/affinity/nodeAffinity",
-                json!({"requiredDuringSchedulingIgnoredDuringExecution": required}),
+                PatchValue::NodeAffinity(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(required),
+                    ..NodeAffinity::default()
+                }),
             ));
             node_affinity_added = true;
         } else {
@@ -76,20 +141,26 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
                 n.required_during_scheduling_ignored_during_execution
                     .as_ref()
             }) {
-                None => ops.push(add(base, required)),
+                None => ops.push(add(base, PatchValue::Required(required))),
                 // No term at all can match nothing; give it one.
                 Some(r) if r.node_selector_terms.is_empty() => ops.push(add(
                     format!("{base}/nodeSelectorTerms/-"),
-                    json!({"matchExpressions": [requirement]}),
+                    PatchValue::Term(term(requirement)),
                 )),
                 // AND into every term: terms are OR'd, so a new term would widen, not narrow.
                 Some(r) => {
-                    for (i, term) in r.node_selector_terms.iter().enumerate() {
+                    for (i, existing) in r.node_selector_terms.iter().enumerate() {
                         let path = format!("{base}/nodeSelectorTerms/{i}/matchExpressions");
-                        if term.match_expressions.is_some() {
-                            ops.push(add(format!("{path}/-"), requirement.clone()));
+                        if existing.match_expressions.is_some() {
+                            ops.push(add(
+                                format!("{path}/-"),
+                                PatchValue::Requirement(requirement.clone()),
+                            ));
                         } else {
-                            ops.push(add(path, json!([requirement.clone()])));
+                            ops.push(add(
+                                path,
+                                PatchValue::Requirements(vec![requirement.clone()]),
+                            ));
                         }
                     }
                 }
@@ -98,21 +169,28 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
     }
 
     if let Some(arch) = &decision.preferred_architecture {
-        let term = json!({
-            "weight": PREFERRED_WEIGHT,
-            "preference": {"matchExpressions": [arch_requirement(std::slice::from_ref(arch))]},
-        });
+        let preferred = PreferredSchedulingTerm {
+            weight: PREFERRED_WEIGHT,
+            preference: term(arch_requirement(std::slice::from_ref(arch))),
+        };
         let preferred_path =
             "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
+        let node_affinity_with = |preferred: PreferredSchedulingTerm| NodeAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![preferred]),
+            ..NodeAffinity::default()
+        };
         if affinity.is_none() && !node_affinity_added {
             ops.push(add(
                 "/spec/affinity",
-                json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}),
+                PatchValue::Affinity(Affinity {
+                    node_affinity: Some(node_affinity_with(preferred)),
+                    ..Affinity::default()
+                }),
             ));
         } else if node_affinity.is_none() && !node_affinity_added {
             ops.push(add(
                 "/spec/affinity/nodeAffinity",
-                json!({"preferredDuringSchedulingIgnoredDuringExecution": [term]}),
+                PatchValue::NodeAffinity(node_affinity_with(preferred)),
             ));
         } else if node_affinity
             .and_then(|n| {
@@ -121,9 +199,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
             })
             .is_some()
         {
-            ops.push(add(format!("{preferred_path}/-"), term));
+            ops.push(add(
+                format!("{preferred_path}/-"),
+                PatchValue::PreferredTerm(preferred),
+            ));
         } else {
-            ops.push(add(preferred_path, json!([term])));
+            ops.push(add(preferred_path, PatchValue::Preferred(vec![preferred])));
         }
     }
 
@@ -131,12 +212,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Value> {
         if pod.metadata.annotations.is_some() {
             ops.push(add(
                 format!("/metadata/annotations/{}", token(DECISION_ANNOTATION)),
-                json!(value),
+                PatchValue::Text(value.clone()),
             ));
         } else {
             ops.push(add(
                 "/metadata/annotations",
-                json!({ DECISION_ANNOTATION: value }),
+                PatchValue::Map(BTreeMap::from([(DECISION_ANNOTATION, value.clone())])),
             ));
         }
     }

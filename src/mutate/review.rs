@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -111,11 +112,50 @@ impl AdmissionRequest<'_> {
             && self.sub_resource.as_deref().is_none_or(str::is_empty)
     }
 
-    /// The Pod in the request.
+    /// The Pod in the request, with what the decision reads: its spec and the metadata's name,
+    /// namespace, labels and annotations. `managedFields` — most of a real Pod's bytes and, as
+    /// free-form JSON, most of its parsing cost — and `status` are skipped.
     pub fn pod(&self) -> Result<Pod, String> {
         let raw = self.object.ok_or("the request has no object")?;
-        serde_json::from_str(raw.get()).map_err(|e| format!("the object is not a valid Pod: {e}"))
+        let view: PodView = serde_json::from_str(raw.get())
+            .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        let MetaView {
+            name,
+            generate_name,
+            namespace,
+            labels,
+            annotations,
+        } = view.metadata;
+        Ok(Pod {
+            metadata: ObjectMeta {
+                name,
+                generate_name,
+                namespace,
+                labels,
+                annotations,
+                ..ObjectMeta::default()
+            },
+            spec: view.spec,
+            status: None,
+        })
     }
+}
+
+#[derive(Deserialize)]
+struct PodView {
+    #[serde(default)]
+    metadata: MetaView,
+    spec: Option<PodSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MetaView {
+    name: Option<String>,
+    generate_name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -184,7 +224,7 @@ impl AdmissionReviewOut {
     }
 
     /// Adds a JSON Patch; an empty one is not sent at all.
-    pub fn with_patch(mut self, operations: &[serde_json::Value]) -> Self {
+    pub fn with_patch<T: Serialize>(mut self, operations: &[T]) -> Self {
         if operations.is_empty() {
             return self;
         }
@@ -261,7 +301,7 @@ mod tests {
     fn empty_patch_sends_neither_patch_nor_type_and_denial_has_a_status() {
         let review = parse(REQUEST.as_bytes()).unwrap();
         let out = AdmissionReviewOut::allow(&review)
-            .with_patch(&[])
+            .with_patch::<serde_json::Value>(&[])
             .deny("no common architecture");
         assert_eq!(
             String::from_utf8(out.to_json()).unwrap(),

@@ -66,9 +66,8 @@ fn platforms(list: &[&str]) -> Arc<ImagePlatforms> {
         .collect();
     platforms.sort();
     Arc::new(ImagePlatforms {
-        reference: "r".into(),
         digest: "sha256:x".into(),
-        media_type: "m".into(),
+        media_type: "m",
         platforms,
         served_by: "h".into(),
         credential_source: "anonymous".into(),
@@ -93,7 +92,10 @@ fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
     let images = images_of(&pod).unwrap();
     let decision = decide("apps", &pod, &images, facts, policy);
-    let ops = patch::operations(&pod, &decision);
+    let ops: Vec<Value> = patch::operations(&pod, &decision)
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect();
     let mut patched = pod_json.clone();
     let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
     json_patch::patch(&mut patched, &p).unwrap_or_else(|e| panic!("{e}: {ops:#?}"));

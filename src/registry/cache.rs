@@ -22,12 +22,26 @@ pub struct CacheSettings {
     pub max_entries: u64,
 }
 
-/// The answer depends on the reference and on who asks.
+/// The answer depends on the reference and on who asks. Compact: there may be tens of
+/// thousands of these.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CacheKey {
-    pub reference: ImageReference,
+    /// The normalised reference (`registry/repository:tag@digest`).
+    reference: Box<str>,
+    /// Pinned by digest: the answer never changes.
+    immutable: bool,
     /// Fingerprints of the credentials tried, in order.
-    pub credentials: Vec<u64>,
+    credentials: Box<[u64]>,
+}
+
+impl CacheKey {
+    pub fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
+        Self {
+            reference: reference.to_string().into_boxed_str(),
+            immutable: reference.is_immutable(),
+            credentials: credentials.into_boxed_slice(),
+        }
+    }
 }
 
 type Entry = Arc<Result<Arc<ImagePlatforms>, LookupError>>;
@@ -42,7 +56,7 @@ impl Expiry<CacheKey, Entry> for LookupExpiry {
     fn expire_after_create(&self, key: &CacheKey, value: &Entry, _: Instant) -> Option<Duration> {
         Some(match value.as_ref() {
             Err(_) => self.failure_ttl,
-            Ok(_) if key.reference.is_immutable() => self.digest_ttl,
+            Ok(_) if key.immutable => self.digest_ttl,
             Ok(_) => self.tag_ttl,
         })
     }
@@ -101,17 +115,13 @@ mod tests {
     }
 
     fn key(image: &str) -> CacheKey {
-        CacheKey {
-            reference: ImageReference::parse(image).unwrap(),
-            credentials: vec![],
-        }
+        CacheKey::new(&ImageReference::parse(image).unwrap(), vec![])
     }
 
     fn answer() -> Arc<ImagePlatforms> {
         Arc::new(ImagePlatforms {
-            reference: "r".into(),
             digest: "d".into(),
-            media_type: "m".into(),
+            media_type: "m",
             platforms: vec![],
             served_by: "h".into(),
             credential_source: "anonymous".into(),
@@ -137,10 +147,7 @@ mod tests {
             .await
             .unwrap();
         // Another credential is another key.
-        let other = CacheKey {
-            credentials: vec![7],
-            ..key("app:1")
-        };
+        let other = CacheKey::new(&ImageReference::parse("app:1").unwrap(), vec![7]);
         cache
             .get_or_resolve(other, async {
                 calls.fetch_add(1, Ordering::SeqCst);

@@ -19,7 +19,7 @@ use super::reference::{DOCKER_HUB, DOCKER_HUB_API_HOST};
 pub struct Credential {
     user: String,
     secret: String,
-    source: String,
+    source: std::sync::Arc<str>,
 }
 
 impl Credential {
@@ -31,8 +31,13 @@ impl Credential {
         Self {
             user: user.into(),
             secret: secret.into(),
-            source: source.into(),
+            source: std::sync::Arc::from(source.into()),
         }
+    }
+
+    /// [`Credential::source`], shared rather than copied.
+    pub fn shared_source(&self) -> std::sync::Arc<str> {
+        self.source.clone()
     }
 
     pub fn user(&self) -> &str {

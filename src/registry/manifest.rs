@@ -21,6 +21,19 @@ pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json"
 /// manifest list with its linux/amd64 child when only the Docker v2 type is accepted.
 pub const ACCEPT: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
 
+/// The static name of a media type this module accepts (so cached answers do not each carry a
+/// copy); anything else is reported as an index, the only type inferred without a name.
+pub fn known_media_type(media_type: &str) -> &'static str {
+    match media_type {
+        OCI_MANIFEST => OCI_MANIFEST,
+        DOCKER_LIST => DOCKER_LIST,
+        DOCKER_MANIFEST => DOCKER_MANIFEST,
+        DOCKER_SCHEMA1 => DOCKER_SCHEMA1,
+        DOCKER_SCHEMA1_SIGNED => DOCKER_SCHEMA1_SIGNED,
+        _ => OCI_INDEX,
+    }
+}
+
 /// Annotation buildx puts on attestation manifests inside an index.
 const REFERENCE_TYPE_ANNOTATION: &str = "vnd.docker.reference.type";
 

@@ -1,17 +1,53 @@
 //! Platforms (os / architecture / variant), normalised the way containerd's platform matching
 //! normalises them, so `arm64/v8`, `aarch64` and `arm64` are one platform and `arm` means `arm/v7`.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
-/// One platform an image can run on.
+/// One platform an image can run on. The names are shared (interned): ten thousand cached images
+/// name the same handful of operating systems and architectures.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Platform {
-    pub os: String,
-    pub architecture: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub variant: Option<String>,
+    #[serde(serialize_with = "as_str")]
+    pub os: Arc<str>,
+    #[serde(serialize_with = "as_str")]
+    pub architecture: Arc<str>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_opt_str")]
+    pub variant: Option<Arc<str>>,
+}
+
+fn as_str<S: Serializer>(value: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(value)
+}
+
+fn as_opt_str<S: Serializer>(value: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => s.serialize_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// Distinct names kept; past this, names are allocated per use (a registry inventing names must
+/// not grow memory without bound).
+const MAX_INTERNED: usize = 1024;
+
+fn intern(name: &str) -> Arc<str> {
+    static NAMES: OnceLock<Mutex<HashSet<Arc<str>>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .expect("platform name table poisoned");
+    if let Some(known) = names.get(name) {
+        return known.clone();
+    }
+    let new: Arc<str> = Arc::from(name);
+    if names.len() < MAX_INTERNED {
+        names.insert(new.clone());
+    }
+    new
 }
 
 impl Platform {
@@ -26,15 +62,15 @@ impl Platform {
             &variant.unwrap_or_default().to_ascii_lowercase(),
         );
         Self {
-            os,
-            architecture,
-            variant: (!variant.is_empty()).then_some(variant),
+            os: intern(&os),
+            architecture: intern(&architecture),
+            variant: (!variant.is_empty()).then(|| intern(&variant)),
         }
     }
 
     /// Attestation and other non-runnable entries in an index say `unknown/unknown`.
     pub fn is_unknown(&self) -> bool {
-        self.os == "unknown" || self.architecture == "unknown" || self.os.is_empty()
+        &*self.os == "unknown" || &*self.architecture == "unknown" || self.os.is_empty()
     }
 }
 

@@ -1,0 +1,541 @@
+//! Webhook benchmark (`cargo bench --bench webhook`, or `make bench`): the release binary
+//! `tolerable serve` as its own process, a real registry, and a load generator in this process
+//! speaking HTTPS/1.1 keep-alive like the API server. Prints a Markdown table; method and
+//! results in BENCHMARKS.md.
+//!
+//! Measures: warm admissions/s and /healthz requests/s (closed loop, 32 connections) and their
+//! ratio; server CPU per warm admission (utime+stime of the server process from /proc over the
+//! run, divided by requests); p50/p99 at fixed rates (open loop, latency from the scheduled send
+//! time so a stall is not hidden); server RSS idle and after caching 10,000 distinct images.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::registry::{self, Mode};
+use http_body_util::{BodyExt as _, Full};
+use hyper::client::conn::http1::SendRequest;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+const CONNECTIONS: usize = 32;
+
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(common::certs::ca().ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> SendRequest<Full<Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+#[derive(Clone)]
+struct Call {
+    post: Option<Bytes>,
+    path: &'static str,
+}
+
+async fn send(sender: &mut SendRequest<Full<Bytes>>, call: &Call) {
+    sender.ready().await.unwrap();
+    let builder = hyper::Request::builder().header("host", "localhost");
+    let request = match &call.post {
+        Some(body) => builder
+            .method("POST")
+            .uri(call.path)
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone())),
+        None => builder
+            .method("GET")
+            .uri(call.path)
+            .body(Full::new(Bytes::new())),
+    }
+    .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(!body.is_empty());
+}
+
+/// Server CPU time (user + system) in microseconds, from /proc.
+fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks * 1_000_000 / 100 // USER_HZ is 100 on Linux
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Closed loop: every connection sends back to back for `duration`. Returns (requests/s, server
+/// CPU µs per request).
+async fn throughput(addr: SocketAddr, pid: u32, call: Call, duration: Duration) -> (f64, f64) {
+    let tls = tls_config();
+    let mut senders = Vec::new();
+    for _ in 0..CONNECTIONS {
+        senders.push(connect(addr, tls.clone()).await);
+    }
+    // Warm-up.
+    for sender in &mut senders {
+        send(sender, &call).await;
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_us(pid);
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = senders
+        .into_iter()
+        .map(|mut sender| {
+            let (call, done) = (call.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    send(&mut sender, &call).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_us(pid) - cpu_before;
+    let n = done.load(Ordering::Relaxed) as f64;
+    (n / elapsed, cpu as f64 / n)
+}
+
+/// Open loop at `rate`/s for `duration`: requests are dispatched on a fixed schedule whether or
+/// not earlier ones finished; latency is measured from dispatch. Returns (p50, p99, max) in ms.
+async fn fixed_rate(
+    addr: SocketAddr,
+    call: Call,
+    rate: u32,
+    duration: Duration,
+) -> (f64, f64, f64) {
+    let tls = tls_config();
+    let (tx, rx) = async_channel::<Instant>();
+    let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut workers = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut sender = connect(addr, tls.clone()).await;
+        send(&mut sender, &call).await;
+        let (rx, call, latencies) = (rx.clone(), call.clone(), latencies.clone());
+        workers.push(tokio::spawn(async move {
+            while let Ok(due) = rx.recv().await {
+                send(&mut sender, &call).await;
+                latencies.lock().unwrap().push(due.elapsed());
+            }
+        }));
+    }
+    let interval = Duration::from_secs(1) / rate;
+    let start = Instant::now() + Duration::from_millis(50);
+    let total = (duration.as_secs_f64() * f64::from(rate)) as u32;
+    for i in 0..total {
+        let due = start + interval * i;
+        tokio::time::sleep_until(due.into()).await;
+        // Latency counts from dispatch: tokio's timer is 1 ms coarse, so `due` itself would
+        // add up to 1 ms of the generator's own lateness. Queueing behind busy connections
+        // (the coordinated-omission case) still counts, since dispatch is not delayed by them.
+        tx.send(Instant::now()).await.unwrap();
+    }
+    drop(tx);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let mut l = latencies.lock().unwrap().clone();
+    l.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(l[l.len() / 2]),
+        ms(l[(l.len() * 99) / 100]),
+        ms(*l.last().unwrap()),
+    )
+}
+
+/// A tiny MPMC channel from tokio primitives (the bench has no async-channel crate).
+fn async_channel<T: Send + 'static>() -> (Sender<T>, Receiver<T>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (Sender(tx), Receiver(Arc::new(tokio::sync::Mutex::new(rx))))
+}
+
+struct Sender<T>(tokio::sync::mpsc::UnboundedSender<T>);
+impl<T> Sender<T> {
+    async fn send(&self, value: T) -> Result<(), ()> {
+        self.0.send(value).map_err(|_| ())
+    }
+}
+
+struct Receiver<T>(Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<T>>>);
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+impl<T> Receiver<T> {
+    async fn recv(&self) -> Result<T, ()> {
+        self.0.lock().await.recv().await.ok_or(())
+    }
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(registry_host: &str) -> (Server, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
+    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
+    let port = common::free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_tolerable"))
+        .arg("serve")
+        .env_clear()
+        .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
+        .env("TOLERABLE_SSL_CERT_PATH", dir.path().join("tls.crt"))
+        .env("TOLERABLE_SSL_KEY_PATH", dir.path().join("tls.key"))
+        .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
+        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
+        .env("TOLERABLE_LOG_LEVEL", "warn")
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    // Ready = /readyz answers 200 over TLS.
+    let client = probe::blocking_ready_client();
+    loop {
+        if client(addr) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server never became ready"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ready = started.elapsed();
+    (
+        Server {
+            child,
+            addr,
+            _dir: dir,
+        },
+        ready,
+    )
+}
+
+mod probe {
+    use super::*;
+    /// A minimal readiness probe: TLS handshake + GET /readyz on a fresh connection.
+    pub fn blocking_ready_client() -> impl Fn(SocketAddr) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        move |addr| {
+            runtime.block_on(async {
+                let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+                    return false;
+                };
+                let Ok(stream) = tokio_rustls::TlsConnector::from(tls_config())
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await
+                else {
+                    return false;
+                };
+                let Ok((mut sender, conn)) =
+                    hyper::client::conn::http1::handshake::<_, Full<Bytes>>(
+                        hyper_util::rt::TokioIo::new(stream),
+                    )
+                    .await
+                else {
+                    return false;
+                };
+                tokio::spawn(conn);
+                let request = hyper::Request::get("/readyz")
+                    .header("host", "localhost")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                matches!(sender.send_request(request).await, Ok(r) if r.status() == 200)
+            })
+        }
+    }
+}
+
+fn review_body(image: &str, uid: usize) -> Bytes {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/pod-create-simple.v1.json"
+    ))
+    .unwrap();
+    let mut review: serde_json::Value = serde_json::from_str(&text).unwrap();
+    review["request"]["uid"] = serde_json::json!(format!("bench-{uid}"));
+    review["request"]["object"]["spec"]["containers"][0]["image"] = serde_json::json!(image);
+    Bytes::from(review.to_string())
+}
+
+fn main() {
+    common::init();
+    let registry = registry::plain();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The decision path alone, in process: parse, warm lookup, decide, patch, encode.
+    {
+        let resolver = Arc::new(
+            tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap(),
+        );
+        let admission =
+            tolerable::admission::Admission::new(resolver, common::webhook::policy(), None);
+        let body = review_body(&format!("{}/fixtures/multiarch-oci:v1", registry.host), 0);
+        runtime.block_on(async {
+            let budget = Duration::from_secs(8);
+            let first = admission.review(&body, budget).await.unwrap();
+            assert!(first.out.response.patch.is_some());
+            let mut per = Vec::new();
+            let rounds = if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() { 200 } else { 20 };
+            for _ in 0..rounds {
+                const N: u32 = 2_000;
+                let started = Instant::now();
+                for _ in 0..N {
+                    let reviewed = admission.review(&body, budget).await.unwrap();
+                    std::hint::black_box(reviewed.out.to_json());
+                }
+                per.push(started.elapsed() / N);
+            }
+            per.sort();
+            let median = per[per.len() / 2].as_secs_f64() * 1e6;
+            println!("| in-process admission: parse, warm lookup, decide, patch, encode (median) | {median:.1} µs |");
+        });
+    }
+    if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() {
+        return;
+    }
+    let (server, ready) = start_server(&registry.host);
+    let pid = server.child.id();
+    let idle_rss = rss_kib(pid);
+    let warm = review_body(&format!("{}/fixtures/multiarch-oci:v1", registry.host), 0);
+    let run = Duration::from_secs(if std::env::var_os("BENCH_QUICK").is_some() {
+        3
+    } else {
+        8
+    });
+
+    println!("| measurement | result |");
+    println!("| --- | --- |");
+    println!(
+        "| start to ready (process spawn → /readyz 200) | {:.1} ms |",
+        ready.as_secs_f64() * 1000.0
+    );
+    println!("| RSS idle | {:.1} MiB |", idle_rss as f64 / 1024.0);
+    runtime.block_on(async {
+        let (health_rps, health_cpu) = throughput(server.addr, pid, Call { post: None, path: "/healthz" }, run).await;
+        let (admit_rps, admit_cpu) = throughput(
+            server.addr,
+            pid,
+            Call {
+                post: Some(warm.clone()),
+                path: "/mutate?timeout=10s",
+            },
+            run,
+        )
+        .await;
+        let mut update: serde_json::Value = serde_json::from_slice(&warm).unwrap();
+        update["request"]["operation"] = serde_json::json!("UPDATE");
+        let (update_rps, update_cpu) = throughput(
+            server.addr,
+            pid,
+            Call {
+                post: Some(Bytes::from(update.to_string())),
+                path: "/mutate?timeout=10s",
+            },
+            run,
+        )
+        .await;
+        println!("| /healthz, {CONNECTIONS} keep-alive connections | {health_rps:.0} req/s ({health_cpu:.1} µs server CPU each) |");
+        println!("| same Pod as UPDATE (read body, parse envelope, allow) | {update_rps:.0} req/s ({update_cpu:.1} µs server CPU each) |");
+        println!("| warm admissions, {CONNECTIONS} keep-alive connections | {admit_rps:.0} req/s |");
+        println!("| admissions / healthz rate | {:.0} % |", admit_rps / health_rps * 100.0);
+        println!("| server CPU per warm admission | {admit_cpu:.1} µs |");
+        for rate in [1000, 5000] {
+            let (p50, p99, max) = fixed_rate(
+                server.addr,
+                Call {
+                    post: Some(warm.clone()),
+                    path: "/mutate?timeout=10s",
+                },
+                rate,
+                Duration::from_secs(5),
+            )
+            .await;
+            println!("| latency at {rate} admissions/s (p50 / p99 / max) | {p50:.2} / {p99:.2} / {max:.2} ms |");
+        }
+    });
+
+    // 10,000 distinct images: one index pushed under 10,000 tags, each admitted once (cold).
+    const DISTINCT: usize = 10_000;
+    let pusher = common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain);
+    let index = runtime.block_on(async {
+        pusher.push("bench/many", "multiarch-oci", "t0").await;
+        let client =
+            tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap();
+        client
+            .resolve(&format!("{}/bench/many:t0", registry.host))
+            .await
+            .unwrap()
+            .digest
+            .clone()
+    });
+    let started = Instant::now();
+    runtime.block_on(async {
+        // Copy the index to every tag by pushing its bytes (fetched by digest).
+        let body = get_manifest(&registry.host, "bench/many", &index).await;
+        let tags = Arc::new(AtomicU64::new(1));
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (pusher, tags, body) = (
+                common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain),
+                tags.clone(),
+                body.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = tags.fetch_add(1, Ordering::Relaxed) as usize;
+                    if i >= DISTINCT {
+                        break;
+                    }
+                    pusher
+                        .manifest(
+                            "bench/many",
+                            &format!("t{i}"),
+                            common::fixtures::OCI_INDEX,
+                            &body,
+                        )
+                        .await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    eprintln!("pushed {DISTINCT} tags in {:?}", started.elapsed());
+    let cold_started = Instant::now();
+    runtime.block_on(async {
+        let tls = tls_config();
+        let next = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let mut sender = connect(server.addr, tls.clone()).await;
+            let (next, host) = (next.clone(), registry.host.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if i >= DISTINCT {
+                        break;
+                    }
+                    let call = Call {
+                        post: Some(review_body(&format!("{host}/bench/many:t{i}"), i)),
+                        path: "/mutate?timeout=10s",
+                    };
+                    send(&mut sender, &call).await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let cold = cold_started.elapsed();
+    println!(
+        "| cold admissions (new image each, {CONNECTIONS} connections) | {:.0} /s, {:.2} ms each on average |",
+        DISTINCT as f64 / cold.as_secs_f64(),
+        cold.as_secs_f64() * 1000.0 * CONNECTIONS as f64 / DISTINCT as f64
+    );
+    println!(
+        "| RSS with {DISTINCT} distinct images cached | {:.1} MiB |",
+        rss_kib(pid) as f64 / 1024.0
+    );
+    let size = std::fs::metadata(env!("CARGO_BIN_EXE_tolerable"))
+        .unwrap()
+        .len();
+    println!(
+        "| binary size (release, not stripped) | {:.1} MiB |",
+        size as f64 / (1 << 20) as f64
+    );
+    drop(server);
+}
+
+async fn get_manifest(host: &str, repository: &str, digest: &str) -> Vec<u8> {
+    let tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Full<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::get(format!("/v2/{repository}/manifests/{digest}"))
+        .header("host", host)
+        .header("accept", common::fixtures::OCI_INDEX)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec()
+}
