@@ -1,11 +1,14 @@
 # One task runner. `make` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help run test test-deps fmt lint unit bench
+.PHONY: help run inspect test test-deps fmt lint unit bench
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-run: ## build release and inspect an image (IMAGES="nginx ghcr.io/org/app:1")
+run: ## build release and run the webhook (tolerable serve; self-signed without certificates)
+	$(CARGO) run --release --locked -- serve
+
+inspect: ## platforms of images (IMAGES="nginx ghcr.io/org/app:1")
 	$(CARGO) run --release --locked -- inspect $(or $(IMAGES),nginx)
 
 test: test-deps fmt lint unit ## everything CI runs: install test deps, fmt check, clippy, all tests
@@ -25,3 +28,4 @@ unit: ## every test (starts real registries on 127.0.0.1)
 
 bench: test-deps ## benchmarks (results go in BENCHMARKS.md)
 	$(CARGO) bench --locked --bench lookup
+	$(CARGO) bench --locked --bench webhook

@@ -332,6 +332,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    println!("| measurement | result |");
+    println!("| --- | --- |");
     // The decision path alone, in process: parse, warm lookup, decide, patch, encode.
     {
         let resolver = Arc::new(
@@ -373,8 +375,6 @@ fn main() {
         8
     });
 
-    println!("| measurement | result |");
-    println!("| --- | --- |");
     println!(
         "| start to ready (process spawn → /readyz 200) | {:.1} ms |",
         ready.as_secs_f64() * 1000.0
