@@ -1,0 +1,499 @@
+//! The deployment: `kubectl kustomize` renders the base and the example overlay, the output
+//! validates offline (Kubernetes schemas with `kubernetes-validate --strict`, cert-manager objects
+//! against cert-manager's API models), the enum fields those schemas do not check are checked
+//! here, and every name, port, path and secret that must agree across objects does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use tolerable::config::Config;
+
+const OVERLAYS: &[&str] = &["kustomize", "kustomize/overlays/example"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tool(name: &str, install: &str) -> Command {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join(name).is_file());
+    assert!(found, "`{name}` not found: the deployment tests need it. Install it with `{install}` (make test-deps does this)");
+    Command::new(name)
+}
+
+fn render(dir: &str) -> String {
+    let out = tool("kubectl", "sudo apt-get install -y kubectl")
+        .args(["kustomize", &root().join(dir).to_string_lossy()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    use serde::Deserialize as _;
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n == name || n.starts_with(&format!("{name}-")))
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn str_of<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} missing in {}", v["metadata"]["name"]))
+}
+
+fn write_temp(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+    file
+}
+
+#[test]
+fn rendered_manifests_validate_offline() {
+    for dir in OVERLAYS {
+        let yaml = render(dir);
+        let file = write_temp(&yaml);
+        let out = tool("kubernetes-validate", "pip install kubernetes-validate")
+            .args(["--strict", "--no-warn"])
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{dir}: kubernetes-validate failed:\n{report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for kind in [
+            "namespace",
+            "serviceaccount",
+            "configmap",
+            "secret",
+            "service",
+            "deployment",
+            "poddisruptionbudget",
+            "mutatingwebhookconfiguration",
+        ] {
+            assert!(
+                report.contains(&format!("passed for resource {kind}/")),
+                "{dir}: {kind} not validated:\n{report}"
+            );
+        }
+        let out = tool("python3", "sudo apt-get install -y python3")
+            .arg(root().join("scripts/validate-cert-manager.py"))
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{dir}: cert-manager validation failed:\n{report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(report.matches("OK ").count(), 4, "{report}");
+    }
+}
+
+#[test]
+fn the_validators_reject_what_they_should() {
+    // The checks above could pass by accident if a validator accepted anything.
+    let yaml = render("kustomize");
+    let broken = yaml.replacen(
+        "revisionHistoryLimit: 5",
+        "revisionHistoryLimit: 5\n  replicaz: 3",
+        1,
+    );
+    let file = write_temp(&broken);
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--no-warn"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "kubernetes-validate accepted an unknown field"
+    );
+    let broken = yaml.replacen("dnsNames:", "dnsNamez:", 1);
+    let file = write_temp(&broken);
+    let out = Command::new("python3")
+        .arg(root().join("scripts/validate-cert-manager.py"))
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the cert-manager validator accepted an unknown field"
+    );
+}
+
+/// What the schemas do not check: enum values, and the policy tolerable's safety depends on.
+#[test]
+fn webhook_settings() {
+    for dir in OVERLAYS {
+        let docs = documents(&render(dir));
+        let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+        let webhooks = mwc["webhooks"].as_array().unwrap();
+        assert_eq!(webhooks.len(), 1);
+        let hook = &webhooks[0];
+        let one_of = |field: &str, allowed: &[&str]| {
+            let value = hook[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("{field} unset"));
+            assert!(
+                allowed.contains(&value),
+                "{dir}: {field}: {value:?} not one of {allowed:?}"
+            );
+            value.to_owned()
+        };
+        // Valid values (admissionregistration.k8s.io/v1)...
+        one_of("sideEffects", &["None", "NoneOnDryRun", "Some", "Unknown"]);
+        one_of("failurePolicy", &["Ignore", "Fail"]);
+        one_of("reinvocationPolicy", &["Never", "IfNeeded"]);
+        one_of("matchPolicy", &["Exact", "Equivalent"]);
+        // ...and the ones tolerable must have: never block a Pod, never claim side effects,
+        // run again when another webhook changed the Pod.
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(hook["reinvocationPolicy"], "IfNeeded");
+        assert_eq!(hook["admissionReviewVersions"], serde_json::json!(["v1"]));
+        let name = hook["name"].as_str().unwrap();
+        assert!(
+            name.split('.').count() >= 3,
+            "webhook name must be fully qualified: {name}"
+        );
+        let rules = hook["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0]["operations"], serde_json::json!(["CREATE"]));
+        assert_eq!(rules[0]["apiGroups"], serde_json::json!([""]));
+        assert_eq!(rules[0]["resources"], serde_json::json!(["pods"]));
+        for op in rules[0]["operations"].as_array().unwrap() {
+            assert!(["CREATE", "UPDATE", "DELETE", "CONNECT", "*"].contains(&op.as_str().unwrap()));
+        }
+        assert!(["Cluster", "Namespaced", "*"].contains(&rules[0]["scope"].as_str().unwrap()));
+        // The deadline must leave room for a lookup: the server keeps a fifth (≥ 300 ms) back.
+        let timeout = hook["timeoutSeconds"].as_u64().unwrap();
+        assert!((1..=30).contains(&timeout), "timeoutSeconds {timeout}");
+        let budget = tolerable::server::lookup_budget(Some(&format!("timeout={timeout}s")));
+        let config = deployed_config(&docs);
+        assert!(
+            config.resolver.lookup_timeout <= budget,
+            "lookup_timeout {:?} does not fit timeoutSeconds {timeout} (budget {budget:?})",
+            config.resolver.lookup_timeout
+        );
+    }
+}
+
+/// The deployed config, loaded the way the container loads it: the ConfigMap's file overlaid
+/// with the Deployment's environment. Paths of mounted volumes are swapped for local temporary
+/// files (they only exist in the Pod) after checking they point into the mounts.
+fn deployed_config(docs: &[Value]) -> Config {
+    let config_map = object(docs, "ConfigMap", "tolerable-config");
+    let text = str_of(config_map, "/data/tolerable.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tolerable.toml");
+    std::fs::write(&file, text).unwrap();
+    let container =
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let mut env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (var, name) in [
+        ("TOLERABLE_SSL_CERT_PATH", "tls.crt"),
+        ("TOLERABLE_SSL_KEY_PATH", "tls.key"),
+        ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", "creds"),
+    ] {
+        let local = dir.path().join(name);
+        std::fs::create_dir_all(dir.path().join("creds")).unwrap();
+        if name != "creds" {
+            std::fs::write(&local, "").unwrap();
+        }
+        env.push((var.to_owned(), local.to_string_lossy().into_owned()));
+    }
+    let config = Config::load(Some(&file), env)
+        .unwrap_or_else(|e| panic!("deployed config is invalid: {e}"));
+    std::mem::forget(dir); // the returned config may refer to these paths
+    config
+}
+
+fn toml_table(text: &str) -> toml::Table {
+    text.parse().unwrap()
+}
+
+#[test]
+fn objects_agree_with_each_other() {
+    for dir in OVERLAYS {
+        let docs = documents(&render(dir));
+        let namespace = str_of(
+            object(&docs, "Namespace", "tolerable-system"),
+            "/metadata/name",
+        );
+
+        // Service ↔ the webhook's clientConfig ↔ the server's route.
+        let service = object(&docs, "Service", "tolerable");
+        let hook = &object(&docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0];
+        let client = &hook["clientConfig"]["service"];
+        assert_eq!(client["name"], service["metadata"]["name"], "{dir}");
+        assert_eq!(
+            client["namespace"], service["metadata"]["namespace"],
+            "{dir}"
+        );
+        assert_eq!(service["metadata"]["namespace"], namespace);
+        assert_eq!(
+            client["path"], "/mutate",
+            "{dir}: the server serves POST /mutate"
+        );
+        let port = &service["spec"]["ports"][0];
+        assert_eq!(client["port"], port["port"], "{dir}");
+
+        // Service targetPort ↔ container port ↔ listen_addr; probes on the health endpoints.
+        let deployment = object(&docs, "Deployment", "tolerable");
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let container_port = container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == port["targetPort"] || p["containerPort"] == port["targetPort"])
+            .unwrap_or_else(|| {
+                panic!(
+                    "{dir}: targetPort {} matches no container port",
+                    port["targetPort"]
+                )
+            });
+        let config = deployed_config(&docs);
+        assert_eq!(
+            container_port["containerPort"].as_u64().unwrap(),
+            u64::from(config.listen_addr.port()),
+            "{dir}"
+        );
+        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+            let get = &container[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{dir} {probe}");
+            assert_eq!(get["scheme"], "HTTPS", "{dir} {probe}");
+            assert!(
+                get["port"] == container_port["name"]
+                    || get["port"] == container_port["containerPort"],
+                "{dir} {probe}"
+            );
+        }
+        // The Service selects the Deployment's Pods; so does the PodDisruptionBudget.
+        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        for selector in [
+            &service["spec"]["selector"],
+            &object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["selector"]["matchLabels"],
+        ] {
+            for (k, v) in selector.as_object().unwrap() {
+                assert_eq!(
+                    &labels[k], v,
+                    "{dir}: selector {k}={v} does not match the Pods"
+                );
+            }
+        }
+
+        // Certificate dnsNames ↔ Service; inject-ca-from ↔ Certificate; secretName ↔ the mounted
+        // Secret ↔ ssl_cert_path / ssl_key_path in the deployed config.
+        let certificate = object(&docs, "Certificate", "tolerable-tls");
+        let service_dns = format!("{}.{}.svc", str_of(service, "/metadata/name"), namespace);
+        let dns: Vec<&str> = certificate["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        assert!(
+            dns.contains(&service_dns.as_str()),
+            "{dir}: dnsNames {dns:?} lack {service_dns}"
+        );
+        let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+        assert_eq!(
+            str_of(mwc, "/metadata/annotations/cert-manager.io~1inject-ca-from"),
+            format!(
+                "{}/{}",
+                str_of(certificate, "/metadata/namespace"),
+                str_of(certificate, "/metadata/name")
+            ),
+            "{dir}"
+        );
+        let secret_name = str_of(certificate, "/spec/secretName");
+        let volume = |predicate: &dyn Fn(&Value) -> bool| -> (String, String) {
+            let volume = pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| predicate(v))
+                .unwrap_or_else(|| panic!("{dir}: volume missing"));
+            let name = volume["name"].as_str().unwrap();
+            let mount = container["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == name)
+                .unwrap_or_else(|| panic!("{dir}: {name} not mounted"));
+            (
+                name.to_owned(),
+                mount["mountPath"].as_str().unwrap().to_owned(),
+            )
+        };
+        let (_, tls_mount) = volume(&|v| v["secret"]["secretName"] == secret_name);
+        let config_map = object(&docs, "ConfigMap", "tolerable-config");
+        let file = toml_table(str_of(config_map, "/data/tolerable.toml"));
+        assert_eq!(
+            file["ssl_cert_path"].as_str().unwrap(),
+            format!("{tls_mount}/tls.crt"),
+            "{dir}"
+        );
+        assert_eq!(
+            file["ssl_key_path"].as_str().unwrap(),
+            format!("{tls_mount}/tls.key"),
+            "{dir}"
+        );
+        // Registry credentials Secret ↔ registry_credential_path; config map ↔ TOLERABLE_CONFIG.
+        let creds = object(&docs, "Secret", "tolerable-registry-creds");
+        let (_, creds_mount) = volume(&|v| v["secret"]["secretName"] == creds["metadata"]["name"]);
+        assert_eq!(
+            file["registry_credential_path"].as_str().unwrap(),
+            creds_mount,
+            "{dir}"
+        );
+        let (_, config_mount) =
+            volume(&|v| v["configMap"]["name"] == config_map["metadata"]["name"]);
+        let config_env = container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "TOLERABLE_CONFIG")
+            .unwrap();
+        assert_eq!(
+            config_env["value"].as_str().unwrap(),
+            format!("{config_mount}/tolerable.toml"),
+            "{dir}"
+        );
+
+        // tolerable's own Pods never depend on tolerable: its namespace and its Pods are excluded.
+        let excluded_namespaces = &hook["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!(excluded_namespaces["key"], "kubernetes.io/metadata.name");
+        assert_eq!(excluded_namespaces["operator"], "NotIn");
+        assert!(
+            excluded_namespaces["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == namespace),
+            "{dir}"
+        );
+        let object_selector = &hook["objectSelector"]["matchExpressions"][0];
+        assert_eq!(object_selector["key"], tolerable::mutate::SKIP_KEY);
+        assert_eq!(object_selector["operator"], "NotIn");
+        assert_eq!(
+            labels[tolerable::mutate::SKIP_KEY],
+            "true",
+            "{dir}: tolerable's Pods must carry the opt-out label"
+        );
+    }
+}
+
+#[test]
+fn the_deployment_is_hardened() {
+    for dir in OVERLAYS {
+        let docs = documents(&render(dir));
+        let deployment = object(&docs, "Deployment", "tolerable");
+        assert_eq!(deployment["spec"]["replicas"], 2, "{dir}");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(
+            pod["automountServiceAccountToken"], false,
+            "no API access is needed yet"
+        );
+        assert_eq!(pod["enableServiceLinks"], false);
+        assert!(pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname");
+        let container = &pod["containers"][0];
+        let security = &container["securityContext"];
+        assert_eq!(security["allowPrivilegeEscalation"], false);
+        assert_eq!(security["readOnlyRootFilesystem"], true);
+        assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        for kind in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    container["resources"][kind][resource].is_string(),
+                    "{dir}: {kind}.{resource}"
+                );
+            }
+        }
+        assert_eq!(
+            object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["minAvailable"],
+            1
+        );
+        // Least privilege: nothing reads the API yet, so no RBAC at all.
+        assert!(
+            !docs.iter().any(|d| matches!(
+                d["kind"].as_str(),
+                Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
+            )),
+            "{dir}: RBAC granted but nothing needs it"
+        );
+    }
+    // The example overlay configures the cluster through the environment and sets the image.
+    let docs = documents(&render("kustomize/overlays/example"));
+    let container =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    assert!(container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "TOLERABLE_SUPPORTED_ARCHITECTURES"));
+    assert!(
+        container["image"].as_str().unwrap().contains(":v"),
+        "{}",
+        container["image"]
+    );
+    let config = deployed_config(&docs);
+    assert!(config.policy.supported_architectures.contains("s390x"));
+}
+
+/// The deployed tolerable.toml is the shipped one plus the mounted paths: nothing else drifts.
+#[test]
+fn deployed_config_file_matches_the_shipped_one() {
+    let read = |p: &Path| toml_table(&std::fs::read_to_string(root().join(p)).unwrap());
+    let shipped = read(Path::new("tolerable.toml"));
+    let mut deployed = read(Path::new("kustomize/base/tolerable.toml"));
+    for key in ["ssl_cert_path", "ssl_key_path", "registry_credential_path"] {
+        assert!(
+            deployed.remove(key).is_some(),
+            "the deployed config must set {key}"
+        );
+    }
+    assert_eq!(
+        deployed, shipped,
+        "kustomize/base/tolerable.toml drifted from tolerable.toml"
+    );
+}
