@@ -222,6 +222,14 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(stderr.contains("SIGTERM received"), "{stderr}");
+    // The admission's log line carries the request uid.
+    let uid = request["request"]["uid"].as_str().unwrap();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(uid) && l.contains("tolerates arm64")),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -134,14 +134,7 @@ async fn symlink_swap_rotation_under_load_loses_no_request() {
         ok.load(Ordering::Relaxed)
     );
 
-    let metrics = webhook::client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = webhook::metrics_text(&server).await;
     assert!(
         metrics.contains("tolerable_certificate_reloads_total{result=\"ok\"} 3"),
         "{metrics}"
@@ -159,14 +152,7 @@ async fn a_broken_rotation_keeps_the_old_certificate() {
     server.volume.rotate(&a.cert_pem, &b.key_pem);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(served_certificate(server.addr).await, current);
-    let metrics = webhook::client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = webhook::metrics_text(&server).await;
     assert!(
         metrics.contains("tolerable_certificate_reloads_total{result=\"error\"} 1"),
         "{metrics}"

@@ -360,14 +360,7 @@ async fn health_readiness_metrics_and_h2() {
         post(&server, "/mutate", request.to_string()).await;
     }
     post(&server, "/mutate", "garbage").await;
-    let metrics = c
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = webhook::metrics_text(&server).await;
     for needle in [
         "tolerable_admissions_total{outcome=\"decided\"} 3",
         "tolerable_admissions_total{outcome=\"bad_request\"} 1",

@@ -1,7 +1,6 @@
 //! The only fakes: behaviour a real registry cannot be made to show on demand — a server that
 //! accepts and never answers, and one that serves a manifest that is not JSON.
 
-use std::convert::Infallible;
 use std::net::TcpListener;
 
 use bytes::Bytes;
@@ -29,43 +28,20 @@ pub fn closed_port() -> String {
 /// A plain-http "registry" whose every manifest is `body` (with a correct digest header), and
 /// whose `/v2/` says no auth is needed. Returns `127.0.0.1:PORT`.
 pub fn manifest_server(body: &'static [u8], content_type: &'static str) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req: hyper::Request<_>| async move {
-                            let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
-                            if req.uri().path().contains("/manifests/") {
-                                *response.body_mut() = Full::new(Bytes::from_static(body));
-                                let headers = response.headers_mut();
-                                headers.insert("content-type", content_type.parse().unwrap());
-                                headers.insert(
-                                    "docker-content-digest",
-                                    super::fixtures::sha256(body).parse().unwrap(),
-                                );
-                            } else if req.uri().path() != "/v2/" {
-                                *response.status_mut() = StatusCode::NOT_FOUND;
-                            }
-                            Ok::<_, Infallible>(response)
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+    let port = super::serve_http(move |req| {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
+        if req.uri().path().contains("/manifests/") {
+            *response.body_mut() = Full::new(Bytes::from_static(body));
+            let headers = response.headers_mut();
+            headers.insert("content-type", content_type.parse().unwrap());
+            headers.insert(
+                "docker-content-digest",
+                super::fixtures::sha256(body).parse().unwrap(),
+            );
+        } else if req.uri().path() != "/v2/" {
+            *response.status_mut() = StatusCode::NOT_FOUND;
+        }
+        response
     });
-    host
+    format!("127.0.0.1:{port}")
 }

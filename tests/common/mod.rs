@@ -59,6 +59,48 @@ pub fn settings() -> ResolverSettings {
     }
 }
 
+/// A plain-HTTP/1.1 server on a free 127.0.0.1 port, answering every request with `handler`
+/// from a thread and runtime of its own (it outlives any one test's runtime). Returns the port.
+pub fn serve_http<F>(handler: F) -> u16
+where
+    F: Fn(
+            &hyper::Request<hyper::body::Incoming>,
+        ) -> hyper::Response<http_body_util::Full<bytes::Bytes>>
+        + Send
+        + Sync
+        + 'static,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handler = std::sync::Arc::new(handler);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let response = handler(&req);
+                        async move { Ok::<_, std::convert::Infallible>(response) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    });
+    port
+}
+
 /// Runs `future` to completion on a private runtime in its own thread: shared registries are
 /// set up once per test binary, from whichever test's runtime gets there first.
 pub fn block_on_own_thread<T: Send + 'static>(

@@ -8,7 +8,6 @@
 //! name presented (right password or not), so concurrent tests can each watch their own.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -62,35 +61,8 @@ impl TokenServer {
             .unwrap(),
         });
         let requests = Arc::new(Mutex::new(HashMap::new()));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
         let counter = requests.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let signer = signer.clone();
-                    let counter = counter.clone();
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(move |req| {
-                            let response = issue(&signer, &req, &counter);
-                            async move { Ok::<_, Infallible>(response) }
-                        });
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-            });
-        });
+        let port = super::serve_http(move |req| issue(&signer, req, &counter));
         Self {
             port,
             cert_pem,

@@ -194,6 +194,18 @@ pub fn client_builder() -> reqwest::ClientBuilder {
         .no_proxy()
 }
 
+/// The server's `/metrics` text.
+pub async fn metrics_text(server: &TestServer) -> String {
+    client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// A recorded AdmissionReview from `tests/data`, its images pointed at `registry_host`.
 pub fn recorded(name: &str, registry_host: &str) -> serde_json::Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
