@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::cluster::{Cluster, PodCredentials};
 use crate::metrics::Metrics;
 use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
 use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, Policy};
@@ -29,6 +30,7 @@ pub struct Admission {
     resolver: Arc<Resolver>,
     policy: Policy,
     metrics: Option<Arc<Metrics>>,
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl Admission {
@@ -37,7 +39,14 @@ impl Admission {
             resolver,
             policy,
             metrics,
+            cluster: None,
         }
+    }
+
+    /// Reads each Pod's image pull secrets (and its ServiceAccount's) from `cluster`.
+    pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// Answers one AdmissionReview body within `budget` (the time left for image lookups).
@@ -84,14 +93,18 @@ impl Admission {
             .unwrap_or("default")
             .to_owned();
         // Skips need no lookups.
-        let facts = if mutate::skip_reason(&namespace, &pod, &self.policy).is_some() {
-            ImageFacts::new()
-        } else {
-            self.lookup(&images, budget).await
-        };
+        let started = Instant::now();
+        let (facts, secret_warnings) =
+            if mutate::skip_reason(&namespace, &pod, &self.policy).is_some() {
+                (ImageFacts::new(), Vec::new())
+            } else {
+                let pull = self.pull_credentials(&namespace, &pod, budget).await;
+                let budget = budget.saturating_sub(started.elapsed());
+                (self.lookup(&images, &pull, budget).await, pull.warnings)
+            };
         let decision = mutate::decide(&namespace, &pod, &images, &facts, &self.policy);
         let operations = patch::operations(&pod, &decision);
-        let mut out = allowed.with_warnings(&decision.warnings);
+        let mut out = allowed.with_warnings(decision.warnings.iter().chain(&secret_warnings));
         out = match &decision.deny {
             Some(message) => out.deny(message),
             None => out.with_patch(&operations),
@@ -106,12 +119,45 @@ impl Admission {
         })
     }
 
+    /// The Pod's pull-secret credentials, within a share of `budget` (the API server is usually
+    /// answered from the cache; when it is slow, the registry lookups still get their time).
+    async fn pull_credentials(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        budget: Duration,
+    ) -> PodCredentials {
+        let Some(cluster) = &self.cluster else {
+            return PodCredentials::default();
+        };
+        match tokio::time::timeout(budget / 3, cluster.pull_credentials(namespace, pod)).await {
+            Ok(found) => found,
+            Err(_) => PodCredentials {
+                warnings: vec![format!(
+                    "could not read the Pod's image pull secrets within {:?}; looked up without them",
+                    budget / 3
+                )],
+                ..PodCredentials::default()
+            },
+        }
+    }
+
     /// Looks up every distinct image concurrently, each bounded by `budget`.
-    async fn lookup(&self, images: &[ContainerImage], budget: Duration) -> ImageFacts {
+    async fn lookup(
+        &self,
+        images: &[ContainerImage],
+        pull: &PodCredentials,
+        budget: Duration,
+    ) -> ImageFacts {
         let distinct: BTreeSet<&str> = images.iter().map(|c| c.image.as_str()).collect();
         let lookups = distinct.into_iter().map(|image| async move {
             let started = Instant::now();
-            let result = match tokio::time::timeout(budget, self.resolver.resolve(image)).await {
+            let result = match tokio::time::timeout(
+                budget,
+                self.resolver.resolve_with(image, &pull.credentials),
+            )
+            .await
+            {
                 Ok(Ok(found)) => Ok(found),
                 Ok(Err(e)) => Err(e.reason()),
                 Err(_) => Err(format!(

@@ -67,6 +67,7 @@ struct RawConfig {
     preferred_architecture: Option<String>,
     on_no_common_architecture: String,
     on_lookup_failure: String,
+    read_pull_secrets: bool,
     log_level: String,
     log_format: String,
     registry_credential_path: Option<PathBuf>,
@@ -95,6 +96,7 @@ impl Default for RawConfig {
             preferred_architecture: None,
             on_no_common_architecture: "deny".into(),
             on_lookup_failure: "allow".into(),
+            read_pull_secrets: true,
             log_level: "info".into(),
             log_format: "text".into(),
             registry_credential_path: None,
@@ -167,6 +169,8 @@ pub struct Config {
     pub tls_files: Option<(PathBuf, PathBuf)>,
     pub listen_addr: SocketAddr,
     pub policy: Policy,
+    /// Read each Pod's image pull secrets (and its ServiceAccount's) from the API server.
+    pub read_pull_secrets: bool,
     pub log_level: String,
     pub log_format: LogFormat,
     pub registry_credential_path: Option<PathBuf>,
@@ -242,6 +246,7 @@ impl Config {
             preferred_architecture,
             on_no_common_architecture,
             on_lookup_failure,
+            read_pull_secrets,
             log_level,
             log_format,
             registry_credential_path,
@@ -378,6 +383,7 @@ impl Config {
             tls_files,
             listen_addr,
             policy,
+            read_pull_secrets,
             log_level,
             log_format,
             registry_credential_path,
@@ -688,6 +694,7 @@ mod tests {
                 ("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64"),
                 ("TOLERABLE_ON_LOOKUP_FAILURE", "deny"),
                 ("TOLERABLE_LISTEN_ADDR", "127.0.0.1:9443"),
+                ("TOLERABLE_READ_PULL_SECRETS", "false"),
             ]),
         )
         .unwrap();
@@ -701,6 +708,7 @@ mod tests {
         assert_eq!(c.policy.preferred_architecture.as_deref(), Some("arm64"));
         assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Deny);
         assert_eq!(c.listen_addr.port(), 9443);
+        assert!(!c.read_pull_secrets);
     }
 
     #[test]
@@ -810,6 +818,10 @@ mod tests {
                 "on_lookup_failure",
             ),
             (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
+            (
+                &[("TOLERABLE_READ_PULL_SECRETS", "maybe")],
+                "read_pull_secrets",
+            ),
             (
                 &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")],
                 "ssl_key_path",

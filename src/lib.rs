@@ -4,12 +4,14 @@
 //! - [`registry`]: image → platforms, read from registry manifests (the I/O edge), cached.
 //! - [`mutate`]: the pure decision core (Pod + platforms + policy → decision → JSON Patch).
 //! - [`admission`]: one AdmissionReview end to end, shared by the server and `review`.
+//! - [`cluster`]: what is read from the Kubernetes API (image pull secrets).
 //! - [`server`]: HTTPS transport, certificate reload, health, metrics.
 //! - [`config`]: `tolerable.toml` + `TOLERABLE_*` environment, validated at start-up.
 //! - [`cmd`]: the subcommands, thin over the library.
 
 pub mod admission;
 pub mod cli;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod metrics;

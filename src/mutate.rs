@@ -412,15 +412,12 @@ pub fn decide(
                 ..Decision::default()
             };
         }
+        // No patch at all: a Pod tolerable does not understand is left exactly as it came.
         return Decision {
             warnings: failed
                 .iter()
                 .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
                 .collect(),
-            annotation: annotation_update(
-                pod,
-                format!("unchanged: platforms unknown for {detail}"),
-            ),
             summary: format!("unchanged: platforms unknown ({detail})"),
             outcome: Some(Outcome::LookupFailed),
             ..Decision::default()
@@ -439,7 +436,16 @@ pub fn decide(
             .map(|p| p.architecture.to_string())
             .collect();
         let platforms = join(found.platforms.iter().map(ToString::to_string));
-        described.push(format!("{image} ({platforms})"));
+        // Name where the credential came from (never what it is), so a private image's answer
+        // can be traced to the pull secret that opened it.
+        if &*found.credential_source == "anonymous" {
+            described.push(format!("{image} ({platforms})"));
+        } else {
+            described.push(format!(
+                "{image} ({platforms}; credentials from {})",
+                found.credential_source
+            ));
+        }
         common = Some(match common {
             None => archs,
             Some(c) => c.intersection(&archs).cloned().collect(),
@@ -460,7 +466,6 @@ pub fn decide(
         }
         return Decision {
             warnings: vec![format!("tolerable added no tolerations: {message}")],
-            annotation: annotation_update(pod, format!("unchanged: {message}")),
             summary: format!("unchanged: {message}"),
             outcome: Some(Outcome::NoCommonArchitecture),
             ..Decision::default()

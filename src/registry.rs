@@ -321,18 +321,20 @@ impl Resolver {
 
     /// Platforms of `image`, using the configured credentials.
     pub async fn resolve(&self, image: &str) -> Result<Arc<ImagePlatforms>, LookupError> {
-        self.resolve_with(image, &[]).await
+        self.resolve_with(image, &CredentialStore::default()).await
     }
 
-    /// Platforms of `image`, trying `credentials` first (a Pod's pull secrets), then the
-    /// configured ones, then anonymous access.
+    /// Platforms of `image`, trying the credentials `first` holds for the image's registry (a
+    /// Pod's pull secrets), then the configured ones, then anonymous access. A credential is only
+    /// ever sent to the registry it is for.
     pub async fn resolve_with(
         &self,
         image: &str,
-        credentials: &[Credential],
+        first: &CredentialStore,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let reference = ImageReference::parse(image)?;
-        let chain: Vec<Credential> = credentials
+        let chain: Vec<Credential> = first
+            .for_registry(reference.registry())
             .iter()
             .chain(self.credentials.for_registry(reference.registry()))
             .cloned()

@@ -9,7 +9,11 @@ use std::process::Command;
 use serde_json::Value;
 use tolerable::config::Config;
 
-const OVERLAYS: &[&str] = &["kustomize", "kustomize/overlays/example"];
+const OVERLAYS: &[&str] = &[
+    "kustomize",
+    "kustomize/overlays/example",
+    "kustomize/overlays/no-pull-secrets",
+];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -91,7 +95,12 @@ fn rendered_manifests_validate_offline() {
             "deployment",
             "poddisruptionbudget",
             "mutatingwebhookconfiguration",
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            yaml.contains("kind: ClusterRole\n")
+                .then_some("clusterrole"),
+        ) {
             assert!(
                 report.contains(&format!("passed for resource {kind}/")),
                 "{dir}: {kind} not validated:\n{report}"
@@ -430,10 +439,6 @@ fn the_deployment_is_hardened() {
             pod["securityContext"]["seccompProfile"]["type"],
             "RuntimeDefault"
         );
-        assert_eq!(
-            pod["automountServiceAccountToken"], false,
-            "no API access is needed yet"
-        );
         assert_eq!(pod["enableServiceLinks"], false);
         assert!(pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname");
         let container = &pod["containers"][0];
@@ -453,14 +458,46 @@ fn the_deployment_is_hardened() {
             object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["minAvailable"],
             1
         );
-        // Least privilege: nothing reads the API yet, so no RBAC at all.
-        assert!(
-            !docs.iter().any(|d| matches!(
-                d["kind"].as_str(),
-                Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
-            )),
-            "{dir}: RBAC granted but nothing needs it"
-        );
+        // Least privilege: `get` on secrets and serviceaccounts when pull secrets are read, for
+        // the Deployment's own ServiceAccount; nothing at all (not even a token) when not.
+        let rbac: Vec<&Value> = docs
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d["kind"].as_str(),
+                    Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
+                )
+            })
+            .collect();
+        if deployed_config(&docs).read_pull_secrets {
+            assert_ne!(
+                pod["automountServiceAccountToken"], false,
+                "{dir}: the API token is needed"
+            );
+            let role = object(&docs, "ClusterRole", "tolerable");
+            assert_eq!(
+                role["rules"],
+                serde_json::json!([{"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get"]}]),
+                "{dir}"
+            );
+            let binding = object(&docs, "ClusterRoleBinding", "tolerable");
+            assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+            assert_eq!(
+                binding["subjects"][0]["name"], pod["serviceAccountName"],
+                "{dir}"
+            );
+            assert_eq!(
+                binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
+                "{dir}"
+            );
+            assert_eq!(rbac.len(), 2, "{dir}: RBAC beyond what pull secrets need");
+        } else {
+            assert_eq!(
+                pod["automountServiceAccountToken"], false,
+                "{dir}: no API access is needed"
+            );
+            assert!(rbac.is_empty(), "{dir}: RBAC granted but nothing needs it");
+        }
     }
     // The example overlay configures the cluster through the environment and sets the image.
     let docs = documents(&render("kustomize/overlays/example"));

@@ -183,8 +183,17 @@ async fn wrong_or_missing_credentials_are_refused_without_leaking_them() {
     // A Pod's own credential goes first; a rejected one falls through to the next.
     let (_dir, store) = creds_dir(registry, USER, PASSWORD);
     let resolver = Resolver::new(common::settings(), store).unwrap();
-    let bad = Credential::new(USER, "also-wrong", "secret default/stale");
-    let found = resolver.resolve_with(&image, &[bad]).await.unwrap();
+    let mut pod_secrets = CredentialStore::default();
+    pod_secrets.add(
+        &registry.host,
+        Credential::new(USER, "also-wrong", "secret default/stale"),
+    );
+    // A credential for another registry is never sent here.
+    pod_secrets.add(
+        "ghcr.io",
+        Credential::new(USER, PASSWORD, "secret default/ghcr"),
+    );
+    let found = resolver.resolve_with(&image, &pod_secrets).await.unwrap();
     assert!(
         found.credential_source.ends_with(".toml"),
         "{}",
@@ -213,8 +222,12 @@ async fn bearer_tokens_private_repositories_and_token_reuse() {
 
     // A token answer that carries only `access_token`.
     let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
-    let access_only = Credential::new("accessuser", "accesspass", "test access_token user");
-    let found = resolver.resolve_with(&image, &[access_only]).await.unwrap();
+    let mut access_only = CredentialStore::default();
+    access_only.add(
+        &registry.host,
+        Credential::new("accessuser", "accesspass", "test access_token user"),
+    );
+    let found = resolver.resolve_with(&image, &access_only).await.unwrap();
     assert_eq!(
         platforms(&found),
         ["linux/amd64", "linux/arm/v7", "linux/arm64"]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::admission::Admission;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::Resolver;
@@ -39,12 +40,23 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
     let reloader = tokio::spawn(certs.clone().watch(Some(metrics.clone())));
+    let mut admission = Admission::new(
+        resolver.clone(),
+        config.policy.clone(),
+        Some(metrics.clone()),
+    );
+    if config.read_pull_secrets {
+        match Cluster::from_environment().await {
+            Ok(cluster) => admission = admission.with_cluster(Arc::new(cluster)),
+            // Running outside a cluster (trying it out): still useful, just without pull secrets.
+            Err(why) => tracing::warn!(
+                reason = %why,
+                "no Kubernetes API configuration (in-cluster or kubeconfig): image pull secrets will not be read"
+            ),
+        }
+    }
     let state = Arc::new(AppState {
-        admission: Admission::new(
-            resolver.clone(),
-            config.policy.clone(),
-            Some(metrics.clone()),
-        ),
+        admission,
         metrics,
         metrics_registry,
         resolver,

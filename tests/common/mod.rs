@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod fake;
 pub mod fixtures;
+pub mod kube_api;
 pub mod registry;
 pub mod token;
 pub mod webhook;

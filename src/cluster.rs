@@ -1,0 +1,239 @@
+//! What tolerable reads from the cluster it serves: a Pod's image pull secrets (its own
+//! `imagePullSecrets`, then its ServiceAccount's). Thin I/O over the `kube` client, cached so an
+//! admission does not wait on the API server in the common case. Never fails an admission: what
+//! cannot be read becomes a warning naming the secret, never its content.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::ByteString;
+use kube::api::Api;
+use moka::future::Cache;
+use moka::Expiry;
+
+use crate::registry::credentials::parse_docker_config;
+use crate::registry::CredentialStore;
+
+/// How long a Secret or ServiceAccount read is reused. Rotated pull secrets are picked up within
+/// this; a missing one is looked for again as soon.
+pub const CACHE_TTL: Duration = Duration::from_secs(30);
+/// Reads that failed for a reason that may pass (API unreachable) are retried this soon.
+const ERROR_TTL: Duration = Duration::from_secs(2);
+const MAX_CACHED: u64 = 10_000;
+
+/// What one Secret gave: credentials by registry, or why it gave none.
+#[derive(Clone, Debug)]
+enum SecretRead {
+    Credentials(Vec<(String, crate::registry::Credential)>, Vec<String>),
+    Problem(String),
+    Transient(String),
+}
+
+#[derive(Clone, Debug)]
+enum AccountRead {
+    PullSecrets(Vec<String>),
+    Problem(String),
+    Transient(String),
+}
+
+struct ReadExpiry;
+
+impl Expiry<(String, String), Arc<SecretRead>> for ReadExpiry {
+    fn expire_after_create(
+        &self,
+        _: &(String, String),
+        value: &Arc<SecretRead>,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(match value.as_ref() {
+            SecretRead::Transient(_) => ERROR_TTL,
+            _ => CACHE_TTL,
+        })
+    }
+}
+
+impl Expiry<(String, String), Arc<AccountRead>> for ReadExpiry {
+    fn expire_after_create(
+        &self,
+        _: &(String, String),
+        value: &Arc<AccountRead>,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(match value.as_ref() {
+            AccountRead::Transient(_) => ERROR_TTL,
+            _ => CACHE_TTL,
+        })
+    }
+}
+
+/// The credentials a Pod's pull secrets provide, in precedence order (Pod, then ServiceAccount),
+/// and what could not be used.
+#[derive(Debug, Default)]
+pub struct PodCredentials {
+    pub credentials: CredentialStore,
+    pub warnings: Vec<String>,
+}
+
+pub struct Cluster {
+    client: kube::Client,
+    secrets: Cache<(String, String), Arc<SecretRead>>,
+    accounts: Cache<(String, String), Arc<AccountRead>>,
+}
+
+impl Cluster {
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            secrets: Cache::builder()
+                .max_capacity(MAX_CACHED)
+                .expire_after(ReadExpiry)
+                .build(),
+            accounts: Cache::builder()
+                .max_capacity(MAX_CACHED)
+                .expire_after(ReadExpiry)
+                .build(),
+        }
+    }
+
+    /// A client from the environment: in-cluster service account, else the kubeconfig. `None`
+    /// (and the reason) when neither is there — tolerable then runs without reading the cluster.
+    pub async fn from_environment() -> Result<Self, String> {
+        let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        Ok(Self::new(client))
+    }
+
+    /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each
+    /// Secret's entries in the order the Secret lists them.
+    pub async fn pull_credentials(&self, namespace: &str, pod: &Pod) -> PodCredentials {
+        let mut out = PodCredentials::default();
+        let spec = pod.spec.as_ref();
+        let mut names: Vec<String> = spec
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let account = spec
+            .and_then(|s| s.service_account_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default");
+        match self.account(namespace, account).await.as_ref() {
+            AccountRead::PullSecrets(secrets) => names.extend(secrets.iter().cloned()),
+            AccountRead::Problem(why) | AccountRead::Transient(why) => {
+                out.warnings.push(why.clone())
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for name in names.into_iter().filter(|n| seen.insert(n.clone())) {
+            match self.secret(namespace, &name).await.as_ref() {
+                SecretRead::Credentials(entries, warnings) => {
+                    for (registry, credential) in entries {
+                        out.credentials.add(registry, credential.clone());
+                    }
+                    out.warnings.extend(warnings.iter().cloned());
+                }
+                SecretRead::Problem(why) | SecretRead::Transient(why) => {
+                    out.warnings.push(why.clone())
+                }
+            }
+        }
+        out
+    }
+
+    async fn account(&self, namespace: &str, name: &str) -> Arc<AccountRead> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.accounts
+            .get_with(key, async {
+                let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+                let what = format!("serviceaccount {namespace}/{name}");
+                Arc::new(match api.get_opt(name).await {
+                    Ok(Some(account)) => AccountRead::PullSecrets(
+                        account
+                            .image_pull_secrets
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|r| r.name)
+                            .filter(|n| !n.is_empty())
+                            .collect(),
+                    ),
+                    // Admission can run before the ServiceAccount controller creates `default`.
+                    Ok(None) => AccountRead::PullSecrets(Vec::new()),
+                    Err(e) => match classify(&e, &what) {
+                        Ok(problem) => AccountRead::Problem(problem),
+                        Err(transient) => AccountRead::Transient(transient),
+                    },
+                })
+            })
+            .await
+    }
+
+    async fn secret(&self, namespace: &str, name: &str) -> Arc<SecretRead> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.secrets
+            .get_with(key, async {
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+                let what = format!("image pull secret {namespace}/{name}");
+                Arc::new(match api.get_opt(name).await {
+                    Ok(Some(secret)) => read_secret(&secret, &what),
+                    Ok(None) => SecretRead::Problem(format!("{what} not found; ignored")),
+                    Err(e) => match classify(&e, &what) {
+                        Ok(problem) => SecretRead::Problem(problem),
+                        Err(transient) => SecretRead::Transient(transient),
+                    },
+                })
+            })
+            .await
+    }
+}
+
+/// `Ok(message)` for an answer that will not change soon (forbidden), `Err(message)` for one
+/// that may (the API server unreachable, overloaded).
+fn classify(e: &kube::Error, what: &str) -> Result<String, String> {
+    match e {
+        kube::Error::Api(status) if status.code == 403 => Ok(format!(
+            "tolerable may not read {what} (RBAC: it needs get on secrets and serviceaccounts); ignored"
+        )),
+        kube::Error::Api(status) if status.code == 401 => Ok(format!(
+            "tolerable is not authenticated to the API server to read {what}; ignored"
+        )),
+        kube::Error::Api(status) => Err(format!(
+            "could not read {what}: API server answered {} {}; ignored",
+            status.code, status.reason
+        )),
+        other => Err(format!("could not read {what}: {other}; ignored")),
+    }
+}
+
+/// A `kubernetes.io/dockerconfigjson` or `kubernetes.io/dockercfg` Secret's credentials.
+fn read_secret(secret: &Secret, what: &str) -> SecretRead {
+    let data = secret.data.as_ref();
+    let payload = |key: &str| {
+        data.and_then(|d| d.get(key))
+            .map(|ByteString(bytes)| bytes.as_slice())
+    };
+    let json = match secret.type_.as_deref() {
+        Some("kubernetes.io/dockerconfigjson") => payload(".dockerconfigjson"),
+        Some("kubernetes.io/dockercfg") => payload(".dockercfg"),
+        other => {
+            return SecretRead::Problem(format!(
+                "{what} is of type {}, not kubernetes.io/dockerconfigjson; ignored",
+                other.unwrap_or("Opaque")
+            ))
+        }
+    };
+    let Some(json) = json else {
+        return SecretRead::Problem(format!("{what} has no docker config key; ignored"));
+    };
+    match parse_docker_config(
+        json,
+        &format!("secret {}", what.trim_start_matches("image pull secret ")),
+    ) {
+        Ok((entries, warnings)) => SecretRead::Credentials(entries, warnings),
+        Err(e) => SecretRead::Problem(format!("{what}: {e}; ignored")),
+    }
+}

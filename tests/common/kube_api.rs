@@ -1,0 +1,196 @@
+//! A thin fake of the Kubernetes API server (there is no kube-apiserver binary here): HTTPS on
+//! 127.0.0.1 serving the GET responses recorded from a real kube-apiserver v1.24 in
+//! `tests/data/kube-api/` (namespace `team-a`: secrets `regcred`, `legacy`, `broken-shape`;
+//! service accounts `default`, `builder`, `multi`). The only change made to a recording: the
+//! registry hosts inside the recorded pull secrets point at this run's test registries.
+//! Tokens: `admintoken` may read everything, `nobodytoken` nothing (403), any other gets 401.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Response, StatusCode};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::certs;
+
+/// Registry hosts in the recordings → this run's.
+pub struct RegistryHosts {
+    /// Where `127.0.0.1:25001` (the recording's Basic-auth registry) is now.
+    pub basic: String,
+    /// Where `127.0.0.1:25444` (the recording's token registry) is now.
+    pub token: String,
+}
+
+pub struct FakeApiServer {
+    pub port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+fn recording(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kube-api")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The recorded Secret with its docker config pointed at this run's registries.
+fn secret(name: &str, hosts: &RegistryHosts) -> String {
+    let mut secret: serde_json::Value =
+        serde_json::from_str(&recording(&format!("secret-{name}-get.body.json"))).unwrap();
+    let engine = base64::engine::general_purpose::STANDARD;
+    for value in secret["data"].as_object_mut().unwrap().values_mut() {
+        let decoded = String::from_utf8(engine.decode(value.as_str().unwrap()).unwrap()).unwrap();
+        let moved = decoded
+            .replace("127.0.0.1:25001", &hosts.basic)
+            .replace("127.0.0.1:25444", &hosts.token);
+        *value = serde_json::Value::String(engine.encode(moved));
+    }
+    secret.to_string()
+}
+
+fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Full<Bytes>> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let ["api", "v1", "namespaces", namespace, kind @ ("secrets" | "serviceaccounts"), name] =
+        parts[..]
+    else {
+        return status(StatusCode::NOT_FOUND, r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#.into());
+    };
+    match token {
+        Some("admintoken") => {}
+        Some("nobodytoken") => {
+            let body = if kind == "secrets" {
+                recording("secret-regcred-get-403.body.json")
+                    .replace("\\\"regcred\\\"", &format!("\\\"{name}\\\""))
+            } else {
+                recording("sa-builder-get-403.body.json")
+                    .replace("\\\"builder\\\"", &format!("\\\"{name}\\\""))
+            };
+            return status(
+                StatusCode::FORBIDDEN,
+                body.replace("\"name\":\"regcred\"", &format!("\"name\":\"{name}\"")),
+            );
+        }
+        _ => {
+            return status(
+                StatusCode::UNAUTHORIZED,
+                recording("secret-regcred-get-401.body.json"),
+            )
+        }
+    }
+    let known = namespace == "team-a";
+    match kind {
+        "secrets" if known && ["regcred", "legacy", "broken-shape"].contains(&name) => {
+            status(StatusCode::OK, secret(name, hosts))
+        }
+        "serviceaccounts" if known && ["default", "builder", "multi"].contains(&name) => status(
+            StatusCode::OK,
+            recording(&format!("sa-{name}-get.body.json")),
+        ),
+        "secrets" => status(
+            StatusCode::NOT_FOUND,
+            recording("secret-missing-get-404.body.json").replace("missing", name),
+        ),
+        _ => status(
+            StatusCode::NOT_FOUND,
+            recording("sa-missing-get-404.body.json").replace("missing", name),
+        ),
+    }
+}
+
+impl FakeApiServer {
+    pub fn start(hosts: RegistryHosts) -> Self {
+        super::init();
+        let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
+        let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let hosts = Arc::new(hosts);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (acceptor, seen, hosts) = (acceptor.clone(), seen.clone(), hosts.clone());
+                    tokio::spawn(async move {
+                        let Ok(stream) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let service = hyper::service::service_fn(
+                            move |req: hyper::Request<hyper::body::Incoming>| {
+                                seen.lock().unwrap().push(req.uri().path().to_owned());
+                                let token = req
+                                    .headers()
+                                    .get("authorization")
+                                    .and_then(|v| v.to_str().ok())
+                                    .and_then(|v| v.strip_prefix("Bearer "))
+                                    .map(str::to_owned);
+                                let response = if req.method() == hyper::Method::GET {
+                                    answer(req.uri().path(), token.as_deref(), &hosts)
+                                } else {
+                                    status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())
+                                };
+                                async move { Ok::<_, std::convert::Infallible>(response) }
+                            },
+                        );
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            });
+        });
+        Self { port, requests }
+    }
+
+    /// A real `kube` client for this server, authenticating with `token`.
+    pub fn client(&self, token: &str) -> kube::Client {
+        let mut config =
+            kube::Config::new(format!("https://127.0.0.1:{}", self.port).parse().unwrap());
+        config.root_cert = Some(vec![CertificateDer::from_pem_slice(
+            certs::ca().ca_pem.as_bytes(),
+        )
+        .unwrap()
+        .to_vec()]);
+        config.auth_info.token = Some(token.to_owned().into());
+        config.default_namespace = "team-a".into();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Paths requested so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
