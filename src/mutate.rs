@@ -8,7 +8,7 @@ pub mod review;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
 use crate::registry::ImagePlatforms;
 
@@ -98,6 +98,88 @@ impl TolerationTemplate {
             (Some(theirs), Some(ours)) => theirs >= ours,
         };
         key_matches && value_matches && effect_matches && seconds_cover
+    }
+}
+
+/// The cluster's node pools as the node watch sees them: for each architecture present, the
+/// taints its nodes carry under the toleration key (`kubernetes.io/arch` by default).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodePools {
+    pub architectures: BTreeMap<String, Vec<Taint>>,
+}
+
+impl NodePools {
+    /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
+    /// kubelet reports; only taints whose key is `taint_key` count.
+    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>, taint_key: &str) -> Self {
+        let mut architectures: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
+        for node in nodes {
+            let arch = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ARCH_LABEL))
+                .cloned()
+                .or_else(|| {
+                    node.status
+                        .as_ref()
+                        .and_then(|s| s.node_info.as_ref())
+                        .map(|i| i.architecture.clone())
+                })
+                .filter(|a| !a.is_empty());
+            let Some(arch) = arch else { continue };
+            let taints = architectures.entry(arch).or_default();
+            for taint in node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                let same = |t: &Taint| {
+                    t.key == taint.key && t.value == taint.value && t.effect == taint.effect
+                };
+                if taint.key == taint_key && !taints.iter().any(same) {
+                    taints.push(Taint {
+                        time_added: None,
+                        ..taint.clone()
+                    });
+                }
+            }
+        }
+        Self { architectures }
+    }
+
+    pub fn taints(&self, arch: &str) -> &[Taint] {
+        self.architectures.get(arch).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Kubernetes' rule: whether `toleration` tolerates `taint`.
+fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    if key.is_empty() {
+        return exists;
+    }
+    key == taint.key
+        && (exists
+            || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+}
+
+/// The toleration for exactly `taint`.
+fn toleration_for(taint: &Taint, seconds: Option<i64>) -> Toleration {
+    let value = taint.value.clone().filter(|v| !v.is_empty());
+    Toleration {
+        key: Some(taint.key.clone()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.to_owned()),
+        value,
+        effect: Some(taint.effect.clone()),
+        toleration_seconds: seconds.filter(|_| taint.effect == "NoExecute"),
     }
 }
 
@@ -385,6 +467,20 @@ pub fn decide(
     facts: &ImageFacts,
     policy: &Policy,
 ) -> Decision {
+    decide_with_pools(namespace, pod, images, facts, policy, None)
+}
+
+/// [`decide`], knowing the cluster's node pools: tolerations are then copied from the taints
+/// that really exist on each architecture's nodes, and a Pod whose images run on every
+/// architecture present needs no steering.
+pub fn decide_with_pools(
+    namespace: &str,
+    pod: &Pod,
+    images: &[ContainerImage],
+    facts: &ImageFacts,
+    policy: &Policy,
+    pools: Option<&NodePools>,
+) -> Decision {
     if let Some(reason) = skip_reason(namespace, pod, policy) {
         return Decision::skipped(reason);
     }
@@ -483,15 +579,33 @@ pub fn decide(
         .filter(|arch| policy.supported_architectures.contains(*arch))
         .collect();
     for arch in &tolerated {
-        if !existing_tolerations
-            .iter()
-            .any(|t| policy.toleration.is_tolerated_by(t, arch))
-        {
-            decision
-                .tolerations
-                .push(policy.toleration.for_architecture(arch));
+        match pools {
+            // The taints this architecture's nodes really carry (none: no pool, no toleration).
+            Some(pools) => {
+                for taint in pools.taints(arch) {
+                    if !existing_tolerations.iter().any(|t| tolerates(t, taint)) {
+                        decision
+                            .tolerations
+                            .push(toleration_for(taint, policy.toleration.toleration_seconds));
+                    }
+                }
+            }
+            None => {
+                if !existing_tolerations
+                    .iter()
+                    .any(|t| policy.toleration.is_tolerated_by(t, arch))
+                {
+                    decision
+                        .tolerations
+                        .push(policy.toleration.for_architecture(arch));
+                }
+            }
         }
     }
+    // Images that run on every architecture in the cluster need no steering.
+    let runs_everywhere = pools.is_some_and(|p| {
+        !p.architectures.is_empty() && p.architectures.keys().all(|a| common.contains(a))
+    });
 
     let mut steering_note = String::new();
     match existing_arch_constraint(pod, policy.steering, &common) {
@@ -511,6 +625,10 @@ pub fn decide(
                     ));
                 }
             }
+        }
+        ExistingConstraint::None if runs_everywhere => {
+            steering_note =
+                "no steering: the images run on every architecture in the cluster".into();
         }
         ExistingConstraint::None => match policy.steering {
             Steering::Off => {}

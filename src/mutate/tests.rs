@@ -599,3 +599,135 @@ fn images_of_names_containers_without_images() {
             .unwrap();
     assert!(images_of(&p).is_err());
 }
+
+/// Node pools from a NodeList recorded from a real API server: amd-1 (untainted), arm-1
+/// (`kubernetes.io/arch=arm64:NoSchedule`), s390-1 (`…=s390x:NoSchedule`), bare-1 (no arch
+/// label; its kubelet says amd64). Every node also carries `node.kubernetes.io/not-ready`.
+fn recorded_pools() -> NodePools {
+    let list: k8s_openapi::List<k8s_openapi::api::core::v1::Node> = serde_json::from_str(
+        include_str!("../../tests/data/kube-api/node-list.body.json"),
+    )
+    .unwrap();
+    NodePools::from_nodes(&list.items, ARCH_LABEL)
+}
+
+#[test]
+fn node_pools_from_recorded_nodes() {
+    let pools = recorded_pools();
+    assert_eq!(
+        pools.architectures.keys().collect::<Vec<_>>(),
+        ["amd64", "arm64", "s390x"]
+    );
+    assert!(
+        pools.taints("amd64").is_empty(),
+        "not-ready is not an arch taint"
+    );
+    assert_eq!(pools.taints("arm64").len(), 1);
+    assert_eq!(pools.taints("arm64")[0].value.as_deref(), Some("arm64"));
+    assert_eq!(pools.taints("s390x")[0].effect, "NoSchedule");
+}
+
+fn run_with_pools(
+    pod_json: &Value,
+    facts: &ImageFacts,
+    policy: &Policy,
+    pools: &NodePools,
+) -> (Decision, Value) {
+    let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
+    let images = images_of(&pod).unwrap();
+    let decision = decide_with_pools("apps", &pod, &images, facts, policy, Some(pools));
+    let ops: Vec<Value> = patch::operations(&pod, &decision)
+        .iter()
+        .map(|op| serde_json::to_value(op).unwrap())
+        .collect();
+    let mut patched = pod_json.clone();
+    json_patch::patch(
+        &mut patched,
+        &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
+    )
+    .unwrap();
+    let patched_pod: Pod = serde_json::from_value(patched.clone()).unwrap();
+    let again = decide_with_pools("apps", &patched_pod, &images, facts, policy, Some(pools));
+    assert!(
+        patch::operations(&patched_pod, &again).is_empty(),
+        "reinvocation changed the Pod again"
+    );
+    (decision, patched)
+}
+
+#[test]
+fn tolerations_copy_the_taints_that_exist() {
+    let pools = recorded_pools();
+    let (_, patched) = run_with_pools(
+        &pod(&["m:1"], json!({})),
+        &facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]),
+        &policy(),
+        &pools,
+    );
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
+    // amd64 and arm64 of a cluster that also has s390x: still steered.
+    assert_eq!(
+        required_terms(&patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64", "arm64"])
+    );
+
+    // A taint with another value or effect is copied as it is.
+    let mut custom = pools.clone();
+    custom.architectures.insert(
+        "arm64".into(),
+        vec![k8s_openapi::api::core::v1::Taint {
+            key: ARCH_LABEL.into(),
+            value: Some("arm".into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        }],
+    );
+    let mut p = policy();
+    p.toleration.toleration_seconds = Some(30);
+    let (_, patched) = run_with_pools(
+        &pod(&["m:1"], json!({})),
+        &facts(&[("m:1", Ok(&["linux/arm64"]))]),
+        &p,
+        &custom,
+    );
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([{"key": ARCH_LABEL, "operator": "Equal", "value": "arm", "effect": "NoExecute", "tolerationSeconds": 30}])
+    );
+
+    // A supported architecture with no nodes in the cluster: nothing to tolerate.
+    let mut no_s390x = pools.clone();
+    no_s390x.architectures.remove("s390x");
+    let (decision, _) = run_with_pools(
+        &pod(&["z:1"], json!({})),
+        &facts(&[("z:1", Ok(&["linux/s390x"]))]),
+        &policy(),
+        &no_s390x,
+    );
+    assert!(decision.tolerations.is_empty());
+}
+
+#[test]
+fn images_that_run_everywhere_in_the_cluster_are_not_steered() {
+    let pools = recorded_pools();
+    let f = facts(&[(
+        "all:1",
+        Ok(&["linux/amd64", "linux/arm64", "linux/s390x", "linux/ppc64le"]),
+    )]);
+    let (decision, patched) = run_with_pools(&pod(&["all:1"], json!({})), &f, &policy(), &pools);
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64"), arch_toleration("s390x")])
+    );
+    assert!(patched["spec"]["affinity"].is_null());
+    assert!(
+        decision
+            .summary
+            .contains("no steering: the images run on every architecture"),
+        "{}",
+        decision.summary
+    );
+}
