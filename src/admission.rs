@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials};
 use crate::metrics::Metrics;
 use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
@@ -31,6 +32,7 @@ pub struct Admission {
     policy: Policy,
     metrics: Option<Arc<Metrics>>,
     cluster: Option<Arc<Cluster>>,
+    nodes: Option<NodeWatch>,
 }
 
 impl Admission {
@@ -40,7 +42,14 @@ impl Admission {
             policy,
             metrics,
             cluster: None,
+            nodes: None,
         }
+    }
+
+    /// Decides with the cluster's node pools (once the watch has synced).
+    pub fn with_nodes(mut self, nodes: NodeWatch) -> Self {
+        self.nodes = Some(nodes);
+        self
     }
 
     /// Reads each Pod's image pull secrets (and its ServiceAccount's) from `cluster`.
@@ -102,7 +111,15 @@ impl Admission {
                 let budget = budget.saturating_sub(started.elapsed());
                 (self.lookup(&images, &pull, budget).await, pull.warnings)
             };
-        let decision = mutate::decide(&namespace, &pod, &images, &facts, &self.policy);
+        let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
+        let decision = mutate::decide_with_pools(
+            &namespace,
+            &pod,
+            &images,
+            &facts,
+            &self.policy,
+            pools.as_ref(),
+        );
         let operations = patch::operations(&pod, &decision);
         let mut out = allowed.with_warnings(decision.warnings.iter().chain(&secret_warnings));
         out = match &decision.deny {

@@ -3,6 +3,8 @@
 //! admission does not wait on the API server in the common case. Never fails an admission: what
 //! cannot be read becomes a warning naming the secret, never its content.
 
+pub mod nodes;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,14 +98,14 @@ impl Cluster {
         }
     }
 
-    /// A client from the environment: in-cluster service account, else the kubeconfig. `None`
-    /// (and the reason) when neither is there — tolerable then runs without reading the cluster.
-    pub async fn from_environment() -> Result<Self, String> {
+    /// A client from the environment: in-cluster service account, else the kubeconfig; the
+    /// reason when neither is there (tolerable then runs without reading the cluster).
+    pub async fn client_from_environment() -> Result<kube::Client, String> {
         let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
         config.connect_timeout = Some(Duration::from_secs(2));
-        config.read_timeout = Some(Duration::from_secs(5));
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        Ok(Self::new(client))
+        // Long enough for a watch (kube asks the server to end it within 290 s).
+        config.read_timeout = Some(Duration::from_secs(295));
+        kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
     /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each

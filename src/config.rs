@@ -68,6 +68,7 @@ struct RawConfig {
     on_no_common_architecture: String,
     on_lookup_failure: String,
     read_pull_secrets: bool,
+    watch_nodes: bool,
     log_level: String,
     log_format: String,
     registry_credential_path: Option<PathBuf>,
@@ -97,6 +98,7 @@ impl Default for RawConfig {
             on_no_common_architecture: "deny".into(),
             on_lookup_failure: "allow".into(),
             read_pull_secrets: true,
+            watch_nodes: true,
             log_level: "info".into(),
             log_format: "text".into(),
             registry_credential_path: None,
@@ -171,6 +173,9 @@ pub struct Config {
     pub policy: Policy,
     /// Read each Pod's image pull secrets (and its ServiceAccount's) from the API server.
     pub read_pull_secrets: bool,
+    /// Watch Nodes: tolerate the taints that really exist, skip steering when the images run
+    /// everywhere; `/readyz` waits for the first sync.
+    pub watch_nodes: bool,
     pub log_level: String,
     pub log_format: LogFormat,
     pub registry_credential_path: Option<PathBuf>,
@@ -247,6 +252,7 @@ impl Config {
             on_no_common_architecture,
             on_lookup_failure,
             read_pull_secrets,
+            watch_nodes,
             log_level,
             log_format,
             registry_credential_path,
@@ -384,6 +390,7 @@ impl Config {
             listen_addr,
             policy,
             read_pull_secrets,
+            watch_nodes,
             log_level,
             log_format,
             registry_credential_path,
@@ -695,6 +702,7 @@ mod tests {
                 ("TOLERABLE_ON_LOOKUP_FAILURE", "deny"),
                 ("TOLERABLE_LISTEN_ADDR", "127.0.0.1:9443"),
                 ("TOLERABLE_READ_PULL_SECRETS", "false"),
+                ("TOLERABLE_WATCH_NODES", "0"),
             ]),
         )
         .unwrap();
@@ -709,6 +717,7 @@ mod tests {
         assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Deny);
         assert_eq!(c.listen_addr.port(), 9443);
         assert!(!c.read_pull_secrets);
+        assert!(!c.watch_nodes);
     }
 
     #[test]

@@ -29,6 +29,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ArchitectureLabels {
+    architecture: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
     registry: String,
     status: String,
@@ -42,6 +47,7 @@ pub struct Metrics {
     cache_lookups: Family<ResultLabels, Counter>,
     cache_entries: Gauge,
     certificate_reloads: Family<ResultLabels, Counter>,
+    architecture_taints: Family<ArchitectureLabels, Gauge>,
     registries_named: Mutex<HashSet<String>>,
 }
 
@@ -60,6 +66,7 @@ impl Metrics {
             cache_lookups: Family::default(),
             cache_entries: Gauge::default(),
             certificate_reloads: Family::default(),
+            architecture_taints: Family::default(),
             registries_named: Mutex::default(),
         };
         registry.register(
@@ -97,7 +104,24 @@ impl Metrics {
             "Serving certificate reloads, by result",
             metrics.certificate_reloads.clone(),
         );
+        registry.register(
+            "tolerable_node_architecture_taints",
+            "Architectures the node watch has seen, with how many distinct taints under the toleration key their nodes carry",
+            metrics.architecture_taints.clone(),
+        );
         metrics
+    }
+
+    /// The architectures present in the cluster (bounded by what nodes exist).
+    pub fn set_architectures(&self, pools: &crate::mutate::NodePools) {
+        self.architecture_taints.clear();
+        for (architecture, taints) in &pools.architectures {
+            self.architecture_taints
+                .get_or_create(&ArchitectureLabels {
+                    architecture: architecture.clone(),
+                })
+                .set(i64::try_from(taints.len()).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn admission(&self, outcome: &'static str, elapsed: Duration) {

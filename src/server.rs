@@ -40,6 +40,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// What request handlers share.
 pub struct AppState {
     pub admission: Admission,
+    /// The node watch, when enabled: not ready until it has synced.
+    pub nodes: Option<crate::cluster::nodes::NodeWatch>,
     pub metrics: Arc<Metrics>,
     pub metrics_registry: prometheus_client::registry::Registry,
     pub resolver: Arc<Resolver>,
@@ -193,16 +195,30 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Result<Response<
         (&Method::POST, "/mutate") => mutate(&state, req).await,
         (&Method::GET, "/healthz") => respond(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/readyz") => {
-            if state.ready.load(Ordering::Relaxed) {
-                respond(StatusCode::OK, "text/plain", "ok\n")
+            let nodes_synced = state.nodes.as_ref().is_none_or(|n| n.is_synced());
+            if !state.ready.load(Ordering::Relaxed) {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "not ready: shutting down\n",
+                )
+            } else if !nodes_synced {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "not ready: node watch not synced\n",
+                )
             } else {
-                respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready\n")
+                respond(StatusCode::OK, "text/plain", "ok\n")
             }
         }
         (&Method::GET, "/metrics") => {
             state
                 .metrics
                 .set_cache_entries(state.resolver.cached_entries().await);
+            if let Some(pools) = state.nodes.as_ref().and_then(|n| n.pools()) {
+                state.metrics.set_architectures(&pools);
+            }
             respond(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",

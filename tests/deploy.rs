@@ -12,7 +12,7 @@ use tolerable::config::Config;
 const OVERLAYS: &[&str] = &[
     "kustomize",
     "kustomize/overlays/example",
-    "kustomize/overlays/no-pull-secrets",
+    "kustomize/overlays/no-cluster-access",
 ];
 
 fn root() -> PathBuf {
@@ -458,8 +458,10 @@ fn the_deployment_is_hardened() {
             object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["minAvailable"],
             1
         );
-        // Least privilege: `get` on secrets and serviceaccounts when pull secrets are read, for
-        // the Deployment's own ServiceAccount; nothing at all (not even a token) when not.
+        // Least privilege: `get` on secrets and serviceaccounts when pull secrets are read,
+        // `list`/`watch` on nodes when nodes are watched, for the Deployment's own
+        // ServiceAccount; nothing at all (not even a token) when neither.
+        let config = deployed_config(&docs);
         let rbac: Vec<&Value> = docs
             .iter()
             .filter(|d| {
@@ -469,18 +471,30 @@ fn the_deployment_is_hardened() {
                 )
             })
             .collect();
-        if deployed_config(&docs).read_pull_secrets {
-            assert_ne!(
-                pod["automountServiceAccountToken"], false,
-                "{dir}: the API token is needed"
-            );
-            let role = object(&docs, "ClusterRole", "tolerable");
-            assert_eq!(
-                role["rules"],
+        let mut expected = 0;
+        for (enabled, role_name, rules) in [
+            (
+                config.read_pull_secrets,
+                "tolerable-pull-secrets",
                 serde_json::json!([{"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get"]}]),
-                "{dir}"
-            );
-            let binding = object(&docs, "ClusterRoleBinding", "tolerable");
+            ),
+            (
+                config.watch_nodes,
+                "tolerable-nodes",
+                serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]),
+            ),
+        ] {
+            if !enabled {
+                assert!(
+                    !rbac.iter().any(|d| d["metadata"]["name"] == role_name),
+                    "{dir}: {role_name} granted but disabled"
+                );
+                continue;
+            }
+            expected += 2;
+            let role = object(&docs, "ClusterRole", role_name);
+            assert_eq!(role["rules"], rules, "{dir}");
+            let binding = object(&docs, "ClusterRoleBinding", role_name);
             assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
             assert_eq!(
                 binding["subjects"][0]["name"], pod["serviceAccountName"],
@@ -490,13 +504,22 @@ fn the_deployment_is_hardened() {
                 binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
                 "{dir}"
             );
-            assert_eq!(rbac.len(), 2, "{dir}: RBAC beyond what pull secrets need");
-        } else {
+        }
+        assert_eq!(
+            rbac.len(),
+            expected,
+            "{dir}: RBAC beyond what the enabled features need"
+        );
+        if expected == 0 {
             assert_eq!(
                 pod["automountServiceAccountToken"], false,
                 "{dir}: no API access is needed"
             );
-            assert!(rbac.is_empty(), "{dir}: RBAC granted but nothing needs it");
+        } else {
+            assert_ne!(
+                pod["automountServiceAccountToken"], false,
+                "{dir}: the API token is needed"
+            );
         }
     }
     // The example overlay configures the cluster through the environment and sets the image.

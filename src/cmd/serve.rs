@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::admission::Admission;
+use crate::cluster::nodes::NodeWatch;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -45,18 +46,30 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
         config.policy.clone(),
         Some(metrics.clone()),
     );
-    if config.read_pull_secrets {
-        match Cluster::from_environment().await {
-            Ok(cluster) => admission = admission.with_cluster(Arc::new(cluster)),
-            // Running outside a cluster (trying it out): still useful, just without pull secrets.
+    let mut nodes = None;
+    if config.read_pull_secrets || config.watch_nodes {
+        match Cluster::client_from_environment().await {
+            Ok(client) => {
+                if config.read_pull_secrets {
+                    admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
+                }
+                if config.watch_nodes {
+                    let watch = NodeWatch::start(client, &config.policy.toleration.key);
+                    admission = admission.with_nodes(watch.clone());
+                    nodes = Some(watch);
+                }
+            }
+            // Running outside a cluster (trying it out): still useful, with the configured
+            // toleration template and without pull secrets.
             Err(why) => tracing::warn!(
                 reason = %why,
-                "no Kubernetes API configuration (in-cluster or kubeconfig): image pull secrets will not be read"
+                "no Kubernetes API configuration (in-cluster or kubeconfig): pull secrets and node pools will not be read"
             ),
         }
     }
     let state = Arc::new(AppState {
         admission,
+        nodes,
         metrics,
         metrics_registry,
         resolver,

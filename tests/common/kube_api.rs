@@ -3,14 +3,23 @@
 //! `tests/data/kube-api/` (namespace `team-a`: secrets `regcred`, `legacy`, `broken-shape`;
 //! service accounts `default`, `builder`, `multi`). The only change made to a recording: the
 //! registry hosts inside the recorded pull secrets point at this run's test registries.
+//! Nodes: `GET /api/v1/nodes` lists amd-1, arm-1 (tainted arm64), s390-1 (tainted s390x) and
+//! bare-1; the first watch streams the recorded events (arm-2 added, modified, deleted, …), later
+//! watches stay quiet for a few seconds and end, as an idle watch does.
 //! Tokens: `admintoken` may read everything, `nobodytoken` nothing (403), any other gets 401.
 
+use std::convert::Infallible;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::Full;
+use futures_util::StreamExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -28,6 +37,57 @@ pub struct RegistryHosts {
 pub struct FakeApiServer {
     pub port: u16,
     requests: Arc<Mutex<Vec<String>>>,
+}
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+fn full(body: Response<Full<Bytes>>) -> Response<Body> {
+    body.map(|b| b.boxed_unsync())
+}
+
+/// A watch response: `lines` one chunk each, a little apart, then the end of the stream.
+fn watch_stream(lines: Vec<String>, then_wait: Duration) -> Response<Body> {
+    let frames = futures_util::stream::iter(lines)
+        .then(|line| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n"))))
+        })
+        .chain(futures_util::stream::once(async move {
+            tokio::time::sleep(then_wait).await;
+            Ok(Frame::data(Bytes::new()))
+        }));
+    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+/// Nodes: the recorded list, then the recorded watch once.
+fn nodes(
+    query: &str,
+    watches: &AtomicUsize,
+    list_delay: Duration,
+) -> impl std::future::Future<Output = Response<Body>> {
+    let watch = query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1");
+    let first_watch = watch && watches.fetch_add(1, Ordering::SeqCst) == 0;
+    async move {
+        if !watch {
+            tokio::time::sleep(list_delay).await;
+            return full(status(StatusCode::OK, recording("node-list.body.json")));
+        }
+        if first_watch {
+            let events = recording("node-watch-from-list-rv.body.jsonl");
+            watch_stream(
+                events.lines().map(str::to_owned).collect(),
+                Duration::from_secs(1),
+            )
+        } else {
+            watch_stream(Vec::new(), Duration::from_secs(3))
+        }
+    }
 }
 
 fn recording(name: &str) -> String {
@@ -112,6 +172,11 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
 
 impl FakeApiServer {
     pub fn start(hosts: RegistryHosts) -> Self {
+        Self::start_with(hosts, Duration::ZERO)
+    }
+
+    /// As [`FakeApiServer::start`]; the node list is answered only after `list_delay`.
+    pub fn start_with(hosts: RegistryHosts, list_delay: Duration) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
         let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
@@ -132,6 +197,7 @@ impl FakeApiServer {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         let hosts = Arc::new(hosts);
+        let watches = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -143,7 +209,12 @@ impl FakeApiServer {
                     let Ok((tcp, _)) = listener.accept().await else {
                         continue;
                     };
-                    let (acceptor, seen, hosts) = (acceptor.clone(), seen.clone(), hosts.clone());
+                    let (acceptor, seen, hosts, watches) = (
+                        acceptor.clone(),
+                        seen.clone(),
+                        hosts.clone(),
+                        watches.clone(),
+                    );
                     tokio::spawn(async move {
                         let Ok(stream) = acceptor.accept(tcp).await else {
                             return;
@@ -157,12 +228,25 @@ impl FakeApiServer {
                                     .and_then(|v| v.to_str().ok())
                                     .and_then(|v| v.strip_prefix("Bearer "))
                                     .map(str::to_owned);
-                                let response = if req.method() == hyper::Method::GET {
-                                    answer(req.uri().path(), token.as_deref(), &hosts)
-                                } else {
-                                    status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())
-                                };
-                                async move { Ok::<_, std::convert::Infallible>(response) }
+                                let path = req.uri().path().to_owned();
+                                let query = req.uri().query().unwrap_or("").to_owned();
+                                let get = req.method() == hyper::Method::GET;
+                                let (hosts, watches) = (hosts.clone(), watches.clone());
+                                async move {
+                                    let response = match (get, path.as_str()) {
+                                        (true, "/api/v1/nodes")
+                                            if token.as_deref() == Some("admintoken") =>
+                                        {
+                                            nodes(&query, &watches, list_delay).await
+                                        }
+                                        (true, _) => full(answer(&path, token.as_deref(), &hosts)),
+                                        (false, _) => full(status(
+                                            StatusCode::METHOD_NOT_ALLOWED,
+                                            "{}".into(),
+                                        )),
+                                    };
+                                    Ok::<_, Infallible>(response)
+                                }
                             },
                         );
                         let _ = hyper::server::conn::http1::Builder::new()

@@ -109,6 +109,15 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(policy: Policy, settings: ResolverSettings) -> Self {
+        Self::start_with_nodes(policy, settings, None).await
+    }
+
+    /// A server that decides with (and is not ready before) a node watch.
+    pub async fn start_with_nodes(
+        policy: Policy,
+        settings: ResolverSettings,
+        nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+    ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
         let volume = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
@@ -122,8 +131,13 @@ impl TestServer {
         let store =
             Arc::new(CertStore::from_files(&volume.cert_path(), &volume.key_path()).unwrap());
         let reloader = tokio::spawn(store.clone().watch(Some(metrics.clone())));
+        let mut admission = Admission::new(resolver.clone(), policy, Some(metrics.clone()));
+        if let Some(watch) = &nodes {
+            admission = admission.with_nodes(watch.clone());
+        }
         let state = Arc::new(AppState {
-            admission: Admission::new(resolver.clone(), policy, Some(metrics.clone())),
+            admission,
+            nodes,
             metrics,
             metrics_registry,
             resolver,

@@ -1,0 +1,158 @@
+//! The node watch: the real `kube` client and kube-runtime reflector against the thin fake API
+//! server replaying a recorded NodeList and watch stream, feeding the webhook's decisions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::kube_api::{FakeApiServer, RegistryHosts};
+use common::registry;
+use common::webhook::{self, TestServer};
+use serde_json::{json, Value};
+use tolerable::cluster::nodes::NodeWatch;
+use tolerable::mutate::ARCH_LABEL;
+
+fn hosts() -> RegistryHosts {
+    RegistryHosts {
+        basic: registry::basic().host.clone(),
+        token: registry::token().host.clone(),
+    }
+}
+
+async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_watch_learns_architectures_and_their_taints() {
+    let api = FakeApiServer::start(hosts());
+    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    until("the node watch to sync", || watch.is_synced()).await;
+    let pools = watch.pools().unwrap();
+    assert_eq!(
+        pools.architectures.keys().collect::<Vec<_>>(),
+        ["amd64", "arm64", "s390x"]
+    );
+    assert_eq!(pools.taints("arm64")[0].value.as_deref(), Some("arm64"));
+    assert!(pools.taints("amd64").is_empty());
+    // The recorded watch events were consumed too (arm-2 came and went): the watch is live.
+    until("the watch to be opened", || {
+        api.requests()
+            .iter()
+            .filter(|p| *p == "/api/v1/nodes")
+            .count()
+            >= 2
+    })
+    .await;
+}
+
+async fn post(server: &TestServer, body: &Value) -> Value {
+    let response = webhook::client()
+        .post(server.url("/mutate?timeout=10s"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+fn patched(request: &Value, response: &Value) -> Value {
+    use base64::Engine as _;
+    let ops = base64::engine::general_purpose::STANDARD
+        .decode(response["response"]["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let mut object = request["request"]["object"].clone();
+    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    json_patch::patch(&mut object, &ops).unwrap();
+    object
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
+    let api = FakeApiServer::start_with(hosts(), Duration::from_millis(1500));
+    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    let server =
+        TestServer::start_with_nodes(webhook::policy(), common::settings(), Some(watch)).await;
+
+    let client = webhook::client();
+    let readyz = client.get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    assert!(readyz
+        .text()
+        .await
+        .unwrap()
+        .contains("node watch not synced"));
+    let started = Instant::now();
+    loop {
+        if client
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Images for every architecture in the cluster (amd64, arm64, s390x): both tainted pools'
+    // taints are tolerated, and nothing steers.
+    let host = &registry::plain().host;
+    let mut request = webhook::recorded("pod-create-simple.v1.json", host);
+    request["request"]["object"]["spec"]["containers"][0]["image"] =
+        json!(format!("{host}/fixtures/nested-index:v1"));
+    let response = post(&server, &request).await;
+    let pod = patched(&request, &response);
+    let tolerations = pod["spec"]["tolerations"].as_array().unwrap();
+    let arch: Vec<&Value> = tolerations
+        .iter()
+        .filter(|t| t["key"] == ARCH_LABEL)
+        .collect();
+    assert_eq!(
+        arch,
+        [
+            &json!({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}),
+            &json!({"key": ARCH_LABEL, "operator": "Equal", "value": "s390x", "effect": "NoSchedule"}),
+        ]
+    );
+    assert!(
+        pod["spec"]["affinity"].is_null(),
+        "{}",
+        pod["spec"]["affinity"]
+    );
+
+    // Images for amd64 and arm64 only: arm64's taint, and kept off s390x.
+    request["request"]["object"]["spec"]["containers"][0]["image"] =
+        json!(format!("{host}/fixtures/multiarch-oci:v1"));
+    let response = post(&server, &request).await;
+    let pod = patched(&request, &response);
+    assert_eq!(pod["spec"]["tolerations"][2]["value"], "arm64");
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+        json!(["amd64", "arm", "arm64"])
+    );
+
+    let metrics = webhook::metrics_text(&server).await;
+    for arch in ["amd64\"} 0", "arm64\"} 1", "s390x\"} 1"] {
+        assert!(
+            metrics.contains(&format!(
+                "tolerable_node_architecture_taints{{architecture=\"{arch}"
+            )),
+            "{arch}:\n{metrics}"
+        );
+    }
+}
