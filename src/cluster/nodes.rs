@@ -62,6 +62,11 @@ impl NodeWatch {
         let _ = self.store.wait_until_ready().await;
     }
 
+    /// The Nodes now (a snapshot of the cache).
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.store.state()
+    }
+
     /// The pools now; `None` before the first list.
     pub fn pools(&self) -> Option<NodePools> {
         if !self.is_synced() {
