@@ -18,4 +18,5 @@ pub mod metrics;
 pub mod mutate;
 pub mod registry;
 pub mod server;
+pub mod taints;
 pub mod telemetry;

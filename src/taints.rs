@@ -1,0 +1,416 @@
+//! Node taints by architecture, the other half of the scheme: every node whose architecture is not
+//! a default one gets `<key>=<arch>:<effect>` (`kubernetes.io/arch=arm64:NoSchedule`). Pure
+//! planning: a Node in, the taints to add and remove and the JSON Patch out.
+//!
+//! The taints tolerable adds are recorded in the node annotation [`MANAGED_ANNOTATION`], so
+//! `untaint` removes exactly those and never a taint somebody else put there.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use serde_json::{json, Value};
+
+use crate::mutate::ARCH_LABEL;
+
+/// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
+pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
+
+/// One taint, as `kubectl taint` writes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaintSpec {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+impl fmt::Display for TaintSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}:{}", self.key, self.value, self.effect)
+    }
+}
+
+impl TaintSpec {
+    fn parse(text: &str) -> Option<Self> {
+        let (key_value, effect) = text.trim().rsplit_once(':')?;
+        let (key, value) = key_value.split_once('=').unwrap_or((key_value, ""));
+        (!key.is_empty() && !effect.is_empty()).then(|| Self {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            effect: effect.to_owned(),
+        })
+    }
+
+    fn matches(&self, taint: &Taint) -> bool {
+        taint.key == self.key
+            && taint.value.as_deref().unwrap_or("") == self.value
+            && taint.effect == self.effect
+    }
+
+    fn to_json(&self) -> Value {
+        let mut taint = json!({"key": self.key, "effect": self.effect});
+        if !self.value.is_empty() {
+            taint["value"] = json!(self.value);
+        }
+        taint
+    }
+}
+
+/// Which nodes get which taint.
+#[derive(Clone, Debug)]
+pub struct TaintPolicy {
+    /// Architectures whose nodes stay untainted (the pools every image runs on).
+    pub default_architectures: BTreeSet<String>,
+    pub key: String,
+    pub effect: String,
+}
+
+/// What to do on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlan {
+    pub node: String,
+    /// `None` when the node says neither by label nor by kubelet.
+    pub architecture: Option<String>,
+    pub add: Vec<TaintSpec>,
+    pub remove: Vec<TaintSpec>,
+    /// The managed-taints annotation after the change.
+    managed_after: Vec<TaintSpec>,
+    managed_before: Vec<TaintSpec>,
+    /// Why nothing changes, for the plan's output.
+    pub note: String,
+}
+
+impl NodePlan {
+    pub fn changes(&self) -> bool {
+        !self.add.is_empty() || !self.remove.is_empty() || self.managed_after != self.managed_before
+    }
+}
+
+fn architecture(node: &Node) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ARCH_LABEL))
+        .cloned()
+        .or_else(|| {
+            node.status
+                .as_ref()?
+                .node_info
+                .as_ref()
+                .map(|i| i.architecture.clone())
+        })
+        .filter(|a| !a.is_empty())
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+fn managed(node: &Node) -> Vec<TaintSpec> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MANAGED_ANNOTATION))
+        .map(|v| v.split(',').filter_map(TaintSpec::parse).collect())
+        .unwrap_or_default()
+}
+
+fn name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}
+
+/// The plan that makes `node` carry exactly the taint its architecture calls for, touching only
+/// taints tolerable manages.
+pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
+    let arch = architecture(node);
+    let existing = taints(node);
+    let managed_before = managed(node);
+    let desired = arch
+        .as_ref()
+        .filter(|a| !policy.default_architectures.contains(*a))
+        .map(|a| TaintSpec {
+            key: policy.key.clone(),
+            value: a.clone(),
+            effect: policy.effect.clone(),
+        });
+    let present = |spec: &TaintSpec| existing.iter().any(|t| spec.matches(t));
+    let mut plan = NodePlan {
+        node: name(node),
+        architecture: arch.clone(),
+        add: Vec::new(),
+        remove: Vec::new(),
+        managed_after: Vec::new(),
+        managed_before: managed_before.clone(),
+        note: String::new(),
+    };
+    for spec in managed_before.iter().filter(|s| present(s)) {
+        if Some(spec) == desired.as_ref() {
+            plan.managed_after.push(spec.clone());
+        } else {
+            plan.remove.push(spec.clone());
+        }
+    }
+    if let Some(spec) = desired {
+        if !present(&spec) {
+            plan.managed_after.push(spec.clone());
+            plan.add.push(spec);
+        } else if !plan.managed_after.contains(&spec) {
+            plan.note = format!("{spec} already there (not managed by tolerable)");
+        } else {
+            plan.note = format!("{spec} already there");
+        }
+    } else if arch.is_none() {
+        plan.note = "architecture unknown (no kubernetes.io/arch label, no kubelet report)".into();
+    } else {
+        plan.note = "default architecture".into();
+    }
+    plan
+}
+
+/// The plan that removes every taint tolerable manages on `node`, and nothing else.
+pub fn plan_untaint(node: &Node) -> NodePlan {
+    let existing = taints(node);
+    let managed_before = managed(node);
+    let remove: Vec<TaintSpec> = managed_before
+        .iter()
+        .filter(|s| existing.iter().any(|t| s.matches(t)))
+        .cloned()
+        .collect();
+    NodePlan {
+        node: name(node),
+        architecture: architecture(node),
+        note: if remove.is_empty() {
+            "no taint managed by tolerable".into()
+        } else {
+            String::new()
+        },
+        add: Vec::new(),
+        remove,
+        managed_after: Vec::new(),
+        managed_before,
+    }
+}
+
+/// A JSON Patch applying `plan` to `node`, guarded by its resourceVersion: `spec.taints` is an
+/// atomic list (a merge or apply patch would replace other owners' taints), so only the taints in
+/// the plan are added or removed, and a concurrent change makes the API server refuse the patch.
+pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
+    let mut ops = vec![json!({
+        "op": "test",
+        "path": "/metadata/resourceVersion",
+        "value": node.metadata.resource_version.clone().unwrap_or_default(),
+    })];
+    let existing = taints(node);
+    let mut removals: Vec<usize> = existing
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| plan.remove.iter().any(|s| s.matches(t)))
+        .map(|(i, _)| i)
+        .collect();
+    removals.sort_unstable_by(|a, b| b.cmp(a));
+    ops.extend(
+        removals
+            .iter()
+            .map(|i| json!({"op": "remove", "path": format!("/spec/taints/{i}")})),
+    );
+    let has_list = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some();
+    if !plan.add.is_empty() {
+        if has_list {
+            ops.extend(
+                plan.add
+                    .iter()
+                    .map(|s| json!({"op": "add", "path": "/spec/taints/-", "value": s.to_json()})),
+            );
+        } else {
+            let list: Vec<Value> = plan.add.iter().map(TaintSpec::to_json).collect();
+            ops.push(json!({"op": "add", "path": "/spec/taints", "value": list}));
+        }
+    }
+    let annotation_path = format!(
+        "/metadata/annotations/{}",
+        MANAGED_ANNOTATION.replace('/', "~1")
+    );
+    let value = plan
+        .managed_after
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    match (plan.managed_after.is_empty(), node.metadata.annotations.is_some(), plan.managed_before.is_empty()) {
+        (false, true, _) => ops.push(json!({"op": "add", "path": annotation_path, "value": value})),
+        (false, false, _) => ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {MANAGED_ANNOTATION: value}})),
+        (true, _, false) if node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MANAGED_ANNOTATION)) => {
+            ops.push(json!({"op": "remove", "path": annotation_path}))
+        }
+        _ => {}
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> Vec<Node> {
+        let list: k8s_openapi::List<Node> =
+            serde_json::from_str(include_str!("../tests/data/kube-api/node-list.body.json"))
+                .unwrap();
+        list.items
+    }
+
+    fn policy() -> TaintPolicy {
+        TaintPolicy {
+            default_architectures: BTreeSet::from(["amd64".to_owned()]),
+            key: ARCH_LABEL.into(),
+            effect: "NoSchedule".into(),
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        nodes()
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .unwrap()
+    }
+
+    fn apply(node: &Node, ops: Vec<Value>) -> Node {
+        let mut value = serde_json::to_value(node).unwrap();
+        json_patch::patch(
+            &mut value,
+            &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
+        )
+        .unwrap();
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn plan_on_the_recorded_mixed_cluster() {
+        // amd-1: default; arm-1: already tainted by hand; s390-1: tainted by hand too;
+        // bare-1: no arch label, its kubelet says amd64.
+        let plans: Vec<NodePlan> = nodes().iter().map(|n| plan_taint(n, &policy())).collect();
+        let summary: Vec<(&str, Option<&str>, bool)> = plans
+            .iter()
+            .map(|p| (p.node.as_str(), p.architecture.as_deref(), p.changes()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("amd-1", Some("amd64"), false),
+                ("arm-1", Some("arm64"), false),
+                ("bare-1", Some("amd64"), false),
+                ("s390-1", Some("s390x"), false),
+            ]
+        );
+        assert!(
+            plans[1].note.contains("not managed by tolerable"),
+            "{}",
+            plans[1].note
+        );
+
+        // With only arm64 default, amd64 nodes (including the unlabelled one) get tainted.
+        let mut p = policy();
+        p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        let plan = plan_taint(&node("bare-1"), &p);
+        assert_eq!(
+            plan.add,
+            [TaintSpec {
+                key: ARCH_LABEL.into(),
+                value: "amd64".into(),
+                effect: "NoSchedule".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn taint_then_taint_again_then_untaint_leaves_hand_made_taints() {
+        let mut p = policy();
+        p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        let original = node("amd-1"); // carries node.kubernetes.io/not-ready
+        let plan = plan_taint(&original, &p);
+        assert!(plan.changes());
+        let tainted = apply(&original, patch_for(&original, &plan));
+        let keys: Vec<String> = taints(&tainted)
+            .iter()
+            .map(|t| format!("{}={}", t.key, t.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            keys,
+            ["node.kubernetes.io/not-ready=", "kubernetes.io/arch=amd64"]
+        );
+        assert_eq!(
+            tainted.metadata.annotations.as_ref().unwrap()[MANAGED_ANNOTATION],
+            "kubernetes.io/arch=amd64:NoSchedule"
+        );
+        // Idempotent.
+        assert!(!plan_taint(&tainted, &p).changes());
+        // Untaint removes only the managed taint and the annotation.
+        let plan = plan_untaint(&tainted);
+        let untainted = apply(&tainted, patch_for(&tainted, &plan));
+        let keys: Vec<&str> = taints(&untainted).iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["node.kubernetes.io/not-ready"]);
+        assert!(!untainted
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(MANAGED_ANNOTATION));
+        // A hand-made arch taint is never removed by untaint.
+        assert!(!plan_untaint(&node("arm-1")).changes());
+    }
+
+    #[test]
+    fn a_managed_taint_that_is_no_longer_wanted_is_removed() {
+        let mut p = policy();
+        p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        let original = node("amd-1");
+        let tainted = apply(&original, patch_for(&original, &plan_taint(&original, &p)));
+        // amd64 becomes a default architecture again.
+        let plan = plan_taint(&tainted, &policy());
+        assert_eq!(plan.remove.len(), 1);
+        let cleaned = apply(&tainted, patch_for(&tainted, &plan));
+        assert_eq!(taints(&cleaned).len(), 1);
+    }
+
+    #[test]
+    fn the_patch_is_guarded_by_the_resource_version() {
+        let mut p = policy();
+        p.default_architectures = BTreeSet::new();
+        let n = node("amd-1");
+        let ops = patch_for(&n, &plan_taint(&n, &p));
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": n.metadata.resource_version.clone().unwrap()})
+        );
+        let mut stale = n.clone();
+        stale.metadata.resource_version = Some("1".into());
+        let mut value = serde_json::to_value(&n).unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(Value::Array(patch_for(&stale, &plan_taint(&stale, &p))))
+                .unwrap();
+        assert!(
+            json_patch::patch(&mut value, &patch).is_err(),
+            "a stale patch must not apply"
+        );
+    }
+
+    #[test]
+    fn taint_specs_round_trip() {
+        for text in [
+            "kubernetes.io/arch=arm64:NoSchedule",
+            "k:NoExecute",
+            "a=b=c:PreferNoSchedule",
+        ] {
+            assert_eq!(
+                TaintSpec::parse(text)
+                    .unwrap()
+                    .to_string()
+                    .replace("k=:", "k:"),
+                text
+            );
+        }
+        assert!(TaintSpec::parse("no-effect").is_none());
+        assert!(TaintSpec::parse(":NoSchedule").is_none());
+    }
+}
