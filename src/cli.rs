@@ -23,7 +23,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the admission webhook (HTTPS; POST /mutate, GET /healthz /readyz /metrics).
-    Serve,
+    Serve(ServeArgs),
+    /// Taint nodes by architecture (the other half of the scheme), or undo it.
+    #[command(subcommand)]
+    Nodes(NodesCommand),
     /// Decide offline for a Pod manifest or an AdmissionReview (YAML or JSON): print the
     /// decision, the JSON Patch and the patched Pod. Exit status 1 when the Pod would be denied.
     Review(ReviewArgs),
@@ -51,4 +54,25 @@ pub struct ReviewArgs {
     /// A Pod or AdmissionReview file, or `-` for standard input.
     #[arg(value_name = "FILE")]
     pub file: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Keep nodes of non-default architectures tainted as they join (config: manage_node_taints).
+    #[arg(long)]
+    pub manage_node_taints: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodesCommand {
+    /// Show the taints `taint` would add or remove. Exit status 1 when anything would change.
+    Plan,
+    /// Taint every node of a non-default architecture; refuses while the webhook is not ready.
+    Taint {
+        /// Taint even though the webhook is not registered and ready.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove the taints tolerable added (and only those).
+    Untaint,
 }

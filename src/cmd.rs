@@ -1,6 +1,7 @@
 //! Subcommands: thin wiring from the CLI to the library.
 
 pub mod inspect;
+pub mod nodes;
 pub mod review;
 pub mod serve;
 
@@ -20,7 +21,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(args) => {
             runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
         }
-        Command::Serve => runtime.block_on(serve::run(&config)),
+        Command::Serve(args) => runtime.block_on(serve::run(&config, &args)),
+        Command::Nodes(command) => {
+            runtime.block_on(nodes::run(&config, &command, &mut std::io::stdout()))
+        }
         Command::Review(args) => {
             runtime.block_on(review::run(&config, &args, &mut std::io::stdout()))
         }

@@ -69,6 +69,8 @@ struct RawConfig {
     on_lookup_failure: String,
     read_pull_secrets: bool,
     watch_nodes: bool,
+    default_architectures: List,
+    manage_node_taints: bool,
     log_level: String,
     log_format: String,
     registry_credential_path: Option<PathBuf>,
@@ -99,6 +101,8 @@ impl Default for RawConfig {
             on_lookup_failure: "allow".into(),
             read_pull_secrets: true,
             watch_nodes: true,
+            default_architectures: List(vec!["amd64".into()]),
+            manage_node_taints: false,
             log_level: "info".into(),
             log_format: "text".into(),
             registry_credential_path: None,
@@ -176,6 +180,11 @@ pub struct Config {
     /// Watch Nodes: tolerate the taints that really exist, skip steering when the images run
     /// everywhere; `/readyz` waits for the first sync.
     pub watch_nodes: bool,
+    /// Node tainting (`tolerable nodes`, `manage_node_taints`): nodes of these architectures
+    /// stay untainted; the others get `[tolerations].key=<arch>:[tolerations].effect`.
+    pub taint_policy: crate::taints::TaintPolicy,
+    /// `serve` keeps new nodes tainted as they join.
+    pub manage_node_taints: bool,
     pub log_level: String,
     pub log_format: LogFormat,
     pub registry_credential_path: Option<PathBuf>,
@@ -253,6 +262,8 @@ impl Config {
             on_lookup_failure,
             read_pull_secrets,
             watch_nodes,
+            default_architectures,
+            manage_node_taints,
             log_level,
             log_format,
             registry_credential_path,
@@ -385,12 +396,36 @@ impl Config {
             &on_lookup_failure,
         )?;
 
+        let default_architectures = default_architectures
+            .0
+            .iter()
+            .map(|a| validate_arch("default_architectures", a))
+            .collect::<Result<std::collections::BTreeSet<_>, _>>()?;
+        if default_architectures.is_empty() {
+            return Err(ConfigError::key(
+                "default_architectures",
+                "name at least one architecture (tainting every node would leave no untainted pool)",
+            ));
+        }
+        let taint_policy = crate::taints::TaintPolicy {
+            default_architectures,
+            key: policy.toleration.key.clone(),
+            // A taint needs an effect; an empty toleration effect (all effects) taints NoSchedule.
+            effect: if policy.toleration.effect.is_empty() {
+                "NoSchedule".into()
+            } else {
+                policy.toleration.effect.clone()
+            },
+        };
+
         Ok(Self {
             tls_files,
             listen_addr,
             policy,
             read_pull_secrets,
             watch_nodes,
+            taint_policy,
+            manage_node_taints,
             log_level,
             log_format,
             registry_credential_path,
@@ -703,6 +738,8 @@ mod tests {
                 ("TOLERABLE_LISTEN_ADDR", "127.0.0.1:9443"),
                 ("TOLERABLE_READ_PULL_SECRETS", "false"),
                 ("TOLERABLE_WATCH_NODES", "0"),
+                ("TOLERABLE_DEFAULT_ARCHITECTURES", "amd64, arm64"),
+                ("TOLERABLE_MANAGE_NODE_TAINTS", "true"),
             ]),
         )
         .unwrap();
@@ -718,6 +755,8 @@ mod tests {
         assert_eq!(c.listen_addr.port(), 9443);
         assert!(!c.read_pull_secrets);
         assert!(!c.watch_nodes);
+        assert_eq!(c.taint_policy.default_architectures.len(), 2);
+        assert!(c.manage_node_taints);
     }
 
     #[test]

@@ -13,6 +13,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize",
     "kustomize/overlays/example",
     "kustomize/overlays/no-cluster-access",
+    "kustomize/overlays/manage-node-taints",
 ];
 
 fn root() -> PathBuf {
@@ -482,6 +483,11 @@ fn the_deployment_is_hardened() {
                 config.watch_nodes,
                 "tolerable-nodes",
                 serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]),
+            ),
+            (
+                config.manage_node_taints,
+                "tolerable-node-taints",
+                serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]),
             ),
         ] {
             if !enabled {

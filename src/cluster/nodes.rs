@@ -79,3 +79,107 @@ impl NodeWatch {
         ))
     }
 }
+
+/// Why tainting was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum TaintError {
+    #[error("refusing to taint: {0} (pass --force to taint anyway)")]
+    WebhookNotReady(String),
+    #[error("Kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+    #[error("node {node} kept changing under us; try again")]
+    Conflict { node: String },
+}
+
+/// The MutatingWebhookConfiguration kustomize installs.
+pub const WEBHOOK_CONFIGURATION: &str = "tolerable";
+
+/// Whether the webhook is registered and can be called (cert-manager injected its CA bundle).
+/// Tainting before that would keep every new Pod off the tainted nodes.
+pub async fn webhook_ready(client: &kube::Client) -> Result<(), TaintError> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let Some(config) = api.get_opt(WEBHOOK_CONFIGURATION).await? else {
+        return Err(TaintError::WebhookNotReady(format!(
+            "the tolerable webhook is not registered (MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} not found): \
+             new Pods would get no tolerations and stay off every tainted node"
+        )));
+    };
+    let has_ca = config.webhooks.iter().flatten().any(|w| {
+        w.client_config
+            .ca_bundle
+            .as_ref()
+            .is_some_and(|b| !b.0.is_empty())
+    });
+    if !has_ca {
+        return Err(TaintError::WebhookNotReady(format!(
+            "MutatingWebhookConfiguration {WEBHOOK_CONFIGURATION} has no CA bundle yet (is cert-manager's CA injector running?)"
+        )));
+    }
+    Ok(())
+}
+
+/// What `tolerable nodes` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaintAction {
+    /// Report what `Taint` would do.
+    Plan,
+    Taint,
+    Untaint,
+}
+
+/// Plans for every Node and, unless `action` is `Plan`, applies the changes: one JSON Patch per
+/// node, guarded by its resourceVersion; a node that changed meanwhile is read again and planned
+/// again (three tries).
+pub async fn reconcile_taints(
+    client: &kube::Client,
+    policy: &crate::taints::TaintPolicy,
+    action: TaintAction,
+) -> Result<Vec<crate::taints::NodePlan>, TaintError> {
+    use crate::taints::{patch_for, plan_taint, plan_untaint};
+    use kube::api::{ListParams, Patch, PatchParams};
+
+    let api: Api<Node> = Api::all(client.clone());
+    let plan = |node: &Node| match action {
+        TaintAction::Untaint => plan_untaint(node),
+        _ => plan_taint(node, policy),
+    };
+    let mut plans = Vec::new();
+    for node in api.list(&ListParams::default()).await? {
+        let mut node = node;
+        let mut tries = 0;
+        let planned = loop {
+            let planned = plan(&node);
+            if action == TaintAction::Plan || !planned.changes() {
+                break planned;
+            }
+            let ops: json_patch::Patch =
+                serde_json::from_value(serde_json::Value::Array(patch_for(&node, &planned)))
+                    .expect("our patch is a JSON Patch");
+            match api
+                .patch(
+                    &planned.node,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(ops),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(node = %planned.node, add = ?planned.add, remove = ?planned.remove, "node taints changed");
+                    break planned;
+                }
+                Err(kube::Error::Api(e)) if (e.code == 409 || e.code == 422) && tries < 3 => {
+                    tries += 1;
+                    node = api.get(&planned.node).await?;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+                    return Err(TaintError::Conflict { node: planned.node });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        plans.push(planned);
+    }
+    plans.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(plans)
+}

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::admission::Admission;
-use crate::cluster::nodes::NodeWatch;
+use crate::cli::ServeArgs;
+use crate::cluster::nodes::{reconcile_taints, NodeWatch, TaintAction};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -15,7 +16,8 @@ use crate::registry::Resolver;
 use crate::server::tls::{self, CertStore};
 use crate::server::{self, AppState};
 
-pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
+pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
     let resolver = Arc::new(
@@ -47,11 +49,17 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
         Some(metrics.clone()),
     );
     let mut nodes = None;
-    if config.read_pull_secrets || config.watch_nodes {
+    if config.read_pull_secrets || config.watch_nodes || manage_node_taints {
         match Cluster::client_from_environment().await {
             Ok(client) => {
                 if config.read_pull_secrets {
                     admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
+                }
+                if manage_node_taints {
+                    tokio::spawn(keep_nodes_tainted(
+                        client.clone(),
+                        config.taint_policy.clone(),
+                    ));
                 }
                 if config.watch_nodes {
                     let watch = NodeWatch::start(client, &config.policy.toleration.key);
@@ -80,6 +88,22 @@ pub async fn run(config: &Config) -> anyhow::Result<ExitCode> {
     reloader.abort();
     Ok(ExitCode::SUCCESS)
 }
+
+/// `manage_node_taints`: taints nodes of non-default architectures as they join. Runs in the
+/// webhook itself, so the webhook is up by construction.
+async fn keep_nodes_tainted(client: kube::Client, policy: crate::taints::TaintPolicy) {
+    let mut tick = tokio::time::interval(NODE_TAINT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = reconcile_taints(&client, &policy, TaintAction::Taint).await {
+            tracing::warn!(error = %e, "could not keep node taints up to date; retrying");
+        }
+    }
+}
+
+/// How often `manage_node_taints` looks for new nodes.
+const NODE_TAINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.
 async fn shutdown_signal() {

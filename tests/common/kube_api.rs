@@ -37,6 +37,7 @@ pub struct RegistryHosts {
 pub struct FakeApiServer {
     pub port: u16,
     requests: Arc<Mutex<Vec<String>>>,
+    state: Arc<State>,
 }
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -63,30 +64,105 @@ fn watch_stream(lines: Vec<String>, then_wait: Duration) -> Response<Body> {
     response
 }
 
-/// Nodes: the recorded list, then the recorded watch once.
-fn nodes(
-    query: &str,
-    watches: &AtomicUsize,
+/// The cluster's mutable part: Nodes (seeded from the recorded NodeList) and whether the
+/// webhook is registered.
+struct State {
+    nodes: Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
+    resource_version: AtomicUsize,
+    watches: AtomicUsize,
+    webhook_registered: std::sync::atomic::AtomicBool,
     list_delay: Duration,
-) -> impl std::future::Future<Output = Response<Body>> {
+}
+
+impl State {
+    fn new(list_delay: Duration) -> Self {
+        let list: serde_json::Value =
+            serde_json::from_str(&recording("node-list.body.json")).unwrap();
+        let nodes = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["metadata"]["name"].as_str().unwrap().to_owned(),
+                    n.clone(),
+                )
+            })
+            .collect();
+        Self {
+            nodes: Mutex::new(nodes),
+            resource_version: AtomicUsize::new(
+                list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            ),
+            watches: AtomicUsize::new(0),
+            webhook_registered: std::sync::atomic::AtomicBool::new(true),
+            list_delay,
+        }
+    }
+
+    fn list(&self) -> String {
+        let items: Vec<serde_json::Value> = self.nodes.lock().unwrap().values().cloned().collect();
+        serde_json::json!({
+            "kind": "NodeList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": self.resource_version.load(Ordering::SeqCst).to_string()},
+            "items": items,
+        })
+        .to_string()
+    }
+
+    /// A JSON Patch on a Node, as the API server applies it: all or nothing, a failed `test` is a
+    /// 422 (the recorded answer), success bumps the resourceVersion.
+    fn patch(&self, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
+        let mut nodes = self.nodes.lock().unwrap();
+        let Some(node) = nodes.get_mut(name) else {
+            return status(
+                StatusCode::NOT_FOUND,
+                recording("secret-missing-get-404.body.json"),
+            );
+        };
+        let Ok(patch) = serde_json::from_slice::<json_patch::Patch>(body) else {
+            return status(
+                StatusCode::BAD_REQUEST,
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":400}"#.into(),
+            );
+        };
+        let mut patched = node.clone();
+        if json_patch::patch(&mut patched, &patch).is_err() {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                recording("node-amd-1-json-patch-test-failed.body.json"),
+            );
+        }
+        let rv = self.resource_version.fetch_add(1, Ordering::SeqCst) + 1;
+        patched["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+        *node = patched.clone();
+        let mut with_kind = patched;
+        with_kind["kind"] = serde_json::json!("Node");
+        with_kind["apiVersion"] = serde_json::json!("v1");
+        status(StatusCode::OK, with_kind.to_string())
+    }
+}
+
+async fn nodes(state: &State, query: &str) -> Response<Body> {
     let watch = query
         .split('&')
         .any(|p| p == "watch=true" || p == "watch=1");
-    let first_watch = watch && watches.fetch_add(1, Ordering::SeqCst) == 0;
-    async move {
-        if !watch {
-            tokio::time::sleep(list_delay).await;
-            return full(status(StatusCode::OK, recording("node-list.body.json")));
-        }
-        if first_watch {
-            let events = recording("node-watch-from-list-rv.body.jsonl");
-            watch_stream(
-                events.lines().map(str::to_owned).collect(),
-                Duration::from_secs(1),
-            )
-        } else {
-            watch_stream(Vec::new(), Duration::from_secs(3))
-        }
+    if !watch {
+        tokio::time::sleep(state.list_delay).await;
+        return full(status(StatusCode::OK, state.list()));
+    }
+    if state.watches.fetch_add(1, Ordering::SeqCst) == 0 {
+        let events = recording("node-watch-from-list-rv.body.jsonl");
+        watch_stream(
+            events.lines().map(str::to_owned).collect(),
+            Duration::from_secs(1),
+        )
+    } else {
+        watch_stream(Vec::new(), Duration::from_secs(3))
     }
 }
 
@@ -197,7 +273,8 @@ impl FakeApiServer {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         let hosts = Arc::new(hosts);
-        let watches = Arc::new(AtomicUsize::new(0));
+        let state = Arc::new(State::new(list_delay));
+        let shared = state.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -209,11 +286,11 @@ impl FakeApiServer {
                     let Ok((tcp, _)) = listener.accept().await else {
                         continue;
                     };
-                    let (acceptor, seen, hosts, watches) = (
+                    let (acceptor, seen, hosts, state) = (
                         acceptor.clone(),
                         seen.clone(),
                         hosts.clone(),
-                        watches.clone(),
+                        shared.clone(),
                     );
                     tokio::spawn(async move {
                         let Ok(stream) = acceptor.accept(tcp).await else {
@@ -230,20 +307,27 @@ impl FakeApiServer {
                                     .map(str::to_owned);
                                 let path = req.uri().path().to_owned();
                                 let query = req.uri().query().unwrap_or("").to_owned();
-                                let get = req.method() == hyper::Method::GET;
-                                let (hosts, watches) = (hosts.clone(), watches.clone());
+                                let method = req.method().clone();
+                                let (hosts, state) = (hosts.clone(), state.clone());
                                 async move {
-                                    let response = match (get, path.as_str()) {
-                                        (true, "/api/v1/nodes")
-                                            if token.as_deref() == Some("admintoken") =>
-                                        {
-                                            nodes(&query, &watches, list_delay).await
+                                    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                                    let admin = token.as_deref() == Some("admintoken");
+                                    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
+                                    let response = match (&method, path.as_str()) {
+                                        (&hyper::Method::GET, "/api/v1/nodes") if admin => nodes(&state, &query).await,
+                                        (&hyper::Method::PATCH, p) if admin && p.starts_with("/api/v1/nodes/") => {
+                                            full(state.patch(&p["/api/v1/nodes/".len()..], &body))
                                         }
-                                        (true, _) => full(answer(&path, token.as_deref(), &hosts)),
-                                        (false, _) => full(status(
-                                            StatusCode::METHOD_NOT_ALLOWED,
-                                            "{}".into(),
-                                        )),
+                                        (&hyper::Method::GET, p) if admin && p.starts_with(mwc) => {
+                                            let name = &p[mwc.len()..];
+                                            if name == "tolerable" && state.webhook_registered.load(Ordering::SeqCst) {
+                                                full(status(StatusCode::OK, recording("mwc-tolerable-get.body.json")))
+                                            } else {
+                                                full(status(StatusCode::NOT_FOUND, recording("mwc-missing-get-404.body.json").replace("missing", name)))
+                                            }
+                                        }
+                                        (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
+                                        _ => full(status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())),
                                     };
                                     Ok::<_, Infallible>(response)
                                 }
@@ -256,7 +340,23 @@ impl FakeApiServer {
                 }
             });
         });
-        Self { port, requests }
+        Self {
+            port,
+            requests,
+            state,
+        }
+    }
+
+    /// Whether `GET …/mutatingwebhookconfigurations/tolerable` finds the webhook.
+    pub fn set_webhook_registered(&self, registered: bool) {
+        self.state
+            .webhook_registered
+            .store(registered, Ordering::SeqCst);
+    }
+
+    /// A Node as the fake holds it now.
+    pub fn node(&self, name: &str) -> serde_json::Value {
+        self.state.nodes.lock().unwrap()[name].clone()
     }
 
     /// A real `kube` client for this server, authenticating with `token`.

@@ -1,0 +1,68 @@
+//! `tolerable nodes plan | taint | untaint`: the taints that keep single-architecture Pods off the
+//! wrong nodes.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::cli::NodesCommand;
+use crate::cluster::nodes::{reconcile_taints, webhook_ready, TaintAction};
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::taints::NodePlan;
+
+pub async fn run(
+    config: &Config,
+    command: &NodesCommand,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let client = Cluster::client_from_environment().await.map_err(|why| {
+        anyhow::anyhow!("no Kubernetes API configuration (in-cluster or kubeconfig): {why}")
+    })?;
+    let action = match command {
+        NodesCommand::Plan => TaintAction::Plan,
+        NodesCommand::Taint { force } => {
+            if let Err(refused) = webhook_ready(&client).await {
+                if *force {
+                    writeln!(out, "warning: {refused}; tainting anyway (--force)")?;
+                } else {
+                    return Err(refused.into());
+                }
+            }
+            TaintAction::Taint
+        }
+        NodesCommand::Untaint => TaintAction::Untaint,
+    };
+    let plans = reconcile_taints(&client, &config.taint_policy, action).await?;
+    print_plans(&plans, action, out)?;
+    let changes = plans.iter().any(NodePlan::changes);
+    Ok(if action == TaintAction::Plan && changes {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_plans(
+    plans: &[NodePlan],
+    action: TaintAction,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let (add, remove) = match action {
+        TaintAction::Plan => ("would add", "would remove"),
+        _ => ("added", "removed"),
+    };
+    for plan in plans {
+        let arch = plan.architecture.as_deref().unwrap_or("?");
+        let mut what: Vec<String> = plan.add.iter().map(|t| format!("{add} {t}")).collect();
+        what.extend(plan.remove.iter().map(|t| format!("{remove} {t}")));
+        if what.is_empty() {
+            what.push(if plan.note.is_empty() {
+                "no change".into()
+            } else {
+                format!("no change: {}", plan.note)
+            });
+        }
+        writeln!(out, "{:<24} {:<8} {}", plan.node, arch, what.join("; "))?;
+    }
+    Ok(())
+}

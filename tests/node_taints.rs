@@ -1,0 +1,195 @@
+//! `tolerable nodes plan | taint | untaint` through the real `kube` client against the thin fake
+//! API server, seeded with the recorded mixed cluster: amd-1 (amd64), arm-1 (arm64, tainted by
+//! hand), s390-1 (s390x, tainted by hand), bare-1 (no arch label; its kubelet says amd64).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::kube_api::{FakeApiServer, RegistryHosts};
+use common::registry;
+use serde_json::Value;
+use tolerable::cluster::nodes::{reconcile_taints, webhook_ready, TaintAction, TaintError};
+use tolerable::mutate::ARCH_LABEL;
+use tolerable::taints::{TaintPolicy, MANAGED_ANNOTATION};
+
+fn api() -> FakeApiServer {
+    FakeApiServer::start(RegistryHosts {
+        basic: registry::basic().host.clone(),
+        token: registry::token().host.clone(),
+    })
+}
+
+/// arm64 is the default pool here, so the two amd64 nodes are the ones to taint.
+fn policy() -> TaintPolicy {
+    TaintPolicy {
+        default_architectures: BTreeSet::from(["arm64".to_owned()]),
+        key: ARCH_LABEL.into(),
+        effect: "NoSchedule".into(),
+    }
+}
+
+fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            format!(
+                "{}={}:{}",
+                t["key"].as_str().unwrap(),
+                t["value"].as_str().unwrap_or(""),
+                t["effect"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn plan_taint_twice_and_untaint_on_a_mixed_cluster() {
+    let api = api();
+    let client = api.client("admintoken");
+
+    let plans = reconcile_taints(&client, &policy(), TaintAction::Plan)
+        .await
+        .unwrap();
+    let changing: Vec<(&str, &str)> = plans
+        .iter()
+        .filter(|p| p.changes())
+        .map(|p| (p.node.as_str(), p.architecture.as_deref().unwrap()))
+        .collect();
+    assert_eq!(changing, [("amd-1", "amd64"), ("bare-1", "amd64")]);
+    // Planning changes nothing.
+    assert_eq!(
+        taints(&api.node("amd-1")),
+        ["node.kubernetes.io/not-ready=:NoSchedule"]
+    );
+
+    let applied = reconcile_taints(&client, &policy(), TaintAction::Taint)
+        .await
+        .unwrap();
+    assert_eq!(applied.iter().filter(|p| p.changes()).count(), 2);
+    for node in ["amd-1", "bare-1"] {
+        let node = api.node(node);
+        assert_eq!(
+            taints(&node),
+            [
+                "node.kubernetes.io/not-ready=:NoSchedule",
+                "kubernetes.io/arch=amd64:NoSchedule"
+            ],
+            "the other taints stay"
+        );
+        assert_eq!(
+            node["metadata"]["annotations"][MANAGED_ANNOTATION],
+            "kubernetes.io/arch=amd64:NoSchedule"
+        );
+    }
+
+    // Second time: nothing to do.
+    let again = reconcile_taints(&client, &policy(), TaintAction::Taint)
+        .await
+        .unwrap();
+    assert!(again.iter().all(|p| !p.changes()), "{again:?}");
+
+    // Untaint removes what tolerable added and leaves hand-made taints alone.
+    reconcile_taints(&client, &policy(), TaintAction::Untaint)
+        .await
+        .unwrap();
+    assert_eq!(
+        taints(&api.node("amd-1")),
+        ["node.kubernetes.io/not-ready=:NoSchedule"]
+    );
+    assert!(api.node("amd-1")["metadata"]["annotations"]
+        .get(MANAGED_ANNOTATION)
+        .is_none());
+    assert_eq!(
+        taints(&api.node("arm-1")),
+        [
+            "kubernetes.io/arch=arm64:NoSchedule",
+            "node.kubernetes.io/not-ready=:NoSchedule"
+        ]
+    );
+    assert!(taints(&api.node("s390-1")).contains(&"kubernetes.io/arch=s390x:NoSchedule".to_owned()));
+}
+
+#[tokio::test]
+async fn tainting_is_refused_while_the_webhook_is_absent() {
+    let api = api();
+    let client = api.client("admintoken");
+    webhook_ready(&client).await.unwrap();
+    api.set_webhook_registered(false);
+    let refused = webhook_ready(&client).await.unwrap_err();
+    assert!(
+        matches!(refused, TaintError::WebhookNotReady(_)),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("not registered"), "{refused}");
+}
+
+/// The CLI as an operator runs it, with a kubeconfig pointing at the fake.
+#[test]
+fn the_cli_plans_refuses_and_forces() {
+    let api = api();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\n\
+             users:\n- name: admin\n  user:\n    token: admintoken\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
+            api.port,
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tolerable"))
+            .arg("nodes")
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
+            .env("TOLERABLE_READ_PULL_SECRETS", "false")
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let plan = run(&["plan"]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert_eq!(
+        plan.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("amd-1")
+            && l.contains("would add kubernetes.io/arch=amd64:NoSchedule")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("arm-1") && l.contains("no change")),
+        "{text}"
+    );
+
+    api.set_webhook_registered(false);
+    let refused = run(&["taint"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("refusing to taint"));
+    assert_eq!(taints(&api.node("amd-1")).len(), 1, "nothing was tainted");
+
+    let forced = run(&["taint", "--force"]);
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert_eq!(taints(&api.node("amd-1")).len(), 2);
+    let plan = run(&["plan"]);
+    assert_eq!(plan.status.code(), Some(0), "nothing left to change");
+}
