@@ -193,3 +193,35 @@ fn the_cli_plans_refuses_and_forces() {
     let plan = run(&["plan"]);
     assert_eq!(plan.status.code(), Some(0), "nothing left to change");
 }
+
+/// `serve --manage-node-taints`: nodes the watch sees are tainted without anybody running
+/// `nodes taint`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manage_node_taints_taints_what_the_node_watch_sees() {
+    let api = api();
+    let client = api.client("admintoken");
+    let watch = tolerable::cluster::nodes::NodeWatch::start(client.clone(), ARCH_LABEL);
+    let task = tokio::spawn(tolerable::cluster::nodes::keep_nodes_tainted(
+        client,
+        watch,
+        policy(),
+    ));
+    let started = std::time::Instant::now();
+    while taints(&api.node("bare-1")).len() < 2 || taints(&api.node("amd-1")).len() < 2 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "nodes were not tainted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    task.abort();
+    assert!(taints(&api.node("bare-1")).contains(&"kubernetes.io/arch=amd64:NoSchedule".to_owned()));
+    // arm64 is the default here: arm-1 keeps exactly what it had.
+    assert_eq!(
+        taints(&api.node("arm-1")),
+        [
+            "kubernetes.io/arch=arm64:NoSchedule",
+            "node.kubernetes.io/not-ready=:NoSchedule"
+        ]
+    );
+}

@@ -136,8 +136,22 @@ pub async fn reconcile_taints(
     policy: &crate::taints::TaintPolicy,
     action: TaintAction,
 ) -> Result<Vec<crate::taints::NodePlan>, TaintError> {
+    use kube::api::ListParams;
+
+    let api: Api<Node> = Api::all(client.clone());
+    let nodes = api.list(&ListParams::default()).await?.items;
+    apply_taints(client, policy, action, nodes).await
+}
+
+/// [`reconcile_taints`] for the given snapshot of Nodes (from a list or the node watch).
+pub async fn apply_taints(
+    client: &kube::Client,
+    policy: &crate::taints::TaintPolicy,
+    action: TaintAction,
+    nodes: Vec<Node>,
+) -> Result<Vec<crate::taints::NodePlan>, TaintError> {
     use crate::taints::{patch_for, plan_taint, plan_untaint};
-    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
 
     let api: Api<Node> = Api::all(client.clone());
     let plan = |node: &Node| match action {
@@ -145,7 +159,7 @@ pub async fn reconcile_taints(
         _ => plan_taint(node, policy),
     };
     let mut plans = Vec::new();
-    for node in api.list(&ListParams::default()).await? {
+    for node in nodes {
         let mut node = node;
         let mut tries = 0;
         let planned = loop {
@@ -182,4 +196,35 @@ pub async fn reconcile_taints(
     }
     plans.sort_by(|a, b| a.node.cmp(&b.node));
     Ok(plans)
+}
+
+/// How often `manage_node_taints` looks at the node watch for nodes to taint.
+pub const MANAGE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `manage_node_taints`: taints nodes of non-default architectures as the node watch sees them
+/// join. Runs inside the webhook, so the webhook is up by construction. Never returns.
+pub async fn keep_nodes_tainted(
+    client: kube::Client,
+    watch: NodeWatch,
+    policy: crate::taints::TaintPolicy,
+) {
+    watch.synced().await;
+    let mut tick = tokio::time::interval(MANAGE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Only nodes whose plan changes anything are patched (each re-read on a conflict).
+        let pending: Vec<Node> = watch
+            .nodes()
+            .iter()
+            .filter(|n| crate::taints::plan_taint(n, &policy).changes())
+            .map(|n| n.as_ref().clone())
+            .collect();
+        if pending.is_empty() {
+            continue;
+        }
+        if let Err(e) = apply_taints(&client, &policy, TaintAction::Taint, pending).await {
+            tracing::warn!(error = %e, "could not keep node taints up to date; retrying");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 
 use crate::admission::Admission;
 use crate::cli::ServeArgs;
-use crate::cluster::nodes::{reconcile_taints, NodeWatch, TaintAction};
+use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -55,16 +55,17 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
                 if config.read_pull_secrets {
                     admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
                 }
-                if manage_node_taints {
-                    tokio::spawn(keep_nodes_tainted(
-                        client.clone(),
-                        config.taint_policy.clone(),
-                    ));
+                let watch = (config.watch_nodes || manage_node_taints)
+                    .then(|| NodeWatch::start(client.clone(), &config.policy.toleration.key));
+                if let (true, Some(watch)) = (manage_node_taints, &watch) {
+                    let policy = config.taint_policy.clone();
+                    tokio::spawn(keep_nodes_tainted(client, watch.clone(), policy));
                 }
                 if config.watch_nodes {
-                    let watch = NodeWatch::start(client, &config.policy.toleration.key);
-                    admission = admission.with_nodes(watch.clone());
-                    nodes = Some(watch);
+                    if let Some(watch) = watch {
+                        admission = admission.with_nodes(watch.clone());
+                        nodes = Some(watch);
+                    }
                 }
             }
             // Running outside a cluster (trying it out): still useful, with the configured
@@ -88,22 +89,6 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     reloader.abort();
     Ok(ExitCode::SUCCESS)
 }
-
-/// `manage_node_taints`: taints nodes of non-default architectures as they join. Runs in the
-/// webhook itself, so the webhook is up by construction.
-async fn keep_nodes_tainted(client: kube::Client, policy: crate::taints::TaintPolicy) {
-    let mut tick = tokio::time::interval(NODE_TAINT_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = reconcile_taints(&client, &policy, TaintAction::Taint).await {
-            tracing::warn!(error = %e, "could not keep node taints up to date; retrying");
-        }
-    }
-}
-
-/// How often `manage_node_taints` looks for new nodes.
-const NODE_TAINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.
 async fn shutdown_signal() {
