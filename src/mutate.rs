@@ -114,19 +114,7 @@ impl NodePools {
     pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>, taint_key: &str) -> Self {
         let mut architectures: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
         for node in nodes {
-            let arch = node
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ARCH_LABEL))
-                .cloned()
-                .or_else(|| {
-                    node.status
-                        .as_ref()
-                        .and_then(|s| s.node_info.as_ref())
-                        .map(|i| i.architecture.clone())
-                })
-                .filter(|a| !a.is_empty());
+            let arch = node_architecture(node);
             let Some(arch) = arch else { continue };
             let taints = architectures.entry(arch).or_default();
             for taint in node
@@ -153,6 +141,23 @@ impl NodePools {
     pub fn taints(&self, arch: &str) -> &[Taint] {
         self.architectures.get(arch).map_or(&[], Vec::as_slice)
     }
+}
+
+/// A node's architecture: its `kubernetes.io/arch` label, else what its kubelet reports.
+pub fn node_architecture(node: &Node) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ARCH_LABEL))
+        .cloned()
+        .or_else(|| {
+            node.status
+                .as_ref()?
+                .node_info
+                .as_ref()
+                .map(|i| i.architecture.clone())
+        })
+        .filter(|a| !a.is_empty())
 }
 
 /// Kubernetes' rule: whether `toleration` tolerates `taint`.

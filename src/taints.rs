@@ -11,7 +11,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{json, Value};
 
-use crate::mutate::ARCH_LABEL;
+use crate::mutate::node_architecture;
 
 /// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
 pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
@@ -86,22 +86,6 @@ impl NodePlan {
     }
 }
 
-fn architecture(node: &Node) -> Option<String> {
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(ARCH_LABEL))
-        .cloned()
-        .or_else(|| {
-            node.status
-                .as_ref()?
-                .node_info
-                .as_ref()
-                .map(|i| i.architecture.clone())
-        })
-        .filter(|a| !a.is_empty())
-}
-
 fn taints(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
@@ -125,7 +109,7 @@ fn name(node: &Node) -> String {
 /// The plan that makes `node` carry exactly the taint its architecture calls for, touching only
 /// taints tolerable manages.
 pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
-    let arch = architecture(node);
+    let arch = node_architecture(node);
     let existing = taints(node);
     let managed_before = managed(node);
     let desired = arch
@@ -181,7 +165,7 @@ pub fn plan_untaint(node: &Node) -> NodePlan {
         .collect();
     NodePlan {
         node: name(node),
-        architecture: architecture(node),
+        architecture: node_architecture(node),
         note: if remove.is_empty() {
             "no taint managed by tolerable".into()
         } else {
@@ -253,6 +237,7 @@ pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mutate::ARCH_LABEL;
 
     fn nodes() -> Vec<Node> {
         let list: k8s_openapi::List<Node> =
