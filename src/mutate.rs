@@ -85,19 +85,19 @@ impl TolerationTemplate {
     /// Whether `existing` already tolerates the taint this template stands for (Kubernetes'
     /// matching rules), so adding ours would be redundant.
     pub fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
-        let key = existing.key.as_deref().unwrap_or("");
-        let exists = existing.operator.as_deref() == Some("Exists");
-        let key_matches = key == self.key || (key.is_empty() && exists);
-        let value_matches = exists || existing.value.as_deref().unwrap_or("") == arch;
-        let effect = existing.effect.as_deref().unwrap_or("");
-        let effect_matches = effect.is_empty() || effect == self.effect;
+        let taint = Taint {
+            key: self.key.clone(),
+            value: Some(arch.to_owned()),
+            effect: self.effect.clone(),
+            time_added: None,
+        };
         // A toleration that expires sooner than ours does not cover ours.
         let seconds_cover = match (existing.toleration_seconds, self.toleration_seconds) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(theirs), Some(ours)) => theirs >= ours,
         };
-        key_matches && value_matches && effect_matches && seconds_cover
+        tolerates(existing, &taint) && seconds_cover
     }
 }
 

@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use reqwest::header::{
-    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE,
-};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 use serde::Deserialize;
 
@@ -380,7 +378,6 @@ impl ManifestSource for HostSource<'_> {
                 None => sha256_digest(&body),
             }
         };
-        let _ = headers.get(CONTENT_TYPE); // the body names its own media type
         Ok((body, digest))
     }
 
