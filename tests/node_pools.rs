@@ -53,6 +53,27 @@ async fn the_watch_learns_architectures_and_their_taints() {
     .await;
 }
 
+/// Everyone waiting for the first list is woken, not just one (kube-runtime's own ready signal
+/// wakes only the last of several waiters; the webhook's readiness and the node tainter both wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_waiting_for_the_first_list_is_woken() {
+    let api = FakeApiServer::start_with(hosts(), Duration::from_millis(300));
+    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let watch = watch.clone();
+            tokio::spawn(async move { watch.synced().await })
+        })
+        .collect();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("a task waiting for the node watch was never woken")
+            .unwrap();
+    }
+    assert!(watch.is_synced());
+}
+
 async fn post(server: &TestServer, body: &Value) -> Value {
     let response = webhook::client()
         .post(server.url("/mutate?timeout=10s"))

@@ -1,7 +1,6 @@
 //! The node watch: a kube-runtime reflector over Nodes, from which the decision core learns which
 //! architectures the cluster has and which taints each architecture's nodes carry.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
@@ -16,7 +15,10 @@ use crate::mutate::NodePools;
 #[derive(Clone)]
 pub struct NodeWatch {
     store: Store<Node>,
-    synced: Arc<AtomicBool>,
+    /// Set once the first full list is in. Our own signal rather than a second
+    /// `Store::wait_until_ready`: kube-runtime's ready signal is a oneshot receiver polled through
+    /// a shared lock, so of two tasks waiting on it only the last to register is woken.
+    synced: tokio::sync::watch::Receiver<bool>,
     taint_key: Arc<str>,
 }
 
@@ -37,11 +39,11 @@ impl NodeWatch {
                 }
             }
         });
-        let synced = Arc::new(AtomicBool::new(false));
-        let (ready, flag) = (store.clone(), synced.clone());
+        let (flag, synced) = tokio::sync::watch::channel(false);
+        let ready = store.clone();
         tokio::spawn(async move {
             if ready.wait_until_ready().await.is_ok() {
-                flag.store(true, Ordering::Relaxed);
+                flag.send_replace(true);
                 tracing::info!("node watch synced");
             }
         });
@@ -54,12 +56,13 @@ impl NodeWatch {
 
     /// Whether the first full list has arrived (until then the pools are unknown).
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Relaxed)
+        *self.synced.borrow()
     }
 
     /// Waits until the first full list has arrived.
     pub async fn synced(&self) {
-        let _ = self.store.wait_until_ready().await;
+        // An error means the watch task is gone, and with it any hope of a list.
+        let _ = self.synced.clone().wait_for(|synced| *synced).await;
     }
 
     /// The Nodes now (a snapshot of the cache).
