@@ -16,7 +16,7 @@ use crate::mutate::{
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
-use crate::registry::{CredentialStore, ResolverSettings};
+use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings};
 
 pub const ENV_PREFIX: &str = "TOLERABLE";
 /// The variable naming the config file; not itself a config key.
@@ -83,7 +83,10 @@ struct RawConfig {
     cache_tag_ttl: String,
     cache_digest_ttl: String,
     cache_failure_ttl: String,
+    cache_stale_if_error: String,
     cache_max_entries: u64,
+    circuit_breaker_failures: u32,
+    circuit_breaker_cooldown: String,
 }
 
 impl Default for RawConfig {
@@ -115,7 +118,10 @@ impl Default for RawConfig {
             cache_tag_ttl: "5m".into(),
             cache_digest_ttl: "24h".into(),
             cache_failure_ttl: "10s".into(),
+            cache_stale_if_error: "1h".into(),
             cache_max_entries: 20_000,
+            circuit_breaker_failures: 5,
+            circuit_breaker_cooldown: "30s".into(),
         }
     }
 }
@@ -276,7 +282,10 @@ impl Config {
             cache_tag_ttl,
             cache_digest_ttl,
             cache_failure_ttl,
+            cache_stale_if_error,
             cache_max_entries,
+            circuit_breaker_failures,
+            circuit_breaker_cooldown,
         } = raw;
 
         tracing_subscriber::EnvFilter::try_new(&log_level)
@@ -311,10 +320,21 @@ impl Config {
             tag_ttl: parse_duration("cache_tag_ttl", &cache_tag_ttl)?,
             digest_ttl: parse_duration("cache_digest_ttl", &cache_digest_ttl)?,
             failure_ttl: parse_duration("cache_failure_ttl", &cache_failure_ttl)?,
+            stale_ttl: parse_duration("cache_stale_if_error", &cache_stale_if_error)?,
             max_entries: cache_max_entries,
         };
         if cache.max_entries == 0 {
             return Err(ConfigError::key("cache_max_entries", "must be at least 1"));
+        }
+        let breaker = BreakerSettings {
+            failures: circuit_breaker_failures,
+            cooldown: parse_duration("circuit_breaker_cooldown", &circuit_breaker_cooldown)?,
+        };
+        if breaker.failures > 0 && breaker.cooldown.is_zero() {
+            return Err(ConfigError::key(
+                "circuit_breaker_cooldown",
+                "must be above 0 (set circuit_breaker_failures = 0 to turn the breaker off)",
+            ));
         }
 
         let insecure_registries = insecure_registries
@@ -440,6 +460,7 @@ impl Config {
                 mirrors,
                 lookup_timeout,
                 cache,
+                breaker,
             },
         })
     }

@@ -34,6 +34,11 @@ struct ArchitectureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CircuitLabels {
+    registry: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
     registry: String,
     status: String,
@@ -48,6 +53,7 @@ pub struct Metrics {
     cache_entries: Gauge,
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
+    circuits_opened: Family<CircuitLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
 }
 
@@ -67,6 +73,7 @@ impl Metrics {
             cache_entries: Gauge::default(),
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
+            circuits_opened: Family::default(),
             registries_named: Mutex::default(),
         };
         registry.register(
@@ -91,7 +98,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_cache_lookups",
-            "Image lookups answered from the cache (hit) or the registry (miss)",
+            "Image lookups answered from the cache (hit) or the registry (miss); stale: a last known answer served while the registry is unavailable",
             metrics.cache_lookups.clone(),
         );
         registry.register(
@@ -103,6 +110,11 @@ impl Metrics {
             "tolerable_certificate_reloads",
             "Serving certificate reloads, by result",
             metrics.certificate_reloads.clone(),
+        );
+        registry.register(
+            "tolerable_registry_circuit_opened",
+            "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
+            metrics.circuits_opened.clone(),
         );
         registry.register(
             "tolerable_node_architecture_taints",
@@ -176,6 +188,20 @@ impl RegistryObserver for Metrics {
         let result = if hit { "hit" } else { "miss" };
         self.cache_lookups
             .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn circuit_opened(&self, host: &str) {
+        self.circuits_opened
+            .get_or_create(&CircuitLabels {
+                registry: self.registry_label(host),
+            })
+            .inc();
+    }
+
+    fn stale_answer(&self) {
+        self.cache_lookups
+            .get_or_create(&ResultLabels { result: "stale" })
             .inc();
     }
 }

@@ -489,7 +489,30 @@ pub fn decide_with_pools(
     if let Some(reason) = skip_reason(namespace, pod, policy) {
         return Decision::skipped(reason);
     }
+    let mut decision = decide_from_facts(pod, images, facts, policy, pools);
+    // A decision made on last known answers says so: the registry may have changed since.
+    let mut stale: Vec<String> = images
+        .iter()
+        .filter_map(|c| match facts.get(&c.image) {
+            Some(Ok(found)) => found
+                .stale
+                .as_ref()
+                .map(|why| format!("{}: {why}", c.image)),
+            _ => None,
+        })
+        .collect();
+    stale.dedup();
+    decision.warnings.extend(stale);
+    decision
+}
 
+fn decide_from_facts(
+    pod: &Pod,
+    images: &[ContainerImage],
+    facts: &ImageFacts,
+    policy: &Policy,
+    pools: Option<&NodePools>,
+) -> Decision {
     // Images whose platforms are unknown: leave the Pod where it would land anyway.
     let mut failed = Vec::new();
     let mut known: Vec<(&str, &ImagePlatforms)> = Vec::new();

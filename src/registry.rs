@@ -48,6 +48,36 @@ pub struct ImagePlatforms {
     /// Where the credential used came from, or `anonymous`. Never the credential itself.
     #[serde(skip)]
     pub credential_source: Arc<str>,
+    /// Set when this is the last known answer, served because the registry is unavailable:
+    /// why, and how old the answer is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
+}
+
+impl ImagePlatforms {
+    /// This answer served again, `age` after the registry gave it, because a refresh failed with
+    /// `error`.
+    pub fn as_stale(&self, error: &LookupError, age: Duration) -> Self {
+        let age = Duration::from_secs(age.as_secs());
+        Self {
+            stale: Some(format!(
+                "registry unavailable ({}); used the platforms it reported {} ago",
+                error.reason(),
+                humantime_short(age)
+            )),
+            ..self.clone()
+        }
+    }
+}
+
+/// `1h2m3s`, `4m0s`, `12s`: short enough for a warning.
+fn humantime_short(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
 }
 
 /// Why an image's platforms could not be determined. Each message names the image and is safe
@@ -83,6 +113,15 @@ pub enum LookupError {
         status: u16,
         message: String,
     },
+    /// The circuit breaker: the registry failed repeatedly (or asked us to back off), so it is
+    /// left alone for a while instead of being hammered.
+    #[error("{reference}: not asking registry {registry} again for {retry_in_secs}s (last failure: {cause})")]
+    CircuitOpen {
+        reference: String,
+        registry: String,
+        retry_in_secs: u64,
+        cause: String,
+    },
 }
 
 impl LookupError {
@@ -99,10 +138,22 @@ impl LookupError {
             | Self::NoPlatforms { reference }
             | Self::Timeout { reference, .. }
             | Self::Unreachable { reference, .. }
-            | Self::Registry { reference, .. } => format!("{reference}: "),
+            | Self::Registry { reference, .. }
+            | Self::CircuitOpen { reference, .. } => format!("{reference}: "),
         };
         text.strip_prefix(&prefix)
             .map_or(text.clone(), str::to_owned)
+    }
+
+    /// Whether the registry was unavailable (down, hung, overloaded, rate limiting) rather than
+    /// answering: only then may a last known answer stand in, and only then does the circuit
+    /// breaker count it.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Timeout { .. } | Self::Unreachable { .. } | Self::CircuitOpen { .. } => true,
+            Self::Registry { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
     }
 
     /// A bounded label for metrics and logs.
@@ -117,6 +168,7 @@ impl LookupError {
             Self::Timeout { .. } => "timeout",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
+            Self::CircuitOpen { .. } => "circuit_open",
         }
     }
 }
@@ -130,7 +182,14 @@ pub enum FetchError {
     Malformed(String),
     Manifest(ManifestError),
     TooDeep,
-    Status { code: u16, message: String },
+    Status {
+        code: u16,
+        message: String,
+    },
+    /// HTTP 429, with the registry's `Retry-After` when it sent one in seconds.
+    RateLimited {
+        retry_after: Option<Duration>,
+    },
     Transport(String),
 }
 
@@ -165,6 +224,14 @@ impl FetchError {
                 status: code,
                 message,
             },
+            Self::RateLimited { retry_after } => LookupError::Registry {
+                reference,
+                status: 429,
+                message: match retry_after {
+                    Some(after) => format!("rate limited (Retry-After: {}s)", after.as_secs()),
+                    None => "rate limited".into(),
+                },
+            },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),
@@ -179,6 +246,10 @@ pub trait RegistryObserver: Send + Sync {
     /// `status` is `None` when no HTTP answer came (connect error, timeout).
     fn registry_request(&self, host: &str, status: Option<u16>);
     fn cache_lookup(&self, hit: bool);
+    /// The circuit breaker stopped asking `host` (it failed repeatedly or asked to back off).
+    fn circuit_opened(&self, _host: &str) {}
+    /// A last known answer was served because its registry is unavailable.
+    fn stale_answer(&self) {}
 }
 
 /// The I/O boundary: one registry host with one credential.
@@ -284,6 +355,7 @@ pub struct ResolverSettings {
     /// The deadline for one lookup, all retries and fallbacks included.
     pub lookup_timeout: Duration,
     pub cache: CacheSettings,
+    pub breaker: BreakerSettings,
 }
 
 /// Resolves images to platforms: mirrors, credentials, cache.
@@ -292,6 +364,7 @@ pub struct Resolver {
     credentials: CredentialStore,
     client: RegistryClient,
     cache: LookupCache,
+    breakers: CircuitBreakers,
     observer: Option<Arc<dyn RegistryObserver>>,
 }
 
@@ -306,6 +379,7 @@ impl Resolver {
         Ok(Self {
             client,
             cache: LookupCache::new(&settings.cache),
+            breakers: CircuitBreakers::new(settings.breaker.clone()),
             settings,
             credentials,
             observer: None,
@@ -343,37 +417,40 @@ impl Resolver {
             &reference,
             chain.iter().map(|c| self.client.fingerprint(c)).collect(),
         );
-        let timeout = self.settings.lookup_timeout;
         let missed = std::sync::atomic::AtomicBool::new(false);
         let result = self
             .cache
             .get_or_resolve(key, async {
                 missed.store(true, std::sync::atomic::Ordering::Relaxed);
-                let shown = reference.to_string();
-                match tokio::time::timeout(timeout, self.lookup(&reference, &chain)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(LookupError::Timeout {
-                        reference: shown,
-                        after: timeout,
-                    }),
-                }
+                let deadline = tokio::time::Instant::now() + self.settings.lookup_timeout;
+                self.lookup(&reference, &chain, deadline).await
             })
             .await;
         if let Some(observer) = &self.observer {
             observer.cache_lookup(!missed.load(std::sync::atomic::Ordering::Relaxed));
+            if result.as_ref().is_ok_and(|found| found.stale.is_some()) {
+                observer.stale_answer();
+            }
         }
         result
     }
 
-    /// Uncached lookup: the mirror (if any) first, then the origin.
+    /// Uncached lookup: the mirror (if any) first, then the origin, all before `deadline`.
     async fn lookup(
         &self,
         reference: &ImageReference,
         chain: &[Credential],
+        deadline: tokio::time::Instant,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
             let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
-            match self.lookup_at(reference, mirror, &mirror_chain).await {
+            // A hung mirror gets half the time, so the origin still gets its chance.
+            let now = tokio::time::Instant::now();
+            let mirror_deadline = now + deadline.saturating_duration_since(now) / 2;
+            match self
+                .lookup_at(reference, mirror, &mirror_chain, mirror_deadline)
+                .await
+            {
                 Ok(found) => return Ok(found),
                 Err(e) => tracing::info!(
                     image = %reference, %mirror, error = %e,
@@ -381,16 +458,62 @@ impl Resolver {
                 ),
             }
         }
-        self.lookup_at(reference, reference.api_host(), chain).await
+        self.lookup_at(reference, reference.api_host(), chain, deadline)
+            .await
     }
 
-    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
+    /// One registry host, through its circuit breaker and within `deadline`.
     async fn lookup_at(
         &self,
         reference: &ImageReference,
         host: &str,
         chain: &[Credential],
+        deadline: tokio::time::Instant,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        if let Err(open) = self.breakers.check(host) {
+            return Err(LookupError::CircuitOpen {
+                reference: reference.to_string(),
+                registry: host.to_owned(),
+                retry_in_secs: open.retry_in.as_secs().max(1),
+                cause: open.cause,
+            });
+        }
+        let attempt =
+            tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
+        let (result, retry_after) = match attempt.await {
+            Ok(Ok(found)) => (Ok(found), None),
+            Ok(Err((e, retry_after))) => (Err(e), retry_after),
+            Err(_) => (
+                Err(LookupError::Timeout {
+                    reference: reference.to_string(),
+                    after: self.settings.lookup_timeout,
+                }),
+                None,
+            ),
+        };
+        match &result {
+            Err(e) if e.is_unavailable() => {
+                if self.breakers.failure(host, &e.reason(), retry_after) {
+                    tracing::warn!(registry = %host, error = %e, "registry unavailable: circuit open, not asking it for a while");
+                    if let Some(observer) = &self.observer {
+                        observer.circuit_opened(host);
+                    }
+                }
+            }
+            // Any answer from the registry, even "not found", shows it is up.
+            _ => self.breakers.success(host),
+        }
+        result
+    }
+
+    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
+    /// A failure carries the registry's `Retry-After`, if it sent one.
+    async fn try_credentials(
+        &self,
+        reference: &ImageReference,
+        host: &str,
+        chain: &[Credential],
+    ) -> Result<Arc<ImagePlatforms>, (LookupError, Option<Duration>)> {
         let shown = reference.to_string();
         let attempts = chain.iter().map(Some).chain(std::iter::once(None));
         let mut tried = Vec::new();
@@ -408,7 +531,7 @@ impl Resolver {
             .await
             {
                 Ok(walked) if walked.platforms.is_empty() => {
-                    return Err(LookupError::NoPlatforms { reference: shown });
+                    return Err((LookupError::NoPlatforms { reference: shown }, None));
                 }
                 Ok(walked) => {
                     tracing::debug!(image = %shown, %host, credential = %label, digest = %walked.digest, "resolved");
@@ -419,19 +542,129 @@ impl Resolver {
                         served_by: host.to_owned(),
                         credential_source: credential
                             .map_or_else(|| Arc::from("anonymous"), Credential::shared_source),
+                        stale: None,
                     }));
                 }
                 Err(FetchError::Unauthorized) => {
                     tracing::debug!(image = %shown, %host, credential = %label, "registry refused this credential");
                 }
-                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
+                Err(e) => {
+                    let retry_after = match &e {
+                        FetchError::RateLimited { retry_after } => *retry_after,
+                        _ => None,
+                    };
+                    return Err((e.into_lookup(&shown, host, &tried.join(", ")), retry_after));
+                }
             }
         }
-        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+        Err((
+            FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")),
+            None,
+        ))
     }
 
     /// Entries currently cached (for metrics and tests).
     pub async fn cached_entries(&self) -> u64 {
         self.cache.entry_count().await
+    }
+}
+
+/// When to stop asking a registry host.
+#[derive(Clone, Debug)]
+pub struct BreakerSettings {
+    /// Consecutive "unavailable" failures (connect errors, timeouts, 5xx, 429) that open the
+    /// circuit; 0 never opens it (a 429's `Retry-After` is honoured regardless).
+    pub failures: u32,
+    /// How long an open circuit stays open before the registry is tried again.
+    pub cooldown: Duration,
+}
+
+/// A `Retry-After` longer than this is not believed (a misconfigured registry must not switch
+/// lookups off for a day).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// Per-host circuit breakers. Closed: requests flow, unavailable failures are counted. Open:
+/// lookups fail at once (the cache serves last known answers meanwhile). After the cooldown the
+/// next lookups go through again; one more failure re-opens it, a success closes it.
+struct CircuitBreakers {
+    settings: BreakerSettings,
+    hosts: std::sync::Mutex<std::collections::HashMap<String, HostHealth>>,
+}
+
+#[derive(Default)]
+struct HostHealth {
+    consecutive_failures: u32,
+    open_until: Option<std::time::Instant>,
+    cause: String,
+}
+
+struct Open {
+    retry_in: Duration,
+    cause: String,
+}
+
+/// Hosts remembered at most (images can name any host; failures must not grow memory forever).
+const MAX_TRACKED_HOSTS: usize = 1024;
+
+impl CircuitBreakers {
+    fn new(settings: BreakerSettings) -> Self {
+        Self {
+            settings,
+            hosts: std::sync::Mutex::default(),
+        }
+    }
+
+    fn check(&self, host: &str) -> Result<(), Open> {
+        let hosts = self.hosts.lock().expect("breaker lock poisoned");
+        let Some(health) = hosts.get(host) else {
+            return Ok(());
+        };
+        match health.open_until {
+            Some(until) => match until.checked_duration_since(std::time::Instant::now()) {
+                Some(retry_in) if !retry_in.is_zero() => Err(Open {
+                    retry_in,
+                    cause: health.cause.clone(),
+                }),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn success(&self, host: &str) {
+        let mut hosts = self.hosts.lock().expect("breaker lock poisoned");
+        if hosts.remove(host).is_some_and(|h| h.open_until.is_some()) {
+            tracing::info!(registry = %host, "registry answers again: circuit closed");
+        }
+    }
+
+    /// Counts a failure; true when this opened the circuit.
+    fn failure(&self, host: &str, cause: &str, retry_after: Option<Duration>) -> bool {
+        let now = std::time::Instant::now();
+        let mut hosts = self.hosts.lock().expect("breaker lock poisoned");
+        if hosts.len() >= MAX_TRACKED_HOSTS && !hosts.contains_key(host) {
+            hosts.retain(|_, h| h.open_until.is_some_and(|until| until > now));
+            if hosts.len() >= MAX_TRACKED_HOSTS {
+                return false;
+            }
+        }
+        let health = hosts.entry(host.to_owned()).or_default();
+        health.consecutive_failures = health.consecutive_failures.saturating_add(1);
+        health.cause = cause.to_owned();
+        let open_for = match retry_after {
+            Some(after) => Some(after.min(MAX_RETRY_AFTER)),
+            None if self.settings.failures > 0
+                && health.consecutive_failures >= self.settings.failures =>
+            {
+                Some(self.settings.cooldown)
+            }
+            None => None,
+        };
+        let Some(open_for) = open_for else {
+            return false;
+        };
+        let was_open = health.open_until.is_some_and(|until| until > now);
+        health.open_until = Some(now + open_for);
+        !was_open
     }
 }

@@ -71,6 +71,7 @@ fn platforms(list: &[&str]) -> Arc<ImagePlatforms> {
         platforms,
         served_by: "h".into(),
         credential_source: "anonymous".into(),
+        stale: None,
     })
 }
 

@@ -1,12 +1,19 @@
 //! The lookup cache: answers by digest are kept long (a digest never changes what it names),
 //! answers by tag for a TTL, failures only briefly. Concurrent lookups of one key share one
 //! registry round trip. Bounded in entries.
+//!
+//! Stale-if-error (RFC 5861's idea, for registries): a tag's answer is kept for `stale_ttl`
+//! after it stops being fresh. When refreshing it fails because the registry is unavailable
+//! (down, hung, 5xx, rate limited), that last known answer is served instead, marked stale, and
+//! the refresh is retried after `failure_ttl`. An authoritative "no" (not found, unauthorized)
+//! is never papered over.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moka::future::Cache;
+use moka::ops::compute::{CompResult, Op};
 use moka::Expiry;
 
 use super::{ImagePlatforms, ImageReference, LookupError};
@@ -19,6 +26,9 @@ pub struct CacheSettings {
     pub digest_ttl: Duration,
     /// How long a failure is remembered, so an outage is not hammered; never forever.
     pub failure_ttl: Duration,
+    /// How long after a tag's answer stops being fresh it may still be served while its
+    /// registry is unavailable. Zero turns stale-if-error off.
+    pub stale_ttl: Duration,
     pub max_entries: u64,
 }
 
@@ -44,53 +54,144 @@ impl CacheKey {
     }
 }
 
-type Entry = Arc<Result<Arc<ImagePlatforms>, LookupError>>;
-
-struct LookupExpiry {
-    tag_ttl: Duration,
-    digest_ttl: Duration,
-    failure_ttl: Duration,
+/// One cached answer and its two horizons.
+#[derive(Debug)]
+struct Slot {
+    result: Result<Arc<ImagePlatforms>, LookupError>,
+    /// Until then the answer is served without asking the registry.
+    fresh_until: Instant,
+    /// Until then it is kept (as a stale fallback after `fresh_until`); then evicted.
+    keep_until: Instant,
+    /// When the registry last really gave this answer (for the staleness warning).
+    answered_at: Instant,
 }
 
-impl Expiry<CacheKey, Entry> for LookupExpiry {
-    fn expire_after_create(&self, key: &CacheKey, value: &Entry, _: Instant) -> Option<Duration> {
-        Some(match value.as_ref() {
-            Err(_) => self.failure_ttl,
-            Ok(_) if key.immutable => self.digest_ttl,
-            Ok(_) => self.tag_ttl,
-        })
+type Entry = Arc<Slot>;
+
+struct SlotExpiry;
+
+impl Expiry<CacheKey, Entry> for SlotExpiry {
+    fn expire_after_create(&self, _: &CacheKey, slot: &Entry, now: Instant) -> Option<Duration> {
+        Some(slot.keep_until.saturating_duration_since(now))
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &CacheKey,
+        slot: &Entry,
+        now: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(slot.keep_until.saturating_duration_since(now))
     }
 }
 
 pub struct LookupCache {
     entries: Cache<CacheKey, Entry>,
+    settings: CacheSettings,
 }
 
 impl LookupCache {
     pub fn new(settings: &CacheSettings) -> Self {
         let entries = Cache::builder()
             .max_capacity(settings.max_entries)
-            .expire_after(LookupExpiry {
-                tag_ttl: settings.tag_ttl,
-                digest_ttl: settings.digest_ttl,
-                failure_ttl: settings.failure_ttl,
-            })
+            .expire_after(SlotExpiry)
             .build();
-        Self { entries }
+        Self {
+            entries,
+            settings: settings.clone(),
+        }
     }
 
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
-    /// time per key however many callers wait for it.
+    /// time per key however many callers wait for it. When `resolve` fails because the registry
+    /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
     pub async fn get_or_resolve(
         &self,
         key: CacheKey,
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let entry = self
+        if let Some(slot) = self.entries.get(&key).await {
+            if Instant::now() < slot.fresh_until {
+                return slot.result.clone();
+            }
+        }
+        let immutable = key.immutable;
+        let computed = self
             .entries
-            .get_with(key, async move { Arc::new(resolve.await) })
+            .entry(key)
+            .and_compute_with(|current| async move {
+                let current = current.map(moka::Entry::into_value);
+                // Another caller refreshed it while this one waited its turn.
+                if current
+                    .as_ref()
+                    .is_some_and(|s| Instant::now() < s.fresh_until)
+                {
+                    return Op::Nop;
+                }
+                let result = resolve.await;
+                Op::Put(Arc::new(self.next_slot(
+                    immutable,
+                    current.as_deref(),
+                    result,
+                )))
+            })
             .await;
-        entry.as_ref().clone()
+        match computed {
+            CompResult::Inserted(entry)
+            | CompResult::ReplacedWith(entry)
+            | CompResult::Unchanged(entry) => entry.into_value().result.clone(),
+            CompResult::StillNone(_) | CompResult::Removed(_) => {
+                unreachable!("the closure always puts a value")
+            }
+        }
+    }
+
+    /// What to keep after a lookup that gave `result`, `previous` being what was kept before.
+    fn next_slot(
+        &self,
+        immutable: bool,
+        previous: Option<&Slot>,
+        result: Result<Arc<ImagePlatforms>, LookupError>,
+    ) -> Slot {
+        let now = Instant::now();
+        let s = &self.settings;
+        match result {
+            Ok(found) if immutable => Slot {
+                result: Ok(found),
+                fresh_until: now + s.digest_ttl,
+                keep_until: now + s.digest_ttl,
+                answered_at: now,
+            },
+            Ok(found) => Slot {
+                result: Ok(found),
+                fresh_until: now + s.tag_ttl,
+                keep_until: now + s.tag_ttl + s.stale_ttl,
+                answered_at: now,
+            },
+            Err(error) => {
+                let last_known = previous
+                    .filter(|_| error.is_unavailable())
+                    .and_then(|p| Some((p, p.result.as_ref().ok()?)));
+                match last_known {
+                    Some((previous, found)) if now < previous.keep_until => Slot {
+                        result: Ok(Arc::new(found.as_stale(
+                            &error,
+                            now.saturating_duration_since(previous.answered_at),
+                        ))),
+                        fresh_until: now + s.failure_ttl,
+                        keep_until: previous.keep_until,
+                        answered_at: previous.answered_at,
+                    },
+                    _ => Slot {
+                        result: Err(error),
+                        fresh_until: now + s.failure_ttl,
+                        keep_until: now + s.failure_ttl,
+                        answered_at: now,
+                    },
+                }
+            }
+        }
     }
 
     /// Entries cached now (after applying pending inserts and evictions, which moka defers).
@@ -110,6 +211,7 @@ mod tests {
             tag_ttl: Duration::from_secs(60),
             digest_ttl: Duration::from_secs(3600),
             failure_ttl,
+            stale_ttl: Duration::from_secs(600),
             max_entries: 100,
         }
     }
@@ -125,6 +227,7 @@ mod tests {
             platforms: vec![],
             served_by: "h".into(),
             credential_source: "anonymous".into(),
+            stale: None,
         })
     }
 
@@ -220,5 +323,79 @@ mod tests {
         }
         let count = cache.entry_count().await;
         assert!(count <= 10, "{count}");
+    }
+
+    fn unavailable() -> LookupError {
+        LookupError::Unreachable {
+            reference: "app".into(),
+            registry: "r".into(),
+            reason: "connection refused".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn stale_if_error_serves_the_last_known_answer_while_the_registry_is_down() {
+        let mut s = settings(Duration::from_millis(200));
+        s.tag_ttl = Duration::from_millis(100);
+        s.stale_ttl = Duration::from_secs(60);
+        let cache = LookupCache::new(&s);
+        cache
+            .get_or_resolve(key("app:4"), async { Ok(answer()) })
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The tag is due for a refresh; the registry is down: the last answer stands, marked.
+        let calls = AtomicUsize::new(0);
+        let down = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(unavailable())
+        };
+        let stale = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        let why = stale.stale.as_deref().expect("marked stale");
+        assert!(why.contains("connection refused"), "{why}");
+        assert_eq!(stale.digest, "d");
+        // The failed refresh is remembered briefly: the next lookups do not ask again...
+        cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // ...then ask again, and a recovered registry gives a fresh answer.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let fresh = cache
+            .get_or_resolve(key("app:4"), async { Ok(answer()) })
+            .await
+            .unwrap();
+        assert!(fresh.stale.is_none());
+    }
+
+    #[tokio::test]
+    async fn stale_if_error_never_hides_an_authoritative_answer_nor_outlives_its_window() {
+        let mut s = settings(Duration::from_millis(50));
+        s.tag_ttl = Duration::from_millis(50);
+        s.stale_ttl = Duration::from_millis(200);
+        let cache = LookupCache::new(&s);
+        for image in ["app:5", "app:6"] {
+            cache
+                .get_or_resolve(key(image), async { Ok(answer()) })
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // The tag was deleted: "not found" is the registry's answer, not an outage.
+        let gone = cache
+            .get_or_resolve(key("app:5"), async {
+                Err(LookupError::NotFound {
+                    reference: "app:5".into(),
+                })
+            })
+            .await;
+        assert!(matches!(gone, Err(LookupError::NotFound { .. })));
+        // Past the stale window the outage is reported as it is.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let down = cache
+            .get_or_resolve(key("app:6"), async { Err(unavailable()) })
+            .await;
+        assert!(matches!(down, Err(LookupError::Unreachable { .. })));
     }
 }

@@ -468,6 +468,16 @@ async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchE
     match status {
         StatusCode::NOT_FOUND => return FetchError::NotFound,
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return FetchError::Unauthorized,
+        StatusCode::TOO_MANY_REQUESTS => {
+            return FetchError::RateLimited {
+                retry_after: response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(retry_after_seconds)
+                    .filter(|after| !after.is_zero()),
+            }
+        }
         _ => {}
     }
     let body = read_capped(response, 64 << 10).await.unwrap_or_default();
@@ -494,6 +504,12 @@ async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchE
             message
         },
     }
+}
+
+/// `Retry-After` in delta-seconds (what registries send; an HTTP-date is not believed, and the
+/// breaker's own cooldown applies instead).
+pub fn retry_after_seconds(value: &str) -> Option<Duration> {
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 pub fn sha256_digest(body: &[u8]) -> String {

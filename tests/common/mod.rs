@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod fake;
+pub mod fault_proxy;
 pub mod fixtures;
 pub mod kube_api;
 pub mod registry;
@@ -55,7 +56,12 @@ pub fn settings() -> ResolverSettings {
             tag_ttl: Duration::from_secs(60),
             digest_ttl: Duration::from_secs(600),
             failure_ttl: Duration::from_secs(2),
+            stale_ttl: Duration::from_secs(600),
             max_entries: 1000,
+        },
+        breaker: tolerable::registry::BreakerSettings {
+            failures: 5,
+            cooldown: Duration::from_secs(30),
         },
     }
 }

@@ -33,6 +33,8 @@ pub struct Registry {
     pub host: String,
     pub log_path: PathBuf,
     pub token: Option<TokenServer>,
+    /// Set for a registry that can be killed and restarted with its images.
+    config_path: Option<PathBuf>,
     _dir: tempfile::TempDir,
     _process: Mutex<Child>,
 }
@@ -88,7 +90,24 @@ impl Registry {
 
     /// Like [`Registry::start`]; in token mode, `realm` replaces the token service's URL.
     pub fn start_with_realm(mode: Mode, realm: Option<String>) -> Self {
-        let binary = find_binary("docker-registry", "docker-registry");
+        Self::start_with_storage(mode, realm, false)
+    }
+
+    /// A plain-http registry with the fixtures, storing them on disk so that it can be killed
+    /// ([`Registry::stop`]) and started again ([`Registry::restart`]) on the same port.
+    pub fn start_restartable() -> Self {
+        super::init();
+        let registry = Self::start_with_storage(Mode::Plain, None, true);
+        let host = registry.host.clone();
+        super::block_on_own_thread(async move {
+            fixtures::Pusher::for_mode(&host, Mode::Plain)
+                .push_all("fixtures")
+                .await;
+        });
+        registry
+    }
+
+    fn start_with_storage(mode: Mode, realm: Option<String>, on_disk: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = super::free_port();
         let host = format!("127.0.0.1:{port}");
@@ -132,42 +151,51 @@ impl Registry {
                 auth
             }
         };
+        let storage = if on_disk {
+            format!(
+                "filesystem:\n    rootdirectory: {}/storage",
+                dir.path().display()
+            )
+        } else {
+            "inmemory: {}".to_owned()
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  inmemory: {{}}\n  \
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  {storage}\n  \
              delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: tolerable-test-only\n{tls}{auth}"
         );
         let config_path = write(dir.path(), "config.yml", &config);
         let log_path = dir.path().join("registry.log");
-        let mut process = Command::new("sh")
-            .arg("-c")
-            .arg(r#""$0" serve "$1" > "$2" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$3""#)
-            .arg(&binary)
-            .arg(&config_path)
-            .arg(&log_path)
-            .arg(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&host).is_err() {
-            if started.elapsed() > Duration::from_secs(15) || process.try_wait().unwrap().is_some()
-            {
-                panic!(
-                    "registry ({mode:?}) did not start: {}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // A restartable registry's directory outlives each process; the others clean up after
+        // themselves even when the test binary dies.
+        let process = spawn(
+            &config_path,
+            &log_path,
+            (!on_disk).then(|| dir.path()),
+            &host,
+        );
         Self {
             mode,
             host,
             log_path,
             token: token_server,
+            config_path: on_disk.then_some(config_path),
             _dir: dir,
             _process: Mutex::new(process),
         }
+    }
+
+    /// Starts a stopped restartable registry again, on the same port with the same images.
+    pub fn restart(&self) {
+        let config = self
+            .config_path
+            .as_ref()
+            .expect("only a restartable registry restarts");
+        let mut process = self._process.lock().unwrap();
+        assert!(
+            process.try_wait().unwrap().is_some(),
+            "restart: the registry is still running"
+        );
+        *process = spawn(config, &self.log_path, None, &self.host);
     }
 
     /// `127.0.0.1:PORT` of the token service (token mode only).
@@ -232,6 +260,34 @@ impl Registry {
         }
         let _ = process.wait();
     }
+}
+
+/// Runs `docker-registry serve CONFIG` under a shell that kills it when stdin closes (so it dies
+/// with the test binary) and then removes `cleanup`; waits until it accepts connections.
+fn spawn(config: &Path, log: &Path, cleanup: Option<&Path>, host: &str) -> Child {
+    let binary = find_binary("docker-registry", "docker-registry");
+    let mut process = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" serve "$1" >> "$2" 2>&1 & pid=$!; read _; kill $pid 2>/dev/null; wait $pid 2>/dev/null; [ -n "$3" ] && rm -rf "$3""#)
+        .arg(&binary)
+        .arg(config)
+        .arg(log)
+        .arg(cleanup.map(Path::as_os_str).unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(host).is_err() {
+        if started.elapsed() > Duration::from_secs(15) || process.try_wait().unwrap().is_some() {
+            panic!(
+                "registry did not start: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    process
 }
 
 fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
