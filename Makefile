@@ -1,7 +1,7 @@
 # One task runner. `make` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help run inspect test test-deps fmt lint unit bench
+.PHONY: help run inspect test test-deps fmt lint unit bench fuzz soak
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -29,3 +29,14 @@ unit: ## every test (starts real registries on 127.0.0.1)
 bench: test-deps ## benchmarks (results go in BENCHMARKS.md)
 	$(CARGO) bench --locked --bench lookup
 	$(CARGO) bench --locked --bench webhook
+
+FUZZ_TARGETS := reference manifest token_response admission_review
+FUZZ_SECONDS ?= 60
+fuzz: ## run every cargo-fuzz target for FUZZ_SECONDS each (nightly + cargo-fuzz; new inputs go to fuzz/work/)
+	@for t in $(FUZZ_TARGETS); do \
+	  case $$t in reference) m=reference;; manifest) m="manifest tests/data/malformed/config-blob";; \
+	    token_response) m=token;; admission_review) m="admission tests/data";; esac; \
+	  seeds="fuzz/corpus/$$t"; for d in $$m; do case $$d in tests/*) seeds="$$seeds $$d";; *) seeds="$$seeds tests/data/malformed/$$d";; esac; done; \
+	  mkdir -p fuzz/work/$$t && \
+	  $(CARGO) +nightly fuzz run $$t fuzz/work/$$t $$seeds -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536 || exit 1; \
+	done

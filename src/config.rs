@@ -155,7 +155,7 @@ struct List(Vec<String>);
 impl<'de> Deserialize<'de> for List {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(untagged)]
+        #[serde(untagged, expecting = "a list of strings or a comma-separated string")]
         enum Raw {
             One(String),
             Many(Vec<String>),

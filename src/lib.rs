@@ -14,6 +14,8 @@ pub mod cli;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod mutate;
 pub mod registry;

@@ -410,7 +410,7 @@ struct TokenResponse {
 
 /// A token service's answer: `token` or `access_token`, and `expires_in` (default 60 s). The
 /// token is reused for nine tenths of its life, so it is never sent just as it expires.
-fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), FetchError> {
+pub fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), FetchError> {
     let response: TokenResponse = serde_json::from_slice(body).map_err(|_| {
         FetchError::Malformed("token service answered with something other than a token".into())
     })?;

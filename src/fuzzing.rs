@@ -1,0 +1,125 @@
+//! Entry points for the cargo-fuzz targets in `fuzz/` and for the test that replays their seed
+//! corpora on every `make test` (so the harnesses cannot rot). Each takes arbitrary bytes and
+//! panics only when an invariant is broken; errors are expected and ignored.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::mutate::review::{self, AdmissionReviewOut};
+use crate::mutate::{
+    self, patch, ImageFacts, OnLookupFailure, OnNoCommonArchitecture, Policy, Steering,
+    TolerationOperator, TolerationTemplate, ARCH_LABEL,
+};
+use crate::registry::{manifest, ImagePlatforms, ImageReference, Platform};
+
+/// An image reference: parsing never panics, and what parses prints back to an equal reference.
+pub fn reference(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(parsed) = ImageReference::parse(text) {
+        let printed = parsed.to_string();
+        let again = ImageReference::parse(&printed)
+            .unwrap_or_else(|e| panic!("{text:?} parsed, but its printed form did not: {e}"));
+        assert_eq!(
+            again.to_string(),
+            printed,
+            "printing is not stable for {text:?}"
+        );
+        assert_eq!(again.registry(), parsed.registry());
+        assert_eq!(again.repository(), parsed.repository());
+    }
+}
+
+/// A manifest, index or image config body: parsing never panics, with or without a
+/// Content-Type, and a parsed index's platforms are well formed.
+pub fn manifest(data: &[u8]) {
+    for content_type in [None, Some(manifest::OCI_INDEX), Some("application/json")] {
+        let _ = manifest::parse_manifest(data, content_type);
+    }
+    if let Ok(platform) = manifest::parse_image_config(data) {
+        assert!(
+            !platform.architecture.is_empty(),
+            "empty architecture accepted"
+        );
+    }
+}
+
+/// A token service's answer: never panics, and a token that is accepted is a valid header.
+pub fn token_response(data: &[u8]) {
+    let _ = crate::registry::client::parse_token_response(data);
+}
+
+/// An AdmissionReview body, handled as the webhook does with every image resolved to
+/// linux/amd64 and linux/arm64: parsing never panics, the answer serializes, and the JSON Patch
+/// applies cleanly to the object it was made for (tolerable never corrupts a Pod).
+pub fn admission_review(data: &[u8]) {
+    let Ok(review) = review::parse(data) else {
+        return;
+    };
+    let request = review.request.as_ref().expect("parse checks the request");
+    let allowed = AdmissionReviewOut::allow(&review);
+    if !request.is_pod_create() {
+        let _ = serde_json::to_vec(&allowed).expect("answers serialize");
+        return;
+    }
+    let Ok(pod) = request.pod() else { return };
+    let Ok(images) = mutate::images_of(&pod) else {
+        return;
+    };
+    let found = Arc::new(ImagePlatforms {
+        digest: "sha256:0".into(),
+        media_type: manifest::OCI_INDEX,
+        platforms: vec![
+            Platform::normalized("linux", "amd64", None),
+            Platform::normalized("linux", "arm64", None),
+        ],
+        served_by: "fuzz".into(),
+        credential_source: "anonymous".into(),
+        stale: None,
+    });
+    let facts: ImageFacts = images
+        .iter()
+        .map(|c| (c.image.clone(), Ok(found.clone())))
+        .collect();
+    let namespace = request.namespace.as_deref().unwrap_or("default");
+    let decision = mutate::decide(namespace, &pod, &images, &facts, &policy());
+    let operations = patch::operations(&pod, &decision);
+    let out = allowed
+        .with_warnings(&decision.warnings)
+        .with_patch(&operations);
+    serde_json::to_vec(&out).expect("answers serialize");
+    if operations.is_empty() {
+        return;
+    }
+    let mut object: serde_json::Value = serde_json::from_str(
+        request
+            .object
+            .expect("a Pod was read from the object")
+            .get(),
+    )
+    .expect("the object parsed as a Pod, so it is JSON");
+    let ops: json_patch::Patch =
+        serde_json::from_value(serde_json::to_value(&operations).expect("operations serialize"))
+            .expect("our operations are a JSON Patch");
+    if let Err(e) = json_patch::patch(&mut object, &ops) {
+        panic!("the patch does not apply to the Pod it was made for: {e}");
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        supported_architectures: BTreeSet::from(["arm64".to_owned()]),
+        toleration: TolerationTemplate {
+            key: ARCH_LABEL.into(),
+            operator: TolerationOperator::Equal,
+            effect: "NoSchedule".into(),
+            toleration_seconds: None,
+        },
+        steering: Steering::NodeAffinity,
+        preferred_architecture: Some("arm64".into()),
+        on_no_common_architecture: OnNoCommonArchitecture::Deny,
+        on_lookup_failure: OnLookupFailure::Allow,
+        skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+    }
+}
