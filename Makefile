@@ -26,9 +26,14 @@ lint: ## clippy, warnings are errors; and the binary alone (without test-only cr
 unit: ## every test (starts real registries on 127.0.0.1)
 	$(CARGO) test --locked
 
-bench: test-deps ## benchmarks (results go in BENCHMARKS.md)
+bench: test-deps ## benchmarks: release build, real registry, `tolerable serve`; prints tables (results go in BENCHMARKS.md)
 	$(CARGO) bench --locked --bench lookup
 	$(CARGO) bench --locked --bench webhook
+
+SOAK_MINUTES ?= 10
+SOAK_RATE ?= 2000
+soak: test-deps ## soak: SOAK_MINUTES at SOAK_RATE admissions/s with registry restarts and 3 certificate rotations (not in CI)
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_RATE=$(SOAK_RATE) $(CARGO) bench --locked --bench soak
 
 FUZZ_TARGETS := reference manifest token_response admission_review
 FUZZ_SECONDS ?= 60

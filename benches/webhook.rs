@@ -424,11 +424,19 @@ fn main() {
         }
     });
 
-    // 10,000 distinct images: one index pushed under 10,000 tags, each admitted once (cold).
+    // Distinct images: one index pushed under many tags, each admitted once (a cold lookup).
+    // First 10,000 (the memory target), then on to BENCH_COLD_LOOKUPS (default 100,000) in
+    // steps of 10,000, sampling RSS: once the cache is full (cache_max_entries, 20,000 by
+    // default) it must stay flat.
     const DISTINCT: usize = 10_000;
-    let pusher = common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain);
+    let total: usize = std::env::var("BENCH_COLD_LOOKUPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
     let index = runtime.block_on(async {
-        pusher.push("bench/many", "multiarch-oci", "t0").await;
+        common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain)
+            .push("bench/many", "multiarch-oci", "t0")
+            .await;
         let client =
             tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap();
         client
@@ -438,76 +446,64 @@ fn main() {
             .digest
             .clone()
     });
-    let started = Instant::now();
-    runtime.block_on(async {
-        // Copy the index to every tag by pushing its bytes (fetched by digest).
-        let body = get_manifest(&registry.host, "bench/many", &index).await;
-        let tags = Arc::new(AtomicU64::new(1));
-        let mut tasks = Vec::new();
-        for _ in 0..16 {
-            let (pusher, tags, body) = (
-                common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain),
-                tags.clone(),
-                body.clone(),
+    let body = runtime.block_on(get_manifest(&registry.host, "bench/many", &index));
+    let (before_manifests, before_blobs) = runtime.block_on(registry.requests_for("bench/many"));
+    let mut rss_by_count = Vec::new();
+    let mut cold_latencies = Vec::new();
+    let mut cold_elapsed = Duration::ZERO;
+    for from in (0..total).step_by(DISTINCT) {
+        let to = (from + DISTINCT).min(total);
+        runtime.block_on(push_tags(&registry.host, &body, from, to));
+        let started = Instant::now();
+        let latencies = runtime.block_on(cold_admissions(server.addr, &registry.host, from, to));
+        if from == 0 {
+            cold_elapsed = started.elapsed();
+            cold_latencies = latencies;
+            let (manifests, blobs) = runtime.block_on(registry.requests_for("bench/many"));
+            println!(
+                "| registry requests per new image (OCI index with platforms) | {:.2} ({} manifest GETs, {} blob GETs for {DISTINCT} images) |",
+                (manifests - before_manifests + blobs - before_blobs) as f64 / DISTINCT as f64,
+                manifests - before_manifests,
+                blobs - before_blobs
             );
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let i = tags.fetch_add(1, Ordering::Relaxed) as usize;
-                    if i >= DISTINCT {
-                        break;
-                    }
-                    pusher
-                        .manifest(
-                            "bench/many",
-                            &format!("t{i}"),
-                            common::fixtures::OCI_INDEX,
-                            &body,
-                        )
-                        .await;
-                }
-            }));
         }
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    eprintln!("pushed {DISTINCT} tags in {:?}", started.elapsed());
-    let cold_started = Instant::now();
-    runtime.block_on(async {
-        let tls = tls_config();
-        let next = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for _ in 0..CONNECTIONS {
-            let mut sender = connect(server.addr, tls.clone()).await;
-            let (next, host) = (next.clone(), registry.host.clone());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    if i >= DISTINCT {
-                        break;
-                    }
-                    let call = Call {
-                        post: Some(review_body(&format!("{host}/bench/many:t{i}"), i)),
-                        path: "/mutate?timeout=10s",
-                    };
-                    send(&mut sender, &call).await;
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    let cold = cold_started.elapsed();
+        rss_by_count.push((to, rss_kib(pid)));
+        eprintln!(
+            "{to} cold lookups: RSS {:.1} MiB",
+            rss_kib(pid) as f64 / 1024.0
+        );
+    }
+    cold_latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "| cold admissions (new image each, {CONNECTIONS} connections) | {:.0} /s, {:.2} ms each on average |",
-        DISTINCT as f64 / cold.as_secs_f64(),
-        cold.as_secs_f64() * 1000.0 * CONNECTIONS as f64 / DISTINCT as f64
+        "| cold admissions (new image each, {CONNECTIONS} connections) | {:.0} /s; latency p50 / p99 {:.2} / {:.2} ms |",
+        DISTINCT as f64 / cold_elapsed.as_secs_f64(),
+        ms(cold_latencies[cold_latencies.len() / 2]),
+        ms(cold_latencies[cold_latencies.len() * 99 / 100]),
     );
     println!(
         "| RSS with {DISTINCT} distinct images cached | {:.1} MiB |",
-        rss_kib(pid) as f64 / 1024.0
+        rss_by_count[0].1 as f64 / 1024.0
     );
+    let samples: Vec<String> = rss_by_count
+        .iter()
+        .map(|(n, kib)| format!("{}k: {:.1}", n / 1000, *kib as f64 / 1024.0))
+        .collect();
+    println!(
+        "| RSS (MiB) after N cold lookups | {} |",
+        samples.join(", ")
+    );
+    if let (Some(full), Some(last)) = (
+        rss_by_count.iter().find(|(n, _)| *n >= 30_000),
+        rss_by_count.last(),
+    ) {
+        println!(
+            "| RSS growth from {}k to {}k cold lookups (cache full at 20k) | {:+.1} MiB |",
+            full.0 / 1000,
+            last.0 / 1000,
+            (last.1 as f64 - full.1 as f64) / 1024.0
+        );
+    }
     let size = std::fs::metadata(env!("CARGO_BIN_EXE_tolerable"))
         .unwrap()
         .len();
@@ -516,6 +512,71 @@ fn main() {
         size as f64 / (1 << 20) as f64
     );
     drop(server);
+}
+
+/// Pushes the index `body` as tags `t{from}`..`t{to}` of bench/many (16 at a time).
+async fn push_tags(host: &str, body: &[u8], from: usize, to: usize) {
+    let next = Arc::new(AtomicU64::new(from as u64));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (pusher, next, body) = (
+            common::fixtures::Pusher::for_mode(host, Mode::Plain),
+            next.clone(),
+            body.to_vec(),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= to {
+                    break;
+                }
+                pusher
+                    .manifest(
+                        "bench/many",
+                        &format!("t{i}"),
+                        common::fixtures::OCI_INDEX,
+                        &body,
+                    )
+                    .await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Admits one Pod per tag `t{from}`..`t{to}` over CONNECTIONS connections; each latency.
+async fn cold_admissions(addr: SocketAddr, host: &str, from: usize, to: usize) -> Vec<Duration> {
+    let tls = tls_config();
+    let next = Arc::new(AtomicU64::new(from as u64));
+    let mut tasks = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut sender = connect(addr, tls.clone()).await;
+        let (next, host) = (next.clone(), host.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= to {
+                    break;
+                }
+                let call = Call {
+                    post: Some(review_body(&format!("{host}/bench/many:t{i}"), i)),
+                    path: "/mutate?timeout=10s",
+                };
+                let started = Instant::now();
+                send(&mut sender, &call).await;
+                latencies.push(started.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
 }
 
 async fn get_manifest(host: &str, repository: &str, digest: &str) -> Vec<u8> {
