@@ -37,22 +37,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(common::certs::ca().ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
-
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// A new keep-alive connection, and the certificate the server presented on it.
@@ -61,7 +45,7 @@ async fn connect(addr: SocketAddr) -> Result<(Sender, Vec<u8>), String> {
         .await
         .map_err(|e| e.to_string())?;
     tcp.set_nodelay(true).unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls_config())
+    let stream = tokio_rustls::TlsConnector::from(common::certs::client_config())
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .map_err(|e| e.to_string())?;
@@ -157,15 +141,6 @@ fn review_body(image: &str) -> Bytes {
     let mut review: serde_json::Value = serde_json::from_str(&text).unwrap();
     review["request"]["object"]["spec"]["containers"][0]["image"] = serde_json::json!(image);
     Bytes::from(review.to_string())
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
 }
 
 /// Registry restarts at 1/4, 2/4 and 3/4 of the run (down 5 s each), certificate rotations at
@@ -288,7 +263,7 @@ fn main() {
                 .await
                 .unwrap();
         }
-        let rss_start = rss_kib(pid);
+        let rss_start = common::rss_kib(pid);
 
         // Open loop: `rate` dispatches per second to CONNECTIONS workers over a shared queue.
         let (tx, rx) = tokio::sync::mpsc::channel::<usize>(rate as usize * 10);
@@ -361,7 +336,7 @@ fn main() {
             }
             i += 1;
             if Instant::now() >= next_sample {
-                rss_samples.push((start.elapsed(), rss_kib(pid)));
+                rss_samples.push((start.elapsed(), common::rss_kib(pid)));
                 next_sample += Duration::from_secs(10);
             }
         }
@@ -374,7 +349,7 @@ fn main() {
         (rss_start, rss_samples, rotations_seen)
     });
     let t = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let rss_end = rss_kib(pid);
+    let rss_end = common::rss_kib(pid);
     let rss_max = rss_samples.iter().map(|(_, r)| *r).max().unwrap_or(rss_end);
     // Flat: the second half of the run does not grow past the first half's peak.
     let half = rss_samples.len() / 2;

@@ -21,26 +21,9 @@ use bytes::Bytes;
 use common::registry::{self, Mode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 
 const CONNECTIONS: usize = 32;
-
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(common::certs::ca().ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
 
 async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> SendRequest<Full<Bytes>> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -97,19 +80,10 @@ fn cpu_us(pid: u32) -> u64 {
     ticks * 1_000_000 / 100 // USER_HZ is 100 on Linux
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Closed loop: every connection sends back to back for `duration`. Returns (requests/s, server
 /// CPU µs per request).
 async fn throughput(addr: SocketAddr, pid: u32, call: Call, duration: Duration) -> (f64, f64) {
-    let tls = tls_config();
+    let tls = common::certs::client_config();
     let mut senders = Vec::new();
     for _ in 0..CONNECTIONS {
         senders.push(connect(addr, tls.clone()).await);
@@ -151,7 +125,7 @@ async fn fixed_rate(
     rate: u32,
     duration: Duration,
 ) -> (f64, f64, f64) {
-    let tls = tls_config();
+    let tls = common::certs::client_config();
     let (tx, rx) = async_channel::<Instant>();
     let latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut workers = Vec::new();
@@ -287,7 +261,7 @@ mod probe {
                 let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
                     return false;
                 };
-                let Ok(stream) = tokio_rustls::TlsConnector::from(tls_config())
+                let Ok(stream) = tokio_rustls::TlsConnector::from(common::certs::client_config())
                     .connect(ServerName::try_from("localhost").unwrap(), tcp)
                     .await
                 else {
@@ -367,7 +341,7 @@ fn main() {
     }
     let (server, ready) = start_server(&registry.host);
     let pid = server.child.id();
-    let idle_rss = rss_kib(pid);
+    let idle_rss = common::rss_kib(pid);
     let warm = review_body(&format!("{}/fixtures/multiarch-oci:v1", registry.host), 0);
     let run = Duration::from_secs(if std::env::var_os("BENCH_QUICK").is_some() {
         3
@@ -467,10 +441,10 @@ fn main() {
                 blobs - before_blobs
             );
         }
-        rss_by_count.push((to, rss_kib(pid)));
+        rss_by_count.push((to, common::rss_kib(pid)));
         eprintln!(
             "{to} cold lookups: RSS {:.1} MiB",
-            rss_kib(pid) as f64 / 1024.0
+            common::rss_kib(pid) as f64 / 1024.0
         );
     }
     cold_latencies.sort();
@@ -548,7 +522,7 @@ async fn push_tags(host: &str, body: &[u8], from: usize, to: usize) {
 
 /// Admits one Pod per tag `t{from}`..`t{to}` over CONNECTIONS connections; each latency.
 async fn cold_admissions(addr: SocketAddr, host: &str, from: usize, to: usize) -> Vec<Duration> {
-    let tls = tls_config();
+    let tls = common::certs::client_config();
     let next = Arc::new(AtomicU64::new(from as u64));
     let mut tasks = Vec::new();
     for _ in 0..CONNECTIONS {

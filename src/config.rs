@@ -692,6 +692,11 @@ mod tests {
     #[test]
     fn defaults() {
         let c = Config::load(None, env(&[])).unwrap();
+        assert_eq!(
+            c.policy,
+            Policy::default(),
+            "Policy::default() is the documented one"
+        );
         assert_eq!(c.resolver.lookup_timeout, Duration::from_secs(4));
         assert_eq!(c.resolver.cache.tag_ttl, Duration::from_secs(300));
         assert_eq!(c.log_format, LogFormat::Text);

@@ -2,14 +2,10 @@
 //! corpora on every `make test` (so the harnesses cannot rot). Each takes arbitrary bytes and
 //! panics only when an invariant is broken; errors are expected and ignored.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::mutate::review::{self, AdmissionReviewOut};
-use crate::mutate::{
-    self, patch, ImageFacts, OnLookupFailure, OnNoCommonArchitecture, Policy, Steering,
-    TolerationOperator, TolerationTemplate, ARCH_LABEL,
-};
+use crate::mutate::{self, patch, ImageFacts, Policy};
 use crate::registry::{manifest, ImagePlatforms, ImageReference, Platform};
 
 /// An image reference: parsing never panics, and what parses prints back to an equal reference.
@@ -109,17 +105,7 @@ pub fn admission_review(data: &[u8]) {
 
 fn policy() -> Policy {
     Policy {
-        supported_architectures: BTreeSet::from(["arm64".to_owned()]),
-        toleration: TolerationTemplate {
-            key: ARCH_LABEL.into(),
-            operator: TolerationOperator::Equal,
-            effect: "NoSchedule".into(),
-            toleration_seconds: None,
-        },
-        steering: Steering::NodeAffinity,
         preferred_architecture: Some("arm64".into()),
-        on_no_common_architecture: OnNoCommonArchitecture::Deny,
-        on_lookup_failure: OnLookupFailure::Allow,
-        skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+        ..Policy::default()
     }
 }

@@ -189,7 +189,7 @@ fn toleration_for(taint: &Taint, seconds: Option<i64>) -> Toleration {
 }
 
 /// What the operator configured.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Architectures of the cluster's tainted pools.
     pub supported_architectures: BTreeSet<String>,
@@ -199,6 +199,29 @@ pub struct Policy {
     pub on_no_common_architecture: OnNoCommonArchitecture,
     pub on_lookup_failure: OnLookupFailure,
     pub skip_namespaces: BTreeSet<String>,
+}
+
+impl Default for Policy {
+    /// The documented defaults of `tolerable.toml`: tolerate the arm64 pools with
+    /// `kubernetes.io/arch=arm64:NoSchedule`, steer with required node affinity, deny a Pod whose
+    /// images share no architecture, allow one whose images could not be looked up, leave
+    /// kube-system alone.
+    fn default() -> Self {
+        Self {
+            supported_architectures: BTreeSet::from(["arm64".to_owned()]),
+            toleration: TolerationTemplate {
+                key: ARCH_LABEL.into(),
+                operator: TolerationOperator::Equal,
+                effect: "NoSchedule".into(),
+                toleration_seconds: None,
+            },
+            steering: Steering::NodeAffinity,
+            preferred_architecture: None,
+            on_no_common_architecture: OnNoCommonArchitecture::Deny,
+            on_lookup_failure: OnLookupFailure::Allow,
+            skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+        }
+    }
 }
 
 /// What the registries said, per image as the Pod spec writes it. `Err` carries a reason that is

@@ -12,19 +12,10 @@ use super::*;
 use crate::registry::{ImagePlatforms, Platform};
 
 fn policy() -> Policy {
+    // The defaults, with a second tainted pool.
     Policy {
         supported_architectures: BTreeSet::from(["arm64".to_owned(), "s390x".to_owned()]),
-        toleration: TolerationTemplate {
-            key: ARCH_LABEL.into(),
-            operator: TolerationOperator::Equal,
-            effect: "NoSchedule".into(),
-            toleration_seconds: None,
-        },
-        steering: Steering::NodeAffinity,
-        preferred_architecture: None,
-        on_no_common_architecture: OnNoCommonArchitecture::Deny,
-        on_lookup_failure: OnLookupFailure::Allow,
-        skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+        ..Policy::default()
     }
 }
 

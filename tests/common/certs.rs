@@ -55,3 +55,22 @@ impl TestCa {
         }
     }
 }
+
+/// A rustls client trusting only the test CA, speaking HTTP/1.1 (the API server's way), for
+/// load generators that drive hyper directly.
+pub fn client_config() -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca().ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}

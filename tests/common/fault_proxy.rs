@@ -44,48 +44,21 @@ type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 impl FaultProxy {
     /// A proxy to the plain-http registry at `upstream` (`host:port`).
     pub fn start(upstream: &str) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let host = listener.local_addr().unwrap().to_string();
         let fault = Arc::new(Mutex::new(Fault::None));
         let requests = Arc::new(AtomicUsize::new(0));
         let upstream = format!("http://{upstream}");
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (f, r) = (fault.clone(), requests.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let client = reqwest::Client::builder().no_proxy().build().unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let (f, r, client, upstream) =
-                        (f.clone(), r.clone(), client.clone(), upstream.clone());
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(move |req| {
-                            let (f, r, client, upstream) =
-                                (f.clone(), r.clone(), client.clone(), upstream.clone());
-                            async move {
-                                r.fetch_add(1, Ordering::SeqCst);
-                                let fault = f.lock().unwrap().clone();
-                                Ok::<_, std::convert::Infallible>(
-                                    answer(fault, req, &client, &upstream).await,
-                                )
-                            }
-                        });
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-            });
+        let port = super::serve_http_async(move |req| {
+            let (f, r, client, upstream) = (f.clone(), r.clone(), client.clone(), upstream.clone());
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                let fault = f.lock().unwrap().clone();
+                answer(fault, req, &client, &upstream).await
+            }
         });
         Self {
-            host,
+            host: format!("127.0.0.1:{port}"),
             fault,
             requests,
         }

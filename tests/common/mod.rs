@@ -27,6 +27,16 @@ pub fn init() {
     });
 }
 
+/// `VmRSS` of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
 /// A free port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -77,6 +87,22 @@ where
         + Sync
         + 'static,
 {
+    let handler = std::sync::Arc::new(handler);
+    serve_http_async(move |req| {
+        let response = handler(&req);
+        async move { response }
+    })
+}
+
+/// [`serve_http`] with an asynchronous handler (one that forwards, waits or never answers).
+pub fn serve_http_async<F, Fut, B>(handler: F) -> u16
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -95,8 +121,8 @@ where
                 let handler = handler.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        let response = handler(&req);
-                        async move { Ok::<_, std::convert::Infallible>(response) }
+                        let response = handler(req);
+                        async move { Ok::<_, std::convert::Infallible>(response.await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)

@@ -11,10 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tolerable::admission::Admission;
 use tolerable::metrics::Metrics;
-use tolerable::mutate::{
-    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
-    TolerationTemplate, ARCH_LABEL,
-};
+use tolerable::mutate::Policy;
 use tolerable::registry::{CredentialStore, Resolver, ResolverSettings};
 use tolerable::server::tls::CertStore;
 use tolerable::server::AppState;
@@ -22,19 +19,10 @@ use tolerable::server::AppState;
 use super::certs;
 
 pub fn policy() -> Policy {
+    // The defaults, with a second tainted pool.
     Policy {
         supported_architectures: BTreeSet::from(["arm64".to_owned(), "s390x".to_owned()]),
-        toleration: TolerationTemplate {
-            key: ARCH_LABEL.into(),
-            operator: TolerationOperator::Equal,
-            effect: "NoSchedule".into(),
-            toleration_seconds: None,
-        },
-        steering: Steering::NodeAffinity,
-        preferred_architecture: None,
-        on_no_common_architecture: OnNoCommonArchitecture::Deny,
-        on_lookup_failure: OnLookupFailure::Allow,
-        skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+        ..Policy::default()
     }
 }
 
