@@ -119,13 +119,17 @@ impl AdmissionRequest<'_> {
         let raw = self.object.ok_or("the request has no object")?;
         let view: PodView = serde_json::from_str(raw.get())
             .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        // The API server always sends metadata; without it the patch's paths under /metadata
+        // would not apply (found by fuzzing), so such an object is left alone.
         let MetaView {
             name,
             generate_name,
             namespace,
             labels,
             annotations,
-        } = view.metadata;
+        } = view
+            .metadata
+            .ok_or("the object is not a valid Pod: it has no metadata")?;
         Ok(Pod {
             metadata: ObjectMeta {
                 name,
@@ -143,8 +147,7 @@ impl AdmissionRequest<'_> {
 
 #[derive(Deserialize)]
 struct PodView {
-    #[serde(default)]
-    metadata: MetaView,
+    metadata: Option<MetaView>,
     spec: Option<PodSpec>,
 }
 
@@ -272,7 +275,7 @@ mod tests {
 
     const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"","version":"v1","kind":"Pod"},
-        "operation":"CREATE","namespace":"apps","object":{"spec":{"containers":[]}}}}"#;
+        "operation":"CREATE","namespace":"apps","object":{"metadata":{"name":"p"},"spec":{"containers":[]}}}}"#;
 
     /// The exact bytes on the wire: `patch` is base64 (kube-rs/kube#1781 would send numbers),
     /// `patchType` travels with it, the uid, apiVersion and kind are echoed.
