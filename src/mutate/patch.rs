@@ -142,11 +142,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
                     .as_ref()
             }) {
                 None => ops.push(add(base, PatchValue::Required(required))),
-                // No term at all can match nothing; give it one.
-                Some(r) if r.node_selector_terms.is_empty() => ops.push(add(
-                    format!("{base}/nodeSelectorTerms/-"),
-                    PatchValue::Term(term(requirement)),
-                )),
+                // No term at all can match nothing; give it one. The whole selector is
+                // replaced: `nodeSelectorTerms` may be absent (the API server validates only
+                // after admission), and the selector has no other field to lose.
+                Some(r) if r.node_selector_terms.is_empty() => {
+                    ops.push(add(base, PatchValue::Required(required)));
+                }
                 // AND into every term: terms are OR'd, so a new term would widen, not narrow.
                 Some(r) => {
                     for (i, existing) in r.node_selector_terms.iter().enumerate() {

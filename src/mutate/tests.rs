@@ -326,6 +326,9 @@ fn affinity_parents_added_where_missing() {
         json!({"spec": {"affinity": {"podAntiAffinity": {}}}}),
         json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}}}),
         json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}}),
+        // Found by fuzzing: mutating admission runs before validation, so a selector without
+        // its required `nodeSelectorTerms` reaches us.
+        json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}}),
     ];
     for extra in cases {
         let out = run(&pod(&["app:1"], extra.clone()), &f, &policy());
