@@ -349,6 +349,25 @@ fn main() {
         8
     });
 
+    // Profiling aid: warm admissions only, for a while, against this pid (`perf record -p`).
+    if let Some(seconds) = std::env::var("BENCH_PROFILE_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        eprintln!("server pid {pid}: warm admissions for {seconds} s");
+        let call = Call {
+            post: Some(warm.clone()),
+            path: "/mutate?timeout=10s",
+        };
+        let (rps, cpu) = runtime.block_on(throughput(
+            server.addr,
+            pid,
+            call,
+            Duration::from_secs(seconds),
+        ));
+        println!("| warm admissions | {rps:.0} req/s, {cpu:.1} µs server CPU each |");
+        return;
+    }
     println!(
         "| start to ready (process spawn → /readyz 200) | {:.1} ms |",
         ready.as_secs_f64() * 1000.0
