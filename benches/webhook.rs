@@ -220,6 +220,18 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
         .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
         .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
         .env("TOLERABLE_LOG_LEVEL", "warn")
+        // Runtime and allocator knobs under test, when set for the bench.
+        // As deployed: the shipped Deployment's 1-CPU limit gives one worker thread.
+        // BENCH_WORKER_THREADS=0 measures one per core instead.
+        .env(
+            "TOLERABLE_WORKER_THREADS",
+            std::env::var("BENCH_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
+        )
+        .envs(
+            ["GLIBC_TUNABLES", "MALLOC_ARENA_MAX"]
+                .into_iter()
+                .filter_map(|k| Some((k, std::env::var(k).ok()?))),
+        )
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -448,7 +460,13 @@ fn main() {
         let to = (from + DISTINCT).min(total);
         runtime.block_on(push_tags(&registry.host, &body, from, to));
         let started = Instant::now();
-        let latencies = runtime.block_on(cold_admissions(server.addr, &registry.host, from, to));
+        let latencies = runtime.block_on(cold_admissions(
+            server.addr,
+            &registry.host,
+            from,
+            to,
+            CONNECTIONS,
+        ));
         if from == 0 {
             cold_elapsed = started.elapsed();
             cold_latencies = latencies;
@@ -468,6 +486,22 @@ fn main() {
     }
     cold_latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    // One at a time: what a single new image costs, without queueing behind 31 others.
+    const SERIAL: usize = 500;
+    runtime.block_on(push_tags(&registry.host, &body, total, total + SERIAL));
+    let mut serial = runtime.block_on(cold_admissions(
+        server.addr,
+        &registry.host,
+        total,
+        total + SERIAL,
+        1,
+    ));
+    serial.sort();
+    println!(
+        "| cold admission, one at a time (p50 / p99) | {:.2} / {:.2} ms |",
+        ms(serial[SERIAL / 2]),
+        ms(serial[SERIAL * 99 / 100])
+    );
     println!(
         "| cold admissions (new image each, {CONNECTIONS} connections) | {:.0} /s; latency p50 / p99 {:.2} / {:.2} ms |",
         DISTINCT as f64 / cold_elapsed.as_secs_f64(),
@@ -539,12 +573,18 @@ async fn push_tags(host: &str, body: &[u8], from: usize, to: usize) {
     }
 }
 
-/// Admits one Pod per tag `t{from}`..`t{to}` over CONNECTIONS connections; each latency.
-async fn cold_admissions(addr: SocketAddr, host: &str, from: usize, to: usize) -> Vec<Duration> {
+/// Admits one Pod per tag `t{from}`..`t{to}` over `connections` connections; each latency.
+async fn cold_admissions(
+    addr: SocketAddr,
+    host: &str,
+    from: usize,
+    to: usize,
+    connections: usize,
+) -> Vec<Duration> {
     let tls = common::certs::client_config();
     let next = Arc::new(AtomicU64::new(from as u64));
     let mut tasks = Vec::new();
-    for _ in 0..CONNECTIONS {
+    for _ in 0..connections {
         let mut sender = connect(addr, tls.clone()).await;
         let (next, host) = (next.clone(), host.to_owned());
         tasks.push(tokio::spawn(async move {

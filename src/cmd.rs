@@ -14,9 +14,11 @@ use crate::config::Config;
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::from_process(cli.config.as_deref())?;
     crate::telemetry::init(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = config.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build()?;
     match cli.command {
         Command::Inspect(args) => {
             runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))

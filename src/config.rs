@@ -25,6 +25,8 @@ pub const CONFIG_PATH_ENV: &str = "TOLERABLE_CONFIG";
 pub const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
 /// The API server waits at most 30 s for a webhook; a lookup must fit well inside.
 const MAX_LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// More threads than this is a typo, not a tuning.
+const MAX_WORKER_THREADS: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -73,6 +75,7 @@ struct RawConfig {
     manage_node_taints: bool,
     log_level: String,
     log_format: String,
+    worker_threads: usize,
     registry_credential_path: Option<PathBuf>,
     docker_config_path: Option<PathBuf>,
     registry_ca_path: Option<PathBuf>,
@@ -108,6 +111,7 @@ impl Default for RawConfig {
             manage_node_taints: false,
             log_level: "info".into(),
             log_format: "text".into(),
+            worker_threads: 0,
             registry_credential_path: None,
             docker_config_path: None,
             registry_ca_path: None,
@@ -193,6 +197,9 @@ pub struct Config {
     pub manage_node_taints: bool,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// Threads answering requests; `None`: one per CPU available to the process (a container's
+    /// CPU limit included).
+    pub worker_threads: Option<usize>,
     pub registry_credential_path: Option<PathBuf>,
     pub docker_config_path: Option<PathBuf>,
     pub resolver: ResolverSettings,
@@ -272,6 +279,7 @@ impl Config {
             manage_node_taints,
             log_level,
             log_format,
+            worker_threads,
             registry_credential_path,
             docker_config_path,
             registry_ca_path,
@@ -301,6 +309,12 @@ impl Config {
             }
         };
 
+        if worker_threads > MAX_WORKER_THREADS {
+            return Err(ConfigError::key(
+                "worker_threads",
+                format!("{worker_threads} is more than {MAX_WORKER_THREADS} (0: one per CPU)"),
+            ));
+        }
         let lookup_timeout = parse_duration("lookup_timeout", &lookup_timeout)?;
         if lookup_timeout.is_zero() || lookup_timeout > MAX_LOOKUP_TIMEOUT {
             return Err(ConfigError::key(
@@ -448,6 +462,7 @@ impl Config {
             manage_node_taints,
             log_level,
             log_format,
+            worker_threads: (worker_threads > 0).then_some(worker_threads),
             registry_credential_path,
             docker_config_path,
             resolver: ResolverSettings {
@@ -842,6 +857,8 @@ mod tests {
                 "cache_max_entries",
             ),
             (&[("TOLERABLE_CACHE_MAX_ENTRIES", "0")], "cache_max_entries"),
+            (&[("TOLERABLE_WORKER_THREADS", "100000")], "worker_threads"),
+            (&[("TOLERABLE_WORKER_THREADS", "two")], "worker_threads"),
             (&[("TOLERABLE_LOG_FORMAT", "xml")], "log_format"),
             (&[("TOLERABLE_LOG_LEVEL", "info,[")], "log_level"),
             (
