@@ -167,18 +167,23 @@ impl Admission {
         budget: Duration,
     ) -> ImageFacts {
         let distinct: BTreeSet<&str> = images.iter().map(|c| c.image.as_str()).collect();
+        // The registry lookup ends itself a little before the budget (and is then counted by
+        // the circuit breaker); the outer timeout only guards a lookup this one is waiting on.
+        let own_deadline = budget.saturating_sub(budget / 20);
         let lookups = distinct.into_iter().map(|image| async move {
             let started = Instant::now();
             let result = match tokio::time::timeout(
                 budget,
-                self.resolver.resolve_with(image, &pull.credentials),
+                self.resolver
+                    .resolve_within(image, &pull.credentials, own_deadline),
             )
             .await
             {
                 Ok(Ok(found)) => Ok(found),
                 Ok(Err(e)) => Err(e.reason()),
                 Err(_) => Err(format!(
-                    "lookup did not finish within the admission deadline ({budget:?})"
+                    "lookup did not finish within the admission deadline ({})",
+                    crate::registry::short_duration(budget)
                 )),
             };
             if let Some(metrics) = &self.metrics {

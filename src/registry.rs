@@ -70,6 +70,16 @@ impl ImagePlatforms {
     }
 }
 
+/// `4s` or `1520ms`: a budget as a person reads it (budgets are derived from deadlines, so
+/// `{:?}` would print `1.519993898s`).
+pub fn short_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
 /// `1h2m3s`, `4m0s`, `12s`: short enough for a warning.
 fn humantime_short(d: Duration) -> String {
     let s = d.as_secs();
@@ -99,7 +109,7 @@ pub enum LookupError {
     Malformed { reference: String, reason: String },
     #[error("{reference}: the image index lists no runnable platform")]
     NoPlatforms { reference: String },
-    #[error("{reference}: lookup did not finish within {after:?}")]
+    #[error("{reference}: lookup did not finish within {}", short_duration(*.after))]
     Timeout { reference: String, after: Duration },
     #[error("{reference}: registry {registry} unreachable: {reason}")]
     Unreachable {
@@ -406,6 +416,21 @@ impl Resolver {
         image: &str,
         first: &CredentialStore,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        self.resolve_within(image, first, self.settings.lookup_timeout)
+            .await
+    }
+
+    /// [`Resolver::resolve_with`] for a caller who can wait only `budget` (an admission whose
+    /// API server times out sooner than `lookup_timeout`): a registry lookup then ends by itself
+    /// within the budget, so a hung registry is still counted by its circuit breaker rather than
+    /// abandoned unnoticed.
+    pub async fn resolve_within(
+        &self,
+        image: &str,
+        first: &CredentialStore,
+        budget: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let timeout = budget.min(self.settings.lookup_timeout);
         let reference = ImageReference::parse(image)?;
         let chain: Vec<Credential> = first
             .for_registry(reference.registry())
@@ -422,8 +447,8 @@ impl Resolver {
             .cache
             .get_or_resolve(key, async {
                 missed.store(true, std::sync::atomic::Ordering::Relaxed);
-                let deadline = tokio::time::Instant::now() + self.settings.lookup_timeout;
-                self.lookup(&reference, &chain, deadline).await
+                let deadline = tokio::time::Instant::now() + timeout;
+                self.lookup(&reference, &chain, deadline, timeout).await
             })
             .await;
         if let Some(observer) = &self.observer {
@@ -441,6 +466,7 @@ impl Resolver {
         reference: &ImageReference,
         chain: &[Credential],
         deadline: tokio::time::Instant,
+        timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
             let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
@@ -448,7 +474,7 @@ impl Resolver {
             let now = tokio::time::Instant::now();
             let mirror_deadline = now + deadline.saturating_duration_since(now) / 2;
             match self
-                .lookup_at(reference, mirror, &mirror_chain, mirror_deadline)
+                .lookup_at(reference, mirror, &mirror_chain, mirror_deadline, timeout)
                 .await
             {
                 Ok(found) => return Ok(found),
@@ -458,7 +484,7 @@ impl Resolver {
                 ),
             }
         }
-        self.lookup_at(reference, reference.api_host(), chain, deadline)
+        self.lookup_at(reference, reference.api_host(), chain, deadline, timeout)
             .await
     }
 
@@ -469,6 +495,7 @@ impl Resolver {
         host: &str,
         chain: &[Credential],
         deadline: tokio::time::Instant,
+        timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         if let Err(open) = self.breakers.check(host) {
             return Err(LookupError::CircuitOpen {
@@ -486,7 +513,7 @@ impl Resolver {
             Err(_) => (
                 Err(LookupError::Timeout {
                     reference: reference.to_string(),
-                    after: self.settings.lookup_timeout,
+                    after: timeout,
                 }),
                 None,
             ),

@@ -278,3 +278,29 @@ async fn retry_after_is_honoured() {
     resolver.resolve(&image("v1")).await.unwrap();
     assert_eq!(proxy.requests(), 2);
 }
+
+/// A webhook whose API server times out sooner than `lookup_timeout`: lookups of a hung
+/// registry end inside the admission's own budget, so they still count towards its breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hangs_count_for_the_breaker_even_when_the_api_server_timeout_is_shorter() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Hang);
+    let mut settings = settings(&[&proxy.host]);
+    settings.lookup_timeout = Duration::from_secs(20);
+    settings.transport.read_timeout = Duration::from_secs(20);
+    settings.breaker.failures = 2;
+    let server = TestServer::start(webhook::policy(), settings).await;
+    let mut last = Vec::new();
+    for tag in 0..3 {
+        let image = format!("{}/fixtures/multiarch-oci:h{tag}", proxy.host);
+        let (response, elapsed) = admit(&server, &admission_for(&image)).await;
+        assert!(elapsed < DEADLINE, "answered after {elapsed:?}");
+        assert_eq!(response["allowed"], true);
+        last = warnings(&response);
+    }
+    assert!(
+        last.iter().any(|w| w.contains("not asking registry")),
+        "the breaker never opened: {last:?}"
+    );
+    assert_eq!(proxy.requests(), 2, "the third lookup did not go out");
+}
