@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, EphemeralContainer, LocalObjectReference, Pod, PodOS, PodSpec, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -112,9 +114,12 @@ impl AdmissionRequest<'_> {
             && self.sub_resource.as_deref().is_none_or(str::is_empty)
     }
 
-    /// The Pod in the request, with what the decision reads: its spec and the metadata's name,
-    /// namespace, labels and annotations. `managedFields` — most of a real Pod's bytes and, as
-    /// free-form JSON, most of its parsing cost — and `status` are skipped.
+    /// The Pod in the request, with what the decision reads: the metadata's name, namespace,
+    /// labels and annotations, and of the spec its containers' names and images, nodeSelector,
+    /// affinity, tolerations and os, and the pull secrets and service account (for registry
+    /// credentials). The rest — `managedFields` (free-form JSON, most of a real
+    /// Pod's bytes), env, volumes, probes, resources, `status` — is skipped unread: each string
+    /// of it would be an allocation on every admission, for nothing.
     pub fn pod(&self) -> Result<Pod, String> {
         let raw = self.object.ok_or("the request has no object")?;
         let view: PodView = serde_json::from_str(raw.get())
@@ -139,7 +144,7 @@ impl AdmissionRequest<'_> {
                 annotations,
                 ..ObjectMeta::default()
             },
-            spec: view.spec,
+            spec: view.spec.map(SpecView::into_spec),
             status: None,
         })
     }
@@ -148,7 +153,68 @@ impl AdmissionRequest<'_> {
 #[derive(Deserialize)]
 struct PodView {
     metadata: Option<MetaView>,
-    spec: Option<PodSpec>,
+    spec: Option<SpecView>,
+}
+
+/// The part of a PodSpec tolerable reads; every field a real `k8s-openapi` type or built into
+/// one. Read by the decision and the patch (containers … os) and by the pull-secret lookup
+/// (`cluster.rs`: imagePullSecrets, serviceAccountName): a spec field read anywhere else must be
+/// added here, or it reads as absent.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecView {
+    containers: Option<Vec<ContainerView>>,
+    init_containers: Option<Vec<ContainerView>>,
+    ephemeral_containers: Option<Vec<ContainerView>>,
+    node_selector: Option<BTreeMap<String, String>>,
+    tolerations: Option<Vec<Toleration>>,
+    affinity: Option<Affinity>,
+    os: Option<PodOS>,
+    image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    service_account_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ContainerView {
+    name: String,
+    image: Option<String>,
+}
+
+impl SpecView {
+    fn into_spec(self) -> PodSpec {
+        let container = |c: ContainerView| Container {
+            name: c.name,
+            image: c.image,
+            ..Container::default()
+        };
+        PodSpec {
+            containers: self
+                .containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(container)
+                .collect(),
+            init_containers: self
+                .init_containers
+                .map(|cs| cs.into_iter().map(container).collect()),
+            ephemeral_containers: self.ephemeral_containers.map(|cs| {
+                cs.into_iter()
+                    .map(|c| EphemeralContainer {
+                        name: c.name,
+                        image: c.image,
+                        ..EphemeralContainer::default()
+                    })
+                    .collect()
+            }),
+            node_selector: self.node_selector,
+            tolerations: self.tolerations,
+            affinity: self.affinity,
+            os: self.os,
+            image_pull_secrets: self.image_pull_secrets,
+            service_account_name: self.service_account_name,
+            ..PodSpec::default()
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
