@@ -497,7 +497,7 @@ impl Resolver {
         deadline: tokio::time::Instant,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        if let Err(open) = self.breakers.check(host) {
+        if let Err(open) = self.breakers.check(host, self.settings.lookup_timeout) {
             return Err(LookupError::CircuitOpen {
                 reference: reference.to_string(),
                 registry: host.to_owned(),
@@ -611,8 +611,9 @@ pub struct BreakerSettings {
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 /// Per-host circuit breakers. Closed: requests flow, unavailable failures are counted. Open:
-/// lookups fail at once (the cache serves last known answers meanwhile). After the cooldown the
-/// next lookups go through again; one more failure re-opens it, a success closes it.
+/// lookups fail at once (the cache serves last known answers meanwhile). Half-open, after the
+/// cooldown: one lookup goes through as a probe while the others still fail fast; its failure
+/// re-opens the circuit, its success closes it.
 struct CircuitBreakers {
     settings: BreakerSettings,
     hosts: std::sync::Mutex<std::collections::HashMap<String, HostHealth>>,
@@ -623,6 +624,8 @@ struct HostHealth {
     consecutive_failures: u32,
     open_until: Option<std::time::Instant>,
     cause: String,
+    /// Half-open: when the one request let through after the cooldown went out.
+    probe_since: Option<std::time::Instant>,
 }
 
 struct Open {
@@ -641,20 +644,33 @@ impl CircuitBreakers {
         }
     }
 
-    fn check(&self, host: &str) -> Result<(), Open> {
-        let hosts = self.hosts.lock().expect("breaker lock poisoned");
-        let Some(health) = hosts.get(host) else {
+    /// Whether a request may go to `host` now. After the cooldown exactly one request (the
+    /// probe) goes; the others keep failing fast until it answers, or until `probe_timeout`
+    /// has passed without an answer (a probe abandoned by its caller must not wedge the breaker).
+    fn check(&self, host: &str, probe_timeout: Duration) -> Result<(), Open> {
+        let mut hosts = self.hosts.lock().expect("breaker lock poisoned");
+        let Some(health) = hosts.get_mut(host) else {
             return Ok(());
         };
-        match health.open_until {
-            Some(until) => match until.checked_duration_since(std::time::Instant::now()) {
-                Some(retry_in) if !retry_in.is_zero() => Err(Open {
-                    retry_in,
-                    cause: health.cause.clone(),
-                }),
-                _ => Ok(()),
-            },
-            None => Ok(()),
+        let Some(until) = health.open_until else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        if let Some(retry_in) = until.checked_duration_since(now).filter(|d| !d.is_zero()) {
+            return Err(Open {
+                retry_in,
+                cause: health.cause.clone(),
+            });
+        }
+        match health.probe_since {
+            Some(since) if now.duration_since(since) < probe_timeout => Err(Open {
+                retry_in: probe_timeout.saturating_sub(now.duration_since(since)),
+                cause: health.cause.clone(),
+            }),
+            _ => {
+                health.probe_since = Some(now);
+                Ok(())
+            }
         }
     }
 
@@ -692,6 +708,7 @@ impl CircuitBreakers {
         };
         let was_open = health.open_until.is_some_and(|until| until > now);
         health.open_until = Some(now + open_for);
+        health.probe_since = None;
         !was_open
     }
 }

@@ -243,6 +243,19 @@ async fn circuit_breaker_stops_hammering_a_failing_registry() {
     assert!(matches!(err, LookupError::CircuitOpen { .. }), "{err}");
     assert_eq!(proxy.requests(), 4);
 
+    // Half-open: of many lookups at once after the cooldown, one goes out as the probe.
+    proxy.set(Fault::Hang);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let images: Vec<String> = (200..210).map(image).collect();
+    let results = futures_util::future::join_all(images.iter().map(|i| resolver.resolve(i))).await;
+    assert!(results.iter().all(Result::is_err));
+    let fast = results
+        .iter()
+        .filter(|r| matches!(r, Err(LookupError::CircuitOpen { .. })))
+        .count();
+    assert_eq!(fast, 9, "{results:?}");
+    assert_eq!(proxy.requests(), 5, "only the probe went out");
+
     // Recovered: the next try closes it.
     proxy.set(Fault::None);
     tokio::time::sleep(Duration::from_millis(900)).await;
