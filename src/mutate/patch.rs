@@ -35,7 +35,6 @@ pub enum PatchValue {
     Required(NodeSelector),
     Requirement(NodeSelectorRequirement),
     Requirements(Vec<NodeSelectorRequirement>),
-    Term(NodeSelectorTerm),
     Preferred(Vec<PreferredSchedulingTerm>),
     PreferredTerm(PreferredSchedulingTerm),
 }
