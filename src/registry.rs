@@ -58,7 +58,6 @@ impl ImagePlatforms {
     /// This answer served again, `age` after the registry gave it, because a refresh failed with
     /// `error`.
     pub fn as_stale(&self, error: &LookupError, age: Duration) -> Self {
-        let age = Duration::from_secs(age.as_secs());
         Self {
             stale: Some(format!(
                 "registry unavailable ({}); used the platforms it reported {} ago",
@@ -122,6 +121,8 @@ pub enum LookupError {
         reference: String,
         status: u16,
         message: String,
+        /// A 429's `Retry-After`, for the circuit breaker.
+        retry_after: Option<Duration>,
     },
     /// The circuit breaker: the registry failed repeatedly (or asked us to back off), so it is
     /// left alone for a while instead of being hammered.
@@ -233,6 +234,7 @@ impl FetchError {
                 reference,
                 status: code,
                 message,
+                retry_after: None,
             },
             Self::RateLimited { retry_after } => LookupError::Registry {
                 reference,
@@ -241,6 +243,7 @@ impl FetchError {
                     Some(after) => format!("rate limited (Retry-After: {}s)", after.as_secs()),
                     None => "rate limited".into(),
                 },
+                retry_after,
             },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
@@ -507,19 +510,19 @@ impl Resolver {
         }
         let attempt =
             tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
-        let (result, retry_after) = match attempt.await {
-            Ok(Ok(found)) => (Ok(found), None),
-            Ok(Err((e, retry_after))) => (Err(e), retry_after),
-            Err(_) => (
-                Err(LookupError::Timeout {
-                    reference: reference.to_string(),
-                    after: timeout,
-                }),
-                None,
-            ),
+        let result = match attempt.await {
+            Ok(result) => result,
+            Err(_) => Err(LookupError::Timeout {
+                reference: reference.to_string(),
+                after: timeout,
+            }),
         };
         match &result {
             Err(e) if e.is_unavailable() => {
+                let retry_after = match e {
+                    LookupError::Registry { retry_after, .. } => *retry_after,
+                    _ => None,
+                };
                 if self.breakers.failure(host, &e.reason(), retry_after) {
                     tracing::warn!(registry = %host, error = %e, "registry unavailable: circuit open, not asking it for a while");
                     if let Some(observer) = &self.observer {
@@ -534,13 +537,12 @@ impl Resolver {
     }
 
     /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
-    /// A failure carries the registry's `Retry-After`, if it sent one.
     async fn try_credentials(
         &self,
         reference: &ImageReference,
         host: &str,
         chain: &[Credential],
-    ) -> Result<Arc<ImagePlatforms>, (LookupError, Option<Duration>)> {
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let shown = reference.to_string();
         let attempts = chain.iter().map(Some).chain(std::iter::once(None));
         let mut tried = Vec::new();
@@ -558,7 +560,7 @@ impl Resolver {
             .await
             {
                 Ok(walked) if walked.platforms.is_empty() => {
-                    return Err((LookupError::NoPlatforms { reference: shown }, None));
+                    return Err(LookupError::NoPlatforms { reference: shown });
                 }
                 Ok(walked) => {
                     tracing::debug!(image = %shown, %host, credential = %label, digest = %walked.digest, "resolved");
@@ -575,19 +577,10 @@ impl Resolver {
                 Err(FetchError::Unauthorized) => {
                     tracing::debug!(image = %shown, %host, credential = %label, "registry refused this credential");
                 }
-                Err(e) => {
-                    let retry_after = match &e {
-                        FetchError::RateLimited { retry_after } => *retry_after,
-                        _ => None,
-                    };
-                    return Err((e.into_lookup(&shown, host, &tried.join(", ")), retry_after));
-                }
+                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
             }
         }
-        Err((
-            FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")),
-            None,
-        ))
+        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
     }
 
     /// Entries currently cached (for metrics and tests).

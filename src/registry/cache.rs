@@ -77,12 +77,12 @@ impl Expiry<CacheKey, Entry> for SlotExpiry {
 
     fn expire_after_update(
         &self,
-        _: &CacheKey,
+        key: &CacheKey,
         slot: &Entry,
         now: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        Some(slot.keep_until.saturating_duration_since(now))
+        self.expire_after_create(key, slot, now)
     }
 }
 

@@ -508,7 +508,7 @@ async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchE
 
 /// `Retry-After` in delta-seconds (what registries send; an HTTP-date is not believed, and the
 /// breaker's own cooldown applies instead).
-pub fn retry_after_seconds(value: &str) -> Option<Duration> {
+fn retry_after_seconds(value: &str) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
