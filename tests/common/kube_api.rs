@@ -267,79 +267,65 @@ impl FakeApiServer {
         .unwrap();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         let hosts = Arc::new(hosts);
         let state = Arc::new(State::new(list_delay));
         let shared = state.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                loop {
-                    let Ok((tcp, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let (acceptor, seen, hosts, state) = (
-                        acceptor.clone(),
-                        seen.clone(),
-                        hosts.clone(),
-                        shared.clone(),
-                    );
-                    tokio::spawn(async move {
-                        let Ok(stream) = acceptor.accept(tcp).await else {
-                            return;
-                        };
-                        let service = hyper::service::service_fn(
-                            move |req: hyper::Request<hyper::body::Incoming>| {
-                                seen.lock().unwrap().push(req.uri().path().to_owned());
-                                let token = req
-                                    .headers()
-                                    .get("authorization")
-                                    .and_then(|v| v.to_str().ok())
-                                    .and_then(|v| v.strip_prefix("Bearer "))
-                                    .map(str::to_owned);
-                                let path = req.uri().path().to_owned();
-                                let query = req.uri().query().unwrap_or("").to_owned();
-                                let method = req.method().clone();
-                                let (hosts, state) = (hosts.clone(), state.clone());
-                                async move {
-                                    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                                    let admin = token.as_deref() == Some("admintoken");
-                                    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
-                                    let response = match (&method, path.as_str()) {
-                                        (&hyper::Method::GET, "/api/v1/nodes") if admin => nodes(&state, &query).await,
-                                        (&hyper::Method::PATCH, p) if admin && p.starts_with("/api/v1/nodes/") => {
-                                            full(state.patch(&p["/api/v1/nodes/".len()..], &body))
-                                        }
-                                        (&hyper::Method::GET, p) if admin && p.starts_with(mwc) => {
-                                            let name = &p[mwc.len()..];
-                                            if name == "tolerable" && state.webhook_registered.load(Ordering::SeqCst) {
-                                                full(status(StatusCode::OK, recording("mwc-tolerable-get.body.json")))
-                                            } else {
-                                                full(status(StatusCode::NOT_FOUND, recording("mwc-missing-get-404.body.json").replace("missing", name)))
-                                            }
-                                        }
-                                        (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
-                                        _ => full(status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())),
-                                    };
-                                    Ok::<_, Infallible>(response)
-                                }
-                            },
-                        );
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
-                    });
+        let port = super::serve(
+            Some(acceptor),
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                seen.lock().unwrap().push(req.uri().path().to_owned());
+                let token = req
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_owned);
+                let path = req.uri().path().to_owned();
+                let query = req.uri().query().unwrap_or("").to_owned();
+                let method = req.method().clone();
+                let (hosts, state) = (hosts.clone(), shared.clone());
+                async move {
+                    let body = req
+                        .into_body()
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    let admin = token.as_deref() == Some("admintoken");
+                    let mwc =
+                        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
+                    match (&method, path.as_str()) {
+                        (&hyper::Method::GET, "/api/v1/nodes") if admin => {
+                            nodes(&state, &query).await
+                        }
+                        (&hyper::Method::PATCH, p) if admin && p.starts_with("/api/v1/nodes/") => {
+                            full(state.patch(&p["/api/v1/nodes/".len()..], &body))
+                        }
+                        (&hyper::Method::GET, p) if admin && p.starts_with(mwc) => {
+                            let name = &p[mwc.len()..];
+                            if name == "tolerable"
+                                && state.webhook_registered.load(Ordering::SeqCst)
+                            {
+                                full(status(
+                                    StatusCode::OK,
+                                    recording("mwc-tolerable-get.body.json"),
+                                ))
+                            } else {
+                                full(status(
+                                    StatusCode::NOT_FOUND,
+                                    recording("mwc-missing-get-404.body.json")
+                                        .replace("missing", name),
+                                ))
+                            }
+                        }
+                        (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
+                        _ => full(status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())),
+                    }
                 }
-            });
-        });
+            },
+        );
         Self {
             port,
             requests,

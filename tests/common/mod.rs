@@ -103,6 +103,19 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    serve(None, handler)
+}
+
+/// An HTTP/1.1 server on a free 127.0.0.1 port — over TLS when `tls` is given — answering
+/// every request with `handler` from a thread and runtime of its own. Returns the port.
+pub fn serve<F, Fut, B>(tls: Option<tokio_rustls::TlsAcceptor>, handler: F) -> u16
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -115,18 +128,29 @@ where
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let handler = handler.clone();
+                let (handler, tls) = (handler.clone(), tls.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let response = handler(req);
                         async move { Ok::<_, std::convert::Infallible>(response.await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => {
+                            http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                                .await
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(tcp).await else {
+                                return;
+                            };
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                    };
                 });
             }
         });
