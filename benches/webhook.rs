@@ -211,7 +211,18 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
     let port = common::free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_tolerable"))
+    // Profiling aid: BENCH_SERVER_WRAPPER="valgrind --tool=callgrind" runs the server under it.
+    let wrapper = std::env::var("BENCH_SERVER_WRAPPER").unwrap_or_default();
+    let mut wrapper = wrapper.split_whitespace();
+    let mut command = match wrapper.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(wrapper).arg(env!("CARGO_BIN_EXE_tolerable"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_tolerable")),
+    };
+    let child = command
         .arg("serve")
         .env_clear()
         .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
@@ -244,7 +255,7 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(60),
             "server never became ready"
         );
         std::thread::sleep(Duration::from_millis(2));

@@ -61,15 +61,16 @@ impl Admission {
     /// Answers one AdmissionReview body within `budget` (the time left for image lookups).
     /// `Err` only when the body is not an AdmissionReview at all.
     pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
-        let request_review = review::parse(body)?;
+        let mut request_review = review::parse(body)?;
+        let allowed = AdmissionReviewOut::allow(&request_review);
         let request = request_review
             .request
-            .as_ref()
+            .as_mut()
             .expect("parse checks the request");
         tracing::Span::current().record("uid", request.uid.as_str());
-        let allowed = AdmissionReviewOut::allow(&request_review);
+        let uid = request.uid.clone();
         let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
-            uid: request.uid.clone(),
+            uid: uid.clone(),
             out,
             pod,
             decision: None,
@@ -79,7 +80,7 @@ impl Admission {
         if !request.is_pod_create() {
             return Ok(unchanged(allowed, None, "not_pod_create"));
         }
-        let pod = match request.pod() {
+        let pod = match request.take_pod() {
             Ok(pod) => pod,
             Err(reason) => {
                 let out =
@@ -127,7 +128,7 @@ impl Admission {
             None => out.with_patch(&operations),
         };
         Ok(Reviewed {
-            uid: request.uid.clone(),
+            uid,
             out,
             pod: Some(pod),
             outcome: decision.outcome().label(),
@@ -147,7 +148,10 @@ impl Admission {
         let Some(cluster) = &self.cluster else {
             return PodCredentials::default();
         };
-        match tokio::time::timeout(budget / 3, cluster.pull_credentials(namespace, pod)).await {
+        // Boxed: the Kubernetes client's future is large, and would otherwise be part of (and
+        // moved with) every admission's future, with or without a cluster.
+        let read = Box::pin(cluster.pull_credentials(namespace, pod));
+        match tokio::time::timeout(budget / 3, read).await {
             Ok(found) => found,
             Err(_) => PodCredentials {
                 warnings: vec![format!(

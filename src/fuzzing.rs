@@ -50,16 +50,16 @@ pub fn token_response(data: &[u8]) {
 /// linux/amd64 and linux/arm64: parsing never panics, the answer serializes, and the JSON Patch
 /// applies cleanly to the object it was made for (tolerable never corrupts a Pod).
 pub fn admission_review(data: &[u8]) {
-    let Ok(review) = review::parse(data) else {
+    let Ok(mut review) = review::parse(data) else {
         return;
     };
-    let request = review.request.as_ref().expect("parse checks the request");
     let allowed = AdmissionReviewOut::allow(&review);
+    let request = review.request.as_mut().expect("parse checks the request");
     if !request.is_pod_create() {
         let _ = serde_json::to_vec(&allowed).expect("answers serialize");
         return;
     }
-    let Ok(pod) = request.pod() else { return };
+    let Ok(pod) = request.take_pod() else { return };
     let Ok(images) = mutate::images_of(&pod) else {
         return;
     };
@@ -88,13 +88,9 @@ pub fn admission_review(data: &[u8]) {
     if operations.is_empty() {
         return;
     }
-    let mut object: serde_json::Value = serde_json::from_str(
-        request
-            .object
-            .expect("a Pod was read from the object")
-            .get(),
-    )
-    .expect("the object parsed as a Pod, so it is JSON");
+    let mut review: serde_json::Value =
+        serde_json::from_slice(data).expect("it parsed as an AdmissionReview, so it is JSON");
+    let mut object = review["request"]["object"].take();
     let ops: json_patch::Patch =
         serde_json::from_value(serde_json::to_value(&operations).expect("operations serialize"))
             .expect("our operations are a JSON Patch");

@@ -445,6 +445,25 @@ impl Resolver {
             &reference,
             chain.iter().map(|c| self.client.fingerprint(c)).collect(),
         );
+        // The warm path stays small: the registry lookup's future is large (tens of KiB of
+        // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
+        if let Some(fresh) = self.cache.fresh(&key).await {
+            if let Some(observer) = &self.observer {
+                observer.cache_lookup(true);
+            }
+            return fresh;
+        }
+        Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+    }
+
+    /// The cache had no fresh answer: ask the registry (once, however many callers wait).
+    async fn resolve_uncached(
+        &self,
+        key: CacheKey,
+        reference: ImageReference,
+        chain: Vec<Credential>,
+        timeout: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let missed = std::sync::atomic::AtomicBool::new(false);
         let result = self
             .cache

@@ -18,31 +18,76 @@ pub const MAX_WARNINGS: usize = 16;
 /// Longer warnings are cut by the API server.
 pub const MAX_WARNING_LEN: usize = 256;
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionReviewIn<'a> {
+#[derive(Debug)]
+pub struct AdmissionReviewIn {
     pub api_version: String,
     pub kind: String,
-    #[serde(borrow)]
-    pub request: Option<AdmissionRequest<'a>>,
+    pub request: Option<AdmissionRequest>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest<'a> {
+#[derive(Debug)]
+pub struct AdmissionRequest {
     pub uid: String,
     pub kind: GroupVersionKind,
-    #[serde(default)]
     pub sub_resource: Option<String>,
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub namespace: Option<String>,
     pub operation: String,
-    #[serde(default, borrow)]
-    pub object: Option<&'a RawValue>,
-    #[serde(default)]
     pub dry_run: Option<bool>,
+    object: ObjectIn,
+}
+
+/// The request's object, as far as it was read.
+#[derive(Debug)]
+enum ObjectIn {
+    Absent,
+    /// Read as a Pod (only the fields tolerable uses), in the same pass as the envelope.
+    Pod(Box<PodView>),
+    /// Not readable as a Pod: why.
+    NotPod(String),
+    /// Handed out by [`AdmissionRequest::take_pod`].
+    Taken,
+}
+
+/// The wire shape of an AdmissionReview, with the object read as `O`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<O> {
+    api_version: String,
+    kind: String,
+    request: Option<RequestEnvelope<O>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestEnvelope<O> {
+    uid: String,
+    kind: GroupVersionKind,
+    sub_resource: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+    operation: String,
+    object: Option<O>,
+    dry_run: Option<bool>,
+}
+
+impl<O> Envelope<O> {
+    fn into_review(self, object: impl FnOnce(O) -> ObjectIn) -> AdmissionReviewIn {
+        AdmissionReviewIn {
+            api_version: self.api_version,
+            kind: self.kind,
+            request: self.request.map(|r| AdmissionRequest {
+                uid: r.uid,
+                kind: r.kind,
+                sub_resource: r.sub_resource,
+                name: r.name,
+                namespace: r.namespace,
+                operation: r.operation,
+                dry_run: r.dry_run,
+                object: r.object.map_or(ObjectIn::Absent, object),
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -76,17 +121,27 @@ impl ReviewError {
     }
 }
 
-/// Parses a request body. Only the envelope is checked here; the object is parsed later, and
-/// only if it is a Pod being created.
-pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
+/// Parses a request body in one pass, reading the object as a Pod (only the fields tolerable
+/// uses; an object of another kind reads as an empty one and is never used). Only when that fails
+/// is the body read again, keeping the object raw, to tell a bad envelope (HTTP 400) from an
+/// object that is not a valid Pod (answered, unchanged, with a warning).
+pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn, ReviewError> {
     let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
-    let review: AdmissionReviewIn = serde_json::from_str(text).map_err(|e| {
-        if e.is_syntax() || e.is_eof() {
-            ReviewError::NotJson(e.to_string())
-        } else {
-            ReviewError::NotAdmissionReview(e.to_string())
-        }
-    })?;
+    let review = match serde_json::from_str::<Envelope<PodView>>(text) {
+        Ok(envelope) => envelope.into_review(|pod| ObjectIn::Pod(Box::new(pod))),
+        Err(_) => serde_json::from_str::<Envelope<&RawValue>>(text)
+            .map_err(|e| {
+                if e.is_syntax() || e.is_eof() {
+                    ReviewError::NotJson(e.to_string())
+                } else {
+                    ReviewError::NotAdmissionReview(e.to_string())
+                }
+            })?
+            .into_review(|raw| match serde_json::from_str::<PodView>(raw.get()) {
+                Ok(pod) => ObjectIn::Pod(Box::new(pod)),
+                Err(e) => ObjectIn::NotPod(e.to_string()),
+            }),
+    };
     if review.kind != "AdmissionReview" {
         return Err(ReviewError::NotAdmissionReview(format!(
             "kind is {:?}, not AdmissionReview",
@@ -105,7 +160,7 @@ pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     Ok(review)
 }
 
-impl AdmissionRequest<'_> {
+impl AdmissionRequest {
     /// Whether tolerable mutates this request: a Pod (not a subresource) being created.
     pub fn is_pod_create(&self) -> bool {
         self.operation == "CREATE"
@@ -120,10 +175,14 @@ impl AdmissionRequest<'_> {
     /// credentials). The rest — `managedFields` (free-form JSON, most of a real
     /// Pod's bytes), env, volumes, probes, resources, `status` — is skipped unread: each string
     /// of it would be an allocation on every admission, for nothing.
-    pub fn pod(&self) -> Result<Pod, String> {
-        let raw = self.object.ok_or("the request has no object")?;
-        let view: PodView = serde_json::from_str(raw.get())
-            .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+    /// Handed out once: a second call finds it taken.
+    pub fn take_pod(&mut self) -> Result<Pod, String> {
+        let view = match std::mem::replace(&mut self.object, ObjectIn::Taken) {
+            ObjectIn::Pod(view) => *view,
+            ObjectIn::Absent => return Err("the request has no object".into()),
+            ObjectIn::NotPod(e) => return Err(format!("the object is not a valid Pod: {e}")),
+            ObjectIn::Taken => return Err("the Pod was already taken from the request".into()),
+        };
         // The API server always sends metadata; without it the patch's paths under /metadata
         // would not apply (found by fuzzing), so such an object is left alone.
         let MetaView {
@@ -150,7 +209,7 @@ impl AdmissionRequest<'_> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct PodView {
     metadata: Option<MetaView>,
     spec: Option<SpecView>,
@@ -160,7 +219,7 @@ struct PodView {
 /// one. Read by the decision and the patch (containers … os) and by the pull-secret lookup
 /// (`cluster.rs`: imagePullSecrets, serviceAccountName): a spec field read anywhere else must be
 /// added here, or it reads as absent.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SpecView {
     containers: Option<Vec<ContainerView>>,
@@ -174,7 +233,7 @@ struct SpecView {
     service_account_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct ContainerView {
     name: String,
     image: Option<String>,
@@ -217,7 +276,7 @@ impl SpecView {
     }
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct MetaView {
     name: Option<String>,
@@ -262,7 +321,7 @@ pub struct Status {
 
 impl AdmissionReviewOut {
     /// An allowed, unchanged answer to `review`.
-    pub fn allow(review: &AdmissionReviewIn<'_>) -> Self {
+    pub fn allow(review: &AdmissionReviewIn) -> Self {
         let uid = review
             .request
             .as_ref()
@@ -414,8 +473,8 @@ mod tests {
             assert!(err.contains(want), "{body:?}: {err}");
         }
         let review = parse(REQUEST.as_bytes()).unwrap();
-        let request = review.request.unwrap();
+        let mut request = review.request.unwrap();
         assert!(request.is_pod_create());
-        assert!(request.pod().is_ok());
+        assert!(request.take_pod().is_ok());
     }
 }

@@ -103,6 +103,12 @@ impl LookupCache {
         }
     }
 
+    /// The cached answer for `key` while it is fresh (served without asking the registry).
+    pub async fn fresh(&self, key: &CacheKey) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
+        let slot = self.entries.get(key).await?;
+        (Instant::now() < slot.fresh_until).then(|| slot.result.clone())
+    }
+
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
     /// time per key however many callers wait for it. When `resolve` fails because the registry
     /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
@@ -111,10 +117,8 @@ impl LookupCache {
         key: CacheKey,
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        if let Some(slot) = self.entries.get(&key).await {
-            if Instant::now() < slot.fresh_until {
-                return slot.result.clone();
-            }
+        if let Some(fresh) = self.fresh(&key).await {
+            return fresh;
         }
         let immutable = key.immutable;
         let computed = self
