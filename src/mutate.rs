@@ -6,6 +6,7 @@ pub mod patch;
 pub mod review;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
@@ -85,19 +86,13 @@ impl TolerationTemplate {
     /// Whether `existing` already tolerates the taint this template stands for (Kubernetes'
     /// matching rules), so adding ours would be redundant.
     pub fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
-        let taint = Taint {
-            key: self.key.clone(),
-            value: Some(arch.to_owned()),
-            effect: self.effect.clone(),
-            time_added: None,
-        };
         // A toleration that expires sooner than ours does not cover ours.
         let seconds_cover = match (existing.toleration_seconds, self.toleration_seconds) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(theirs), Some(ours)) => theirs >= ours,
         };
-        tolerates(existing, &taint) && seconds_cover
+        tolerates_parts(existing, &self.key, Some(arch), &self.effect) && seconds_cover
     }
 }
 
@@ -162,8 +157,23 @@ pub fn node_architecture(node: &Node) -> Option<String> {
 
 /// Kubernetes' rule: whether `toleration` tolerates `taint`.
 fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    tolerates_parts(
+        toleration,
+        &taint.key,
+        taint.value.as_deref(),
+        &taint.effect,
+    )
+}
+
+/// [`tolerates`] for a taint given by its parts.
+fn tolerates_parts(
+    toleration: &Toleration,
+    taint_key: &str,
+    taint_value: Option<&str>,
+    taint_effect: &str,
+) -> bool {
     let effect = toleration.effect.as_deref().unwrap_or("");
-    if !effect.is_empty() && effect != taint.effect {
+    if !effect.is_empty() && effect != taint_effect {
         return false;
     }
     let key = toleration.key.as_deref().unwrap_or("");
@@ -171,9 +181,8 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     if key.is_empty() {
         return exists;
     }
-    key == taint.key
-        && (exists
-            || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+    key == taint_key
+        && (exists || toleration.value.as_deref().unwrap_or("") == taint_value.unwrap_or(""))
 }
 
 /// The toleration for exactly `taint`.
@@ -457,12 +466,15 @@ fn has_preferred_arch_term(pod: &Pod) -> bool {
         })
 }
 
-fn join(items: impl IntoIterator<Item = impl AsRef<str>>) -> String {
-    items
-        .into_iter()
-        .map(|s| s.as_ref().to_owned())
-        .collect::<Vec<_>>()
-        .join(",")
+fn join(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
+    let mut joined = String::new();
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            joined.push(',');
+        }
+        let _ = write!(joined, "{item}");
+    }
+    joined
 }
 
 /// The annotation value to write: `Some` only when it differs from what the Pod carries, so a
@@ -582,7 +594,7 @@ fn decide_from_facts(
             .filter(|p| *p.os == *os)
             .map(|p| p.architecture.to_string())
             .collect();
-        let platforms = join(found.platforms.iter().map(ToString::to_string));
+        let platforms = join(&found.platforms);
         // Name where the credential came from (never what it is), so a private image's answer
         // can be traced to the pull secret that opened it.
         if &*found.credential_source == "anonymous" {

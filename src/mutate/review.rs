@@ -469,7 +469,10 @@ mod tests {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(patch)
             .unwrap();
-        assert_eq!(serde_json::from_slice::<serde_json::Value>(&decoded).unwrap(), serde_json::json!(ops));
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&decoded).unwrap(),
+            serde_json::json!(ops)
+        );
     }
 
     #[test]

@@ -175,6 +175,9 @@ impl CredentialStore {
 
     /// The credentials to try for `registry`, in order.
     pub fn for_registry(&self, registry: &str) -> &[Credential] {
+        if self.by_registry.is_empty() {
+            return &[];
+        }
         self.by_registry
             .get(&normalize_registry_key(registry))
             .map_or(&[], Vec::as_slice)
