@@ -466,15 +466,19 @@ fn has_preferred_arch_term(pod: &Pod) -> bool {
         })
 }
 
-fn join(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
-    let mut joined = String::new();
-    for (i, item) in items.into_iter().enumerate() {
-        if i > 0 {
-            joined.push(',');
+/// Items separated by commas, written straight into whatever formats it.
+struct Joined<'a, T>(&'a [T]);
+
+impl<T: std::fmt::Display> std::fmt::Display for Joined<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            item.fmt(f)?;
         }
-        let _ = write!(joined, "{item}");
+        Ok(())
     }
-    joined
 }
 
 /// The annotation value to write: `Some` only when it differs from what the Pod carries, so a
@@ -586,7 +590,7 @@ fn decide_from_facts(
     // Architectures each image supports on the Pod's OS, and those common to all.
     let os = pod_os(pod);
     let mut common: Option<BTreeSet<String>> = None;
-    let mut described = Vec::new();
+    let mut described = String::new();
     for (image, found) in &known {
         let archs: BTreeSet<String> = found
             .platforms
@@ -594,24 +598,27 @@ fn decide_from_facts(
             .filter(|p| *p.os == *os)
             .map(|p| p.architecture.to_string())
             .collect();
-        let platforms = join(&found.platforms);
+        if !described.is_empty() {
+            described.push_str(", ");
+        }
+        let platforms = Joined(&found.platforms);
         // Name where the credential came from (never what it is), so a private image's answer
         // can be traced to the pull secret that opened it.
-        if &*found.credential_source == "anonymous" {
-            described.push(format!("{image} ({platforms})"));
+        let _ = if &*found.credential_source == "anonymous" {
+            write!(described, "{image} ({platforms})")
         } else {
-            described.push(format!(
+            write!(
+                described,
                 "{image} ({platforms}; credentials from {})",
                 found.credential_source
-            ));
-        }
+            )
+        };
         common = Some(match common {
             None => archs,
             Some(c) => c.intersection(&archs).cloned().collect(),
         });
     }
     let common: Vec<String> = common.unwrap_or_default().into_iter().collect();
-    let described = described.join(", ");
 
     if common.is_empty() {
         let message = format!("no {os} architecture is common to all images: {described}");
@@ -683,8 +690,8 @@ fn decide_from_facts(
                 if !unsupported.is_empty() {
                     decision.warnings.push(format!(
                         "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
-                        join(&unsupported),
-                        join(&common)
+                        Joined(&unsupported),
+                        Joined(&common)
                     ));
                 }
             }
@@ -714,7 +721,7 @@ fn decide_from_facts(
             if !common.iter().any(|c| c == arch) {
                 decision.warnings.push(format!(
                     "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
-                    join(&common)
+                    Joined(&common)
                 ));
             }
             Some(arch.to_owned())
@@ -729,21 +736,25 @@ fn decide_from_facts(
         preference_note = format!("; prefers {arch}");
     }
 
-    let tolerates = if tolerated.is_empty() {
-        "no tainted pool".to_owned()
-    } else {
-        join(&tolerated)
-    };
-    let mut value = format!(
-        "{os} architectures {}; tolerates {tolerates}",
-        join(&common)
+    let mut summary = String::with_capacity(160 + described.len());
+    let _ = write!(
+        summary,
+        "{os} architectures {}; tolerates ",
+        Joined(&common)
     );
-    if !steering_note.is_empty() {
-        value.push_str("; ");
-        value.push_str(&steering_note);
+    if tolerated.is_empty() {
+        summary.push_str("no tainted pool");
+    } else {
+        let _ = write!(summary, "{}", Joined(&tolerated));
     }
-    value.push_str(&preference_note);
-    decision.summary = format!("{value}; images: {described}");
+    if !steering_note.is_empty() {
+        summary.push_str("; ");
+        summary.push_str(&steering_note);
+    }
+    summary.push_str(&preference_note);
+    summary.push_str("; images: ");
+    summary.push_str(&described);
+    decision.summary = summary;
     decision.annotation = annotation_update(pod, decision.summary.clone());
     decision.outcome = Some(Outcome::Decided);
     decision
@@ -753,7 +764,7 @@ fn steering_description(steering: Steering, common: &[String]) -> String {
     match steering {
         Steering::Off => String::new(),
         Steering::NodeSelector => format!("nodeSelector {ARCH_LABEL}={}", common[0]),
-        Steering::NodeAffinity => format!("requires {ARCH_LABEL} in ({})", join(common)),
+        Steering::NodeAffinity => format!("requires {ARCH_LABEL} in ({})", Joined(common)),
     }
 }
 

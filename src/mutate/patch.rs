@@ -4,6 +4,7 @@
 //! `k8s-openapi` types, serialized straight to the wire (no intermediate JSON tree: this is on
 //! the hot path of every admission).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -18,7 +19,8 @@ use super::{Decision, ARCH_LABEL, DECISION_ANNOTATION, PREFERRED_WEIGHT};
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Operation {
     pub op: &'static str,
-    pub path: String,
+    /// Mostly a fixed path: borrowed, not allocated per admission.
+    pub path: Cow<'static, str>,
     pub value: PatchValue,
 }
 
@@ -44,7 +46,7 @@ fn token(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-fn add(path: impl Into<String>, value: PatchValue) -> Operation {
+fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Operation {
     Operation {
         op: "add",
         path: path.into(),
