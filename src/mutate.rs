@@ -530,19 +530,22 @@ pub fn decide_with_pools(
     }
     let mut decision = decide_from_facts(pod, images, facts, policy, pools);
     // A decision made on last known answers says so: the registry may have changed since.
-    let mut stale: Vec<String> = images
-        .iter()
-        .filter_map(|c| match facts.get(&c.image) {
-            Some(Ok(found)) => found
-                .stale
-                .as_ref()
-                .map(|why| format!("{}: {why}", c.image)),
-            _ => None,
-        })
-        .collect();
-    stale.dedup();
+    let stale = distinct_images(images).filter_map(|image| match facts.get(image) {
+        Some(Ok(found)) => found.stale.as_ref().map(|why| format!("{image}: {why}")),
+        _ => None,
+    });
     decision.warnings.extend(stale);
     decision
+}
+
+/// Each image once, in the order the Pod first names it: an image several containers use is
+/// described and warned about once. (Quadratic, without allocating: a Pod has few containers.)
+fn distinct_images(images: &[ContainerImage]) -> impl Iterator<Item = &str> {
+    images
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| !images[..*i].iter().any(|earlier| earlier.image == c.image))
+        .map(|(_, c)| c.image.as_str())
 }
 
 fn decide_from_facts(
@@ -555,14 +558,13 @@ fn decide_from_facts(
     // Images whose platforms are unknown: leave the Pod where it would land anyway.
     let mut failed = Vec::new();
     let mut known: Vec<(&str, &ImagePlatforms)> = Vec::new();
-    for ContainerImage { image, .. } in images {
+    for image in distinct_images(images) {
         match facts.get(image) {
             Some(Ok(found)) => known.push((image, found)),
             Some(Err(reason)) => failed.push(format!("{image}: {reason}")),
             None => failed.push(format!("{image}: not looked up")),
         }
     }
-    failed.dedup();
     if !failed.is_empty() {
         let detail = failed.join("; ");
         if policy.on_lookup_failure == OnLookupFailure::Deny {

@@ -496,7 +496,13 @@ impl Resolver {
             let now = tokio::time::Instant::now();
             let mirror_deadline = now + deadline.saturating_duration_since(now) / 2;
             match self
-                .lookup_at(reference, mirror, &mirror_chain, mirror_deadline, timeout)
+                .lookup_at(
+                    reference,
+                    mirror,
+                    &mirror_chain,
+                    mirror_deadline,
+                    timeout / 2,
+                )
                 .await
             {
                 Ok(found) => return Ok(found),

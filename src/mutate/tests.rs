@@ -263,18 +263,26 @@ fn no_common_architecture_denies_naming_each_image_or_warns() {
 
 #[test]
 fn lookup_failure_changes_nothing_but_explains_or_denies() {
-    let p = pod(&["ok:1", "gone:1"], json!({}));
+    // `gone:1` is used by two containers, not next to each other: it is warned about once.
+    let p = pod(&["gone:1", "ok:1", "gone:2", "gone:1"], json!({}));
     let f = facts(&[
         ("ok:1", Ok(&["linux/arm64"])),
         ("gone:1", Err("not found in the registry")),
+        ("gone:2", Err("not found in the registry")),
     ]);
     let out = run(&p, &f, &policy());
     assert_eq!(out.decision.outcome(), super::Outcome::LookupFailed);
     assert!(out.patched["spec"]["tolerations"].is_null());
     assert!(out.patched["spec"]["affinity"].is_null());
-    assert_eq!(out.decision.warnings.len(), 1);
+    assert_eq!(
+        out.decision.warnings.len(),
+        2,
+        "{:?}",
+        out.decision.warnings
+    );
     assert!(
-        out.decision.warnings[0].contains("gone:1: not found"),
+        out.decision.warnings[0].contains("gone:1: not found")
+            && out.decision.warnings[1].contains("gone:2: not found"),
         "{:?}",
         out.decision.warnings
     );
@@ -290,6 +298,32 @@ fn lookup_failure_changes_nothing_but_explains_or_denies() {
     let pod: Pod = serde_json::from_value(p).unwrap();
     let d = decide("apps", &pod, &images_of(&pod).unwrap(), &f, &deny);
     assert!(d.deny.unwrap().contains("gone:1: not found"));
+}
+
+#[test]
+fn an_answer_from_the_last_known_result_says_so_once_per_image() {
+    let p = pod(&["old:1", "ok:1", "old:2", "old:1"], json!({}));
+    let mut f = facts(&[("ok:1", Ok(&["linux/arm64"]))]);
+    let mut last_known = (*platforms(&["linux/arm64"])).clone();
+    last_known.stale = Some("registry unavailable (HTTP 503); answer from 5m ago".into());
+    let last_known = Arc::new(last_known);
+    f.insert("old:1".into(), Ok(last_known.clone()));
+    f.insert("old:2".into(), Ok(last_known));
+    let out = run(&p, &f, &policy());
+    assert_eq!(out.decision.outcome(), super::Outcome::Decided);
+    let stale: Vec<&String> = out
+        .decision
+        .warnings
+        .iter()
+        .filter(|w| w.contains("answer from 5m ago"))
+        .collect();
+    assert_eq!(stale.len(), 2, "{:?}", out.decision.warnings);
+    assert!(
+        stale[0].starts_with("old:1: ") && stale[1].starts_with("old:2: "),
+        "{stale:?}"
+    );
+    // Each image is described once in the annotation.
+    assert_eq!(out.decision.summary.matches("old:1").count(), 1);
 }
 
 #[test]
