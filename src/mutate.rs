@@ -591,14 +591,14 @@ fn decide_from_facts(
 
     // Architectures each image supports on the Pod's OS, and those common to all.
     let os = pod_os(pod);
-    let mut common: Option<BTreeSet<String>> = None;
+    let mut common: Option<BTreeSet<&str>> = None;
     let mut described = String::new();
     for (image, found) in &known {
-        let archs: BTreeSet<String> = found
+        let archs: BTreeSet<&str> = found
             .platforms
             .iter()
             .filter(|p| *p.os == *os)
-            .map(|p| p.architecture.to_string())
+            .map(|p| &*p.architecture)
             .collect();
         if !described.is_empty() {
             described.push_str(", ");
@@ -617,10 +617,14 @@ fn decide_from_facts(
         };
         common = Some(match common {
             None => archs,
-            Some(c) => c.intersection(&archs).cloned().collect(),
+            Some(c) => c.intersection(&archs).copied().collect(),
         });
     }
-    let common: Vec<String> = common.unwrap_or_default().into_iter().collect();
+    let common: Vec<String> = common
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
 
     if common.is_empty() {
         let message = format!("no {os} architecture is common to all images: {described}");

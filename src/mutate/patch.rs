@@ -111,9 +111,8 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
     let mut node_affinity_added = false;
     if let Some(architectures) = &decision.required_architectures {
-        let requirement = arch_requirement(architectures);
-        let required = NodeSelector {
-            node_selector_terms: vec![term(requirement.clone())],
+        let required = || NodeSelector {
+            node_selector_terms: vec![term(arch_requirement(architectures))],
         };
         let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
         if affinity.is_none() {
@@ -121,7 +120,7 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
                 "/spec/affinity",
                 PatchValue::Affinity(Affinity {
                     node_affinity: Some(NodeAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(required),
+                        required_during_scheduling_ignored_during_execution: Some(required()),
                         ..NodeAffinity::default()
                     }),
                     ..Affinity::default()
@@ -132,7 +131,7 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
             ops.push(add(
                 "/spec/affinity/nodeAffinity",
                 PatchValue::NodeAffinity(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(required),
+                    required_during_scheduling_ignored_during_execution: Some(required()),
                     ..NodeAffinity::default()
                 }),
             ));
@@ -142,12 +141,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
                 n.required_during_scheduling_ignored_during_execution
                     .as_ref()
             }) {
-                None => ops.push(add(base, PatchValue::Required(required))),
+                None => ops.push(add(base, PatchValue::Required(required()))),
                 // No term at all can match nothing; give it one. The whole selector is
                 // replaced: `nodeSelectorTerms` may be absent (the API server validates only
                 // after admission), and the selector has no other field to lose.
                 Some(r) if r.node_selector_terms.is_empty() => {
-                    ops.push(add(base, PatchValue::Required(required)));
+                    ops.push(add(base, PatchValue::Required(required())));
                 }
                 // AND into every term: terms are OR'd, so a new term would widen, not narrow.
                 Some(r) => {
@@ -156,12 +155,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
                         if existing.match_expressions.is_some() {
                             ops.push(add(
                                 format!("{path}/-"),
-                                PatchValue::Requirement(requirement.clone()),
+                                PatchValue::Requirement(arch_requirement(architectures)),
                             ));
                         } else {
                             ops.push(add(
                                 path,
-                                PatchValue::Requirements(vec![requirement.clone()]),
+                                PatchValue::Requirements(vec![arch_requirement(architectures)]),
                             ));
                         }
                     }
