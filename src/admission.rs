@@ -17,7 +17,7 @@ use crate::registry::Resolver;
 /// The answer to one AdmissionReview, with what led to it.
 #[derive(Debug)]
 pub struct Reviewed {
-    pub uid: String,
+    /// The answer (it carries the request's uid).
     pub out: AdmissionReviewOut,
     /// The Pod as received, when the request carried one that could be read.
     pub pod: Option<Pod>,
@@ -68,9 +68,7 @@ impl Admission {
             .as_mut()
             .expect("parse checks the request");
         tracing::Span::current().record("uid", request.uid.as_str());
-        let uid = request.uid.clone();
         let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
-            uid: uid.clone(),
             out,
             pod,
             decision: None,
@@ -128,7 +126,6 @@ impl Admission {
             None => out.with_patch(&operations),
         };
         Ok(Reviewed {
-            uid,
             out,
             pod: Some(pod),
             outcome: decision.outcome().label(),

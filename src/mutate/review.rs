@@ -3,6 +3,7 @@
 //! documents a base64 string, and we only need the request fields the decision uses. The Pod is
 //! a real `k8s-openapi` Pod, parsed only when the request is a Pod CREATE.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -12,6 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+
+const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
 /// At most this many warnings reach the client; more are dropped by the API server.
 pub const MAX_WARNINGS: usize = 16;
@@ -289,8 +292,10 @@ struct MetaView {
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionReviewOut {
-    pub api_version: String,
-    pub kind: String,
+    /// Echoed (v1 or v1beta1); borrowed when it is the usual one.
+    pub api_version: Cow<'static, str>,
+    /// Always `AdmissionReview` ([`parse`] checks it).
+    pub kind: &'static str,
     pub response: AdmissionResponse,
 }
 
@@ -328,8 +333,11 @@ impl AdmissionReviewOut {
             .map(|r| r.uid.clone())
             .unwrap_or_default();
         Self {
-            api_version: review.api_version.clone(),
-            kind: review.kind.clone(),
+            api_version: match review.api_version.as_str() {
+                ADMISSION_V1 => Cow::Borrowed(ADMISSION_V1),
+                other => Cow::Owned(other.to_owned()),
+            },
+            kind: "AdmissionReview",
             response: AdmissionResponse {
                 uid,
                 allowed: true,
