@@ -1,7 +1,8 @@
 //! AdmissionReview v1 in and out. Our own thin types rather than kube-core's: its
 //! `AdmissionResponse.patch` serialises as an array of numbers (kube-rs/kube#1781) where the API
-//! documents a base64 string, and we only need the request fields the decision uses. The Pod is
-//! a real `k8s-openapi` Pod, parsed only when the request is a Pod CREATE.
+//! documents a base64 string, and we only need the request fields the decision uses. The object
+//! is read in the same pass as the envelope, through a view of the Pod fields tolerable uses, and
+//! handed out as a real `k8s-openapi` Pod for a Pod CREATE.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
