@@ -123,18 +123,13 @@ fn main() {
                 .unwrap();
             body
         });
-        runtime.block_on(async {
-            for i in 0..N {
-                pusher
-                    .manifest(
-                        "bench/cold",
-                        &format!("t{i}"),
-                        common::fixtures::OCI_INDEX,
-                        &index,
-                    )
-                    .await;
-            }
-        });
+        runtime.block_on(common::fixtures::push_index_tags(
+            &registry.host,
+            "bench/cold",
+            &index,
+            0..N,
+            1,
+        ));
 
         let mut raw = Vec::new();
         let connection = TcpStream::connect(&registry.host).unwrap();

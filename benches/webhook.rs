@@ -554,34 +554,7 @@ fn main() {
 
 /// Pushes the index `body` as tags `t{from}`..`t{to}` of bench/many (16 at a time).
 async fn push_tags(host: &str, body: &[u8], from: usize, to: usize) {
-    let next = Arc::new(AtomicU64::new(from as u64));
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let (pusher, next, body) = (
-            common::fixtures::Pusher::for_mode(host, Mode::Plain),
-            next.clone(),
-            body.to_vec(),
-        );
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if i >= to {
-                    break;
-                }
-                pusher
-                    .manifest(
-                        "bench/many",
-                        &format!("t{i}"),
-                        common::fixtures::OCI_INDEX,
-                        &body,
-                    )
-                    .await;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    common::fixtures::push_index_tags(host, "bench/many", body, from..to, 16).await;
 }
 
 /// Admits one Pod per tag `t{from}`..`t{to}` over `connections` connections; each latency.

@@ -379,3 +379,36 @@ impl Pusher {
         self.manifest(repo, tag, media_type, &body).await
     }
 }
+
+/// Pushes the index `body` to `repository` (plain http) as the tags `t{i}` for every `i` in
+/// `tags`, `parallel` at a time: many distinct images that cost one manifest each.
+pub async fn push_index_tags(
+    host: &str,
+    repository: &str,
+    body: &[u8],
+    tags: std::ops::Range<usize>,
+    parallel: usize,
+) {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(tags.start));
+    let pushers: Vec<_> = (0..parallel)
+        .map(|_| {
+            let pusher = Pusher::for_mode(host, Mode::Plain);
+            let (next, body, repository, end) =
+                (next.clone(), body.to_vec(), repository.to_owned(), tags.end);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= end {
+                        break;
+                    }
+                    pusher
+                        .manifest(&repository, &format!("t{i}"), OCI_INDEX, &body)
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for pusher in pushers {
+        pusher.await.unwrap();
+    }
+}
