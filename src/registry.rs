@@ -448,12 +448,20 @@ impl Resolver {
         // The warm path stays small: the registry lookup's future is large (tens of KiB of
         // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
         if let Some(fresh) = self.cache.fresh(&key).await {
-            if let Some(observer) = &self.observer {
-                observer.cache_lookup(true);
-            }
+            self.observe(true, &fresh);
             return fresh;
         }
         Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+    }
+
+    /// Counts a lookup's cache outcome, and an answer served from the last known result.
+    fn observe(&self, cache_hit: bool, result: &Result<Arc<ImagePlatforms>, LookupError>) {
+        if let Some(observer) = &self.observer {
+            observer.cache_lookup(cache_hit);
+            if result.as_ref().is_ok_and(|found| found.stale.is_some()) {
+                observer.stale_answer();
+            }
+        }
     }
 
     /// The cache had no fresh answer: ask the registry (once, however many callers wait).
@@ -473,12 +481,7 @@ impl Resolver {
                 self.lookup(&reference, &chain, deadline, timeout).await
             })
             .await;
-        if let Some(observer) = &self.observer {
-            observer.cache_lookup(!missed.load(std::sync::atomic::Ordering::Relaxed));
-            if result.as_ref().is_ok_and(|found| found.stale.is_some()) {
-                observer.stale_answer();
-            }
-        }
+        self.observe(!missed.load(std::sync::atomic::Ordering::Relaxed), &result);
         result
     }
 

@@ -172,6 +172,16 @@ async fn registry_killed_and_restarted_stale_if_error_and_circuit_breaker() {
             && w.contains("used the platforms it reported")),
         "{stale_warnings:?}"
     );
+    // Asked again at once, it is served from the cache, still stale, still saying so, and
+    // counted as a stale answer each time.
+    let (again, _) = admit(&server, &admission_for(&seen)).await;
+    assert_eq!(again["patch"], fresh_patch, "{again}");
+    assert_eq!(warnings(&again), stale_warnings);
+    let metrics = webhook::metrics_text(&server).await;
+    assert!(
+        metrics.contains("tolerable_cache_lookups_total{result=\"stale\"} 2\n"),
+        "{metrics}"
+    );
 
     // Never seen: nothing to fall back on; a couple of failures open the circuit, after which
     // the registry is not asked at all.
