@@ -1,7 +1,6 @@
 //! One admission, end to end: parse the AdmissionReview, look the Pod's images up (the only I/O),
 //! decide, answer. The webhook handler and `tolerable review` both call [`Admission::review`].
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,17 +160,17 @@ impl Admission {
     }
 
     /// Looks up every distinct image concurrently, each bounded by `budget`.
-    async fn lookup(
-        &self,
-        images: &[ContainerImage],
-        pull: &PodCredentials,
+    async fn lookup<'a>(
+        &'a self,
+        images: &'a [ContainerImage],
+        pull: &'a PodCredentials,
         budget: Duration,
     ) -> ImageFacts {
-        let distinct: BTreeSet<&str> = images.iter().map(|c| c.image.as_str()).collect();
+        let distinct: Vec<&str> = mutate::distinct_images(images).collect();
         // The registry lookup ends itself a little before the budget (and is then counted by
         // the circuit breaker); the outer timeout only guards a lookup this one is waiting on.
         let own_deadline = budget.saturating_sub(budget / 20);
-        let lookups = distinct.into_iter().map(|image| async move {
+        let lookup = |image: &'a str| async move {
             let started = Instant::now();
             let result = match tokio::time::timeout(
                 budget,
@@ -191,8 +190,12 @@ impl Admission {
                 metrics.observe_lookup(started.elapsed(), result.is_ok());
             }
             (image.to_owned(), result)
-        });
-        futures_util::future::join_all(lookups)
+        };
+        // Most Pods name one image: no need to fan out.
+        if let [image] = distinct[..] {
+            return ImageFacts::from([lookup(image).await]);
+        }
+        futures_util::future::join_all(distinct.into_iter().map(lookup))
             .await
             .into_iter()
             .collect()

@@ -540,7 +540,7 @@ pub fn decide_with_pools(
 
 /// Each image once, in the order the Pod first names it: an image several containers use is
 /// described and warned about once. (Quadratic, without allocating: a Pod has few containers.)
-fn distinct_images(images: &[ContainerImage]) -> impl Iterator<Item = &str> {
+pub fn distinct_images(images: &[ContainerImage]) -> impl Iterator<Item = &str> {
     images
         .iter()
         .enumerate()

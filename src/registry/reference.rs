@@ -138,6 +138,25 @@ impl ImageReference {
     }
 }
 
+impl ImageReference {
+    /// The normalised form (`registry/repository:tag@digest`, as displayed) in a string of
+    /// exactly its size: built on every lookup, for the cache key.
+    pub fn to_normalized_string(&self) -> String {
+        let parts = [
+            Some(self.registry.as_str()),
+            Some("/"),
+            Some(self.repository.as_str()),
+            self.tag.as_ref().map(|_| ":"),
+            self.tag.as_deref(),
+            self.digest.as_ref().map(|_| "@"),
+            self.digest.as_deref(),
+        ];
+        let mut out = String::with_capacity(parts.iter().flatten().map(|p| p.len()).sum());
+        parts.iter().flatten().for_each(|p| out.push_str(p));
+        out
+    }
+}
+
 impl fmt::Display for ImageReference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.registry, self.repository)?;
@@ -384,12 +403,14 @@ mod tests {
         for (input, normalized, host, manifest_ref) in cases {
             let r = ImageReference::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(r.to_string(), *normalized, "{input}");
+            assert_eq!(r.to_normalized_string(), *normalized, "{input}");
             assert_eq!(r.api_host(), *host, "{input}");
             assert_eq!(r.manifest_reference(), *manifest_ref, "{input}");
         }
 
         let r = ImageReference::parse(&format!("nginx@{D}")).unwrap();
         assert_eq!(r.to_string(), digest_only);
+        assert_eq!(r.to_normalized_string(), digest_only);
         assert_eq!(r.tag(), None);
         assert_eq!(r.manifest_reference(), D);
         assert!(r.is_immutable());
@@ -397,6 +418,7 @@ mod tests {
         // name:tag@digest: the digest wins, the tag is kept for display.
         let r = ImageReference::parse(&format!("nginx:1.25@{D}")).unwrap();
         assert_eq!(r.to_string(), both);
+        assert_eq!(r.to_normalized_string(), both);
         assert_eq!(r.manifest_reference(), D);
 
         let r = ImageReference::parse(&format!("localhost:5000/app@{D}")).unwrap();
