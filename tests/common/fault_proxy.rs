@@ -49,7 +49,7 @@ impl FaultProxy {
         let upstream = format!("http://{upstream}");
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let (f, r) = (fault.clone(), requests.clone());
-        let port = super::serve_http_async(move |req| {
+        let port = super::serve(None, move |req| {
             let (f, r, client, upstream) = (f.clone(), r.clone(), client.clone(), upstream.clone());
             async move {
                 r.fetch_add(1, Ordering::SeqCst);

@@ -88,22 +88,10 @@ where
         + 'static,
 {
     let handler = std::sync::Arc::new(handler);
-    serve_http_async(move |req| {
+    serve(None, move |req| {
         let response = handler(&req);
         async move { response }
     })
-}
-
-/// [`serve_http`] with an asynchronous handler (one that forwards, waits or never answers).
-pub fn serve_http_async<F, Fut, B>(handler: F) -> u16
-where
-    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    serve(None, handler)
 }
 
 /// An HTTP/1.1 server on a free 127.0.0.1 port — over TLS when `tls` is given — answering
