@@ -136,13 +136,11 @@ impl ImageReference {
     pub fn is_immutable(&self) -> bool {
         self.digest.is_some()
     }
-}
 
-impl ImageReference {
-    /// The normalised form (`registry/repository:tag@digest`, as displayed) in a string of
-    /// exactly its size: built on every lookup, for the cache key.
-    pub fn to_normalized_string(&self) -> String {
-        let parts = [
+    /// The pieces of the normalised form (`registry/repository:tag@digest`), in order; the
+    /// one source for both [`fmt::Display`] and [`ImageReference::to_normalized_string`].
+    fn normalized_parts(&self) -> impl Iterator<Item = &str> {
+        [
             Some(self.registry.as_str()),
             Some("/"),
             Some(self.repository.as_str()),
@@ -150,23 +148,24 @@ impl ImageReference {
             self.tag.as_deref(),
             self.digest.as_ref().map(|_| "@"),
             self.digest.as_deref(),
-        ];
-        let mut out = String::with_capacity(parts.iter().flatten().map(|p| p.len()).sum());
-        parts.iter().flatten().for_each(|p| out.push_str(p));
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The normalised form, as displayed, in a string of exactly its size: built on every
+    /// lookup, for the cache key.
+    pub fn to_normalized_string(&self) -> String {
+        let mut out = String::with_capacity(self.normalized_parts().map(str::len).sum());
+        self.normalized_parts().for_each(|part| out.push_str(part));
         out
     }
 }
 
 impl fmt::Display for ImageReference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.registry, self.repository)?;
-        if let Some(tag) = &self.tag {
-            write!(f, ":{tag}")?;
-        }
-        if let Some(digest) = &self.digest {
-            write!(f, "@{digest}")?;
-        }
-        Ok(())
+        self.normalized_parts()
+            .try_for_each(|part| f.write_str(part))
     }
 }
 
