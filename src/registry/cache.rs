@@ -112,21 +112,20 @@ impl LookupCache {
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
     /// time per key however many callers wait for it. When `resolve` fails because the registry
     /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
+    /// It takes the key's turn even for a fresh answer: callers on a hot path ask [`Self::fresh`]
+    /// first (the resolver does), so only misses come here.
     pub async fn get_or_resolve(
         &self,
         key: CacheKey,
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        if let Some(fresh) = self.fresh(&key).await {
-            return fresh;
-        }
         let immutable = key.immutable;
         let computed = self
             .entries
             .entry(key)
             .and_compute_with(|current| async move {
                 let current = current.map(moka::Entry::into_value);
-                // Another caller refreshed it while this one waited its turn.
+                // Still fresh, or refreshed by another caller while this one waited its turn.
                 if current
                     .as_ref()
                     .is_some_and(|s| Instant::now() < s.fresh_until)
