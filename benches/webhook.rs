@@ -469,7 +469,13 @@ fn main() {
     let mut cold_elapsed = Duration::ZERO;
     for from in (0..total).step_by(DISTINCT) {
         let to = (from + DISTINCT).min(total);
-        runtime.block_on(push_tags(&registry.host, &body, from, to));
+        runtime.block_on(common::fixtures::push_index_tags(
+            &registry.host,
+            "bench/many",
+            &body,
+            from..to,
+            16,
+        ));
         let started = Instant::now();
         let latencies = runtime.block_on(cold_admissions(
             server.addr,
@@ -489,17 +495,21 @@ fn main() {
                 blobs - before_blobs
             );
         }
-        rss_by_count.push((to, common::rss_kib(pid)));
-        eprintln!(
-            "{to} cold lookups: RSS {:.1} MiB",
-            common::rss_kib(pid) as f64 / 1024.0
-        );
+        let rss = common::rss_kib(pid);
+        rss_by_count.push((to, rss));
+        eprintln!("{to} cold lookups: RSS {:.1} MiB", rss as f64 / 1024.0);
     }
     cold_latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     // One at a time: what a single new image costs, without queueing behind 31 others.
     const SERIAL: usize = 500;
-    runtime.block_on(push_tags(&registry.host, &body, total, total + SERIAL));
+    runtime.block_on(common::fixtures::push_index_tags(
+        &registry.host,
+        "bench/many",
+        &body,
+        total..total + SERIAL,
+        16,
+    ));
     let mut serial = runtime.block_on(cold_admissions(
         server.addr,
         &registry.host,
@@ -550,11 +560,6 @@ fn main() {
         size as f64 / (1 << 20) as f64
     );
     drop(server);
-}
-
-/// Pushes the index `body` as tags `t{from}`..`t{to}` of bench/many (16 at a time).
-async fn push_tags(host: &str, body: &[u8], from: usize, to: usize) {
-    common::fixtures::push_index_tags(host, "bench/many", body, from..to, 16).await;
 }
 
 /// Admits one Pod per tag `t{from}`..`t{to}` over `connections` connections; each latency.
