@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::mutate::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
-    TolerationTemplate,
+    TolerationTemplate, WeightedArchitecture, PREFERRED_WEIGHT,
 };
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
@@ -64,9 +64,10 @@ struct RawConfig {
     listen_addr: String,
     supported_architectures: List,
     tolerations: RawTolerations,
+    architecture_tolerations: BTreeMap<String, RawTemplates>,
     skip_namespaces: List,
     steering: String,
-    preferred_architecture: Option<String>,
+    preferred_architecture: Option<RawPreference>,
     on_no_common_architecture: String,
     on_lookup_failure: String,
     read_pull_secrets: bool,
@@ -100,6 +101,7 @@ impl Default for RawConfig {
             listen_addr: "0.0.0.0:8443".into(),
             supported_architectures: List(vec!["arm64".into()]),
             tolerations: RawTolerations::default(),
+            architecture_tolerations: BTreeMap::new(),
             skip_namespaces: List(vec!["kube-system".into()]),
             steering: "node_affinity".into(),
             preferred_architecture: None,
@@ -149,6 +151,97 @@ impl Default for RawTolerations {
             toleration_seconds: None,
         }
     }
+}
+
+/// `[architecture_tolerations.<arch>]`: one toleration (a table), several (an array of
+/// tables), or, in an environment variable, `key[=value][:effect], …` (no value: the
+/// architecture; value `*`: operator Exists).
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a toleration table, a list of them, or \"key=value:effect, …\""
+)]
+enum RawTemplates {
+    Text(String),
+    One(RawTemplate),
+    Many(Vec<RawTemplate>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTemplate {
+    key: String,
+    #[serde(default)]
+    operator: Option<String>,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    effect: Option<String>,
+    #[serde(default)]
+    toleration_seconds: Option<i64>,
+}
+
+impl RawTemplates {
+    fn into_list(self, key: &str) -> Result<Vec<RawTemplate>, ConfigError> {
+        match self {
+            Self::One(one) => Ok(vec![one]),
+            Self::Many(many) => Ok(many),
+            Self::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| {
+                    let (key_value, effect) = match item.rsplit_once(':') {
+                        Some((kv, effect)) => (kv, Some(effect.to_owned())),
+                        None => (item, None),
+                    };
+                    let (taint_key, value) = match key_value.split_once('=') {
+                        Some((k, v)) => (k, Some(v)),
+                        None => (key_value, None),
+                    };
+                    if taint_key.is_empty() {
+                        return Err(ConfigError::key(
+                            key,
+                            format!("{item:?} is not key[=value][:effect]"),
+                        ));
+                    }
+                    Ok(RawTemplate {
+                        key: taint_key.to_owned(),
+                        operator: Some(
+                            if value == Some("*") {
+                                "Exists"
+                            } else {
+                                "Equal"
+                            }
+                            .into(),
+                        ),
+                        value: value.filter(|v| *v != "*").map(str::to_owned),
+                        effect,
+                        toleration_seconds: None,
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `preferred_architecture`: one architecture (weight 50), a list of
+/// `{ architecture, weight }` tables, or, in an environment variable, `arm64=80, amd64=20`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "an architecture, or a list of { architecture, weight }"
+)]
+enum RawPreference {
+    Text(String),
+    Weighted(Vec<RawWeighted>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeighted {
+    architecture: String,
+    weight: i64,
 }
 
 /// A list written as a TOML array or, in an environment variable, as `a, b, c`. Items are
@@ -268,6 +361,7 @@ impl Config {
             listen_addr,
             supported_architectures,
             tolerations,
+            architecture_tolerations,
             skip_namespaces,
             steering,
             preferred_architecture,
@@ -420,37 +514,18 @@ impl Config {
                 format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"),
             )
         })?;
-        let policy = validate_policy(
+        let policy = validate_policy(RawPolicy {
             supported_architectures,
-            tolerations,
-            skip_namespaces,
-            &steering,
-            preferred_architecture,
-            &on_no_common_architecture,
-            &on_lookup_failure,
-        )?;
-
-        let default_architectures = default_architectures
-            .0
-            .iter()
-            .map(|a| validate_arch("default_architectures", a))
-            .collect::<Result<std::collections::BTreeSet<_>, _>>()?;
-        if default_architectures.is_empty() {
-            return Err(ConfigError::key(
-                "default_architectures",
-                "name at least one architecture (tainting every node would leave no untainted pool)",
-            ));
-        }
-        let taint_policy = crate::taints::TaintPolicy {
             default_architectures,
-            key: policy.toleration.key.clone(),
-            // A taint needs an effect; an empty toleration effect (all effects) taints NoSchedule.
-            effect: if policy.toleration.effect.is_empty() {
-                "NoSchedule".into()
-            } else {
-                policy.toleration.effect.clone()
-            },
-        };
+            tolerations,
+            architecture_tolerations,
+            skip_namespaces,
+            steering,
+            preferred_architecture,
+            on_no_common_architecture,
+            on_lookup_failure,
+        })?;
+        let taint_policy = crate::taints::TaintPolicy::from_policy(&policy);
 
         Ok(Self {
             tls_files,
@@ -502,86 +577,121 @@ impl Config {
     }
 }
 
-/// Architecture names as nodes label them (`amd64`, `arm64`, `s390x`, `ppc64le`, `386`, …).
-fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
-    let ok = !arch.is_empty()
-        && arch.len() <= 63
-        && arch
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if ok {
-        Ok(arch.to_owned())
-    } else {
-        Err(ConfigError::key(
-            key,
-            format!("{arch:?} is not an architecture name (e.g. arm64)"),
-        ))
-    }
+/// Architecture names as Kubernetes (Go's GOARCH) writes them in the `kubernetes.io/arch` label.
+const KNOWN_ARCHITECTURES: &[&str] = &[
+    "386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le", "mipsle", "ppc64",
+    "ppc64le", "riscv64", "s390x", "wasm",
+];
+
+/// The GOARCH name for a name other tools use (`uname -m`, Debian, Docker Hub tags).
+fn goarch_for(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "x86_64" | "x86-64" | "x64" | "amd" | "intel" => "amd64",
+        "aarch64" | "arm64v8" | "armv8" | "armv8l" | "aarch64_be" => "arm64",
+        "armv7l" | "armv7" | "armhf" | "armv6l" | "armv6" | "armel" | "arm32v7" | "arm32v6" => {
+            "arm"
+        }
+        "i386" | "i486" | "i586" | "i686" | "x86" => "386",
+        "ppc64el" | "powerpc64le" | "ppc64le_" => "ppc64le",
+        "powerpc64" => "ppc64",
+        "riscv" | "riscv64gc" => "riscv64",
+        "s390" | "zarch" => "s390x",
+        "loongarch64" => "loong64",
+        _ => return None,
+    })
 }
 
-fn validate_policy(
+/// An architecture name as nodes label them (`amd64`, `arm64`, `s390x`, `ppc64le`, `386`, …):
+/// another spelling would match no node (or, as a default architecture, leave every node of the
+/// real one to be tainted).
+fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
+    if KNOWN_ARCHITECTURES.contains(&arch) {
+        return Ok(arch.to_owned());
+    }
+    let reason = match goarch_for(&arch.to_ascii_lowercase()) {
+        Some(goarch) => format!(
+            "{arch:?} is not a Kubernetes architecture name; nodes label it kubernetes.io/arch={goarch} (use {goarch:?})"
+        ),
+        None => format!(
+            "{arch:?} is not a Kubernetes architecture name (one of {})",
+            KNOWN_ARCHITECTURES.join(", ")
+        ),
+    };
+    Err(ConfigError::key(key, reason))
+}
+
+/// The policy's keys as written.
+struct RawPolicy {
     supported_architectures: List,
+    default_architectures: List,
     tolerations: RawTolerations,
+    architecture_tolerations: BTreeMap<String, RawTemplates>,
     skip_namespaces: List,
-    steering: &str,
-    preferred_architecture: Option<String>,
-    on_no_common_architecture: &str,
-    on_lookup_failure: &str,
-) -> Result<Policy, ConfigError> {
-    let supported_architectures = supported_architectures
+    steering: String,
+    preferred_architecture: Option<RawPreference>,
+    on_no_common_architecture: String,
+    on_lookup_failure: String,
+}
+
+fn validate_policy(raw: RawPolicy) -> Result<Policy, ConfigError> {
+    let supported_architectures = raw
+        .supported_architectures
         .0
         .iter()
         .map(|a| validate_arch("supported_architectures", a))
         .collect::<Result<BTreeSet<_>, _>>()?;
+    let default_architectures = raw
+        .default_architectures
+        .0
+        .iter()
+        .map(|a| validate_arch("default_architectures", a))
+        .collect::<Result<BTreeSet<_>, _>>()?;
+    if default_architectures.is_empty() {
+        return Err(ConfigError::key(
+            "default_architectures",
+            "name at least one architecture (tainting every node would leave no untainted pool)",
+        ));
+    }
 
     let RawTolerations {
         key,
         operator,
         effect,
         toleration_seconds,
-    } = tolerations;
-    let key = key.trim().to_owned();
-    let label_key_ok = !key.is_empty()
-        && key.len() <= 316
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
-    if !label_key_ok {
-        return Err(ConfigError::key(
-            "tolerations.key",
-            format!("{key:?} is not a taint key"),
-        ));
-    }
-    let operator = match operator.trim() {
-        "Equal" => TolerationOperator::Equal,
-        "Exists" => TolerationOperator::Exists,
-        other => {
+    } = raw.tolerations;
+    let toleration = validate_template(
+        "tolerations",
+        RawTemplate {
+            key,
+            operator: Some(operator),
+            value: None,
+            effect: Some(effect),
+            toleration_seconds,
+        },
+    )?;
+
+    let mut architecture_tolerations = BTreeMap::new();
+    for (arch, templates) in raw.architecture_tolerations {
+        let key = format!("architecture_tolerations.{arch}");
+        let arch = validate_arch(&key, &arch)?;
+        if !supported_architectures.contains(&arch) {
             return Err(ConfigError::key(
-                "tolerations.operator",
-                format!("{other:?} is not Equal or Exists"),
-            ))
+                &key,
+                format!("{arch} is not in supported_architectures, so it is never tolerated"),
+            ));
         }
-    };
-    let effect = effect.trim().to_owned();
-    if !matches!(
-        effect.as_str(),
-        "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
-    ) {
-        return Err(ConfigError::key(
-            "tolerations.effect",
-            format!(
-                "{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"
-            ),
-        ));
-    }
-    if toleration_seconds.is_some() && effect != "NoExecute" {
-        return Err(ConfigError::key(
-            "tolerations.toleration_seconds",
-            "Kubernetes allows tolerationSeconds only with effect NoExecute",
-        ));
+        let templates = templates
+            .into_list(&key)?
+            .into_iter()
+            .map(|t| validate_template(&key, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if templates.is_empty() {
+            return Err(ConfigError::key(&key, "name at least one toleration"));
+        }
+        architecture_tolerations.insert(arch, templates);
     }
 
-    let steering = match steering.trim() {
+    let steering = match raw.steering.trim() {
         "off" => Steering::Off,
         "node_selector" => Steering::NodeSelector,
         "node_affinity" => Steering::NodeAffinity,
@@ -592,12 +702,8 @@ fn validate_policy(
             ))
         }
     };
-    let preferred_architecture = preferred_architecture
-        .map(|a| a.trim().to_owned())
-        .filter(|a| !a.is_empty())
-        .map(|a| validate_arch("preferred_architecture", &a))
-        .transpose()?;
-    let on_no_common_architecture = match on_no_common_architecture.trim() {
+    let preferred_architectures = validate_preference(raw.preferred_architecture)?;
+    let on_no_common_architecture = match raw.on_no_common_architecture.trim() {
         "deny" => OnNoCommonArchitecture::Deny,
         "warn" => OnNoCommonArchitecture::Warn,
         other => {
@@ -607,7 +713,7 @@ fn validate_policy(
             ))
         }
     };
-    let on_lookup_failure = match on_lookup_failure.trim() {
+    let on_lookup_failure = match raw.on_lookup_failure.trim() {
         "allow" => OnLookupFailure::Allow,
         "deny" => OnLookupFailure::Deny,
         other => {
@@ -619,18 +725,136 @@ fn validate_policy(
     };
     Ok(Policy {
         supported_architectures,
-        toleration: TolerationTemplate {
-            key,
-            operator,
-            effect,
-            toleration_seconds,
-        },
+        default_architectures,
+        toleration,
+        architecture_tolerations,
         steering,
-        preferred_architecture,
+        preferred_architectures,
         on_no_common_architecture,
         on_lookup_failure,
-        skip_namespaces: skip_namespaces.0.into_iter().collect(),
+        skip_namespaces: raw.skip_namespaces.0.into_iter().collect(),
     })
+}
+
+/// One toleration template under `section` (`tolerations` or `architecture_tolerations.<arch>`).
+fn validate_template(section: &str, raw: RawTemplate) -> Result<TolerationTemplate, ConfigError> {
+    let field = |name: &str| format!("{section}.{name}");
+    let key = raw.key.trim().to_owned();
+    let label_key_ok = !key.is_empty()
+        && key.len() <= 316
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
+    if !label_key_ok {
+        return Err(ConfigError::key(
+            &field("key"),
+            format!("{key:?} is not a taint key"),
+        ));
+    }
+    let operator = match raw.operator.as_deref().map_or("Equal", str::trim) {
+        "Equal" => TolerationOperator::Equal,
+        "Exists" => TolerationOperator::Exists,
+        other => {
+            return Err(ConfigError::key(
+                &field("operator"),
+                format!("{other:?} is not Equal or Exists"),
+            ))
+        }
+    };
+    let value = raw.value.map(|v| v.trim().to_owned());
+    if operator == TolerationOperator::Exists && value.is_some() {
+        return Err(ConfigError::key(
+            &field("value"),
+            "must not be set with operator Exists (it tolerates every value)",
+        ));
+    }
+    if let Some(v) = &value {
+        let ok = v.len() <= 63
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return Err(ConfigError::key(
+                &field("value"),
+                format!("{v:?} is not a taint value"),
+            ));
+        }
+    }
+    let effect = raw
+        .effect
+        .map_or_else(|| "NoSchedule".to_owned(), |e| e.trim().to_owned());
+    if !matches!(
+        effect.as_str(),
+        "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+    ) {
+        return Err(ConfigError::key(
+            &field("effect"),
+            format!(
+                "{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"
+            ),
+        ));
+    }
+    if raw.toleration_seconds.is_some() && effect != "NoExecute" {
+        return Err(ConfigError::key(
+            &field("toleration_seconds"),
+            "Kubernetes allows tolerationSeconds only with effect NoExecute",
+        ));
+    }
+    Ok(TolerationTemplate {
+        key,
+        operator,
+        value,
+        effect,
+        toleration_seconds: raw.toleration_seconds,
+    })
+}
+
+fn validate_preference(
+    raw: Option<RawPreference>,
+) -> Result<Vec<WeightedArchitecture>, ConfigError> {
+    let key = "preferred_architecture";
+    let items: Vec<(String, i64)> = match raw {
+        None => Vec::new(),
+        Some(RawPreference::Weighted(list)) => list
+            .into_iter()
+            .map(|w| (w.architecture, w.weight))
+            .collect(),
+        Some(RawPreference::Text(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| match item.split_once('=') {
+                None => Ok((item.to_owned(), i64::from(PREFERRED_WEIGHT))),
+                Some((arch, weight)) => weight
+                    .trim()
+                    .parse()
+                    .map(|w| (arch.trim().to_owned(), w))
+                    .map_err(|_| {
+                        ConfigError::key(key, format!("{item:?}: the weight is not a number"))
+                    }),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut out: Vec<WeightedArchitecture> = Vec::new();
+    for (arch, weight) in items {
+        let architecture = validate_arch(key, arch.trim())?;
+        if !(1..=100).contains(&weight) {
+            return Err(ConfigError::key(
+                key,
+                format!("{architecture}: weight {weight} is not between 1 and 100"),
+            ));
+        }
+        if out.iter().any(|w| w.architecture == architecture) {
+            return Err(ConfigError::key(
+                key,
+                format!("{architecture} is named twice"),
+            ));
+        }
+        out.push(WeightedArchitecture {
+            architecture,
+            weight: weight as i32,
+        });
+    }
+    Ok(out)
 }
 
 /// `TOLERABLE_*` variables that are config keys. Kubernetes injects `<SERVICE>_SERVICE_HOST`,
@@ -791,7 +1015,13 @@ mod tests {
         assert_eq!(c.policy.toleration.toleration_seconds, Some(60));
         assert_eq!(c.policy.steering, Steering::NodeSelector);
         assert!(c.policy.skip_namespaces.contains("monitoring"));
-        assert_eq!(c.policy.preferred_architecture.as_deref(), Some("arm64"));
+        assert_eq!(
+            c.policy.preferred_architectures,
+            [WeightedArchitecture {
+                architecture: "arm64".into(),
+                weight: PREFERRED_WEIGHT
+            }]
+        );
         assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Deny);
         assert_eq!(c.listen_addr.port(), 9443);
         assert!(!c.read_pull_secrets);
@@ -973,6 +1203,190 @@ mod tests {
         let shipped = Config::load(Some(&path), env(&[])).unwrap();
         let defaults = Config::load(None, env(&[])).unwrap();
         assert_eq!(format!("{shipped:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn architecture_tolerations_in_toml_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            r#"
+            supported_architectures = ["arm64", "s390x"]
+            preferred_architecture = [{ architecture = "arm64", weight = 80 },
+                                      { architecture = "amd64", weight = 20 }]
+            [[architecture_tolerations.arm64]]
+            key = "arm64"
+            value = "true"
+            [[architecture_tolerations.arm64]]
+            key = "kubernetes.io/arch"
+            effect = "NoExecute"
+            toleration_seconds = 60
+            [architecture_tolerations.s390x]
+            key = "example.com/pool"
+            operator = "Exists"
+            "#,
+        );
+        let c = Config::load(Some(&path), env(&[])).unwrap();
+        let arm = &c.policy.architecture_tolerations["arm64"];
+        assert_eq!(arm.len(), 2);
+        assert_eq!(
+            (
+                arm[0].key.as_str(),
+                arm[0].value.as_deref(),
+                arm[0].effect.as_str()
+            ),
+            ("arm64", Some("true"), "NoSchedule")
+        );
+        assert_eq!(arm[1].toleration_seconds, Some(60));
+        let s390x = &c.policy.architecture_tolerations["s390x"];
+        assert_eq!(s390x[0].operator, TolerationOperator::Exists);
+        assert_eq!(
+            c.policy.templates_for("ppc64le"),
+            std::slice::from_ref(&c.policy.toleration)
+        );
+        assert_eq!(
+            c.policy.taint_keys(),
+            BTreeSet::from(["arm64", "example.com/pool", "kubernetes.io/arch"].map(String::from))
+        );
+        assert_eq!(
+            c.policy
+                .preferred_architectures
+                .iter()
+                .map(|w| (w.architecture.as_str(), w.weight))
+                .collect::<Vec<_>>(),
+            [("arm64", 80), ("amd64", 20)]
+        );
+        // Node tainting follows the first template.
+        assert_eq!(
+            c.taint_policy.architecture_taints["arm64"].to_string(),
+            "arm64=true:NoSchedule"
+        );
+
+        let c = Config::load(
+            Some(&path),
+            env(&[
+                (
+                    "TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64",
+                    "arm64=true:NoSchedule, kubernetes.io/arch, team=*:NoExecute",
+                ),
+                ("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64=90, amd64"),
+            ]),
+        )
+        .unwrap();
+        let arm = &c.policy.architecture_tolerations["arm64"];
+        let shown: Vec<String> = arm
+            .iter()
+            .map(|t| format!("{:?}", t.for_architecture("arm64")))
+            .collect();
+        assert_eq!(arm.len(), 3, "{shown:?}");
+        assert_eq!(arm[1].value, None);
+        assert_eq!(
+            arm[1].for_architecture("arm64").value.as_deref(),
+            Some("arm64")
+        );
+        assert_eq!(arm[2].operator, TolerationOperator::Exists);
+        assert_eq!(arm[2].effect, "NoExecute");
+        assert_eq!(c.policy.preferred_architectures[0].weight, 90);
+        assert_eq!(c.policy.preferred_architectures[1].weight, PREFERRED_WEIGHT);
+    }
+
+    #[test]
+    fn architecture_names_are_kubernetes_names_with_a_suggestion() {
+        for (vars, key, suggestion) in [
+            (
+                [("TOLERABLE_SUPPORTED_ARCHITECTURES", "aarch64")],
+                "supported_architectures",
+                "\"arm64\"",
+            ),
+            (
+                [("TOLERABLE_DEFAULT_ARCHITECTURES", "x86_64")],
+                "default_architectures",
+                "\"amd64\"",
+            ),
+            (
+                [("TOLERABLE_SUPPORTED_ARCHITECTURES", "armv7l")],
+                "supported_architectures",
+                "\"arm\"",
+            ),
+            (
+                [("TOLERABLE_PREFERRED_ARCHITECTURE", "i686")],
+                "preferred_architecture",
+                "\"386\"",
+            ),
+            (
+                [("TOLERABLE_SUPPORTED_ARCHITECTURES", "sparc")],
+                "supported_architectures",
+                "one of 386, amd64",
+            ),
+        ] {
+            let err = Config::load(None, env(&vars)).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains(suggestion),
+                "{vars:?}: {err}"
+            );
+        }
+        for arch in [
+            "amd64", "arm64", "arm", "s390x", "ppc64le", "386", "riscv64",
+        ] {
+            Config::load(None, env(&[("TOLERABLE_SUPPORTED_ARCHITECTURES", arch)]))
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        }
+    }
+
+    #[test]
+    fn bad_templates_and_preferences_name_the_key() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("TOLERABLE_ARCHITECTURE_TOLERATIONS__S390X", "k=v")],
+                "architecture_tolerations.s390x",
+            ),
+            (
+                &[("TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64", "bad key=v")],
+                "architecture_tolerations.arm64.key",
+            ),
+            (
+                &[("TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64", "k=v:NoRun")],
+                "architecture_tolerations.arm64.effect",
+            ),
+            (
+                &[("TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64", "=v")],
+                "architecture_tolerations.arm64",
+            ),
+            (
+                &[("TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64", " , ")],
+                "architecture_tolerations.arm64",
+            ),
+            (
+                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64=0")],
+                "preferred_architecture",
+            ),
+            (
+                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64=101")],
+                "preferred_architecture",
+            ),
+            (
+                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64=lots")],
+                "preferred_architecture",
+            ),
+            (
+                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "arm64, arm64=3")],
+                "preferred_architecture",
+            ),
+        ];
+        for (vars, key) in cases {
+            let err = Config::load(None, env(vars)).unwrap_err().to_string();
+            assert!(err.contains(key), "{vars:?}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "[architecture_tolerations.arm64]\nkey = \"k\"\noperator = \"Exists\"\nvalue = \"v\"\n",
+        );
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("architecture_tolerations.arm64.value"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub fn admission_review(data: &[u8]) {
             Platform::normalized("linux", "amd64", None),
             Platform::normalized("linux", "arm64", None),
         ],
+        artifact: None,
         served_by: "fuzz".into(),
         credential_source: "anonymous".into(),
         stale: None,
@@ -103,7 +104,16 @@ pub fn admission_review(data: &[u8]) {
 
 fn policy() -> Policy {
     Policy {
-        preferred_architecture: Some("arm64".into()),
+        preferred_architectures: vec![
+            crate::mutate::WeightedArchitecture {
+                architecture: "arm64".into(),
+                weight: 80,
+            },
+            crate::mutate::WeightedArchitecture {
+                architecture: "amd64".into(),
+                weight: 20,
+            },
+        ],
         ..Policy::default()
     }
 }

@@ -52,18 +52,26 @@ pub enum TolerationOperator {
     Exists,
 }
 
-/// The toleration added for an architecture's taint: `key`, `operator`, `effect`, and the
-/// architecture as the value (no value with `Exists`).
+/// The toleration added for an architecture's taint: `key`, `operator`, `effect`, and as the
+/// value `value` or else the architecture (no value with `Exists`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TolerationTemplate {
     pub key: String,
     pub operator: TolerationOperator,
+    /// `None`: the architecture's name (`kubernetes.io/arch=arm64`). Per-architecture templates
+    /// may name another (`arm64=true`).
+    pub value: Option<String>,
     /// Empty means every effect.
     pub effect: String,
     pub toleration_seconds: Option<i64>,
 }
 
 impl TolerationTemplate {
+    /// The taint value this template stands for on `arch`'s nodes.
+    fn value_for<'a>(&'a self, arch: &'a str) -> &'a str {
+        self.value.as_deref().unwrap_or(arch)
+    }
+
     pub fn for_architecture(&self, arch: &str) -> Toleration {
         Toleration {
             key: Some(self.key.clone()),
@@ -75,7 +83,7 @@ impl TolerationTemplate {
                 .to_owned(),
             ),
             value: match self.operator {
-                TolerationOperator::Equal => Some(arch.to_owned()),
+                TolerationOperator::Equal => Some(self.value_for(arch).to_owned()),
                 TolerationOperator::Exists => None,
             },
             effect: (!self.effect.is_empty()).then(|| self.effect.clone()),
@@ -92,26 +100,59 @@ impl TolerationTemplate {
             (Some(_), None) => false,
             (Some(theirs), Some(ours)) => theirs >= ours,
         };
-        tolerates_parts(existing, &self.key, Some(arch), &self.effect) && seconds_cover
+        tolerates_parts(
+            existing,
+            &self.key,
+            Some(self.value_for(arch)),
+            &self.effect,
+        ) && seconds_cover
+    }
+}
+
+/// `key=value:effect` as `kubectl taint` writes it (`key:effect` without a value, no `:effect`
+/// for every effect): how the decision annotation names a toleration.
+struct TolerationText<'a>(&'a Toleration);
+
+impl std::fmt::Display for TolerationText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = self.0;
+        f.write_str(t.key.as_deref().unwrap_or("*"))?;
+        if let Some(value) = t.value.as_deref().filter(|v| !v.is_empty()) {
+            write!(f, "={value}")?;
+        }
+        if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty()) {
+            write!(f, ":{effect}")?;
+        }
+        Ok(())
     }
 }
 
 /// The cluster's node pools as the node watch sees them: for each architecture present, the
-/// taints its nodes carry under the toleration key (`kubernetes.io/arch` by default).
+/// taints its nodes carry under the toleration templates' keys (`kubernetes.io/arch` by
+/// default), and each node's architecture (for Pods already bound to a node).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodePools {
     pub architectures: BTreeMap<String, Vec<Taint>>,
+    /// Node name → architecture.
+    pub nodes: BTreeMap<String, String>,
 }
 
 impl NodePools {
     /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
-    /// kubelet reports; only taints whose key is `taint_key` count.
-    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>, taint_key: &str) -> Self {
-        let mut architectures: BTreeMap<String, Vec<Taint>> = BTreeMap::new();
+    /// kubelet reports; only taints whose key is one of `taint_keys` count.
+    pub fn from_nodes<'a>(
+        nodes: impl IntoIterator<Item = &'a Node>,
+        taint_keys: &BTreeSet<String>,
+    ) -> Self {
+        let mut pools = Self::default();
         for node in nodes {
-            let arch = node_architecture(node);
-            let Some(arch) = arch else { continue };
-            let taints = architectures.entry(arch).or_default();
+            let Some(arch) = node_architecture(node) else {
+                continue;
+            };
+            if let Some(name) = &node.metadata.name {
+                pools.nodes.insert(name.clone(), arch.clone());
+            }
+            let taints = pools.architectures.entry(arch).or_default();
             for taint in node
                 .spec
                 .as_ref()
@@ -119,10 +160,7 @@ impl NodePools {
                 .into_iter()
                 .flatten()
             {
-                let same = |t: &Taint| {
-                    t.key == taint.key && t.value == taint.value && t.effect == taint.effect
-                };
-                if taint.key == taint_key && !taints.iter().any(same) {
+                if taint_keys.contains(&taint.key) && !taints.iter().any(|t| same_taint(t, taint)) {
                     taints.push(Taint {
                         time_added: None,
                         ..taint.clone()
@@ -130,12 +168,19 @@ impl NodePools {
                 }
             }
         }
-        Self { architectures }
+        pools
     }
 
     pub fn taints(&self, arch: &str) -> &[Taint] {
         self.architectures.get(arch).map_or(&[], Vec::as_slice)
     }
+}
+
+/// Whether two taints are the same taint (key, value and effect; an absent value is empty).
+pub fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key
+        && a.value.as_deref().unwrap_or("") == b.value.as_deref().unwrap_or("")
+        && a.effect == b.effect
 }
 
 /// A node's architecture: its `kubernetes.io/arch` label, else what its kubelet reports.
@@ -156,7 +201,7 @@ pub fn node_architecture(node: &Node) -> Option<String> {
 }
 
 /// Kubernetes' rule: whether `toleration` tolerates `taint`.
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     tolerates_parts(
         toleration,
         &taint.key,
@@ -197,35 +242,77 @@ fn toleration_for(taint: &Taint, seconds: Option<i64>) -> Toleration {
     }
 }
 
+/// A preferred architecture and its weight (1–100, as the scheduler takes them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightedArchitecture {
+    pub architecture: String,
+    pub weight: i32,
+}
+
 /// What the operator configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
-    /// Architectures of the cluster's tainted pools.
+    /// Architectures of the cluster's tainted pools: the only ones tolerated.
     pub supported_architectures: BTreeSet<String>,
+    /// Architectures of the untainted pools. With the supported ones, the architectures that
+    /// may appear in the cluster at any time (an autoscaler adds nodes from zero).
+    pub default_architectures: BTreeSet<String>,
+    /// `[tolerations]`: the template for every architecture without its own.
     pub toleration: TolerationTemplate,
+    /// `[architecture_tolerations.<arch>]`: templates that replace `toleration` for one
+    /// architecture (a provider's taint, several taints).
+    pub architecture_tolerations: BTreeMap<String, Vec<TolerationTemplate>>,
     pub steering: Steering,
-    pub preferred_architecture: Option<String>,
+    /// Preferred terms, in the order written; empty for no preference.
+    pub preferred_architectures: Vec<WeightedArchitecture>,
     pub on_no_common_architecture: OnNoCommonArchitecture,
     pub on_lookup_failure: OnLookupFailure,
     pub skip_namespaces: BTreeSet<String>,
 }
 
+impl Policy {
+    /// The toleration templates for `arch`: its own, else the default one.
+    pub fn templates_for(&self, arch: &str) -> &[TolerationTemplate] {
+        self.architecture_tolerations
+            .get(arch)
+            .map_or(std::slice::from_ref(&self.toleration), Vec::as_slice)
+    }
+
+    /// Every key a template tolerates: the node watch keeps the taints under these keys.
+    pub fn taint_keys(&self) -> BTreeSet<String> {
+        std::iter::once(&self.toleration)
+            .chain(self.architecture_tolerations.values().flatten())
+            .map(|t| t.key.clone())
+            .collect()
+    }
+
+    /// The architectures that can appear in the cluster whatever nodes exist now.
+    fn possible_architectures(&self) -> impl Iterator<Item = &String> {
+        self.supported_architectures
+            .iter()
+            .chain(&self.default_architectures)
+    }
+}
+
 impl Default for Policy {
     /// The documented defaults of `tolerable.toml`: tolerate the arm64 pools with
-    /// `kubernetes.io/arch=arm64:NoSchedule`, steer with required node affinity, deny a Pod whose
-    /// images share no architecture, allow one whose images could not be looked up, leave
-    /// kube-system alone.
+    /// `kubernetes.io/arch=arm64:NoSchedule`, amd64 pools untainted, steer with required node
+    /// affinity, deny a Pod whose images share no architecture, allow one whose images could not
+    /// be looked up, leave kube-system alone.
     fn default() -> Self {
         Self {
             supported_architectures: BTreeSet::from(["arm64".to_owned()]),
+            default_architectures: BTreeSet::from(["amd64".to_owned()]),
             toleration: TolerationTemplate {
                 key: ARCH_LABEL.into(),
                 operator: TolerationOperator::Equal,
+                value: None,
                 effect: "NoSchedule".into(),
                 toleration_seconds: None,
             },
+            architecture_tolerations: BTreeMap::new(),
             steering: Steering::NodeAffinity,
-            preferred_architecture: None,
+            preferred_architectures: Vec::new(),
             on_no_common_architecture: OnNoCommonArchitecture::Deny,
             on_lookup_failure: OnLookupFailure::Allow,
             skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
@@ -271,6 +358,14 @@ pub fn images_of(pod: &Pod) -> Result<Vec<ContainerImage>, String> {
     if out.is_empty() {
         return Err("the Pod has no containers".into());
     }
+    // Image volumes (Kubernetes 1.31+): the kubelet pulls them for the node's platform, so they
+    // count like containers.
+    for v in spec.volumes.iter().flatten() {
+        if let Some(source) = &v.image {
+            let name = format!("volume {}", v.name);
+            out.push(named("image volume", &name, &source.reference)?);
+        }
+    }
     Ok(out)
 }
 
@@ -311,8 +406,8 @@ pub struct Decision {
     pub node_selector: Option<String>,
     /// AND `kubernetes.io/arch In (…)` into every required nodeSelectorTerm.
     pub required_architectures: Option<Vec<String>>,
-    /// Add a preferred term for this architecture.
-    pub preferred_architecture: Option<String>,
+    /// Add a preferred term for each of these architectures.
+    pub preferred_architectures: Vec<WeightedArchitecture>,
     /// New value of the decision annotation, when it differs from the Pod's.
     pub annotation: Option<String>,
     pub warnings: Vec<String>,
@@ -339,7 +434,7 @@ impl Decision {
         !self.tolerations.is_empty()
             || self.node_selector.is_some()
             || self.required_architectures.is_some()
-            || self.preferred_architecture.is_some()
+            || !self.preferred_architectures.is_empty()
             || self.annotation.is_some()
     }
 }
@@ -492,6 +587,50 @@ fn annotation_update(pod: &Pod, value: String) -> Option<String> {
     (current != Some(&value)).then_some(value)
 }
 
+/// Where a Pod goes when the scheduler does not place it freely: steering it would only leave it
+/// Pending (kubernetes/kubernetes#61886), so it gets tolerations only.
+#[derive(Debug, PartialEq, Eq)]
+struct FixedPlacement {
+    /// Why, for the annotation.
+    why: String,
+    /// The node it is headed for, when the Pod names one.
+    node: Option<String>,
+}
+
+fn fixed_placement(pod: &Pod) -> Option<FixedPlacement> {
+    // The DaemonSet controller pins each Pod with a `matchFields metadata.name In [node]` term.
+    // Only a term that is the whole selector pins the Pod: beside another term it is one of
+    // several places the Pod may go.
+    let pinned_node = required_terms(pod).and_then(|terms| match &terms[..] {
+        [only] => only.match_fields.iter().flatten().find_map(|f| {
+            let values = f.values.as_deref().unwrap_or_default();
+            (f.key == "metadata.name" && f.operator == "In" && values.len() == 1)
+                .then(|| values[0].clone())
+        }),
+        _ => None,
+    });
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        return Some(FixedPlacement {
+            why: format!("bound to node {node}"),
+            node: Some(node),
+        });
+    }
+    let daemon_set = pod.metadata.owner_references.iter().flatten().find(|o| {
+        o.kind == "DaemonSet" && o.controller == Some(true) && o.api_version.starts_with("apps/")
+    });
+    match (daemon_set, pinned_node) {
+        (Some(owner), node) => Some(FixedPlacement {
+            why: format!("owned by DaemonSet {}", owner.name),
+            node,
+        }),
+        (None, Some(node)) => Some(FixedPlacement {
+            why: format!("pinned to node {node} by metadata.name"),
+            node: Some(node),
+        }),
+        (None, None) => None,
+    }
+}
+
 /// Why tolerable leaves this Pod alone without looking at its images, if it does.
 pub fn skip_reason(namespace: &str, pod: &Pod, policy: &Policy) -> Option<String> {
     if policy.skip_namespaces.contains(namespace) {
@@ -589,42 +728,52 @@ fn decide_from_facts(
         };
     }
 
-    // Architectures each image supports on the Pod's OS, and those common to all.
+    // Architectures each image supports on the Pod's OS, and those common to all. An artifact
+    // without a platform (a Helm chart or model weights in an image volume) runs anywhere and
+    // does not narrow the set.
     let os = pod_os(pod);
     let mut common: Option<BTreeSet<&str>> = None;
     let mut described = String::new();
     for (image, found) in &known {
+        if !described.is_empty() {
+            described.push_str(", ");
+        }
+        let _ = match &found.artifact {
+            Some(config_type) => write!(described, "{image} (artifact {config_type}: any platform"),
+            None => write!(described, "{image} ({}", Joined(&found.platforms)),
+        };
+        // Name where the credential came from (never what it is), so a private image's answer
+        // can be traced to the pull secret that opened it.
+        if &*found.credential_source != "anonymous" {
+            let _ = write!(described, "; credentials from {}", found.credential_source);
+        }
+        described.push(')');
+        if found.artifact.is_some() {
+            continue;
+        }
         let archs: BTreeSet<&str> = found
             .platforms
             .iter()
             .filter(|p| *p.os == *os)
             .map(|p| &*p.architecture)
             .collect();
-        if !described.is_empty() {
-            described.push_str(", ");
-        }
-        let platforms = Joined(&found.platforms);
-        // Name where the credential came from (never what it is), so a private image's answer
-        // can be traced to the pull secret that opened it.
-        let _ = if &*found.credential_source == "anonymous" {
-            write!(described, "{image} ({platforms})")
-        } else {
-            write!(
-                described,
-                "{image} ({platforms}; credentials from {})",
-                found.credential_source
-            )
-        };
         common = Some(match common {
             None => archs,
             Some(c) => c.intersection(&archs).copied().collect(),
         });
     }
-    let common: Vec<String> = common
-        .unwrap_or_default()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let Some(common) = common else {
+        // Only platform-less artifacts: nothing narrows where the Pod may run.
+        let summary =
+            format!("unchanged: no image constrains the architecture; images: {described}");
+        return Decision {
+            annotation: annotation_update(pod, summary.clone()),
+            summary,
+            outcome: Some(Outcome::Decided),
+            ..Decision::default()
+        };
+    };
+    let common: Vec<String> = common.into_iter().map(str::to_owned).collect();
 
     if common.is_empty() {
         let message = format!("no {os} architecture is common to all images: {described}");
@@ -654,34 +803,50 @@ fn decide_from_facts(
         .iter()
         .filter(|arch| policy.supported_architectures.contains(*arch))
         .collect();
+    // Every tolerated architecture gets its templates whether or not its nodes exist now: a pool
+    // that scales from zero grows only for a Pending Pod that tolerates its taint. A taint the
+    // node watch sees on that architecture's nodes that no template tolerates is copied too.
+    let mut wanted: Vec<(Toleration, TolerationSource)> = Vec::new();
     for arch in &tolerated {
-        match pools {
-            // The taints this architecture's nodes really carry (none: no pool, no toleration).
-            Some(pools) => {
-                for taint in pools.taints(arch) {
-                    if !existing_tolerations.iter().any(|t| tolerates(t, taint)) {
-                        decision
-                            .tolerations
-                            .push(toleration_for(taint, policy.toleration.toleration_seconds));
-                    }
-                }
-            }
-            None => {
-                if !existing_tolerations
+        let templates = policy.templates_for(arch);
+        for template in templates {
+            let toleration = template.for_architecture(arch);
+            if !wanted.iter().any(|(t, _)| *t == toleration) {
+                let present = existing_tolerations
                     .iter()
-                    .any(|t| policy.toleration.is_tolerated_by(t, arch))
-                {
-                    decision
-                        .tolerations
-                        .push(policy.toleration.for_architecture(arch));
+                    .any(|t| template.is_tolerated_by(t, arch));
+                if !present {
+                    decision.tolerations.push(toleration.clone());
                 }
+                wanted.push((toleration, TolerationSource::Template));
             }
         }
+        let seen = pools.map_or(&[][..], |p| p.taints(arch));
+        for taint in seen {
+            let ours = templates.iter().any(|template| {
+                template.key == taint.key && tolerates(&template.for_architecture(arch), taint)
+            });
+            let is_template_key = templates.iter().any(|t| t.key == taint.key);
+            if ours || !is_template_key {
+                continue;
+            }
+            let toleration = toleration_for(taint, policy.toleration.toleration_seconds);
+            if wanted.iter().any(|(t, _)| *t == toleration) {
+                continue;
+            }
+            if !existing_tolerations.iter().any(|t| tolerates(t, taint)) {
+                decision.tolerations.push(toleration.clone());
+            }
+            wanted.push((toleration, TolerationSource::NodeTaint));
+        }
     }
-    // Images that run on every architecture in the cluster need no steering.
-    let runs_everywhere = pools.is_some_and(|p| {
-        !p.architectures.is_empty() && p.architectures.keys().all(|a| common.contains(a))
-    });
+
+    // Images that run on every architecture the cluster has or may add need no steering.
+    let runs_everywhere = policy
+        .possible_architectures()
+        .chain(pools.into_iter().flat_map(|p| p.architectures.keys()))
+        .all(|a| common.contains(a));
+    let placement = fixed_placement(pod);
 
     let mut steering_note = String::new();
     match existing_arch_constraint(pod, policy.steering, &common) {
@@ -702,9 +867,11 @@ fn decide_from_facts(
                 }
             }
         }
+        ExistingConstraint::None if placement.is_some() => {}
         ExistingConstraint::None if runs_everywhere => {
             steering_note =
-                "no steering: the images run on every architecture in the cluster".into();
+                "no steering: the images run on every architecture the cluster has or may add"
+                    .into();
         }
         ExistingConstraint::None => match policy.steering {
             Steering::Off => {}
@@ -719,10 +886,29 @@ fn decide_from_facts(
             }
         },
     }
+    if let Some(placement) = &placement {
+        if !steering_note.is_empty() {
+            steering_note.push_str("; ");
+        }
+        let _ = write!(steering_note, "no steering: {}", placement.why);
+        // Where it is headed, if the node watch knows that node.
+        let headed = placement.node.as_ref().and_then(|node| {
+            let arch = pools?.nodes.get(node)?;
+            Some((node, arch))
+        });
+        if let Some((node, arch)) = headed.filter(|(_, arch)| !common.contains(arch)) {
+            let warning = format!(
+                "the Pod is headed for node {node} ({arch}) but its images support only {} on {os}",
+                Joined(&common)
+            );
+            let _ = write!(steering_note, " ({warning})");
+            decision.warnings.push(warning);
+        }
+    }
 
     // A preference among several possible architectures; the Pod's own label or annotation wins.
-    let preferred = match label_or_annotation(pod, PREFERRED_KEY) {
-        Some("none") => None,
+    let preferred: Vec<WeightedArchitecture> = match label_or_annotation(pod, PREFERRED_KEY) {
+        Some("none") => Vec::new(),
         Some(arch) => {
             if !common.iter().any(|c| c == arch) {
                 decision.warnings.push(format!(
@@ -730,16 +916,32 @@ fn decide_from_facts(
                     Joined(&common)
                 ));
             }
-            Some(arch.to_owned())
+            vec![WeightedArchitecture {
+                architecture: arch.to_owned(),
+                weight: PREFERRED_WEIGHT,
+            }]
         }
-        None => policy.preferred_architecture.clone(),
+        None => policy.preferred_architectures.clone(),
     };
+    let preferred: Vec<WeightedArchitecture> = preferred
+        .into_iter()
+        .filter(|p| common.len() > 1 && common.contains(&p.architecture) && placement.is_none())
+        .collect();
     let mut preference_note = String::new();
-    if let Some(arch) = preferred.filter(|a| common.len() > 1 && common.contains(a)) {
-        if !has_preferred_arch_term(pod) {
-            decision.preferred_architecture = Some(arch.clone());
+    if !preferred.is_empty() {
+        preference_note.push_str("; prefers ");
+        for (i, p) in preferred.iter().enumerate() {
+            if i > 0 {
+                preference_note.push_str(", ");
+            }
+            preference_note.push_str(&p.architecture);
+            if preferred.len() > 1 || p.weight != PREFERRED_WEIGHT {
+                let _ = write!(preference_note, " (weight {})", p.weight);
+            }
         }
-        preference_note = format!("; prefers {arch}");
+        if !has_preferred_arch_term(pod) {
+            decision.preferred_architectures = preferred;
+        }
     }
 
     let mut summary = String::with_capacity(160 + described.len());
@@ -752,6 +954,19 @@ fn decide_from_facts(
         summary.push_str("no tainted pool");
     } else {
         let _ = write!(summary, "{}", Joined(&tolerated));
+        // Which tolerations came from templates and which from taints seen on nodes.
+        for (source, label) in [
+            (TolerationSource::Template, " (templates: "),
+            (TolerationSource::NodeTaint, "; taints seen on nodes: "),
+        ] {
+            let mut first = true;
+            for (toleration, _) in wanted.iter().filter(|(_, s)| *s == source) {
+                summary.push_str(if first { label } else { ", " });
+                first = false;
+                let _ = write!(summary, "{}", TolerationText(toleration));
+            }
+        }
+        summary.push(')');
     }
     if !steering_note.is_empty() {
         summary.push_str("; ");
@@ -764,6 +979,15 @@ fn decide_from_facts(
     decision.annotation = annotation_update(pod, decision.summary.clone());
     decision.outcome = Some(Outcome::Decided);
     decision
+}
+
+/// Where a toleration the decision wants came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TolerationSource {
+    /// `[tolerations]` or `[architecture_tolerations.<arch>]`.
+    Template,
+    /// A taint the node watch saw on that architecture's nodes that no template tolerates.
+    NodeTaint,
 }
 
 fn steering_description(steering: Steering, common: &[String]) -> String {

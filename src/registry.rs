@@ -40,8 +40,12 @@ pub struct ImagePlatforms {
     pub digest: String,
     /// One of the manifest types in [`manifest::ACCEPT`] (or schema 1).
     pub media_type: &'static str,
-    /// Sorted, without duplicates; never empty.
+    /// Sorted, without duplicates; empty only for an artifact.
     pub platforms: Vec<Platform>,
+    /// Set for an OCI artifact that is not a container image (a Helm chart, model weights in an
+    /// image volume): its config's media type. It names no platform and runs anywhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<String>,
     /// The host that answered (a mirror or the origin's API host).
     #[serde(skip)]
     pub served_by: String,
@@ -286,6 +290,8 @@ pub struct Walked {
     pub digest: String,
     pub media_type: &'static str,
     pub platforms: Vec<Platform>,
+    /// The config media type of a platform-less artifact (then `platforms` is empty).
+    pub artifact: Option<String>,
 }
 
 /// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one
@@ -297,7 +303,20 @@ pub async fn walk(
     reference: &str,
 ) -> Result<Walked, FetchError> {
     let (body, digest) = source.manifest(repository, reference).await?;
-    let parsed = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest)?;
+    let parsed = match manifest::parse_manifest(&body, None) {
+        Ok(parsed) => parsed,
+        // A single manifest whose config is not an image config names no platform: an
+        // artifact, pulled the same on every node (image volumes carry such).
+        Err(ManifestError::NotAnImage { media_type }) => {
+            return Ok(Walked {
+                digest,
+                media_type: manifest::OCI_MANIFEST,
+                platforms: Vec::new(),
+                artifact: Some(media_type),
+            })
+        }
+        Err(e) => return Err(FetchError::Manifest(e)),
+    };
     let media_type = manifest::known_media_type(parsed.media_type());
     let mut platforms = platforms_of(source, repository, parsed, 0).await?;
     platforms.sort();
@@ -307,6 +326,7 @@ pub async fn walk(
         digest,
         media_type,
         platforms,
+        artifact: None,
     })
 }
 
@@ -587,7 +607,7 @@ impl Resolver {
             )
             .await
             {
-                Ok(walked) if walked.platforms.is_empty() => {
+                Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
                     return Err(LookupError::NoPlatforms { reference: shown });
                 }
                 Ok(walked) => {
@@ -596,6 +616,7 @@ impl Resolver {
                         digest: walked.digest,
                         media_type: walked.media_type,
                         platforms: walked.platforms,
+                        artifact: walked.artifact,
                         served_by: host.to_owned(),
                         credential_source: credential
                             .map_or_else(|| Arc::from("anonymous"), Credential::shared_source),

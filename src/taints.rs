@@ -5,13 +5,13 @@
 //! The taints tolerable adds are recorded in the node annotation [`MANAGED_ANNOTATION`], so
 //! `untaint` removes exactly those and never a taint somebody else put there.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{json, Value};
 
-use crate::mutate::node_architecture;
+use crate::mutate::{node_architecture, Policy, TolerationOperator};
 
 /// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
 pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
@@ -61,8 +61,119 @@ impl TaintSpec {
 pub struct TaintPolicy {
     /// Architectures whose nodes stay untainted (the pools every image runs on).
     pub default_architectures: BTreeSet<String>,
+    /// Architectures Pods get tolerations for. A node of an architecture that is in neither
+    /// list is not tainted (unless `force`): no Pod would ever tolerate it.
+    pub supported_architectures: BTreeSet<String>,
+    /// The taint of an architecture without its own template: `key=<arch>:effect`.
     pub key: String,
     pub effect: String,
+    /// The taint of an architecture with `[architecture_tolerations.<arch>]`: its first
+    /// template's key, value (else the architecture) and effect.
+    pub architecture_taints: BTreeMap<String, TaintSpec>,
+    /// Taint architectures that are neither default nor supported (`nodes taint --force`).
+    pub force: bool,
+}
+
+impl TaintPolicy {
+    /// The taints that match the decision policy's toleration templates.
+    pub fn from_policy(policy: &Policy) -> Self {
+        // A taint needs an effect; an empty toleration effect (all effects) taints NoSchedule.
+        let effect_of = |effect: &str| {
+            if effect.is_empty() {
+                "NoSchedule".to_owned()
+            } else {
+                effect.to_owned()
+            }
+        };
+        let architecture_taints = policy
+            .architecture_tolerations
+            .iter()
+            .filter_map(|(arch, templates)| {
+                let first = templates.first()?;
+                let value = match first.operator {
+                    TolerationOperator::Equal => {
+                        first.value.clone().unwrap_or_else(|| arch.clone())
+                    }
+                    TolerationOperator::Exists => arch.clone(),
+                };
+                Some((
+                    arch.clone(),
+                    TaintSpec {
+                        key: first.key.clone(),
+                        value,
+                        effect: effect_of(&first.effect),
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            default_architectures: policy.default_architectures.clone(),
+            supported_architectures: policy.supported_architectures.clone(),
+            key: policy.toleration.key.clone(),
+            effect: effect_of(&policy.toleration.effect),
+            architecture_taints,
+            force: false,
+        }
+    }
+
+    /// The taint `arch`'s nodes should carry; `None` for a default architecture.
+    fn taint_for(&self, arch: &str) -> Option<TaintSpec> {
+        if self.default_architectures.contains(arch) {
+            return None;
+        }
+        Some(
+            self.architecture_taints
+                .get(arch)
+                .cloned()
+                .unwrap_or_else(|| TaintSpec {
+                    key: self.key.clone(),
+                    value: arch.to_owned(),
+                    effect: self.effect.clone(),
+                }),
+        )
+    }
+
+    /// Whether `arch` is neither default nor supported: tainting it fences its pool off.
+    pub fn is_unplanned(&self, arch: &str) -> bool {
+        !self.default_architectures.contains(arch) && !self.supported_architectures.contains(arch)
+    }
+
+    /// Every key a taint of this policy may have (what the node watch reads).
+    fn keys(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.key.as_str())
+            .chain(self.architecture_taints.values().map(|t| t.key.as_str()))
+    }
+}
+
+/// Nodes of an architecture that is neither default nor supported and that already carry one
+/// of the policy's taint keys: a pool no Pod will ever get a toleration for. `serve` warns.
+pub fn fenced_off_nodes<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    policy: &TaintPolicy,
+) -> Vec<(String, String, TaintSpec)> {
+    let mut out = Vec::new();
+    for node in nodes {
+        let Some(arch) = node_architecture(node) else {
+            continue;
+        };
+        if !policy.is_unplanned(&arch) {
+            continue;
+        }
+        for taint in taints(node) {
+            if policy.keys().any(|k| k == taint.key) {
+                out.push((
+                    name(node),
+                    arch.clone(),
+                    TaintSpec {
+                        key: taint.key.clone(),
+                        value: taint.value.clone().unwrap_or_default(),
+                        effect: taint.effect.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// What to do on one node.
@@ -78,6 +189,9 @@ pub struct NodePlan {
     managed_before: Vec<TaintSpec>,
     /// Why nothing changes, for the plan's output.
     pub note: String,
+    /// Set when the node would need a taint for an architecture that is neither default nor
+    /// supported, and the policy does not force it: why it is not tainted.
+    pub refused: Option<String>,
 }
 
 impl NodePlan {
@@ -112,13 +226,15 @@ pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
     let arch = node_architecture(node);
     let existing = taints(node);
     let managed_before = managed(node);
-    let desired = arch
-        .as_ref()
-        .filter(|a| !policy.default_architectures.contains(*a))
-        .map(|a| TaintSpec {
-            key: policy.key.clone(),
-            value: a.clone(),
-            effect: policy.effect.clone(),
+    let desired = arch.as_deref().and_then(|a| policy.taint_for(a));
+    let refused = arch
+        .as_deref()
+        .filter(|a| !policy.force && policy.is_unplanned(a))
+        .map(|a| {
+            format!(
+                "{a} is neither in default_architectures nor in supported_architectures: no Pod \
+                 would get a toleration for its taint (add it to one of them, or pass --force)"
+            )
         });
     let present = |spec: &TaintSpec| existing.iter().any(|t| spec.matches(t));
     let mut plan = NodePlan {
@@ -129,6 +245,7 @@ pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
         managed_after: Vec::new(),
         managed_before: managed_before.clone(),
         note: String::new(),
+        refused: None,
     };
     for spec in managed_before.iter().filter(|s| present(s)) {
         if Some(spec) == desired.as_ref() {
@@ -137,7 +254,12 @@ pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
             plan.remove.push(spec.clone());
         }
     }
-    if let Some(spec) = desired {
+    if let (Some(spec), Some(why)) = (&desired, refused) {
+        if !present(spec) {
+            plan.note = format!("not tainted with {spec}: {why}");
+            plan.refused = Some(why);
+        }
+    } else if let Some(spec) = desired {
         if !present(&spec) {
             plan.managed_after.push(spec.clone());
             plan.add.push(spec);
@@ -175,6 +297,7 @@ pub fn plan_untaint(node: &Node) -> NodePlan {
         remove,
         managed_after: Vec::new(),
         managed_before,
+        refused: None,
     }
 }
 
@@ -249,8 +372,11 @@ mod tests {
     fn policy() -> TaintPolicy {
         TaintPolicy {
             default_architectures: BTreeSet::from(["amd64".to_owned()]),
+            supported_architectures: BTreeSet::from(["arm64".to_owned(), "s390x".to_owned()]),
             key: ARCH_LABEL.into(),
             effect: "NoSchedule".into(),
+            architecture_taints: BTreeMap::new(),
+            force: false,
         }
     }
 
@@ -298,6 +424,7 @@ mod tests {
         // With only arm64 default, amd64 nodes (including the unlabelled one) get tainted.
         let mut p = policy();
         p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        p.supported_architectures = BTreeSet::from(["amd64".to_owned(), "s390x".to_owned()]);
         let plan = plan_taint(&node("bare-1"), &p);
         assert_eq!(
             plan.add,
@@ -313,6 +440,7 @@ mod tests {
     fn taint_then_taint_again_then_untaint_leaves_hand_made_taints() {
         let mut p = policy();
         p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        p.supported_architectures = BTreeSet::from(["amd64".to_owned(), "s390x".to_owned()]);
         let original = node("amd-1"); // carries node.kubernetes.io/not-ready
         let plan = plan_taint(&original, &p);
         assert!(plan.changes());
@@ -349,6 +477,7 @@ mod tests {
     fn a_managed_taint_that_is_no_longer_wanted_is_removed() {
         let mut p = policy();
         p.default_architectures = BTreeSet::from(["arm64".to_owned()]);
+        p.supported_architectures = BTreeSet::from(["amd64".to_owned(), "s390x".to_owned()]);
         let original = node("amd-1");
         let tainted = apply(&original, patch_for(&original, &plan_taint(&original, &p)));
         // amd64 becomes a default architecture again.
@@ -362,6 +491,7 @@ mod tests {
     fn the_patch_is_guarded_by_the_resource_version() {
         let mut p = policy();
         p.default_architectures = BTreeSet::new();
+        p.supported_architectures = BTreeSet::from(["amd64".to_owned()]);
         let n = node("amd-1");
         let ops = patch_for(&n, &plan_taint(&n, &p));
         assert_eq!(
@@ -397,5 +527,62 @@ mod tests {
         }
         assert!(TaintSpec::parse("no-effect").is_none());
         assert!(TaintSpec::parse(":NoSchedule").is_none());
+    }
+
+    #[test]
+    fn an_architecture_nobody_tolerates_is_not_tainted_unless_forced() {
+        let s390: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s390-9", "labels": {ARCH_LABEL: "s390x"}},
+            "spec": {},
+        }))
+        .unwrap();
+        let mut p = policy();
+        p.supported_architectures = BTreeSet::from(["arm64".to_owned()]);
+        let plan = plan_taint(&s390, &p);
+        assert!(!plan.changes(), "{plan:?}");
+        let why = plan.refused.as_deref().unwrap();
+        assert!(why.contains("s390x is neither"), "{why}");
+        assert!(plan.note.contains("kubernetes.io/arch=s390x:NoSchedule"));
+        p.force = true;
+        let plan = plan_taint(&s390, &p);
+        assert_eq!(plan.add.len(), 1);
+        assert!(plan.refused.is_none());
+        // serve's warning: such nodes that are already tainted.
+        let fenced = fenced_off_nodes(&nodes(), &{
+            let mut p = policy();
+            p.supported_architectures = BTreeSet::from(["arm64".to_owned()]);
+            p
+        });
+        assert_eq!(
+            fenced
+                .iter()
+                .map(|(n, a, t)| format!("{n} {a} {t}"))
+                .collect::<Vec<_>>(),
+            ["s390-1 s390x kubernetes.io/arch=s390x:NoSchedule"]
+        );
+    }
+
+    #[test]
+    fn a_per_architecture_template_names_the_taint() {
+        let mut decision = crate::mutate::Policy::default();
+        decision.architecture_tolerations.insert(
+            "arm64".into(),
+            vec![crate::mutate::TolerationTemplate {
+                key: "arm64".into(),
+                operator: TolerationOperator::Equal,
+                value: Some("true".into()),
+                effect: String::new(),
+                toleration_seconds: None,
+            }],
+        );
+        let p = TaintPolicy::from_policy(&decision);
+        let arm = serde_json::from_value::<Node>(serde_json::json!({
+            "metadata": {"name": "a", "labels": {ARCH_LABEL: "arm64"}}, "spec": {}
+        }))
+        .unwrap();
+        assert_eq!(
+            plan_taint(&arm, &p).add[0].to_string(),
+            "arm64=true:NoSchedule"
+        );
     }
 }

@@ -33,7 +33,10 @@ async fn until(what: &str, mut condition: impl FnMut() -> bool) {
 #[tokio::test]
 async fn the_watch_learns_architectures_and_their_taints() {
     let api = FakeApiServer::start(hosts());
-    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    let watch = NodeWatch::start(
+        api.client("admintoken"),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
     until("the node watch to sync", || watch.is_synced()).await;
     let pools = watch.pools().unwrap();
     assert_eq!(
@@ -58,7 +61,10 @@ async fn the_watch_learns_architectures_and_their_taints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_task_waiting_for_the_first_list_is_woken() {
     let api = FakeApiServer::start_with(hosts(), Duration::from_millis(300));
-    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    let watch = NodeWatch::start(
+        api.client("admintoken"),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let watch = watch.clone();
@@ -98,7 +104,10 @@ fn patched(request: &Value, response: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
     let api = FakeApiServer::start_with(hosts(), Duration::from_millis(1500));
-    let watch = NodeWatch::start(api.client("admintoken"), ARCH_LABEL);
+    let watch = NodeWatch::start(
+        api.client("admintoken"),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
     let server =
         TestServer::start_with_nodes(webhook::policy(), common::settings(), Some(watch)).await;
 
@@ -176,4 +185,69 @@ async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
             "{arch}:\n{metrics}"
         );
     }
+}
+
+/// A pool that scales from zero (Karpenter, cluster-autoscaler min size 0): no arm64 node at
+/// first, then one joins (a watch event), then it is gone again. The answer for the same Pod
+/// keeps the template toleration throughout — the autoscaler grows the pool only for a Pending
+/// Pod that tolerates its taint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_scales_from_zero_and_back_keeps_its_toleration() {
+    let api = FakeApiServer::start_scaled_to_zero(hosts());
+    let watch = NodeWatch::start(
+        api.client("admintoken"),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
+    let server =
+        TestServer::start_with_nodes(webhook::policy(), common::settings(), Some(watch.clone()))
+            .await;
+    until("the node watch to sync", || watch.is_synced()).await;
+    let host = &registry::plain().host;
+    let mut request = webhook::recorded("pod-create-simple.v1.json", host);
+    // amd64, arm/v7 and arm64.
+    request["request"]["object"]["spec"]["containers"][0]["image"] =
+        json!(format!("{host}/fixtures/multiarch-oci:v1"));
+    let arm_tolerations = |pod: &Value| -> Vec<Value> {
+        pod["spec"]["tolerations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["key"] == ARCH_LABEL)
+            .cloned()
+            .collect()
+    };
+    let template =
+        json!({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"});
+    let arch_of = |w: &NodeWatch| -> Vec<String> {
+        w.pools().unwrap().architectures.keys().cloned().collect()
+    };
+
+    // Scaled to zero: only amd64 nodes.
+    assert_eq!(arch_of(&watch), ["amd64"]);
+    let zero = patched(&request, &post(&server, &request).await);
+    assert_eq!(arm_tolerations(&zero), std::slice::from_ref(&template));
+    let steered = &zero["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        ["matchExpressions"][0]["values"];
+    assert_eq!(steered, &json!(["amd64", "arm", "arm64"]));
+
+    // arm-2 joins (ADDED, then MODIFIED as it becomes ready).
+    api.release_events(2);
+    until("arm-2 to join", || {
+        arch_of(&watch).contains(&"arm64".to_owned())
+    })
+    .await;
+    let grown = patched(&request, &post(&server, &request).await);
+    assert_eq!(arm_tolerations(&grown), std::slice::from_ref(&template));
+    assert_eq!(grown, zero, "the same Pod gets the same answer");
+
+    // bare-1 modified, arm-2 deleted: back to zero.
+    api.release_events(3);
+    until("arm-2 to leave", || {
+        !arch_of(&watch).contains(&"arm64".to_owned())
+    })
+    .await;
+    let shrunk = patched(&request, &post(&server, &request).await);
+    assert_eq!(arm_tolerations(&shrunk), [template]);
+    assert_eq!(shrunk, zero);
 }

@@ -25,8 +25,11 @@ fn api() -> FakeApiServer {
 fn policy() -> TaintPolicy {
     TaintPolicy {
         default_architectures: BTreeSet::from(["arm64".to_owned()]),
+        supported_architectures: BTreeSet::from(["amd64".to_owned(), "s390x".to_owned()]),
         key: ARCH_LABEL.into(),
         effect: "NoSchedule".into(),
+        architecture_taints: Default::default(),
+        force: false,
     }
 }
 
@@ -153,6 +156,7 @@ fn the_cli_plans_refuses_and_forces() {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("KUBECONFIG", &kubeconfig)
             .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
+            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x")
             .env("TOLERABLE_READ_PULL_SECRETS", "false")
             .current_dir(dir.path())
             .output()
@@ -194,13 +198,75 @@ fn the_cli_plans_refuses_and_forces() {
     assert_eq!(plan.status.code(), Some(0), "nothing left to change");
 }
 
+/// An architecture in neither default_architectures nor supported_architectures would be fenced
+/// off for good: planned as a refusal, refused by `nodes taint`, done only with `--force`.
+#[test]
+fn the_cli_refuses_to_fence_off_an_architecture_nobody_tolerates() {
+    let api = api();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\n\
+             users:\n- name: admin\n  user:\n    token: admintoken\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
+            api.port,
+            ca.display()
+        ),
+    )
+    .unwrap();
+    // arm64 is the default pool and the only supported one: amd64 is in neither list.
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tolerable"))
+            .arg("nodes")
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
+            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "s390x")
+            .env("TOLERABLE_READ_PULL_SECRETS", "false")
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let plan = run(&["plan"]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("amd-1") && l.contains("would refuse to taint: amd64 is neither")
+        ),
+        "{text}"
+    );
+    let refused = run(&["taint"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refusing to taint amd-1, bare-1: amd64 is neither"),
+        "{stderr}"
+    );
+    assert_eq!(taints(&api.node("amd-1")).len(), 1, "nothing was tainted");
+    let forced = run(&["taint", "--force"]);
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert!(taints(&api.node("amd-1")).contains(&"kubernetes.io/arch=amd64:NoSchedule".to_owned()));
+}
+
 /// `serve --manage-node-taints`: nodes the watch sees are tainted without anybody running
 /// `nodes taint`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manage_node_taints_taints_what_the_node_watch_sees() {
     let api = api();
     let client = api.client("admintoken");
-    let watch = tolerable::cluster::nodes::NodeWatch::start(client.clone(), ARCH_LABEL);
+    let watch = tolerable::cluster::nodes::NodeWatch::start(
+        client.clone(),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
     let task = tokio::spawn(tolerable::cluster::nodes::keep_nodes_tainted(
         client,
         watch,

@@ -1,6 +1,7 @@
 //! The node watch: a kube-runtime reflector over Nodes, from which the decision core learns which
 //! architectures the cluster has and which taints each architecture's nodes carry.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
@@ -19,13 +20,14 @@ pub struct NodeWatch {
     /// `Store::wait_until_ready`: kube-runtime's ready signal is a oneshot receiver polled through
     /// a shared lock, so of two tasks waiting on it only the last to register is woken.
     synced: tokio::sync::watch::Receiver<bool>,
-    taint_key: Arc<str>,
+    /// The toleration templates' keys: only taints under these describe a pool.
+    taint_keys: Arc<BTreeSet<String>>,
 }
 
 impl NodeWatch {
     /// Starts watching Nodes in the background (list, then watch; re-lists and backs off on
-    /// errors, as kube-runtime's watcher does). Only taints under `taint_key` are kept.
-    pub fn start(client: kube::Client, taint_key: &str) -> Self {
+    /// errors, as kube-runtime's watcher does). Only taints under `taint_keys` are kept.
+    pub fn start(client: kube::Client, taint_keys: BTreeSet<String>) -> Self {
         let (store, writer) = reflector::store();
         let api: Api<Node> = Api::all(client);
         let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
@@ -50,7 +52,7 @@ impl NodeWatch {
         Self {
             store,
             synced,
-            taint_key: Arc::from(taint_key),
+            taint_keys: Arc::new(taint_keys),
         }
     }
 
@@ -78,7 +80,7 @@ impl NodeWatch {
         let nodes = self.store.state();
         Some(NodePools::from_nodes(
             nodes.iter().map(AsRef::as_ref),
-            &self.taint_key,
+            &self.taint_keys,
         ))
     }
 }
@@ -92,6 +94,8 @@ pub enum TaintError {
     Api(#[from] kube::Error),
     #[error("node {node} kept changing under us; try again")]
     Conflict { node: String },
+    #[error("refusing to taint {nodes}: {why}")]
+    UnplannedArchitecture { nodes: String, why: String },
 }
 
 /// The MutatingWebhookConfiguration kustomize installs.
@@ -143,6 +147,25 @@ pub async fn reconcile_taints(
 
     let api: Api<Node> = Api::all(client.clone());
     let nodes = api.list(&ListParams::default()).await?.items;
+    if action == TaintAction::Taint {
+        // All or nothing: fencing off a pool nobody tolerates is a mistake to stop, not to do
+        // halfway.
+        let refused: Vec<crate::taints::NodePlan> = nodes
+            .iter()
+            .map(|n| crate::taints::plan_taint(n, policy))
+            .filter(|p| p.refused.is_some())
+            .collect();
+        if let Some(first) = refused.first() {
+            return Err(TaintError::UnplannedArchitecture {
+                nodes: refused
+                    .iter()
+                    .map(|p| p.node.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                why: first.refused.clone().unwrap_or_default(),
+            });
+        }
+    }
     apply_taints(client, policy, action, nodes).await
 }
 
@@ -212,17 +235,24 @@ pub async fn keep_nodes_tainted(
     policy: crate::taints::TaintPolicy,
 ) {
     watch.synced().await;
+    // Nodes of an architecture nobody tolerates are left alone, said once per node.
+    let mut refused_said = BTreeSet::new();
     let mut tick = tokio::time::interval(MANAGE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         // Only nodes whose plan changes anything are patched (each re-read on a conflict).
-        let pending: Vec<Node> = watch
-            .nodes()
-            .iter()
-            .filter(|n| crate::taints::plan_taint(n, &policy).changes())
-            .map(|n| n.as_ref().clone())
-            .collect();
+        let mut pending: Vec<Node> = Vec::new();
+        for node in watch.nodes() {
+            let plan = crate::taints::plan_taint(&node, &policy);
+            if let Some(why) = &plan.refused {
+                if refused_said.insert(plan.node.clone()) {
+                    tracing::warn!(node = %plan.node, "not tainting: {why}");
+                }
+            } else if plan.changes() {
+                pending.push(node.as_ref().clone());
+            }
+        }
         if pending.is_empty() {
             continue;
         }

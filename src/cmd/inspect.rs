@@ -36,9 +36,17 @@ pub async fn run(
                     writeln!(out, "  reference:  {}", normalized(image))?;
                     writeln!(out, "  digest:     {}", found.digest)?;
                     writeln!(out, "  media type: {}", found.media_type)?;
-                    let platforms: Vec<String> =
-                        found.platforms.iter().map(ToString::to_string).collect();
-                    writeln!(out, "  platforms:  {}", platforms.join(", "))?;
+                    match &found.artifact {
+                        Some(config_type) => writeln!(
+                            out,
+                            "  platforms:  any (an artifact, config {config_type}: it names no platform)"
+                        )?,
+                        None => {
+                            let platforms: Vec<String> =
+                                found.platforms.iter().map(ToString::to_string).collect();
+                            writeln!(out, "  platforms:  {}", platforms.join(", "))?;
+                        }
+                    }
                     writeln!(
                         out,
                         "  source:     {} ({})",
@@ -64,6 +72,7 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "digest": found.digest,
             "mediaType": found.media_type,
             "platforms": found.platforms,
+            "artifact": found.artifact,
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
     }

@@ -32,7 +32,9 @@ pub async fn run(
         }
         NodesCommand::Untaint => TaintAction::Untaint,
     };
-    let plans = reconcile_taints(&client, &config.taint_policy, action).await?;
+    let mut policy = config.taint_policy.clone();
+    policy.force = matches!(command, NodesCommand::Taint { force: true });
+    let plans = reconcile_taints(&client, &policy, action).await?;
     print_plans(&plans, action, out)?;
     let changes = plans.iter().any(NodePlan::changes);
     Ok(if action == TaintAction::Plan && changes {
@@ -55,6 +57,9 @@ fn print_plans(
         let arch = plan.architecture.as_deref().unwrap_or("?");
         let mut what: Vec<String> = plan.add.iter().map(|t| format!("{add} {t}")).collect();
         what.extend(plan.remove.iter().map(|t| format!("{remove} {t}")));
+        if let (true, Some(why)) = (what.is_empty(), &plan.refused) {
+            what.push(format!("would refuse to taint: {why}"));
+        }
         if what.is_empty() {
             what.push(if plan.note.is_empty() {
                 "no change".into()

@@ -56,7 +56,13 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
                     admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
                 }
                 let watch = (config.watch_nodes || manage_node_taints)
-                    .then(|| NodeWatch::start(client.clone(), &config.policy.toleration.key));
+                    .then(|| NodeWatch::start(client.clone(), config.policy.taint_keys()));
+                if let Some(watch) = &watch {
+                    tokio::spawn(warn_of_fenced_off_pools(
+                        watch.clone(),
+                        config.taint_policy.clone(),
+                    ));
+                }
                 if let (true, Some(watch)) = (manage_node_taints, &watch) {
                     let policy = config.taint_policy.clone();
                     tokio::spawn(keep_nodes_tainted(client, watch.clone(), policy));
@@ -88,6 +94,24 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     server::run(listener, certs, state, shutdown_signal()).await;
     reloader.abort();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says once, after the first node list, which nodes carry an architecture taint for an
+/// architecture that is neither default nor supported: no Pod will ever tolerate them.
+async fn warn_of_fenced_off_pools(watch: NodeWatch, policy: crate::taints::TaintPolicy) {
+    watch.synced().await;
+    let nodes = watch.nodes();
+    for (node, arch, taint) in
+        crate::taints::fenced_off_nodes(nodes.iter().map(AsRef::as_ref), &policy)
+    {
+        tracing::warn!(
+            %node,
+            architecture = %arch,
+            %taint,
+            "node is tainted for an architecture in neither supported_architectures nor \
+             default_architectures: no Pod gets a toleration for it (add {arch} to supported_architectures)"
+        );
+    }
 }
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.

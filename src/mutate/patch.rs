@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use serde::Serialize;
 
-use super::{Decision, ARCH_LABEL, DECISION_ANNOTATION, PREFERRED_WEIGHT};
+use super::{Decision, ARCH_LABEL, DECISION_ANNOTATION};
 
 /// One JSON Patch operation (always `add`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -169,15 +169,19 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
         }
     }
 
-    if let Some(arch) = &decision.preferred_architecture {
-        let preferred = PreferredSchedulingTerm {
-            weight: PREFERRED_WEIGHT,
-            preference: term(arch_requirement(std::slice::from_ref(arch))),
-        };
+    if !decision.preferred_architectures.is_empty() {
+        let preferred: Vec<PreferredSchedulingTerm> = decision
+            .preferred_architectures
+            .iter()
+            .map(|p| PreferredSchedulingTerm {
+                weight: p.weight,
+                preference: term(arch_requirement(std::slice::from_ref(&p.architecture))),
+            })
+            .collect();
         let preferred_path =
             "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
-        let node_affinity_with = |preferred: PreferredSchedulingTerm| NodeAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(vec![preferred]),
+        let node_affinity_with = |preferred: Vec<PreferredSchedulingTerm>| NodeAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(preferred),
             ..NodeAffinity::default()
         };
         if affinity.is_none() && !node_affinity_added {
@@ -200,12 +204,14 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
             })
             .is_some()
         {
-            ops.push(add(
-                format!("{preferred_path}/-"),
-                PatchValue::PreferredTerm(preferred),
-            ));
+            ops.extend(preferred.into_iter().map(|term| {
+                add(
+                    format!("{preferred_path}/-"),
+                    PatchValue::PreferredTerm(term),
+                )
+            }));
         } else {
-            ops.push(add(preferred_path, PatchValue::Preferred(vec![preferred])));
+            ops.push(add(preferred_path, PatchValue::Preferred(preferred)));
         }
     }
 

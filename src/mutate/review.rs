@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EphemeralContainer, LocalObjectReference, Pod, PodOS, PodSpec, Toleration,
+    Affinity, Container, EphemeralContainer, ImageVolumeSource, LocalObjectReference, Pod, PodOS,
+    PodSpec, Toleration, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -174,9 +175,9 @@ impl AdmissionRequest {
     }
 
     /// The Pod in the request, with what the decision reads: the metadata's name, namespace,
-    /// labels and annotations, and of the spec its containers' names and images, nodeSelector,
-    /// affinity, tolerations and os, and the pull secrets and service account (for registry
-    /// credentials). The rest — `managedFields` (free-form JSON, most of a real
+    /// labels, annotations and owner references, and of the spec its containers' names and
+    /// images, image volumes, nodeName, nodeSelector, affinity, tolerations and os, and the pull
+    /// secrets and service account (for registry credentials). The rest — `managedFields` (free-form JSON, most of a real
     /// Pod's bytes), env, volumes, probes, resources, `status` — is skipped unread: each string
     /// of it would be an allocation on every admission, for nothing.
     /// Handed out once: a second call finds it taken.
@@ -195,6 +196,7 @@ impl AdmissionRequest {
             namespace,
             labels,
             annotations,
+            owner_references,
         } = view
             .metadata
             .ok_or("the object is not a valid Pod: it has no metadata")?;
@@ -205,6 +207,7 @@ impl AdmissionRequest {
                 namespace,
                 labels,
                 annotations,
+                owner_references,
                 ..ObjectMeta::default()
             },
             spec: view.spec.map(SpecView::into_spec),
@@ -235,6 +238,16 @@ struct SpecView {
     os: Option<PodOS>,
     image_pull_secrets: Option<Vec<LocalObjectReference>>,
     service_account_name: Option<String>,
+    /// A Pod already bound to a node is not steered.
+    node_name: Option<String>,
+    /// Only image volumes are kept (their images count like containers').
+    volumes: Option<Vec<VolumeView>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct VolumeView {
+    name: String,
+    image: Option<ImageVolumeSource>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -275,6 +288,18 @@ impl SpecView {
             os: self.os,
             image_pull_secrets: self.image_pull_secrets,
             service_account_name: self.service_account_name,
+            node_name: self.node_name,
+            volumes: self.volumes.map(|volumes| {
+                volumes
+                    .into_iter()
+                    .filter(|v| v.image.is_some())
+                    .map(|v| Volume {
+                        name: v.name,
+                        image: v.image,
+                        ..Volume::default()
+                    })
+                    .collect()
+            }),
             ..PodSpec::default()
         }
     }
@@ -288,6 +313,8 @@ struct MetaView {
     namespace: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
+    /// A DaemonSet's Pod is not steered.
+    owner_references: Option<Vec<OwnerReference>>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -535,5 +562,45 @@ mod tests {
         let mut request = review.request.unwrap();
         assert!(request.is_pod_create());
         assert!(request.take_pod().is_ok());
+    }
+
+    /// The view reads every field the decision reads: a field missing here would read as
+    /// absent in production while tests that deserialize whole Pods pass.
+    #[test]
+    fn the_pod_view_keeps_owner_node_name_and_image_volumes() {
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": "CREATE", "namespace": "apps",
+                "object": {
+                    "metadata": {"name": "p", "ownerReferences": [{"apiVersion": "apps/v1",
+                        "kind": "DaemonSet", "name": "agent", "uid": "x", "controller": true}]},
+                    "spec": {
+                        "nodeName": "arm-1",
+                        "containers": [{"name": "c", "image": "app:1"}],
+                        "volumes": [
+                            {"name": "cfg", "configMap": {"name": "c"}},
+                            {"name": "data", "image": {"reference": "weights:1"}},
+                        ],
+                    },
+                },
+            },
+        });
+        let review = parse(body.to_string().as_bytes()).unwrap();
+        let pod = review.request.unwrap().take_pod().unwrap();
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("DaemonSet", Some(true))
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("arm-1"));
+        let volumes = spec.volumes.unwrap();
+        assert_eq!(volumes.len(), 1, "only image volumes are kept");
+        assert_eq!(
+            volumes[0].image.as_ref().unwrap().reference.as_deref(),
+            Some("weights:1")
+        );
     }
 }

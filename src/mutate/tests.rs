@@ -60,6 +60,7 @@ fn platforms(list: &[&str]) -> Arc<ImagePlatforms> {
         digest: "sha256:x".into(),
         media_type: "m",
         platforms,
+        artifact: None,
         served_by: "h".into(),
         credential_source: "anonymous".into(),
         stale: None,
@@ -473,7 +474,10 @@ fn steering_off_adds_only_tolerations() {
 fn preferred_architecture_and_the_pods_override() {
     let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]);
     let mut p = policy();
-    p.preferred_architecture = Some("arm64".into());
+    p.preferred_architectures = vec![WeightedArchitecture {
+        architecture: "arm64".into(),
+        weight: PREFERRED_WEIGHT,
+    }];
     let out = run(&pod(&["m:1"], json!({})), &f, &p);
     let preferred = &out.patched["spec"]["affinity"]["nodeAffinity"]
         ["preferredDuringSchedulingIgnoredDuringExecution"];
@@ -524,7 +528,7 @@ fn preferred_architecture_and_the_pods_override() {
         &f,
         &p,
     );
-    assert!(out.decision.preferred_architecture.is_none());
+    assert!(out.decision.preferred_architectures.is_empty());
     assert!(out
         .decision
         .warnings
@@ -600,6 +604,7 @@ fn exists_template_and_toleration_seconds() {
     p.toleration = TolerationTemplate {
         key: "example.com/arch".into(),
         operator: TolerationOperator::Exists,
+        value: None,
         effect: "NoExecute".into(),
         toleration_seconds: Some(60),
     };
@@ -637,7 +642,7 @@ fn recorded_pools() -> NodePools {
         include_str!("../../tests/data/kube-api/node-list.body.json"),
     )
     .unwrap();
-    NodePools::from_nodes(&list.items, ARCH_LABEL)
+    NodePools::from_nodes(&list.items, &Policy::default().taint_keys())
 }
 
 #[test]
@@ -703,7 +708,7 @@ fn tolerations_copy_the_taints_that_exist() {
         json!(["amd64", "arm64"])
     );
 
-    // A taint with another value or effect is copied as it is.
+    // A taint with another value or effect is copied as it is, beside the template.
     let mut custom = pools.clone();
     custom.architectures.insert(
         "arm64".into(),
@@ -715,8 +720,9 @@ fn tolerations_copy_the_taints_that_exist() {
         }],
     );
     let mut p = policy();
+    p.toleration.effect = "NoExecute".into();
     p.toleration.toleration_seconds = Some(30);
-    let (_, patched) = run_with_pools(
+    let (decision, patched) = run_with_pools(
         &pod(&["m:1"], json!({})),
         &facts(&[("m:1", Ok(&["linux/arm64"]))]),
         &p,
@@ -724,19 +730,38 @@ fn tolerations_copy_the_taints_that_exist() {
     );
     assert_eq!(
         patched["spec"]["tolerations"],
-        json!([{"key": ARCH_LABEL, "operator": "Equal", "value": "arm", "effect": "NoExecute", "tolerationSeconds": 30}])
+        json!([
+            {"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"key": ARCH_LABEL, "operator": "Equal", "value": "arm", "effect": "NoExecute", "tolerationSeconds": 30},
+        ])
+    );
+    assert!(
+        decision.summary.contains(
+            "tolerates arm64 (templates: kubernetes.io/arch=arm64:NoExecute; taints seen on nodes: kubernetes.io/arch=arm:NoExecute)"
+        ),
+        "{}",
+        decision.summary
     );
 
-    // A supported architecture with no nodes in the cluster: nothing to tolerate.
+    // A supported architecture with no nodes in the cluster (a pool scaled to zero): its
+    // template all the same, so the autoscaler can grow the pool for this Pod.
     let mut no_s390x = pools.clone();
     no_s390x.architectures.remove("s390x");
-    let (decision, _) = run_with_pools(
+    let (decision, patched) = run_with_pools(
         &pod(&["z:1"], json!({})),
         &facts(&[("z:1", Ok(&["linux/s390x"]))]),
         &policy(),
         &no_s390x,
     );
-    assert!(decision.tolerations.is_empty());
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([arch_toleration("s390x")])
+    );
+    assert_eq!(decision.node_selector, None);
+    assert_eq!(
+        required_terms(&patched)[0]["matchExpressions"][0]["values"],
+        json!(["s390x"])
+    );
 }
 
 #[test]
@@ -758,5 +783,390 @@ fn images_that_run_everywhere_in_the_cluster_are_not_steered() {
             .contains("no steering: the images run on every architecture"),
         "{}",
         decision.summary
+    );
+}
+
+// Clusters that move: the answer does not depend on which nodes happen to exist.
+
+/// A taint as `(key, value, effect)`.
+type TaintParts<'a> = (&'a str, &'a str, &'a str);
+
+/// Pools of nodes given as `(name, architecture, taints)`.
+fn node_pools(nodes: &[(&str, &str, &[TaintParts])]) -> NodePools {
+    let list: Vec<k8s_openapi::api::core::v1::Node> = nodes
+        .iter()
+        .map(|(name, arch, taints)| {
+            let taints: Vec<Value> = taints
+                .iter()
+                .map(|(k, v, e)| json!({"key": k, "value": v, "effect": e}))
+                .collect();
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {ARCH_LABEL: arch}},
+                "spec": {"taints": taints},
+            }))
+            .unwrap()
+        })
+        .collect();
+    NodePools::from_nodes(&list, &policy().taint_keys())
+}
+
+fn arch_s390x_arm64_amd64() -> ImageFacts {
+    facts(&[(
+        "m:1",
+        Ok(&["linux/amd64", "linux/arm64", "linux/s390x", "linux/ppc64le"]),
+    )])
+}
+
+#[test]
+fn templates_do_not_depend_on_the_nodes_that_exist() {
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64", "linux/s390x"]))]);
+    let p = pod(&["m:1"], json!({}));
+    let without_watch = run(&p, &f, &policy());
+    let want = json!([arch_toleration("arm64"), arch_toleration("s390x")]);
+    assert_eq!(without_watch.patched["spec"]["tolerations"], want);
+    for (what, pools) in [
+        ("no nodes at all", NodePools::default()),
+        ("amd64 nodes only", node_pools(&[("amd-1", "amd64", &[])])),
+        (
+            "arm64 nodes only, tainted as the template says",
+            node_pools(&[("arm-1", "arm64", &[(ARCH_LABEL, "arm64", "NoSchedule")])]),
+        ),
+        (
+            "arm64 nodes untainted",
+            node_pools(&[("arm-1", "arm64", &[]), ("amd-1", "amd64", &[])]),
+        ),
+        ("the recorded cluster", recorded_pools()),
+    ] {
+        let (decision, patched) = run_with_pools(&p, &f, &policy(), &pools);
+        assert_eq!(patched["spec"]["tolerations"], want, "{what}");
+        // `review` (no node watch) and `serve` agree when the nodes add no other taint.
+        assert_eq!(
+            decision.tolerations, without_watch.decision.tolerations,
+            "{what}"
+        );
+        assert_eq!(patched, without_watch.patched, "{what}");
+    }
+}
+
+#[test]
+fn a_taint_seen_with_another_value_or_effect_is_tolerated_too() {
+    let pools = node_pools(&[
+        ("arm-1", "arm64", &[(ARCH_LABEL, "arm64", "NoSchedule")]),
+        ("arm-2", "arm64", &[(ARCH_LABEL, "arm64", "NoExecute")]),
+        ("s390-1", "s390x", &[(ARCH_LABEL, "ibm", "NoSchedule")]),
+        // Not an architecture taint: never copied.
+        ("arm-3", "arm64", &[("dedicated", "gpu", "NoSchedule")]),
+    ]);
+    let (decision, patched) = run_with_pools(
+        &pod(&["m:1"], json!({})),
+        &arch_s390x_arm64_amd64(),
+        &policy(),
+        &pools,
+    );
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([
+            arch_toleration("arm64"),
+            {"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoExecute"},
+            arch_toleration("s390x"),
+            {"key": ARCH_LABEL, "operator": "Equal", "value": "ibm", "effect": "NoSchedule"},
+        ])
+    );
+    let note = &decision.summary;
+    assert!(
+        note.contains("(templates: kubernetes.io/arch=arm64:NoSchedule, kubernetes.io/arch=s390x:NoSchedule; taints seen on nodes: kubernetes.io/arch=arm64:NoExecute, kubernetes.io/arch=ibm:NoSchedule)"),
+        "{note}"
+    );
+}
+
+#[test]
+fn an_architecture_that_is_not_supported_gets_no_toleration_whatever_nodes_exist() {
+    // ppc64le nodes exist and are tainted, but ppc64le is not in supported_architectures.
+    let pools = node_pools(&[
+        ("amd-1", "amd64", &[]),
+        ("ppc-1", "ppc64le", &[(ARCH_LABEL, "ppc64le", "NoSchedule")]),
+    ]);
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/ppc64le"]))]);
+    let (decision, patched) = run_with_pools(&pod(&["m:1"], json!({})), &f, &policy(), &pools);
+    assert!(
+        decision.tolerations.is_empty(),
+        "{:?}",
+        decision.tolerations
+    );
+    assert!(patched["spec"]["tolerations"].is_null());
+    assert!(decision.summary.contains("tolerates no tainted pool"));
+}
+
+#[test]
+fn per_architecture_templates_replace_the_default_one() {
+    let mut p = policy();
+    // An EKS Auto Mode style taint and GKE's, both on arm64; s390x keeps the default.
+    p.architecture_tolerations.insert(
+        "arm64".into(),
+        vec![
+            TolerationTemplate {
+                key: "arm64".into(),
+                operator: TolerationOperator::Equal,
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                toleration_seconds: None,
+            },
+            TolerationTemplate {
+                key: ARCH_LABEL.into(),
+                operator: TolerationOperator::Equal,
+                value: None,
+                effect: "NoSchedule".into(),
+                toleration_seconds: None,
+            },
+        ],
+    );
+    let out = run(&pod(&["m:1"], json!({})), &arch_s390x_arm64_amd64(), &p);
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([
+            {"key": "arm64", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+            arch_toleration("arm64"),
+            arch_toleration("s390x"),
+        ])
+    );
+    // The node watch reads the templates' keys: an `arm64=false` taint on an arm64 node is
+    // copied, one under an unrelated key is not; a taint a template already covers adds nothing.
+    let list: Vec<k8s_openapi::api::core::v1::Node> = serde_json::from_value(json!([
+        {"metadata": {"name": "a1", "labels": {ARCH_LABEL: "arm64"}},
+         "spec": {"taints": [{"key": "arm64", "value": "true", "effect": "NoSchedule"},
+                             {"key": "arm64", "value": "false", "effect": "NoSchedule"},
+                             {"key": "team", "value": "x", "effect": "NoSchedule"}]}},
+    ]))
+    .unwrap();
+    let pools = NodePools::from_nodes(&list, &p.taint_keys());
+    assert_eq!(pools.taints("arm64").len(), 2, "{pools:?}");
+    let (_, patched) = run_with_pools(
+        &pod(&["m:1"], json!({})),
+        &arch_s390x_arm64_amd64(),
+        &p,
+        &pools,
+    );
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([
+            {"key": "arm64", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+            arch_toleration("arm64"),
+            {"key": "arm64", "operator": "Equal", "value": "false", "effect": "NoSchedule"},
+            arch_toleration("s390x"),
+        ])
+    );
+}
+
+#[test]
+fn steering_counts_the_architectures_that_may_appear() {
+    // An amd64-only image in an amd64-only moment: still pinned to amd64, since arm64 and s390x
+    // pools may scale up from zero.
+    let amd_only = node_pools(&[("amd-1", "amd64", &[])]);
+    let (_, patched) = run_with_pools(
+        &pod(&["a:1"], json!({})),
+        &facts(&[("a:1", Ok(&["linux/amd64"]))]),
+        &policy(),
+        &amd_only,
+    );
+    assert_eq!(
+        required_terms(&patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
+    // Images for every default and supported architecture need no steering, with or without
+    // the node watch…
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64", "linux/s390x"]))]);
+    let out = run(&pod(&["m:1"], json!({})), &f, &policy());
+    assert!(out.patched["spec"]["affinity"].is_null());
+    assert!(
+        out.decision.summary.contains("may add"),
+        "{}",
+        out.decision.summary
+    );
+    // …unless the watch sees nodes of yet another architecture.
+    let with_ppc = node_pools(&[("ppc-1", "ppc64le", &[])]);
+    let (_, patched) = run_with_pools(&pod(&["m:1"], json!({})), &f, &policy(), &with_ppc);
+    assert_eq!(
+        required_terms(&patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64", "arm64", "s390x"])
+    );
+}
+
+fn daemon_set_pod(image: &str, node: &str) -> Value {
+    pod(
+        &[image],
+        json!({
+            "metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "name": "agent", "uid": "u", "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}},
+        }),
+    )
+}
+
+#[test]
+fn daemon_set_and_bound_pods_get_tolerations_only() {
+    let pools = recorded_pools();
+    let mut p = policy();
+    p.preferred_architectures = vec![WeightedArchitecture {
+        architecture: "arm64".into(),
+        weight: 80,
+    }];
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let ds = daemon_set_pod("m:1", "arm-1");
+    let (decision, patched) = run_with_pools(&ds, &f, &p, &pools);
+    assert_eq!(
+        patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
+    // The DaemonSet's own term is untouched: nothing ANDed in, no preference.
+    assert_eq!(
+        patched["spec"]["affinity"],
+        daemon_set_pod("m:1", "arm-1")["spec"]["affinity"]
+    );
+    assert!(decision.warnings.is_empty(), "{:?}", decision.warnings);
+    assert!(
+        decision
+            .summary
+            .contains("no steering: owned by DaemonSet agent"),
+        "{}",
+        decision.summary
+    );
+
+    // Headed for an s390x node its images cannot run on: said, and still not steered.
+    let ds = daemon_set_pod("m:1", "s390-1");
+    let (decision, patched) = run_with_pools(&ds, &f, &p, &pools);
+    let warning = "the Pod is headed for node s390-1 (s390x) but its images support only amd64,arm64 on linux";
+    assert_eq!(decision.warnings, [warning]);
+    assert!(decision.summary.contains(warning), "{}", decision.summary);
+    assert_eq!(patched["spec"]["affinity"], ds["spec"]["affinity"]);
+
+    // Without the node watch the node's architecture is unknown: no warning.
+    let out = run(&ds, &f, &p);
+    assert!(out.decision.warnings.is_empty());
+
+    // A Pod already bound to a node.
+    let bound = pod(&["m:1"], json!({"spec": {"nodeName": "s390-1"}}));
+    let (decision, patched) = run_with_pools(&bound, &f, &p, &pools);
+    assert!(patched["spec"]["affinity"].is_null());
+    assert_eq!(decision.warnings.len(), 1, "{:?}", decision.warnings);
+    assert!(decision.summary.contains("bound to node s390-1"));
+}
+
+fn artifact() -> Arc<ImagePlatforms> {
+    Arc::new(ImagePlatforms {
+        platforms: Vec::new(),
+        artifact: Some("application/vnd.cncf.helm.config.v1+json".into()),
+        ..(*platforms(&["linux/amd64"])).clone()
+    })
+}
+
+#[test]
+fn image_volumes_count_unless_they_are_platform_less_artifacts() {
+    let with_volume = |reference: &str| {
+        pod(
+            &["m:1"],
+            json!({"spec": {"volumes": [
+                {"name": "cfg", "configMap": {"name": "c"}},
+                {"name": "data", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}},
+            ]}}),
+        )
+    };
+    let mut f = facts(&[
+        ("m:1", Ok(&["linux/amd64", "linux/arm64"])),
+        ("tool:1", Ok(&["linux/amd64"])),
+    ]);
+    // A single-architecture image in a volume narrows the set.
+    let out = run(&with_volume("tool:1"), &f, &policy());
+    assert!(out.patched["spec"]["tolerations"].is_null());
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
+        json!(["amd64"])
+    );
+    assert!(out.decision.summary.contains("tool:1 (linux/amd64)"));
+
+    // A Helm chart (or model weights) names no platform: it runs anywhere.
+    f.insert("chart:1".into(), Ok(artifact()));
+    let out = run(&with_volume("chart:1"), &f, &policy());
+    assert_eq!(
+        out.patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64")])
+    );
+    assert!(
+        out.decision
+            .summary
+            .contains("chart:1 (artifact application/vnd.cncf.helm.config.v1+json: any platform)"),
+        "{}",
+        out.decision.summary
+    );
+
+    // An image volume without a reference is named.
+    let p: Pod = serde_json::from_value(with_volume("")).unwrap();
+    assert!(images_of(&p).unwrap_err().contains("volume data"));
+
+    // Only artifacts: nothing constrains the Pod, nothing is added but the explanation.
+    let only = run(&pod(&["chart:1"], json!({})), &f, &policy());
+    assert!(only.decision.tolerations.is_empty());
+    assert!(only.decision.summary.contains("no image constrains"));
+}
+
+#[test]
+fn weighted_preferences() {
+    let mut p = policy();
+    p.preferred_architectures = vec![
+        WeightedArchitecture {
+            architecture: "arm64".into(),
+            weight: 80,
+        },
+        WeightedArchitecture {
+            architecture: "amd64".into(),
+            weight: 20,
+        },
+        // Not among the images' architectures: left out.
+        WeightedArchitecture {
+            architecture: "ppc64le".into(),
+            weight: 5,
+        },
+    ];
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let out = run(&pod(&["m:1"], json!({})), &f, &p);
+    let term = |arch: &str, weight: i32| {
+        json!({"weight": weight, "preference": {"matchExpressions": [
+            {"key": ARCH_LABEL, "operator": "In", "values": [arch]}]}})
+    };
+    assert_eq!(
+        out.patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"],
+        json!([term("arm64", 80), term("amd64", 20)])
+    );
+    assert!(out
+        .decision
+        .summary
+        .contains("prefers arm64 (weight 80), amd64 (weight 20)"));
+    // Appended to the Pod's own preferred terms.
+    let existing = json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}}});
+    let out = run(&pod(&["m:1"], existing), &f, &p);
+    assert_eq!(
+        out.patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // The Pod's label still overrides: one term of weight 50.
+    let out = run(
+        &pod(
+            &["m:1"],
+            json!({"metadata": {"labels": {PREFERRED_KEY: "amd64"}}}),
+        ),
+        &f,
+        &p,
+    );
+    assert_eq!(
+        out.patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"],
+        json!([term("amd64", PREFERRED_WEIGHT)])
     );
 }

@@ -228,6 +228,7 @@ mod tests {
             digest: "d".into(),
             media_type: "m",
             platforms: vec![],
+            artifact: None,
             served_by: "h".into(),
             credential_source: "anonymous".into(),
             stale: None,

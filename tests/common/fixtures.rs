@@ -22,7 +22,7 @@ const HELM_LAYER: &str = "application/vnd.cncf.helm.chart.content.v1.tar+gzip";
 const IN_TOTO: &str = "application/vnd.in-toto+json";
 
 /// Every fixture (repository name under the prefix, tag `v1`) and the platforms tolerable must
-/// report for it; `None` where the lookup must fail as "not a container image".
+/// report for it; `None` for an artifact that names no platform (it runs anywhere).
 pub const EXPECTED: &[(&str, Option<&[&str]>)] = &[
     (
         "multiarch-oci",

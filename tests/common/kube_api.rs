@@ -46,12 +46,23 @@ fn full(body: Response<Full<Bytes>>) -> Response<Body> {
     body.map(|b| b.boxed_unsync())
 }
 
-/// A watch response: `lines` one chunk each, a little apart, then the end of the stream.
-fn watch_stream(lines: Vec<String>, then_wait: Duration) -> Response<Body> {
+/// A watch response: `lines` one chunk each, a little apart (or each when `gate` gives a
+/// permit), then the end of the stream.
+fn watch_stream(
+    lines: Vec<String>,
+    then_wait: Duration,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+) -> Response<Body> {
     let frames = futures_util::stream::iter(lines)
-        .then(|line| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n"))))
+        .then(move |line| {
+            let gate = gate.clone();
+            async move {
+                match gate {
+                    Some(gate) => gate.acquire().await.unwrap().forget(),
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+                Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n"))))
+            }
         })
         .chain(futures_util::stream::once(async move {
             tokio::time::sleep(then_wait).await;
@@ -72,10 +83,12 @@ struct State {
     watches: AtomicUsize,
     webhook_registered: std::sync::atomic::AtomicBool,
     list_delay: Duration,
+    /// When set, the first watch sends each recorded event only when the test adds a permit.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl State {
-    fn new(list_delay: Duration) -> Self {
+    fn new(list_delay: Duration, gate: Option<Arc<tokio::sync::Semaphore>>) -> Self {
         let list: serde_json::Value =
             serde_json::from_str(&recording("node-list.body.json")).unwrap();
         let nodes = list["items"]
@@ -101,6 +114,7 @@ impl State {
             watches: AtomicUsize::new(0),
             webhook_registered: std::sync::atomic::AtomicBool::new(true),
             list_delay,
+            gate,
         }
     }
 
@@ -157,12 +171,14 @@ async fn nodes(state: &State, query: &str) -> Response<Body> {
     }
     if state.watches.fetch_add(1, Ordering::SeqCst) == 0 {
         let events = recording("node-watch-from-list-rv.body.jsonl");
-        watch_stream(
-            events.lines().map(str::to_owned).collect(),
-            Duration::from_secs(1),
-        )
+        let (then_wait, gate) = match &state.gate {
+            // Held open until the test is done, so no re-list replays the events.
+            Some(gate) => (Duration::from_secs(60), Some(gate.clone())),
+            None => (Duration::from_secs(1), None),
+        };
+        watch_stream(events.lines().map(str::to_owned).collect(), then_wait, gate)
     } else {
-        watch_stream(Vec::new(), Duration::from_secs(3))
+        watch_stream(Vec::new(), Duration::from_secs(3), None)
     }
 }
 
@@ -253,6 +269,31 @@ impl FakeApiServer {
 
     /// As [`FakeApiServer::start`]; the node list is answered only after `list_delay`.
     pub fn start_with(hosts: RegistryHosts, list_delay: Duration) -> Self {
+        Self::start_state(hosts, State::new(list_delay, None))
+    }
+
+    /// A cluster whose tainted pools are scaled to zero: the list has only the amd64 nodes
+    /// (amd-1, bare-1); the first watch then sends the recorded events (arm-2 added, modified,
+    /// bare-1 modified, arm-2 deleted, a bookmark) one per [`FakeApiServer::release_events`].
+    pub fn start_scaled_to_zero(hosts: RegistryHosts) -> Self {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let state = State::new(Duration::ZERO, Some(gate));
+        state
+            .nodes
+            .lock()
+            .unwrap()
+            .retain(|name, _| name == "amd-1" || name == "bare-1");
+        Self::start_state(hosts, state)
+    }
+
+    /// Lets the gated watch send `n` more recorded events.
+    pub fn release_events(&self, n: usize) {
+        if let Some(gate) = &self.state.gate {
+            gate.add_permits(n);
+        }
+    }
+
+    fn start_state(hosts: RegistryHosts, state: State) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
         let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
@@ -270,7 +311,7 @@ impl FakeApiServer {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         let hosts = Arc::new(hosts);
-        let state = Arc::new(State::new(list_delay));
+        let state = Arc::new(state);
         let shared = state.clone();
         let port = super::serve(
             Some(acceptor),
