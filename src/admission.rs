@@ -13,6 +13,10 @@ use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
 use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, Policy};
 use crate::registry::Resolver;
 
+/// Images of one admission looked up at the same time (the registry client bounds requests
+/// per registry and in all on top).
+const LOOKUPS_PER_ADMISSION: usize = 16;
+
 /// The answer to one AdmissionReview, with what led to it.
 #[derive(Debug)]
 pub struct Reviewed {
@@ -101,14 +105,16 @@ impl Admission {
             .to_owned();
         // Skips need no lookups.
         let started = Instant::now();
-        let (facts, secret_warnings) =
-            if mutate::skip_reason(&namespace, &pod, &self.policy).is_some() {
-                (ImageFacts::new(), Vec::new())
-            } else {
-                let pull = self.pull_credentials(&namespace, &pod, budget).await;
-                let budget = budget.saturating_sub(started.elapsed());
-                (self.lookup(&images, &pull, budget).await, pull.warnings)
-            };
+        let (facts, secret_warnings) = if mutate::skip_reason(&namespace, &pod, &self.policy)
+            .is_some()
+            || mutate::over_limits(&images, &self.policy).is_some()
+        {
+            (ImageFacts::new(), Vec::new())
+        } else {
+            let pull = self.pull_credentials(&namespace, &pod, budget).await;
+            let budget = budget.saturating_sub(started.elapsed());
+            (self.lookup(&images, &pull, budget).await, pull.warnings)
+        };
         let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
         let decision = mutate::decide_with_pools(
             &namespace,
@@ -166,16 +172,19 @@ impl Admission {
         pull: &'a PodCredentials,
         budget: Duration,
     ) -> ImageFacts {
-        let distinct: Vec<&str> = mutate::distinct_images(images).collect();
-        // The registry lookup ends itself a little before the budget (and is then counted by
-        // the circuit breaker); the outer timeout only guards a lookup this one is waiting on.
-        let own_deadline = budget.saturating_sub(budget / 20);
-        let lookup = |image: &'a str| async move {
+        let distinct = mutate::distinct_images(images);
+        // Every lookup ends by the same deadline, however long it waited for its turn. The
+        // registry lookup ends itself a little before it (and is then counted by the circuit
+        // breaker); the outer timeout only guards a lookup this one is waiting on.
+        let deadline = tokio::time::Instant::now() + budget;
+        let margin = budget / 20;
+        let lookup = move |image: &'a str| async move {
             let started = Instant::now();
-            let result = match tokio::time::timeout(
-                budget,
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let result = match tokio::time::timeout_at(
+                deadline,
                 self.resolver
-                    .resolve_within(image, &pull.credentials, own_deadline),
+                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin)),
             )
             .await
             {
@@ -195,9 +204,18 @@ impl Admission {
         if let [image] = distinct[..] {
             return ImageFacts::from([lookup(image).await]);
         }
-        futures_util::future::join_all(distinct.into_iter().map(lookup))
-            .await
-            .into_iter()
-            .collect()
+        // A bounded number at a time: the rest wait their turn inside the same budget.
+        let turns = tokio::sync::Semaphore::new(LOOKUPS_PER_ADMISSION);
+        let turns = &turns;
+        futures_util::future::join_all(distinct.into_iter().map(|image| async move {
+            let _turn = turns
+                .acquire()
+                .await
+                .expect("the semaphore is never closed");
+            lookup(image).await
+        }))
+        .await
+        .into_iter()
+        .collect()
     }
 }

@@ -67,9 +67,11 @@ pub struct ServeArgs {
 pub enum NodesCommand {
     /// Show the taints `taint` would add or remove. Exit status 1 when anything would change.
     Plan,
-    /// Taint every node of a non-default architecture; refuses while the webhook is not ready.
+    /// Taint every node of a supported architecture; refuses while the webhook is not ready,
+    /// and when a node's architecture is neither default nor supported.
     Taint {
-        /// Taint even though the webhook is not registered and ready.
+        /// Taint even though the webhook is not registered and ready, and taint nodes of
+        /// architectures that are neither default nor supported (no Pod tolerates those).
         #[arg(long)]
         force: bool,
     },

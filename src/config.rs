@@ -70,6 +70,8 @@ struct RawConfig {
     preferred_architecture: Option<RawPreference>,
     on_no_common_architecture: String,
     on_lookup_failure: String,
+    max_containers_per_pod: usize,
+    max_images_per_pod: usize,
     read_pull_secrets: bool,
     watch_nodes: bool,
     default_architectures: List,
@@ -107,6 +109,8 @@ impl Default for RawConfig {
             preferred_architecture: None,
             on_no_common_architecture: "deny".into(),
             on_lookup_failure: "allow".into(),
+            max_containers_per_pod: 1000,
+            max_images_per_pod: 100,
             read_pull_secrets: true,
             watch_nodes: true,
             default_architectures: List(vec!["amd64".into()]),
@@ -177,8 +181,28 @@ struct RawTemplate {
     value: Option<String>,
     #[serde(default)]
     effect: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "number_or_text")]
     toleration_seconds: Option<i64>,
+}
+
+/// A number as TOML writes it, or as an environment variable does (text): config-rs hands
+/// variables over as strings, and an untagged enum cannot convert them itself.
+fn number_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(i64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Number(n)) => Ok(Some(n)),
+        Some(Raw::Text(t)) => t
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("{t:?} is not a whole number"))),
+    }
 }
 
 impl RawTemplates {
@@ -280,11 +304,11 @@ pub struct Config {
     pub policy: Policy,
     /// Read each Pod's image pull secrets (and its ServiceAccount's) from the API server.
     pub read_pull_secrets: bool,
-    /// Watch Nodes: tolerate the taints that really exist, skip steering when the images run
-    /// everywhere; `/readyz` waits for the first sync.
+    /// Watch Nodes: also tolerate taints the templates do not, count the architectures seen
+    /// when deciding whether to steer; `/readyz` waits for the first sync.
     pub watch_nodes: bool,
-    /// Node tainting (`tolerable nodes`, `manage_node_taints`): nodes of these architectures
-    /// stay untainted; the others get `[tolerations].key=<arch>:[tolerations].effect`.
+    /// Node tainting (`tolerable nodes`, `manage_node_taints`): default architectures stay
+    /// untainted, supported ones get their first template's taint, others are left alone.
     pub taint_policy: crate::taints::TaintPolicy,
     /// `serve` keeps new nodes tainted as they join.
     pub manage_node_taints: bool,
@@ -367,6 +391,8 @@ impl Config {
             preferred_architecture,
             on_no_common_architecture,
             on_lookup_failure,
+            max_containers_per_pod,
+            max_images_per_pod,
             read_pull_secrets,
             watch_nodes,
             default_architectures,
@@ -524,6 +550,8 @@ impl Config {
             preferred_architecture,
             on_no_common_architecture,
             on_lookup_failure,
+            max_containers_per_pod,
+            max_images_per_pod,
         })?;
         let taint_policy = crate::taints::TaintPolicy::from_policy(&policy);
 
@@ -631,6 +659,8 @@ struct RawPolicy {
     preferred_architecture: Option<RawPreference>,
     on_no_common_architecture: String,
     on_lookup_failure: String,
+    max_containers_per_pod: usize,
+    max_images_per_pod: usize,
 }
 
 fn validate_policy(raw: RawPolicy) -> Result<Policy, ConfigError> {
@@ -733,7 +763,16 @@ fn validate_policy(raw: RawPolicy) -> Result<Policy, ConfigError> {
         on_no_common_architecture,
         on_lookup_failure,
         skip_namespaces: raw.skip_namespaces.0.into_iter().collect(),
+        max_containers_per_pod: at_least_one("max_containers_per_pod", raw.max_containers_per_pod)?,
+        max_images_per_pod: at_least_one("max_images_per_pod", raw.max_images_per_pod)?,
     })
+}
+
+fn at_least_one(key: &str, n: usize) -> Result<usize, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::key(key, "must be at least 1"));
+    }
+    Ok(n)
 }
 
 /// One toleration template under `section` (`tolerations` or `architecture_tolerations.<arch>`).
@@ -1273,6 +1312,26 @@ mod tests {
             ]),
         )
         .unwrap();
+        // A nested variable for one field of a table.
+        let nested = Config::load(
+            Some(&path),
+            env(&[
+                (
+                    "TOLERABLE_ARCHITECTURE_TOLERATIONS__S390X__EFFECT",
+                    "NoExecute",
+                ),
+                (
+                    "TOLERABLE_ARCHITECTURE_TOLERATIONS__S390X__TOLERATION_SECONDS",
+                    "45",
+                ),
+            ]),
+        )
+        .unwrap();
+        let s390x = &nested.policy.architecture_tolerations["s390x"][0];
+        assert_eq!(
+            (s390x.effect.as_str(), s390x.toleration_seconds),
+            ("NoExecute", Some(45))
+        );
         let arm = &c.policy.architecture_tolerations["arm64"];
         let shown: Vec<String> = arm
             .iter()

@@ -118,7 +118,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_node_architecture_taints",
-            "Architectures the node watch has seen, with how many distinct taints under the toleration key their nodes carry",
+            "Architectures the node watch has seen, with how many distinct taints under the toleration templates' keys their nodes carry",
             metrics.architecture_taints.clone(),
         );
         metrics

@@ -268,6 +268,11 @@ pub struct Policy {
     pub on_no_common_architecture: OnNoCommonArchitecture,
     pub on_lookup_failure: OnLookupFailure,
     pub skip_namespaces: BTreeSet<String>,
+    /// Most containers (init, regular, ephemeral) and image volumes a Pod may have for
+    /// tolerable to look its images up.
+    pub max_containers_per_pod: usize,
+    /// Most distinct images looked up for one Pod.
+    pub max_images_per_pod: usize,
 }
 
 impl Policy {
@@ -316,6 +321,8 @@ impl Default for Policy {
             on_no_common_architecture: OnNoCommonArchitecture::Deny,
             on_lookup_failure: OnLookupFailure::Allow,
             skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+            max_containers_per_pod: 1000,
+            max_images_per_pod: 100,
         }
     }
 }
@@ -653,9 +660,9 @@ pub fn decide(
     decide_with_pools(namespace, pod, images, facts, policy, None)
 }
 
-/// [`decide`], knowing the cluster's node pools: tolerations are then copied from the taints
-/// that really exist on each architecture's nodes, and a Pod whose images run on every
-/// architecture present needs no steering.
+/// [`decide`], knowing the cluster's node pools: a taint the nodes of a tolerated architecture
+/// carry that no template tolerates is tolerated too, architectures seen on nodes count among
+/// those that may appear (for steering), and a bound or DaemonSet Pod's node is known.
 pub fn decide_with_pools(
     namespace: &str,
     pod: &Pod,
@@ -667,24 +674,63 @@ pub fn decide_with_pools(
     if let Some(reason) = skip_reason(namespace, pod, policy) {
         return Decision::skipped(reason);
     }
+    if let Some(reason) = over_limits(images, policy) {
+        // Not looked up at all: treated as a lookup failure (allowed unchanged, or denied).
+        if policy.on_lookup_failure == OnLookupFailure::Deny {
+            return Decision {
+                deny: Some(format!("tolerable did not look the images up: {reason}")),
+                summary: format!("denied: {reason}"),
+                outcome: Some(Outcome::Denied),
+                ..Decision::default()
+            };
+        }
+        return Decision {
+            warnings: vec![format!("tolerable added no tolerations: {reason}")],
+            summary: format!("unchanged: {reason}"),
+            outcome: Some(Outcome::LookupFailed),
+            ..Decision::default()
+        };
+    }
     let mut decision = decide_from_facts(pod, images, facts, policy, pools);
     // A decision made on last known answers says so: the registry may have changed since.
-    let stale = distinct_images(images).filter_map(|image| match facts.get(image) {
-        Some(Ok(found)) => found.stale.as_ref().map(|why| format!("{image}: {why}")),
-        _ => None,
-    });
+    let stale = distinct_images(images)
+        .into_iter()
+        .filter_map(|image| match facts.get(image) {
+            Some(Ok(found)) => found.stale.as_ref().map(|why| format!("{image}: {why}")),
+            _ => None,
+        });
     decision.warnings.extend(stale);
     decision
 }
 
 /// Each image once, in the order the Pod first names it: an image several containers use is
-/// described and warned about once. (Quadratic, without allocating: a Pod has few containers.)
-pub fn distinct_images(images: &[ContainerImage]) -> impl Iterator<Item = &str> {
+/// described and warned about once. Linear: a hostile Pod may name tens of thousands.
+pub fn distinct_images(images: &[ContainerImage]) -> Vec<&str> {
+    let mut seen = std::collections::HashSet::with_capacity(images.len());
     images
         .iter()
-        .enumerate()
-        .filter(|(i, c)| !images[..*i].iter().any(|earlier| earlier.image == c.image))
-        .map(|(_, c)| c.image.as_str())
+        .map(|c| c.image.as_str())
+        .filter(|image| seen.insert(*image))
+        .collect()
+}
+
+/// Why the Pod names more than tolerable looks up for one admission, if it does: far above
+/// real Pods, so one Pod cannot make tolerable open thousands of registry connections.
+pub fn over_limits(images: &[ContainerImage], policy: &Policy) -> Option<String> {
+    if images.len() > policy.max_containers_per_pod {
+        return Some(format!(
+            "the Pod has {} containers and image volumes, more than max_containers_per_pod ({})",
+            images.len(),
+            policy.max_containers_per_pod
+        ));
+    }
+    let distinct = distinct_images(images).len();
+    (distinct > policy.max_images_per_pod).then(|| {
+        format!(
+            "the Pod names {distinct} distinct images, more than max_images_per_pod ({})",
+            policy.max_images_per_pod
+        )
+    })
 }
 
 fn decide_from_facts(
@@ -762,18 +808,18 @@ fn decide_from_facts(
             Some(c) => c.intersection(&archs).copied().collect(),
         });
     }
-    let Some(common) = common else {
-        // Only platform-less artifacts: nothing narrows where the Pod may run.
-        let summary =
-            format!("unchanged: no image constrains the architecture; images: {described}");
-        return Decision {
-            annotation: annotation_update(pod, summary.clone()),
-            summary,
-            outcome: Some(Outcome::Decided),
-            ..Decision::default()
-        };
+    // Only platform-less artifacts: nothing narrows where the Pod may run, so every
+    // architecture that can appear is common (tolerated where supported, never steered).
+    let common: Vec<String> = match common {
+        Some(common) => common.into_iter().map(str::to_owned).collect(),
+        None => policy
+            .possible_architectures()
+            .chain(pools.into_iter().flat_map(|p| p.architectures.keys()))
+            .cloned()
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect(),
     };
-    let common: Vec<String> = common.into_iter().map(str::to_owned).collect();
 
     if common.is_empty() {
         let message = format!("no {os} architecture is common to all images: {described}");
@@ -830,7 +876,13 @@ fn decide_from_facts(
             if ours || !is_template_key {
                 continue;
             }
-            let toleration = toleration_for(taint, policy.toleration.toleration_seconds);
+            // tolerationSeconds as this architecture's own NoExecute template under that key
+            // gives them (toleration_for keeps them for NoExecute taints only).
+            let seconds = templates
+                .iter()
+                .filter(|t| t.key == taint.key && t.effect == "NoExecute")
+                .find_map(|t| t.toleration_seconds);
+            let toleration = toleration_for(taint, seconds);
             if wanted.iter().any(|(t, _)| *t == toleration) {
                 continue;
             }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::try_join_all;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 
 use self::cache::{CacheKey, CacheSettings, LookupCache};
@@ -31,6 +31,18 @@ pub use self::reference::{ImageReference, ReferenceError};
 
 /// An index inside an index inside an index is already unusual; deeper is a loop or an attack.
 pub const MAX_INDEX_DEPTH: usize = 3;
+/// Most manifests one index may list (real multi-platform images list a few dozen, with their
+/// attestations); a longer one is refused rather than walked.
+pub const MAX_INDEX_ENTRIES: usize = 512;
+/// Most distinct platforms one image may report (answers, annotations and logs stay small).
+pub const MAX_PLATFORMS: usize = 64;
+/// Child manifests of one index fetched at the same time.
+const CHILD_FETCHES: usize = 4;
+/// Registry lookups in flight at once, in all and per registry host: a Pod naming thousands of
+/// images (or many such Pods) cannot open thousands of connections. Lookups beyond wait their
+/// turn within their own deadline.
+pub const MAX_LOOKUPS_IN_FLIGHT: usize = 64;
+pub const MAX_LOOKUPS_PER_HOST: usize = 16;
 
 /// What the registry said about one image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -114,6 +126,10 @@ pub enum LookupError {
     NoPlatforms { reference: String },
     #[error("{reference}: lookup did not finish within {}", short_duration(*.after))]
     Timeout { reference: String, after: Duration },
+    /// tolerable's own bound on lookups in flight kept this one waiting until its deadline: not
+    /// the registry's fault, so its circuit breaker does not count it and nothing is cached.
+    #[error("{reference}: not looked up within {}: too many lookups in flight", short_duration(*.after))]
+    Throttled { reference: String, after: Duration },
     #[error("{reference}: registry {registry} unreachable: {reason}")]
     Unreachable {
         reference: String,
@@ -152,6 +168,7 @@ impl LookupError {
             | Self::Malformed { reference, .. }
             | Self::NoPlatforms { reference }
             | Self::Timeout { reference, .. }
+            | Self::Throttled { reference, .. }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
             | Self::CircuitOpen { reference, .. } => format!("{reference}: "),
@@ -165,7 +182,10 @@ impl LookupError {
     /// breaker count it.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Self::Timeout { .. } | Self::Unreachable { .. } | Self::CircuitOpen { .. } => true,
+            Self::Timeout { .. }
+            | Self::Throttled { .. }
+            | Self::Unreachable { .. }
+            | Self::CircuitOpen { .. } => true,
             Self::Registry { status, .. } => *status == 429 || *status >= 500,
             _ => false,
         }
@@ -181,6 +201,7 @@ impl LookupError {
             Self::Malformed { .. } => "malformed",
             Self::NoPlatforms { .. } => "no_platforms",
             Self::Timeout { .. } => "timeout",
+            Self::Throttled { .. } => "throttled",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -197,6 +218,9 @@ pub enum FetchError {
     Malformed(String),
     Manifest(ManifestError),
     TooDeep,
+    /// An index listing more than [`MAX_INDEX_ENTRIES`] manifests, or an image with more than
+    /// [`MAX_PLATFORMS`] platforms.
+    TooMany(&'static str),
     Status {
         code: u16,
         message: String,
@@ -222,7 +246,10 @@ impl FetchError {
                 reason: "manifest or config larger than 4 MiB".into(),
             },
             Self::Malformed(reason) => LookupError::Malformed { reference, reason },
-            Self::Manifest(ManifestError::NotAnImage { media_type }) => LookupError::NotAnImage {
+            Self::Manifest(
+                ManifestError::NotAnImage { media_type }
+                | ManifestError::UnknownType { media_type },
+            ) => LookupError::NotAnImage {
                 reference,
                 media_type,
             },
@@ -233,6 +260,10 @@ impl FetchError {
             Self::TooDeep => LookupError::Malformed {
                 reference,
                 reason: format!("image indexes nested deeper than {MAX_INDEX_DEPTH}"),
+            },
+            Self::TooMany(what) => LookupError::Malformed {
+                reference,
+                reason: what.to_owned(),
             },
             Self::Status { code, message } => LookupError::Registry {
                 reference,
@@ -310,7 +341,7 @@ pub async fn walk(
         Err(ManifestError::NotAnImage { media_type }) => {
             return Ok(Walked {
                 digest,
-                media_type: manifest::OCI_MANIFEST,
+                media_type: manifest::single_manifest_type(&body),
                 platforms: Vec::new(),
                 artifact: Some(media_type),
             })
@@ -321,6 +352,11 @@ pub async fn walk(
     let mut platforms = platforms_of(source, repository, parsed, 0).await?;
     platforms.sort();
     platforms.dedup();
+    if platforms.len() > MAX_PLATFORMS {
+        return Err(FetchError::TooMany(
+            "the image names more than 64 platforms",
+        ));
+    }
     platforms.shrink_to_fit();
     Ok(Walked {
         digest,
@@ -346,31 +382,44 @@ fn platforms_of<'a, S: ManifestSource>(
                 ])
             }
             ParsedManifest::Index { entries, .. } => {
+                if entries.len() > MAX_INDEX_ENTRIES {
+                    return Err(FetchError::TooMany(
+                        "the image index lists more than 512 manifests",
+                    ));
+                }
                 let mut known = Vec::new();
-                let mut unknown = Vec::new();
+                let mut unknown: Vec<String> = Vec::new();
                 for entry in entries {
                     match entry.platform {
                         // A nested index's own platform field is not trusted: read it.
                         Some(p) if !entry.is_index() => known.push(p),
+                        // Each child once, however often the index lists it.
+                        _ if unknown.contains(&entry.descriptor.digest) => {}
                         _ => unknown.push(entry.descriptor.digest),
                     }
                 }
                 if !unknown.is_empty() && depth >= MAX_INDEX_DEPTH {
                     return Err(FetchError::TooDeep);
                 }
-                let children = try_join_all(unknown.iter().map(|digest| async move {
-                    let (body, _) = source.manifest(repository, digest).await?;
-                    let child = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
-                    match child {
-                        Ok(child) => platforms_of(source, repository, child, depth + 1).await,
-                        // An artifact inside an index (a signature, an SBOM) is not a platform.
-                        Err(FetchError::Manifest(ManifestError::NotAnImage { .. })) => {
-                            Ok(Vec::new())
+                // A few children at a time: an index is a list the registry's owner chose.
+                let children: Vec<Vec<Platform>> =
+                    futures_util::stream::iter(unknown.into_iter().map(move |digest| async move {
+                        let (body, _) = source.manifest(repository, &digest).await?;
+                        let child =
+                            manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
+                        match child {
+                            Ok(child) => platforms_of(source, repository, child, depth + 1).await,
+                            // An artifact inside an index (a signature, an SBOM) is not a platform.
+                            Err(FetchError::Manifest(
+                                ManifestError::NotAnImage { .. }
+                                | ManifestError::UnknownType { .. },
+                            )) => Ok(Vec::new()),
+                            Err(e) => Err(e),
                         }
-                        Err(e) => Err(e),
-                    }
-                }))
-                .await?;
+                    }))
+                    .buffered(CHILD_FETCHES)
+                    .try_collect()
+                    .await?;
                 known.extend(children.into_iter().flatten());
                 known.retain(|p| !p.is_unknown());
                 Ok(known)
@@ -398,6 +447,7 @@ pub struct Resolver {
     client: RegistryClient,
     cache: LookupCache,
     breakers: CircuitBreakers,
+    turns: LookupTurns,
     observer: Option<Arc<dyn RegistryObserver>>,
 }
 
@@ -413,6 +463,7 @@ impl Resolver {
             client,
             cache: LookupCache::new(&settings.cache),
             breakers: CircuitBreakers::new(settings.breaker.clone()),
+            turns: LookupTurns::default(),
             settings,
             credentials,
             observer: None,
@@ -548,6 +599,14 @@ impl Resolver {
         deadline: tokio::time::Instant,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        // Our own bound first: a lookup that never got its turn is no failure of the registry's,
+        // and must not take the breaker's half-open probe slot either.
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.turns.take(host)).await else {
+            return Err(LookupError::Throttled {
+                reference: reference.to_string(),
+                after: timeout,
+            });
+        };
         if let Err(open) = self.breakers.check(host, self.settings.lookup_timeout) {
             return Err(LookupError::CircuitOpen {
                 reference: reference.to_string(),
@@ -556,10 +615,19 @@ impl Resolver {
                 cause: open.cause,
             });
         }
+        let turn_started = tokio::time::Instant::now();
         let attempt =
             tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
         let result = match attempt.await {
             Ok(result) => result,
+            // The registry had less than half the budget because this lookup waited its turn
+            // behind others: tolerable's own limit cut it short, not the registry.
+            Err(_) if deadline.saturating_duration_since(turn_started) < timeout / 2 => {
+                return Err(LookupError::Throttled {
+                    reference: reference.to_string(),
+                    after: timeout,
+                });
+            }
             Err(_) => Err(LookupError::Timeout {
                 reference: reference.to_string(),
                 after: timeout,
@@ -635,6 +703,59 @@ impl Resolver {
     /// Entries currently cached (for metrics and tests).
     pub async fn cached_entries(&self) -> u64 {
         self.cache.entry_count().await
+    }
+}
+
+/// Turns for registry lookups: at most [`MAX_LOOKUPS_IN_FLIGHT`] at once, and
+/// [`MAX_LOOKUPS_PER_HOST`] per registry host. Waiters are served first come, first served.
+struct LookupTurns {
+    all: Arc<tokio::sync::Semaphore>,
+    hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl Default for LookupTurns {
+    fn default() -> Self {
+        Self {
+            all: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS_IN_FLIGHT)),
+            hosts: std::sync::Mutex::default(),
+        }
+    }
+}
+
+/// A lookup's turn: both permits, given back when it ends.
+struct Turn {
+    _host: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl LookupTurns {
+    async fn take(&self, host: &str) -> Turn {
+        let per_host = {
+            let mut hosts = self.hosts.lock().expect("turns lock poisoned");
+            // Images can name any host: forget the idle ones rather than grow.
+            if hosts.len() >= MAX_TRACKED_HOSTS && !hosts.contains_key(host) {
+                hosts.retain(|_, s| s.available_permits() < MAX_LOOKUPS_PER_HOST);
+            }
+            hosts
+                .entry(host.to_owned())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS_PER_HOST)))
+                .clone()
+        };
+        // Host first: a queue for one busy registry does not hold turns others could use.
+        let host_permit = per_host
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let all_permit = self
+            .all
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        Turn {
+            _host: host_permit,
+            _all: all_permit,
+        }
     }
 }
 

@@ -72,6 +72,9 @@ pub struct TaintPolicy {
     pub architecture_taints: BTreeMap<String, TaintSpec>,
     /// Taint architectures that are neither default nor supported (`nodes taint --force`).
     pub force: bool,
+    /// Every key of the toleration templates: a taint under one of these is an architecture
+    /// taint (what the node watch reads, and what `serve` warns about).
+    pub taint_keys: BTreeSet<String>,
 }
 
 impl TaintPolicy {
@@ -113,6 +116,7 @@ impl TaintPolicy {
             effect: effect_of(&policy.toleration.effect),
             architecture_taints,
             force: false,
+            taint_keys: policy.taint_keys(),
         }
     }
 
@@ -137,12 +141,6 @@ impl TaintPolicy {
     pub fn is_unplanned(&self, arch: &str) -> bool {
         !self.default_architectures.contains(arch) && !self.supported_architectures.contains(arch)
     }
-
-    /// Every key a taint of this policy may have (what the node watch reads).
-    fn keys(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.key.as_str())
-            .chain(self.architecture_taints.values().map(|t| t.key.as_str()))
-    }
 }
 
 /// Nodes of an architecture that is neither default nor supported and that already carry one
@@ -160,7 +158,7 @@ pub fn fenced_off_nodes<'a>(
             continue;
         }
         for taint in taints(node) {
-            if policy.keys().any(|k| k == taint.key) {
+            if policy.taint_keys.contains(&taint.key) {
                 out.push((
                     name(node),
                     arch.clone(),
@@ -377,6 +375,7 @@ mod tests {
             effect: "NoSchedule".into(),
             architecture_taints: BTreeMap::new(),
             force: false,
+            taint_keys: BTreeSet::from([ARCH_LABEL.to_owned()]),
         }
     }
 

@@ -30,6 +30,7 @@ fn policy() -> TaintPolicy {
         effect: "NoSchedule".into(),
         architecture_taints: Default::default(),
         force: false,
+        taint_keys: BTreeSet::from([ARCH_LABEL.to_owned()]),
     }
 }
 

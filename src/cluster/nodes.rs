@@ -227,8 +227,8 @@ pub async fn apply_taints(
 /// How often `manage_node_taints` looks at the node watch for nodes to taint.
 pub const MANAGE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// `manage_node_taints`: taints nodes of non-default architectures as the node watch sees them
-/// join. Runs inside the webhook, so the webhook is up by construction. Never returns.
+/// `manage_node_taints`: taints nodes of supported architectures as the node watch sees them
+/// join (never those of an architecture that is neither default nor supported). Runs inside the webhook, so the webhook is up by construction. Never returns.
 pub async fn keep_nodes_tainted(
     client: kube::Client,
     watch: NodeWatch,

@@ -1104,10 +1104,19 @@ fn image_volumes_count_unless_they_are_platform_less_artifacts() {
     let p: Pod = serde_json::from_value(with_volume("")).unwrap();
     assert!(images_of(&p).unwrap_err().contains("volume data"));
 
-    // Only artifacts: nothing constrains the Pod, nothing is added but the explanation.
+    // Only artifacts (a WASM app, say): they run wherever the Pod lands, so every supported
+    // pool is tolerated and nothing steers.
     let only = run(&pod(&["chart:1"], json!({})), &f, &policy());
-    assert!(only.decision.tolerations.is_empty());
-    assert!(only.decision.summary.contains("no image constrains"));
+    assert_eq!(
+        only.patched["spec"]["tolerations"],
+        json!([arch_toleration("arm64"), arch_toleration("s390x")])
+    );
+    assert!(only.patched["spec"]["affinity"].is_null());
+    assert!(
+        only.decision.summary.contains("may add"),
+        "{}",
+        only.decision.summary
+    );
 }
 
 #[test]
@@ -1169,4 +1178,41 @@ fn weighted_preferences() {
             ["preferredDuringSchedulingIgnoredDuringExecution"],
         json!([term("amd64", PREFERRED_WEIGHT)])
     );
+}
+
+#[test]
+fn distinct_images_keep_first_order_and_limits_apply() {
+    let many: Vec<String> = (0..40_000).map(|i| format!("img{}:1", i % 7)).collect();
+    let images: Vec<ContainerImage> = many
+        .iter()
+        .enumerate()
+        .map(|(i, image)| ContainerImage {
+            container: format!("c{i}"),
+            image: image.clone(),
+        })
+        .collect();
+    let distinct = distinct_images(&images);
+    assert_eq!(
+        distinct,
+        (0..7).map(|i| format!("img{i}:1")).collect::<Vec<_>>()
+    );
+    let mut p = policy();
+    let reason = over_limits(&images, &p).unwrap();
+    assert!(reason.contains("40000 containers"), "{reason}");
+    p.max_containers_per_pod = 50_000;
+    assert!(over_limits(&images, &p).is_none());
+    p.max_images_per_pod = 5;
+    let reason = over_limits(&images, &p).unwrap();
+    assert!(reason.contains("7 distinct images"), "{reason}");
+
+    // Decided without lookups: unchanged with a warning, or denied.
+    let pod: Pod = serde_json::from_value(pod(&["a:1", "b:1"], json!({}))).unwrap();
+    let two = images_of(&pod).unwrap();
+    p.max_images_per_pod = 1;
+    let d = decide("apps", &pod, &two, &ImageFacts::new(), &p);
+    assert_eq!(d.outcome(), super::Outcome::LookupFailed);
+    assert!(d.warnings[0].contains("max_images_per_pod (1)"));
+    p.on_lookup_failure = OnLookupFailure::Deny;
+    let d = decide("apps", &pod, &two, &ImageFacts::new(), &p);
+    assert!(d.deny.unwrap().contains("did not look the images up"));
 }

@@ -7,6 +7,12 @@
 //! (down, hung, 5xx, rate limited), that last known answer is served instead, marked stale, and
 //! the refresh is retried after `failure_ttl`. An authoritative "no" (not found, unauthorized)
 //! is never papered over.
+//!
+//! Bounded in bytes as well as entries: an entry weighs one unit per started KiB, and
+//! `max_entries` counts units. Failures live in a space of their own, a tenth of the size, so a
+//! flood of failing references (one Pod naming thousands of made-up images) evicts other
+//! failures, never the answers other Pods' images depend on. A lookup cut short by tolerable's
+//! own limits ([`LookupError::Throttled`]) is not cached at all.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -87,26 +93,57 @@ impl Expiry<CacheKey, Entry> for SlotExpiry {
 }
 
 pub struct LookupCache {
+    /// Answers (fresh, or kept as a stale fallback).
     entries: Cache<CacheKey, Entry>,
+    /// Failures, remembered for `failure_ttl`.
+    failures: Cache<CacheKey, Entry>,
     settings: CacheSettings,
+}
+
+/// An entry's weight: one unit per started KiB of what it holds.
+fn weight(key: &CacheKey, slot: &Entry) -> u32 {
+    let held = match &slot.result {
+        Ok(found) => {
+            found.digest.len()
+                + found.platforms.len() * std::mem::size_of::<super::Platform>()
+                + found.artifact.as_ref().map_or(0, String::len)
+                + found.stale.as_ref().map_or(0, String::len)
+                + found.served_by.len()
+        }
+        Err(e) => e.to_string().len(),
+    };
+    let bytes = key.reference.len() + key.credentials.len() * 8 + held + 128;
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
 }
 
 impl LookupCache {
     pub fn new(settings: &CacheSettings) -> Self {
         let entries = Cache::builder()
             .max_capacity(settings.max_entries)
+            .weigher(weight)
+            .expire_after(SlotExpiry)
+            .build();
+        let failures = Cache::builder()
+            .max_capacity((settings.max_entries / 10).max(16))
+            .weigher(weight)
             .expire_after(SlotExpiry)
             .build();
         Self {
             entries,
+            failures,
             settings: settings.clone(),
         }
     }
 
     /// The cached answer for `key` while it is fresh (served without asking the registry).
     pub async fn fresh(&self, key: &CacheKey) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
-        let slot = self.entries.get(key).await?;
-        (Instant::now() < slot.fresh_until).then(|| slot.result.clone())
+        if let Some(slot) = self.entries.get(key).await {
+            if Instant::now() < slot.fresh_until {
+                return Some(slot.result.clone());
+            }
+        }
+        let failed = self.failures.get(key).await?;
+        (Instant::now() < failed.fresh_until).then(|| failed.result.clone())
     }
 
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
@@ -120,10 +157,14 @@ impl LookupCache {
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let immutable = key.immutable;
+        // What this call answers when the entry itself is not it (a failure, kept apart).
+        let answered = std::sync::Mutex::new(None);
+        let failures = &self.failures;
+        let failure_key = key.clone();
         let computed = self
             .entries
             .entry(key)
-            .and_compute_with(|current| async move {
+            .and_compute_with(|current| async {
                 let current = current.map(moka::Entry::into_value);
                 // Still fresh, or refreshed by another caller while this one waited its turn.
                 if current
@@ -132,20 +173,42 @@ impl LookupCache {
                 {
                     return Op::Nop;
                 }
+                if let Some(failed) = failures.get(&failure_key).await {
+                    if Instant::now() < failed.fresh_until {
+                        *answered.lock().expect("not poisoned") = Some(failed.result.clone());
+                        return Op::Nop;
+                    }
+                }
                 let result = resolve.await;
-                Op::Put(Arc::new(self.next_slot(
-                    immutable,
-                    current.as_deref(),
-                    result,
-                )))
+                if let Err(e @ LookupError::Throttled { .. }) = &result {
+                    *answered.lock().expect("not poisoned") = Some(Err(e.clone()));
+                    return Op::Nop;
+                }
+                let slot = self.next_slot(immutable, current.as_deref(), result);
+                if slot.result.is_ok() {
+                    return Op::Put(Arc::new(slot));
+                }
+                let authoritative = slot.result.as_ref().is_err_and(|e| !e.is_unavailable());
+                *answered.lock().expect("not poisoned") = Some(slot.result.clone());
+                failures.insert(failure_key, Arc::new(slot)).await;
+                // A "no" from the registry ends the last known answer; an outage keeps it for
+                // a later stale answer.
+                if authoritative && current.is_some() {
+                    Op::Remove
+                } else {
+                    Op::Nop
+                }
             })
             .await;
+        if let Some(result) = answered.into_inner().expect("not poisoned") {
+            return result;
+        }
         match computed {
             CompResult::Inserted(entry)
             | CompResult::ReplacedWith(entry)
             | CompResult::Unchanged(entry) => entry.into_value().result.clone(),
             CompResult::StillNone(_) | CompResult::Removed(_) => {
-                unreachable!("the closure always puts a value")
+                unreachable!("without an answer of its own the closure keeps or puts a value")
             }
         }
     }
@@ -200,7 +263,8 @@ impl LookupCache {
     /// Entries cached now (after applying pending inserts and evictions, which moka defers).
     pub async fn entry_count(&self) -> u64 {
         self.entries.run_pending_tasks().await;
-        self.entries.entry_count()
+        self.failures.run_pending_tasks().await;
+        self.entries.entry_count() + self.failures.entry_count()
     }
 }
 
@@ -401,5 +465,80 @@ mod tests {
             .get_or_resolve(key("app:6"), async { Err(unavailable()) })
             .await;
         assert!(matches!(down, Err(LookupError::Unreachable { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_failures_never_pushes_out_answers() {
+        let mut s = settings(Duration::from_secs(60));
+        s.max_entries = 100;
+        let cache = LookupCache::new(&s);
+        for i in 0..20 {
+            cache
+                .get_or_resolve(key(&format!("hot:{i}")), async { Ok(answer()) })
+                .await
+                .unwrap();
+        }
+        for i in 0..2000 {
+            let failed = cache
+                .get_or_resolve(key(&format!("junk{i}:1")), async {
+                    Err(LookupError::NotFound {
+                        reference: "junk".into(),
+                    })
+                })
+                .await;
+            assert!(failed.is_err());
+        }
+        cache.entries.run_pending_tasks().await;
+        cache.failures.run_pending_tasks().await;
+        for i in 0..20 {
+            assert!(
+                cache.fresh(&key(&format!("hot:{i}"))).await.is_some(),
+                "hot:{i} was evicted by failures"
+            );
+        }
+        assert!(cache.failures.weighted_size() <= 16.max(s.max_entries / 10));
+    }
+
+    #[tokio::test]
+    async fn big_answers_weigh_more_and_throttled_lookups_are_not_kept() {
+        let mut s = settings(Duration::from_secs(60));
+        s.max_entries = 50;
+        let cache = LookupCache::new(&s);
+        let big = Arc::new(ImagePlatforms {
+            platforms: (0..64)
+                .map(|i| crate::registry::Platform::normalized("linux", &format!("a{i}"), None))
+                .collect(),
+            stale: Some("x".repeat(4000)),
+            ..(*answer()).clone()
+        });
+        for i in 0..50 {
+            let big = big.clone();
+            cache
+                .get_or_resolve(key(&format!("big:{i}")), async move { Ok(big) })
+                .await
+                .unwrap();
+        }
+        cache.entries.run_pending_tasks().await;
+        assert!(cache.entries.weighted_size() <= 50);
+        assert!(
+            cache.entries.entry_count() < 20,
+            "{}",
+            cache.entries.entry_count()
+        );
+
+        let calls = AtomicUsize::new(0);
+        for _ in 0..2 {
+            let throttled = cache
+                .get_or_resolve(key("busy:1"), async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(LookupError::Throttled {
+                        reference: "busy:1".into(),
+                        after: Duration::from_secs(1),
+                    })
+                })
+                .await;
+            assert!(matches!(throttled, Err(LookupError::Throttled { .. })));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "asked again each time");
     }
 }

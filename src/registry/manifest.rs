@@ -34,6 +34,22 @@ pub fn known_media_type(media_type: &str) -> &'static str {
     }
 }
 
+/// Which single-manifest type `body` says it is: Docker's when it names it, else OCI's (an OCI
+/// manifest may omit its `mediaType`).
+pub fn single_manifest_type(body: &[u8]) -> &'static str {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Declared {
+        media_type: Option<String>,
+    }
+    match serde_json::from_slice::<Declared>(body) {
+        Ok(Declared {
+            media_type: Some(m),
+        }) if m == DOCKER_MANIFEST => DOCKER_MANIFEST,
+        _ => OCI_MANIFEST,
+    }
+}
+
 /// Annotation buildx puts on attestation manifests inside an index.
 const REFERENCE_TYPE_ANNOTATION: &str = "vnd.docker.reference.type";
 
@@ -89,8 +105,13 @@ impl IndexEntry {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
+    /// A manifest whose config is not an image config: an OCI artifact (Helm chart, model
+    /// weights, signature), which names no platform.
     #[error("not a container image (media type {media_type})")]
     NotAnImage { media_type: String },
+    /// A manifest of a type tolerable does not read.
+    #[error("not a container image (unknown manifest type {media_type})")]
+    UnknownType { media_type: String },
     #[error("malformed manifest: {0}")]
     Malformed(String),
     #[error("malformed image config: {0}")]
@@ -211,7 +232,7 @@ pub fn parse_manifest(
         "" => Err(ManifestError::Malformed(
             "neither an index nor a manifest (no mediaType, manifests or config)".into(),
         )),
-        _ => Err(ManifestError::NotAnImage { media_type }),
+        _ => Err(ManifestError::UnknownType { media_type }),
     }
 }
 

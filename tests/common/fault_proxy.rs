@@ -37,6 +37,8 @@ pub struct FaultProxy {
     pub host: String,
     fault: Arc<Mutex<Fault>>,
     requests: Arc<AtomicUsize>,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: Arc<(AtomicUsize, AtomicUsize)>,
 }
 
 type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -48,20 +50,37 @@ impl FaultProxy {
         let requests = Arc::new(AtomicUsize::new(0));
         let upstream = format!("http://{upstream}");
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let (f, r) = (fault.clone(), requests.clone());
+        let in_flight = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let (f, r, n) = (fault.clone(), requests.clone(), in_flight.clone());
         let port = super::serve(None, move |req| {
-            let (f, r, client, upstream) = (f.clone(), r.clone(), client.clone(), upstream.clone());
+            let (f, r, n, client, upstream) = (
+                f.clone(),
+                r.clone(),
+                n.clone(),
+                client.clone(),
+                upstream.clone(),
+            );
             async move {
                 r.fetch_add(1, Ordering::SeqCst);
+                let now = n.0.fetch_add(1, Ordering::SeqCst) + 1;
+                n.1.fetch_max(now, Ordering::SeqCst);
                 let fault = f.lock().unwrap().clone();
-                answer(fault, req, &client, &upstream).await
+                let response = answer(fault, req, &client, &upstream).await;
+                n.0.fetch_sub(1, Ordering::SeqCst);
+                response
             }
         });
         Self {
             host: format!("127.0.0.1:{port}"),
             fault,
             requests,
+            in_flight,
         }
+    }
+
+    /// The most requests the proxy was answering at the same time.
+    pub fn max_in_flight(&self) -> usize {
+        self.in_flight.1.load(Ordering::SeqCst)
     }
 
     pub fn set(&self, fault: Fault) {
