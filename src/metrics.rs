@@ -14,9 +14,25 @@ use prometheus_client::registry::Registry;
 
 use crate::registry::RegistryObserver;
 
-/// Distinct registry hosts given their own label value; the rest count as `other`, so Pods
-/// naming random registries cannot blow up the metric's cardinality.
+/// Distinct registry hosts given their own label value besides the operator's own (mirrors,
+/// credential files, insecure registries) and the well-known public ones; the rest count as
+/// `other`, so Pods naming random registries cannot blow up the metric's cardinality. A host
+/// earns a slot only by answering a request successfully, so made-up hosts cannot use the slots
+/// up and hide the real registries under `other`.
 pub const MAX_REGISTRY_LABELS: usize = 50;
+
+/// API hosts of public registries that always have their own label.
+const WELL_KNOWN_REGISTRIES: &[&str] = &[
+    "registry-1.docker.io",
+    "ghcr.io",
+    "quay.io",
+    "gcr.io",
+    "registry.k8s.io",
+    "public.ecr.aws",
+    "mcr.microsoft.com",
+    "docker.elastic.co",
+    "nvcr.io",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -55,6 +71,7 @@ pub struct Metrics {
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
+    registries_reserved: Mutex<HashSet<String>>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -75,6 +92,7 @@ impl Metrics {
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
             registries_named: Mutex::default(),
+            registries_reserved: Mutex::default(),
         };
         registry.register(
             "tolerable_admissions",
@@ -162,14 +180,36 @@ impl Metrics {
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
-    fn registry_label(&self, host: &str) -> String {
-        let mut named = self.registries_named.lock().expect("metrics lock poisoned");
-        if named.contains(host) {
-            return host.to_owned();
+    /// Gives the operator's registries (`host` or `host:port`, as configured) labels of their
+    /// own, outside the capped slots.
+    pub fn name_registries<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) {
+        let mut reserved = self
+            .registries_reserved
+            .lock()
+            .expect("metrics lock poisoned");
+        reserved.extend(hosts.into_iter().map(str::to_ascii_lowercase));
+    }
+
+    /// The label for `host`; `answered` when it just answered a request successfully (which
+    /// earns a free slot).
+    fn registry_label(&self, host: &str, answered: bool) -> String {
+        let host = host.to_ascii_lowercase();
+        if WELL_KNOWN_REGISTRIES.contains(&host.as_str())
+            || self
+                .registries_reserved
+                .lock()
+                .expect("metrics lock poisoned")
+                .contains(&host)
+        {
+            return host;
         }
-        if named.len() < MAX_REGISTRY_LABELS {
-            named.insert(host.to_owned());
-            return host.to_owned();
+        let mut named = self.registries_named.lock().expect("metrics lock poisoned");
+        if named.contains(&host) {
+            return host;
+        }
+        if answered && named.len() < MAX_REGISTRY_LABELS {
+            named.insert(host.clone());
+            return host;
         }
         "other".to_owned()
     }
@@ -178,7 +218,7 @@ impl Metrics {
 impl RegistryObserver for Metrics {
     fn registry_request(&self, host: &str, status: Option<u16>) {
         let labels = RegistryLabels {
-            registry: self.registry_label(host),
+            registry: self.registry_label(host, status.is_some_and(|s| (200..300).contains(&s))),
             status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
         };
         self.registry_requests.get_or_create(&labels).inc();
@@ -194,7 +234,7 @@ impl RegistryObserver for Metrics {
     fn circuit_opened(&self, host: &str) {
         self.circuits_opened
             .get_or_create(&CircuitLabels {
-                registry: self.registry_label(host),
+                registry: self.registry_label(host, false),
             })
             .inc();
     }
@@ -212,4 +252,36 @@ pub fn encode(registry: &Registry) -> String {
     prometheus_client::encoding::text::encode(&mut out, registry)
         .expect("writing to a String cannot fail");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_up_registries_cannot_take_the_label_slots() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics.name_registries(["Mirror.Example.com:5000"]);
+        // A flood of references to hosts that do not exist or do not answer 2xx.
+        for i in 0..500 {
+            metrics.registry_request(&format!("10.0.0.{i}:5000"), None);
+            metrics.registry_request(&format!("evil{i}.example"), Some(404));
+        }
+        // Real registries answering afterwards still get labels of their own.
+        metrics.registry_request("registry.example.org", Some(200));
+        metrics.registry_request("mirror.example.com:5000", Some(500));
+        metrics.registry_request("ghcr.io", Some(401));
+        let text = encode(&registry);
+        for host in ["registry.example.org", "mirror.example.com:5000", "ghcr.io"] {
+            assert!(
+                text.contains(&format!("registry=\"{host}\"")),
+                "{host}:\n{text}"
+            );
+        }
+        assert!(!text.contains("evil1.example"), "{text}");
+        assert!(text.contains("registry=\"other\""));
+        let named = metrics.registries_named.lock().unwrap().len();
+        assert_eq!(named, 1, "only the registry that answered 2xx took a slot");
+    }
 }

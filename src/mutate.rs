@@ -24,6 +24,25 @@ pub const SKIP_KEY: &str = "tolerable.io/skip";
 pub const PREFERRED_KEY: &str = "tolerable.io/preferred-architecture";
 /// Annotation tolerable writes to explain what it decided and from which platforms.
 pub const DECISION_ANNOTATION: &str = "tolerable.io/decision";
+/// Longest decision summary (and so annotation, deny message and log line) written: the API
+/// server limits a Pod's annotations to 256 KiB in all, and a Pod may name many images of many
+/// platforms.
+pub const MAX_SUMMARY_BYTES: usize = 4 << 10;
+
+/// `text` cut at `max` bytes (on a character boundary) with a marker saying so.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = text.len() - end;
+        text.truncate(end);
+        let _ = write!(text, "…[{dropped} more bytes]");
+    }
+    text
+}
+
 /// Weight of the preferred-architecture term (1–100): a nudge other preferences can outweigh.
 pub const PREFERRED_WEIGHT: i32 = 50;
 
@@ -751,7 +770,7 @@ fn decide_from_facts(
         }
     }
     if !failed.is_empty() {
-        let detail = failed.join("; ");
+        let detail = cut(failed.join("; "), MAX_SUMMARY_BYTES);
         if policy.on_lookup_failure == OnLookupFailure::Deny {
             return Decision {
                 deny: Some(format!(
@@ -822,7 +841,10 @@ fn decide_from_facts(
     };
 
     if common.is_empty() {
-        let message = format!("no {os} architecture is common to all images: {described}");
+        let message = cut(
+            format!("no {os} architecture is common to all images: {described}"),
+            MAX_SUMMARY_BYTES,
+        );
         if policy.on_no_common_architecture == OnNoCommonArchitecture::Deny {
             return Decision {
                 deny: Some(message.clone()),
@@ -1027,7 +1049,7 @@ fn decide_from_facts(
     summary.push_str(&preference_note);
     summary.push_str("; images: ");
     summary.push_str(&described);
-    decision.summary = summary;
+    decision.summary = cut(summary, MAX_SUMMARY_BYTES);
     decision.annotation = annotation_update(pod, decision.summary.clone());
     decision.outcome = Some(Outcome::Decided);
     decision

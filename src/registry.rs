@@ -581,7 +581,7 @@ impl Resolver {
             {
                 Ok(found) => return Ok(found),
                 Err(e) => tracing::info!(
-                    image = %reference, %mirror, error = %e,
+                    image = ?reference.to_string(), mirror = ?mirror, error = ?e.to_string(),
                     "mirror failed; asking the origin registry"
                 ),
             }
@@ -640,7 +640,7 @@ impl Resolver {
                     _ => None,
                 };
                 if self.breakers.failure(host, &e.reason(), retry_after) {
-                    tracing::warn!(registry = %host, error = %e, "registry unavailable: circuit open, not asking it for a while");
+                    tracing::warn!(registry = ?host, error = ?e.to_string(), "registry unavailable: circuit open, not asking it for a while");
                     if let Some(observer) = &self.observer {
                         observer.circuit_opened(host);
                     }
@@ -679,7 +679,7 @@ impl Resolver {
                     return Err(LookupError::NoPlatforms { reference: shown });
                 }
                 Ok(walked) => {
-                    tracing::debug!(image = %shown, %host, credential = %label, digest = %walked.digest, "resolved");
+                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
                     return Ok(Arc::new(ImagePlatforms {
                         digest: walked.digest,
                         media_type: walked.media_type,
@@ -692,7 +692,7 @@ impl Resolver {
                     }));
                 }
                 Err(FetchError::Unauthorized) => {
-                    tracing::debug!(image = %shown, %host, credential = %label, "registry refused this credential");
+                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
                 }
                 Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
             }
@@ -840,7 +840,7 @@ impl CircuitBreakers {
     fn success(&self, host: &str) {
         let mut hosts = self.hosts.lock().expect("breaker lock poisoned");
         if hosts.remove(host).is_some_and(|h| h.open_until.is_some()) {
-            tracing::info!(registry = %host, "registry answers again: circuit closed");
+            tracing::info!(registry = ?host, "registry answers again: circuit closed");
         }
     }
 

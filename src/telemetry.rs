@@ -1,17 +1,101 @@
 //! Logging set-up, in one place. Logs go to stderr so command output on stdout stays clean.
+//!
+//! Every event is one line, whatever it carries: image names, hosts and registry answers come
+//! from Pod authors and registries, so a newline or an escape sequence inside a value is
+//! written escaped (`\n`, `\u{1b}`) and can never start a forged line, and a line longer than
+//! [`MAX_LINE_BYTES`] is cut with a marker.
 
+use std::io::Write;
+
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, LogFormat};
+
+/// Longest log line written; the rest is replaced by `…[cut N bytes]`.
+pub const MAX_LINE_BYTES: usize = 8 << 10;
 
 pub fn init(config: &Config) {
     let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(false)
+        .with_writer(OneLineStderr);
     // A second init (tests, repeated commands) keeps the first subscriber.
     let _ = match config.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// Stderr, one escaped line per event (the formatter writes each event in one call).
+#[derive(Clone, Copy)]
+struct OneLineStderr;
+
+impl<'a> MakeWriter<'a> for OneLineStderr {
+    type Writer = OneLine<std::io::Stderr>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        OneLine(std::io::stderr())
+    }
+}
+
+/// Writes each buffer it is given as one line: see [`one_line`].
+pub struct OneLine<W>(pub W);
+
+impl<W: Write> Write for OneLine<W> {
+    fn write(&mut self, event: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(&one_line(event))?;
+        Ok(event.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `event` as one line: control characters inside it escaped, cut at [`MAX_LINE_BYTES`], and
+/// ended by exactly one newline.
+pub fn one_line(event: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(event);
+    let body = text.strip_suffix('\n').unwrap_or(&text);
+    let mut out = String::with_capacity(body.len().min(MAX_LINE_BYTES) + 32);
+    for (at, c) in body.char_indices() {
+        if out.len() >= MAX_LINE_BYTES {
+            out.push_str(&format!("…[cut {} bytes]", body.len() - at));
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push('\t'),
+            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    out.push('\n');
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_cannot_start_a_line_and_long_lines_are_cut() {
+        let forged = b"INFO admission: unchanged: evil\nERROR forged line \x1b[31mred\r\n";
+        let line = String::from_utf8(one_line(forged)).unwrap();
+        assert_eq!(line.matches('\n').count(), 1, "{line}");
+        assert!(line.ends_with('\n'));
+        assert!(
+            line.contains("evil\\nERROR forged line \\u{1b}[31mred\\r"),
+            "{line}"
+        );
+
+        let long = format!("INFO {}\n", "x".repeat(1 << 20));
+        let line = String::from_utf8(one_line(long.as_bytes())).unwrap();
+        assert!(line.len() < MAX_LINE_BYTES + 64, "{}", line.len());
+        assert!(line.contains("…[cut "), "{}", &line[line.len() - 40..]);
+        assert_eq!(line.matches('\n').count(), 1);
+    }
 }

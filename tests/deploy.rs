@@ -96,6 +96,7 @@ fn rendered_manifests_validate_offline() {
             "deployment",
             "poddisruptionbudget",
             "mutatingwebhookconfiguration",
+            "networkpolicy",
         ]
         .into_iter()
         .chain(
@@ -296,6 +297,23 @@ fn objects_agree_with_each_other() {
                     port["targetPort"]
                 )
             });
+        // The NetworkPolicy selects the webhook's Pods and lets the API server reach its port.
+        let policy = object(&docs, "NetworkPolicy", "tolerable");
+        let selector = policy["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .unwrap();
+        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        for (key, value) in selector {
+            assert_eq!(
+                &labels[key], value,
+                "{dir}: NetworkPolicy selects {key}={value}"
+            );
+        }
+        let allowed = policy["spec"]["ingress"][0]["ports"][0]["port"].clone();
+        assert!(
+            allowed == container_port["name"] || allowed == container_port["containerPort"],
+            "{dir}: the NetworkPolicy allows {allowed}, the webhook listens on {container_port}"
+        );
         let config = deployed_config(&docs);
         assert_eq!(
             container_port["containerPort"].as_u64().unwrap(),

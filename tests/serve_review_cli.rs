@@ -188,6 +188,24 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     assert_eq!(response["response"]["allowed"], json!(true), "{response}");
     assert!(response["response"]["patch"].is_string());
 
+    // A Pod author's image names reach the log: a newline cannot forge a line of its own, and
+    // a 1 MiB name does not make a 1 MiB line.
+    let mut forged = request.clone();
+    forged["request"]["uid"] = json!("forged-uid");
+    forged["request"]["object"]["spec"]["containers"] = json!([
+        {"name": "a", "image": "app:1\nERROR tolerable: FORGED line"},
+        {"name": "b", "image": format!("huge/{}:1", "x".repeat(1 << 20))},
+    ]);
+    let response: Value = client
+        .post(format!("{url}/mutate?timeout=10s"))
+        .body(forged.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json_or_text()
+        .await;
+    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
+
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -230,6 +248,19 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
             .any(|l| l.contains(uid) && l.contains("tolerates arm64")),
         "{stderr}"
     );
+    assert!(
+        stderr.lines().any(|l| l.contains("forged-uid")),
+        "the forged admission was logged"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("ERROR tolerable: FORGED")),
+        "a forged log line"
+    );
+    assert!(stderr.contains("app:1\\nERROR tolerable: FORGED line"));
+    let longest = stderr.lines().map(str::len).max().unwrap();
+    assert!(longest < 9 << 10, "a {longest}-byte log line");
 }
 
 #[test]

@@ -20,9 +20,26 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
+    let credentials = config.credential_store()?;
+    // The operator's own registries keep their metric labels whatever Pods name.
+    metrics.name_registries(
+        config
+            .resolver
+            .mirrors
+            .values()
+            .map(String::as_str)
+            .chain(
+                config
+                    .resolver
+                    .transport
+                    .insecure_registries
+                    .iter()
+                    .map(String::as_str),
+            )
+            .chain(credentials.registries()),
+    );
     let resolver = Arc::new(
-        Resolver::new(config.resolver.clone(), config.credential_store()?)?
-            .with_observer(metrics.clone()),
+        Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()),
     );
     let certs = Arc::new(match &config.tls_files {
         Some((cert, key)) => CertStore::from_files(cert, key)?,
