@@ -5,6 +5,7 @@
 //! first, then the origin), tries each credential in order, walks the manifest tree, and caches
 //! the answer. The walk itself ([`walk`]) is generic over [`ManifestSource`], the I/O boundary.
 
+pub mod access;
 pub mod cache;
 pub mod challenge;
 pub mod client;
@@ -114,6 +115,12 @@ pub enum LookupError {
     NoPlatforms { reference: String },
     #[error("{reference}: lookup did not finish within {}", short_duration(*.after))]
     Timeout { reference: String, after: Duration },
+    /// The access rules (`registry_allowlist`, `registry_denylist`, the link-local addresses,
+    /// `insecure_registries` for plain http) forbid a host the lookup needed.
+    #[error("{reference}: {reason}")]
+    NotAllowed { reference: String, reason: String },
+    /// No connection: refused, not TLS, a bad certificate and a timeout read the same (`reason`
+    /// says only which step: the registry or its token service); the debug log has the detail.
     #[error("{reference}: registry {registry} unreachable: {reason}")]
     Unreachable {
         reference: String,
@@ -152,6 +159,7 @@ impl LookupError {
             | Self::Malformed { reference, .. }
             | Self::NoPlatforms { reference }
             | Self::Timeout { reference, .. }
+            | Self::NotAllowed { reference, .. }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
             | Self::CircuitOpen { reference, .. } => format!("{reference}: "),
@@ -181,6 +189,7 @@ impl LookupError {
             Self::Malformed { .. } => "malformed",
             Self::NoPlatforms { .. } => "no_platforms",
             Self::Timeout { .. } => "timeout",
+            Self::NotAllowed { .. } => "not_allowed",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -205,6 +214,9 @@ pub enum FetchError {
     RateLimited {
         retry_after: Option<Duration>,
     },
+    /// A host the access rules forbid (or a redirect or realm that would reach one).
+    NotAllowed(String),
+    /// No answer; the text is safe to show (it never says why the connection failed).
     Transport(String),
 }
 
@@ -249,6 +261,7 @@ impl FetchError {
                 },
                 retry_after,
             },
+            Self::NotAllowed(reason) => LookupError::NotAllowed { reference, reason },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),
