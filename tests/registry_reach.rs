@@ -291,6 +291,23 @@ async fn an_image_host_that_is_denied_is_never_contacted() {
     assert!(target.seen().is_empty(), "contacted: {:?}", target.seen());
 }
 
+#[tokio::test]
+async fn a_denied_mirror_is_skipped_for_the_origin() {
+    let origin = registry::plain();
+    let mirror = internal(LOCAL_2, false);
+    let mut settings = settings(&[&origin.host, &mirror.host], &["127.0.0.2/32"]);
+    settings
+        .mirrors
+        .insert(origin.host.clone(), mirror.host.clone());
+    let resolver = Resolver::new(settings, CredentialStore::default()).unwrap();
+    let found = resolver
+        .resolve(&format!("{}/fixtures/arm64-oci:v1", origin.host))
+        .await
+        .unwrap();
+    assert_eq!(found.served_by, origin.host);
+    assert!(mirror.seen().is_empty(), "asked: {:?}", mirror.seen());
+}
+
 /// A registry whose every request is refused with a Bearer challenge naming `realm`.
 fn challenging(realm: String) -> Server {
     Server::https(Ipv4Addr::LOCALHOST, move |_| {

@@ -678,7 +678,8 @@ fn verify_digest(expected: &str, body: &[u8]) -> Result<(), FetchError> {
         ),
         _ => {
             return Err(FetchError::Malformed(format!(
-                "unsupported digest {expected:?}"
+                "unsupported digest {}",
+                shown_digest(expected)
             )))
         }
     };
@@ -686,8 +687,26 @@ fn verify_digest(expected: &str, body: &[u8]) -> Result<(), FetchError> {
         Ok(())
     } else {
         Err(FetchError::Malformed(format!(
-            "content does not match its digest (expected {expected}, got {actual})"
+            "content does not match its digest (expected {}, got {actual})",
+            shown_digest(expected)
         )))
+    }
+}
+
+/// A digest as a message may repeat it (`algorithm:hex`, short): `expected` may come from a
+/// response header, and a header's free text must not reach a warning.
+fn shown_digest(digest: &str) -> &str {
+    let plausible = digest.len() <= 160
+        && digest.split_once(':').is_some_and(|(algorithm, hex)| {
+            !algorithm.is_empty()
+                && algorithm.bytes().all(|b| b.is_ascii_alphanumeric())
+                && !hex.is_empty()
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+    if plausible {
+        digest
+    } else {
+        "(unrecognised)"
     }
 }
 
@@ -758,6 +777,10 @@ mod tests {
         verify_digest(&d, b"hello").unwrap();
         assert!(verify_digest(&d, b"hellO").is_err());
         assert!(verify_digest("md5:abc", b"hello").is_err());
+        let err = verify_digest("sha256:SECRET text", b"hello").unwrap_err();
+        assert!(!format!("{err:?}").contains("SECRET"), "{err:?}");
+        let err = verify_digest("SECRET", b"hello").unwrap_err();
+        assert!(!format!("{err:?}").contains("SECRET"), "{err:?}");
         let sha512 = hex_digest(
             "sha512",
             ring::digest::digest(&ring::digest::SHA512, b"x").as_ref(),
