@@ -219,7 +219,7 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Denylist => "denied by registry_denylist",
-            Self::LinkLocal => "a link-local (cloud metadata) address",
+            Self::LinkLocal => "link-local (a cloud metadata address)",
             Self::NotAllowlisted => "not in registry_allowlist",
         })
     }

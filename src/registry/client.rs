@@ -227,7 +227,7 @@ fn redirect_policy(
                 access
                     .check_url(next)
                     .err()
-                    .map(|denied| format!("a redirect to a host {denied}"))
+                    .map(|denied| format!("a redirect to a host that is {denied}"))
             })
         };
         match refusal {
