@@ -13,6 +13,7 @@ use crate::mutate::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
     TolerationTemplate, WeightedArchitecture, PREFERRED_WEIGHT,
 };
+use crate::registry::access::{AccessRules, LINK_LOCAL};
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
@@ -93,6 +94,8 @@ struct RawConfig {
     cache_max_entries: u64,
     circuit_breaker_failures: u32,
     circuit_breaker_cooldown: String,
+    registry_allowlist: List,
+    registry_denylist: List,
 }
 
 impl Default for RawConfig {
@@ -132,6 +135,8 @@ impl Default for RawConfig {
             cache_max_entries: 20_000,
             circuit_breaker_failures: 5,
             circuit_breaker_cooldown: "30s".into(),
+            registry_allowlist: List::default(),
+            registry_denylist: List(LINK_LOCAL.map(String::from).to_vec()),
         }
     }
 }
@@ -414,6 +419,8 @@ impl Config {
             cache_max_entries,
             circuit_breaker_failures,
             circuit_breaker_cooldown,
+            registry_allowlist,
+            registry_denylist,
         } = raw;
 
         tracing_subscriber::EnvFilter::try_new(&log_level)
@@ -471,15 +478,19 @@ impl Config {
             ));
         }
 
+        // Host names ignore case: `Registry.Example.com:5000` is the host images call
+        // `registry.example.com:5000`.
         let insecure_registries = insecure_registries
             .0
             .iter()
             .map(|r| {
                 crate::registry::reference::validate_host(r)
-                    .map(|()| r.to_owned())
+                    .map(|()| r.to_ascii_lowercase())
                     .map_err(|why| ConfigError::key("insecure_registries", format!("{r:?}: {why}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let access = AccessRules::new(&registry_allowlist.0, &registry_denylist.0)
+            .map_err(|e| ConfigError::key(e.key, e.reason))?;
 
         let mut mirrors = BTreeMap::new();
         for (registry, mirror) in registry_mirrors {
@@ -574,6 +585,7 @@ impl Config {
                     read_timeout: lookup_timeout,
                     insecure_registries,
                     extra_roots_pem,
+                    access,
                 },
                 mirrors,
                 lookup_timeout,
@@ -1233,6 +1245,67 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.toml"), "{err}");
+    }
+
+    #[test]
+    fn registry_access_lists() {
+        let c = Config::load(None, env(&[])).unwrap();
+        assert_eq!(c.resolver.transport.access, AccessRules::default());
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(c
+            .resolver
+            .transport
+            .access
+            .check_url(&url("http://169.254.169.254/"))
+            .is_err());
+
+        let c = Config::load(
+            None,
+            env(&[
+                (
+                    "TOLERABLE_REGISTRY_ALLOWLIST",
+                    "*.dkr.ecr.*.amazonaws.com, Registry.Example.com:5000, 10.0.0.0/8",
+                ),
+                ("TOLERABLE_REGISTRY_DENYLIST", "10.6.0.0/16"),
+                ("TOLERABLE_INSECURE_REGISTRIES", "Registry.Example.com:5000"),
+            ]),
+        )
+        .unwrap();
+        let access = &c.resolver.transport.access;
+        assert!(access
+            .check_url(&url("http://registry.example.com:5000/v2/"))
+            .is_ok());
+        // A name no rule names: its addresses must be in an allowed network.
+        assert!(access.check_url(&url("https://ghcr.io/v2/")).is_ok());
+        assert!(access
+            .address_allowed("ghcr.io", "140.82.121.3".parse().unwrap())
+            .is_err());
+        assert!(access
+            .address_allowed("ghcr.io", "10.1.2.3".parse().unwrap())
+            .is_ok());
+        assert!(access.check_url(&url("https://10.6.1.1/v2/")).is_err());
+        // The denylist was replaced, and the link-local addresses are still denied.
+        assert!(access.check_url(&url("http://169.254.169.254/")).is_err());
+        assert_eq!(
+            c.resolver.transport.insecure_registries,
+            ["registry.example.com:5000"]
+        );
+
+        for (key, value) in [
+            ("TOLERABLE_REGISTRY_DENYLIST", "10.0.0.1/8"),
+            ("TOLERABLE_REGISTRY_DENYLIST", "169.254.0.0/40"),
+            ("TOLERABLE_REGISTRY_ALLOWLIST", "reg*.example.com"),
+            ("TOLERABLE_REGISTRY_ALLOWLIST", "10.0.0.1:5000"),
+        ] {
+            let err = Config::load(None, env(&[(key, value)]))
+                .unwrap_err()
+                .to_string();
+            let name = key.trim_start_matches("TOLERABLE_").to_ascii_lowercase();
+            assert!(
+                err.contains(&format!("`{name}`")) && err.contains(value),
+                "{value}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! first, then the origin), tries each credential in order, walks the manifest tree, and caches
 //! the answer. The walk itself ([`walk`]) is generic over [`ManifestSource`], the I/O boundary.
 
+pub mod access;
 pub mod cache;
 pub mod challenge;
 pub mod client;
@@ -130,6 +131,12 @@ pub enum LookupError {
     /// the registry's fault, so its circuit breaker does not count it and nothing is cached.
     #[error("{reference}: not looked up within {}: too many lookups in flight", short_duration(*.after))]
     Throttled { reference: String, after: Duration },
+    /// The access rules (`registry_allowlist`, `registry_denylist`, the link-local addresses,
+    /// `insecure_registries` for plain http) forbid a host the lookup needed.
+    #[error("{reference}: {reason}")]
+    NotAllowed { reference: String, reason: String },
+    /// No connection: refused, not TLS, a bad certificate and a timeout read the same (`reason`
+    /// says only which step: the registry or its token service); the debug log has the detail.
     #[error("{reference}: registry {registry} unreachable: {reason}")]
     Unreachable {
         reference: String,
@@ -169,6 +176,7 @@ impl LookupError {
             | Self::NoPlatforms { reference }
             | Self::Timeout { reference, .. }
             | Self::Throttled { reference, .. }
+            | Self::NotAllowed { reference, .. }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
             | Self::CircuitOpen { reference, .. } => format!("{reference}: "),
@@ -202,6 +210,7 @@ impl LookupError {
             Self::NoPlatforms { .. } => "no_platforms",
             Self::Timeout { .. } => "timeout",
             Self::Throttled { .. } => "throttled",
+            Self::NotAllowed { .. } => "not_allowed",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -229,6 +238,9 @@ pub enum FetchError {
     RateLimited {
         retry_after: Option<Duration>,
     },
+    /// A host the access rules forbid (or a redirect or realm that would reach one).
+    NotAllowed(String),
+    /// No answer; the text is safe to show (it never says why the connection failed).
     Transport(String),
 }
 
@@ -280,6 +292,7 @@ impl FetchError {
                 },
                 retry_after,
             },
+            Self::NotAllowed(reason) => LookupError::NotAllowed { reference, reason },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),

@@ -18,6 +18,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENT
 use reqwest::StatusCode;
 use serde::Deserialize;
 
+use super::access::{AccessRules, FilteringResolver};
 use super::challenge::{self, Challenge};
 use super::credentials::Credential;
 use super::manifest::ACCEPT as MANIFEST_TYPES;
@@ -29,6 +30,13 @@ pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
 pub const MAX_CONFIG_BYTES: usize = 4 << 20;
 /// Token lifetime when the token service does not say (the Docker token spec's default).
 const DEFAULT_TOKEN_SECONDS: u64 = 60;
+/// Registries redirect blob (and some manifest) GETs to a storage host or CDN, once; a longer
+/// chain is a loop or a hostile registry walking tolerable around a network.
+const MAX_REDIRECTS: usize = 3;
+/// What an admission warning says about any failure to connect: refused, not TLS, a bad
+/// certificate and a timed-out handshake look the same, so a Pod author cannot use tolerable as
+/// a port scanner. The detail is in the debug log.
+const CONNECTION_FAILED: &str = "connection failed";
 
 /// Transport settings shared by every request.
 #[derive(Clone, Debug)]
@@ -36,10 +44,13 @@ pub struct TransportSettings {
     pub connect_timeout: Duration,
     /// Longest wait for any read; the lookup deadline bounds the whole lookup on top.
     pub read_timeout: Duration,
-    /// `host:port` of registries (and token services) spoken to over plain http.
+    /// `host:port` of registries (and token services) spoken to over plain http. Matched
+    /// ignoring case, like host names everywhere else.
     pub insecure_registries: Vec<String>,
     /// Extra trusted roots (PEM bundles), on top of the system's.
     pub extra_roots_pem: Vec<Vec<u8>>,
+    /// Which hosts may be contacted at all (image hosts, mirrors, token realms, redirects).
+    pub access: AccessRules,
 }
 
 /// An `Authorization` value we may reuse, and until when.
@@ -57,7 +68,9 @@ struct AuthorizationKey {
 
 pub struct RegistryClient {
     http: reqwest::Client,
-    insecure: HashSet<String>,
+    /// Lower-cased.
+    insecure: Arc<HashSet<String>>,
+    access: Arc<AccessRules>,
     authorizations: Mutex<HashMap<AuthorizationKey, CachedAuthorization>>,
     hasher: RandomState,
     observer: Option<Arc<dyn RegistryObserver>>,
@@ -82,7 +95,17 @@ impl RegistryClient {
                     .map_err(|e| FetchError::Transport(format!("bad registry CA bundle: {e}")))?,
             );
         }
+        let insecure: Arc<HashSet<String>> = Arc::new(
+            settings
+                .insecure_registries
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        );
+        let access = Arc::new(settings.access.clone());
         let http = reqwest::Client::builder()
+            .redirect(redirect_policy(access.clone(), insecure.clone()))
+            .dns_resolver(FilteringResolver::new(access.clone()))
             .connect_timeout(settings.connect_timeout)
             .read_timeout(settings.read_timeout)
             .pool_idle_timeout(Duration::from_secs(90))
@@ -97,7 +120,8 @@ impl RegistryClient {
             })?;
         Ok(Self {
             http,
-            insecure: settings.insecure_registries.iter().cloned().collect(),
+            insecure,
+            access,
             authorizations: Mutex::default(),
             hasher: RandomState::new(),
             observer: None,
@@ -120,12 +144,103 @@ impl RegistryClient {
     }
 
     fn scheme_for(&self, host_port: &str) -> &'static str {
-        if self.insecure.contains(host_port) {
+        if self.insecure.contains(&host_port.to_ascii_lowercase()) {
             "http"
         } else {
             "https"
         }
     }
+
+    /// Whether the access rules let `url`'s host be contacted; `what` names it in the error.
+    fn permit(&self, url: &reqwest::Url, what: &str) -> Result<(), FetchError> {
+        self.access.check_url(url).map_err(|denied| {
+            tracing::info!(url = ?url.as_str(), %denied, "registry access rules refused a host");
+            FetchError::NotAllowed(format!("tolerable may not contact {what}: {denied}"))
+        })
+    }
+}
+
+/// Whether `url` (plain http) names a host listed in `insecure_registries`: as `host:port`, or
+/// as `host` alone for port 80.
+fn listed_insecure(insecure: &HashSet<String>, url: &reqwest::Url) -> bool {
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    let port = url.port_or_known_default().unwrap_or_default();
+    insecure.contains(&format!("{host}:{port}")) || (port == 80 && insecure.contains(&host))
+}
+
+/// Why a redirect must not be followed: reqwest hands it back as the request's error.
+#[derive(Debug)]
+struct RedirectRefused(String);
+
+impl std::fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
+
+/// `/v2/<name>/manifests/<reference>` or `/v2/<name>/blobs/<digest>`: the requests the OCI
+/// distribution spec lets a registry redirect. (A realm URL shaped like one gains nothing: its
+/// redirects meet the same rules.)
+fn is_content_path(path: &str) -> bool {
+    path.strip_prefix("/v2/").is_some_and(|rest| {
+        rest.rsplit_once('/').is_some_and(|(front, reference)| {
+            !reference.is_empty()
+                && front
+                    .strip_suffix("/manifests")
+                    .or_else(|| front.strip_suffix("/blobs"))
+                    .is_some_and(|repository| !repository.is_empty())
+        })
+    })
+}
+
+/// Redirects are followed only as the distribution spec needs them (manifest and blob GETs),
+/// at most [`MAX_REDIRECTS`] hops, to https (plain http only for a host in
+/// `insecure_registries`, and never after https), and only to hosts the access rules allow.
+/// reqwest drops `Authorization` whenever the host, port or scheme changes, so credentials
+/// never follow a redirect to another host.
+fn redirect_policy(
+    access: Arc<AccessRules>,
+    insecure: Arc<HashSet<String>>,
+) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        let next = attempt.url();
+        let previous = attempt.previous();
+        let refusal = if previous.len() > MAX_REDIRECTS {
+            Some(format!("more than {MAX_REDIRECTS} redirects"))
+        } else if !previous.first().is_some_and(|u| is_content_path(u.path())) {
+            Some("a redirect of a token request".to_owned())
+        } else {
+            match next.scheme() {
+                "https" => None,
+                "http"
+                    if listed_insecure(&insecure, next)
+                        && previous.iter().all(|u| u.scheme() == "http") =>
+                {
+                    None
+                }
+                "http" => Some("a redirect to plain http".to_owned()),
+                _ => Some("a redirect to another protocol".to_owned()),
+            }
+            .or_else(|| {
+                access
+                    .check_url(next)
+                    .err()
+                    .map(|denied| format!("a redirect to a host that is {denied}"))
+            })
+        };
+        match refusal {
+            None => attempt.follow(),
+            Some(why) => {
+                tracing::info!(
+                    from = ?previous.last().map(reqwest::Url::as_str), to = ?next.as_str(), %why,
+                    "registry redirect refused"
+                );
+                attempt.error(RedirectRefused(format!("refused {why}")))
+            }
+        }
+    })
 }
 
 /// One registry host, one credential (or none).
@@ -196,6 +311,10 @@ impl HostSource<'_> {
             self.client.scheme_for(&self.host),
             self.host
         );
+        let parsed = reqwest::Url::parse(&url)
+            .map_err(|_| FetchError::Malformed(format!("{url:?} is not a URL")))?;
+        self.client
+            .permit(&parsed, &format!("registry {}", self.host))?;
         let cached = self.cached_authorization(repository);
         let had_cached = cached.is_some();
         let mut response = self.send(&url, accept, cached).await?;
@@ -245,16 +364,13 @@ impl HostSource<'_> {
             &self.host,
             result.as_ref().ok().map(|r| r.status().as_u16()),
         );
-        match &result {
-            Ok(response) => tracing::debug!(
+        if let Ok(response) = &result {
+            tracing::debug!(
                 host = %self.host, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64,
                 "registry request"
-            ),
-            Err(e) => {
-                tracing::debug!(host = %self.host, error = %transport_reason(e), "registry request failed")
-            }
+            );
         }
-        result.map_err(|e| FetchError::Transport(transport_reason(&e)))
+        result.map_err(|e| transport_error(&e, &self.host, CONNECTION_FAILED))
     }
 
     /// Works out the `Authorization` for a challenge; `None` when we have nothing to offer.
@@ -297,14 +413,20 @@ impl HostSource<'_> {
             realm_url.host_str().unwrap_or_default(),
             realm_url.port_or_known_default().unwrap_or_default()
         );
-        if realm_url.scheme() != "https"
-            && self.credential.is_some()
-            && !self.client.insecure.contains(&realm_host)
-        {
-            return Err(FetchError::Transport(format!(
-                "refusing to send credentials to the plain-http token service {realm_host} (list it in insecure_registries to allow)"
-            )));
+        // A realm is the registry's word: a hostile registry names an internal URL. Only https
+        // (or a token service listed as insecure), and only a host the access rules allow.
+        if realm_url.scheme() != "https" && !listed_insecure(&self.client.insecure, &realm_url) {
+            return Err(FetchError::NotAllowed(if self.credential.is_some() {
+                format!(
+                    "refusing to send credentials to the plain-http token service {realm_host} (list it in insecure_registries to allow)"
+                )
+            } else {
+                format!(
+                    "refusing the plain-http token service {realm_host} (list it in insecure_registries to allow)"
+                )
+            }));
         }
+        self.client.permit(&realm_url, "its token service")?;
         let scope = format!("repository:{repository}:pull");
         let mut realm_url = realm_url;
         {
@@ -323,23 +445,22 @@ impl HostSource<'_> {
             &realm_host,
             response.as_ref().ok().map(|r| r.status().as_u16()),
         );
-        let response = response.map_err(|e| {
-            FetchError::Transport(format!(
-                "token service {realm_host}: {}",
-                transport_reason(&e)
-            ))
-        })?;
+        let response = response
+            .map_err(|e| transport_error(&e, &realm_host, "token service: connection failed"))?;
         match response.status() {
             StatusCode::OK => {}
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 return Err(FetchError::Unauthorized)
             }
+            // The status only: the body of a URL a registry named is nobody's business.
             status => {
-                let mut e = status_error(status, response).await;
-                if let FetchError::Status { message, .. } = &mut e {
-                    *message = format!("token service: {message}");
-                }
-                return Err(e);
+                return Err(FetchError::Status {
+                    code: status.as_u16(),
+                    message: format!(
+                        "token service answered {}",
+                        status.canonical_reason().unwrap_or("an error")
+                    ),
+                })
             }
         }
         let body = read_capped(response, 1 << 20).await?;
@@ -441,7 +562,7 @@ async fn read_capped(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| FetchError::Transport(transport_reason(&e)))?
+        .map_err(|e| transport_error(&e, "-", CONNECTION_FAILED))?
     {
         if body.len() + chunk.len() > max_bytes {
             return Err(FetchError::TooLarge);
@@ -460,10 +581,33 @@ struct ErrorEnvelope {
 struct ErrorEntry {
     #[serde(default)]
     code: String,
-    #[serde(default)]
-    message: String,
 }
 
+/// The error codes of the distribution spec (and distribution's own `UNKNOWN`, `UNAVAILABLE`):
+/// the only words of an error body that reach a message.
+const ERROR_CODES: &[&str] = &[
+    "BLOB_UNKNOWN",
+    "BLOB_UPLOAD_INVALID",
+    "BLOB_UPLOAD_UNKNOWN",
+    "DIGEST_INVALID",
+    "MANIFEST_BLOB_UNKNOWN",
+    "MANIFEST_INVALID",
+    "MANIFEST_UNKNOWN",
+    "MANIFEST_UNVERIFIED",
+    "NAME_INVALID",
+    "NAME_UNKNOWN",
+    "SIZE_INVALID",
+    "UNAUTHORIZED",
+    "DENIED",
+    "UNSUPPORTED",
+    "TOOMANYREQUESTS",
+    "UNKNOWN",
+    "UNAVAILABLE",
+];
+
+/// A non-success answer as an error: the status and the spec's error codes, never the body's
+/// text. The URL may have been named by a Pod or a hostile registry (a redirect, a realm), and
+/// an internal service's error page must not come back in an admission warning.
 async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchError {
     match status {
         StatusCode::NOT_FOUND => return FetchError::NotFound,
@@ -481,29 +625,24 @@ async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchE
         _ => {}
     }
     let body = read_capped(response, 64 << 10).await.unwrap_or_default();
-    let message = match serde_json::from_slice::<ErrorEnvelope>(&body) {
-        Ok(envelope) if !envelope.errors.is_empty() => envelope
-            .errors
-            .iter()
-            .map(|e| format!("{}: {}", e.code, e.message))
-            .collect::<Vec<_>>()
-            .join("; "),
-        _ => String::from_utf8_lossy(&body).trim().to_owned(),
-    };
-    // One line, bounded: this ends up in logs and admission warnings.
-    let message: String = message
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(200)
-        .collect();
     FetchError::Status {
         code: status.as_u16(),
-        message: if message.is_empty() {
-            status.canonical_reason().unwrap_or("").to_owned()
-        } else {
-            message
-        },
+        message: error_codes(&body)
+            .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned()),
     }
+}
+
+/// The known error codes an error body names (`MANIFEST_UNKNOWN, DENIED`), if any.
+fn error_codes(body: &[u8]) -> Option<String> {
+    let envelope: ErrorEnvelope = serde_json::from_slice(body).ok()?;
+    let mut codes: Vec<&str> = envelope
+        .errors
+        .iter()
+        .filter_map(|e| ERROR_CODES.iter().copied().find(|known| *known == e.code))
+        .collect();
+    codes.dedup();
+    codes.truncate(4);
+    (!codes.is_empty()).then(|| codes.join(", "))
 }
 
 /// `Retry-After` in delta-seconds (what registries send; an HTTP-date is not believed, and the
@@ -539,7 +678,8 @@ fn verify_digest(expected: &str, body: &[u8]) -> Result<(), FetchError> {
         ),
         _ => {
             return Err(FetchError::Malformed(format!(
-                "unsupported digest {expected:?}"
+                "unsupported digest {}",
+                shown_digest(expected)
             )))
         }
     };
@@ -547,32 +687,42 @@ fn verify_digest(expected: &str, body: &[u8]) -> Result<(), FetchError> {
         Ok(())
     } else {
         Err(FetchError::Malformed(format!(
-            "content does not match its digest (expected {expected}, got {actual})"
+            "content does not match its digest (expected {}, got {actual})",
+            shown_digest(expected)
         )))
     }
 }
 
-/// Why a request failed, short enough for an admission warning: what failed (connect, timeout,
-/// body) and the root cause, without reqwest's "error sending request for url (…)" preamble (the
-/// host is named by the caller).
-pub(crate) fn transport_reason(e: &reqwest::Error) -> String {
-    let mut root: &dyn std::error::Error = e;
-    while let Some(source) = root.source() {
-        root = source;
-    }
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connect failed"
-    } else if e.is_body() || e.is_decode() {
-        "reading the answer failed"
+/// A digest as a message may repeat it (`algorithm:hex`, short): `expected` may come from a
+/// response header, and a header's free text must not reach a warning.
+fn shown_digest(digest: &str) -> &str {
+    let plausible = digest.len() <= 160
+        && digest.split_once(':').is_some_and(|(algorithm, hex)| {
+            !algorithm.is_empty()
+                && algorithm.bytes().all(|b| b.is_ascii_alphanumeric())
+                && !hex.is_empty()
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+    if plausible {
+        digest
     } else {
-        "request failed"
-    };
-    if std::ptr::addr_eq(root, e as &dyn std::error::Error) {
-        return format!("{what}: {e}");
+        "(unrecognised)"
     }
-    format!("{what}: {root}")
+}
+
+/// A request that got no answer. A redirect the policy refused is said as such; anything else
+/// (refused, not TLS, a bad certificate, a timeout) is `public` and nothing more, and the detail
+/// goes to the debug log, quoted, for the operator.
+fn transport_error(e: &reqwest::Error, host: &str, public: &str) -> FetchError {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<RedirectRefused>() {
+            return FetchError::NotAllowed(refused.0.clone());
+        }
+        source = s.source();
+    }
+    tracing::debug!(%host, error = ?error_chain(e), "registry request failed");
+    FetchError::Transport(public.to_owned())
 }
 
 /// An error and its causes on one line: reqwest's top-level message ("error sending request")
@@ -627,11 +777,74 @@ mod tests {
         verify_digest(&d, b"hello").unwrap();
         assert!(verify_digest(&d, b"hellO").is_err());
         assert!(verify_digest("md5:abc", b"hello").is_err());
+        let err = verify_digest("sha256:SECRET text", b"hello").unwrap_err();
+        assert!(!format!("{err:?}").contains("SECRET"), "{err:?}");
+        let err = verify_digest("SECRET", b"hello").unwrap_err();
+        assert!(!format!("{err:?}").contains("SECRET"), "{err:?}");
         let sha512 = hex_digest(
             "sha512",
             ring::digest::digest(&ring::digest::SHA512, b"x").as_ref(),
         );
         verify_digest(&sha512, b"x").unwrap();
+    }
+
+    #[test]
+    fn only_manifest_and_blob_requests_are_redirected() {
+        for path in [
+            "/v2/app/manifests/v1",
+            "/v2/org/app/blobs/sha256:abc",
+            "/v2/manifests/manifests/v1",
+        ] {
+            assert!(is_content_path(path), "{path}");
+        }
+        for path in [
+            "/token",
+            "/v2/",
+            "/v2/manifests/v1",
+            "/v2/app/manifests/",
+            "/v2/app/tags/list",
+            "/latest/meta-data/",
+        ] {
+            assert!(!is_content_path(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn insecure_registries_ignore_case_and_name_the_port() {
+        let insecure: HashSet<String> =
+            ["localhost:5000", "plain.example"].map(String::from).into();
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(listed_insecure(
+            &insecure,
+            &url("http://LocalHost:5000/token")
+        ));
+        assert!(listed_insecure(
+            &insecure,
+            &url("http://plain.example/token")
+        ));
+        assert!(listed_insecure(
+            &insecure,
+            &url("http://plain.example:80/token")
+        ));
+        assert!(!listed_insecure(
+            &insecure,
+            &url("http://localhost:5001/token")
+        ));
+        assert!(!listed_insecure(
+            &insecure,
+            &url("http://plain.example:8080/token")
+        ));
+    }
+
+    #[test]
+    fn error_bodies_give_only_known_codes() {
+        let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"secret internal detail","detail":{"x":1}},{"code":"DENIED"},{"code":"Injected free text"}]}"#;
+        assert_eq!(
+            error_codes(body).as_deref(),
+            Some("MANIFEST_UNKNOWN, DENIED")
+        );
+        assert_eq!(error_codes(br#"{"errors":[{"code":"SECRET"}]}"#), None);
+        assert_eq!(error_codes(b"<html>secret</html>"), None);
     }
 
     #[test]

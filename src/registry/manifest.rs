@@ -167,7 +167,7 @@ pub fn parse_manifest(
     content_type: Option<&str>,
 ) -> Result<ParsedManifest, ManifestError> {
     let raw: RawManifest =
-        serde_json::from_slice(body).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ManifestError::Malformed(json_error(&e)))?;
     let media_type = raw
         .media_type
         .clone()
@@ -212,7 +212,7 @@ pub fn parse_manifest(
                 .ok_or_else(|| ManifestError::Malformed("manifest without \"config\"".into()))?;
             if !matches!(config.media_type.as_str(), OCI_CONFIG | DOCKER_CONFIG) {
                 return Err(ManifestError::NotAnImage {
-                    media_type: config.media_type,
+                    media_type: shown_media_type(config.media_type),
                 });
             }
             Ok(ParsedManifest::Image {
@@ -232,8 +232,59 @@ pub fn parse_manifest(
         "" => Err(ManifestError::Malformed(
             "neither an index nor a manifest (no mediaType, manifests or config)".into(),
         )),
-        _ => Err(ManifestError::UnknownType { media_type }),
+        _ => Err(ManifestError::UnknownType {
+            media_type: shown_media_type(media_type),
+        }),
     }
+}
+
+/// A media type as a message may show it: `type/subtype`, short, of media-type characters.
+/// Anything else (an error page's `Content-Type`, free text in `mediaType`) is not repeated.
+fn shown_media_type(media_type: String) -> String {
+    let plausible = media_type.len() <= 128
+        && media_type.split_once('/').is_some_and(|(t, s)| {
+            !t.is_empty() && !s.is_empty() && media_type.bytes().filter(|b| *b == b'/').count() == 1
+        })
+        && media_type
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/.+-_".contains(&b));
+    if plausible {
+        media_type
+    } else {
+        "(unrecognised)".to_owned()
+    }
+}
+
+/// serde's message without the string values it quotes (`invalid type: string "…"`): the body
+/// may be any URL's answer (a redirect, an error page), and its text must not reach a warning.
+fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    if !e.is_data() {
+        return text; // syntax and EOF messages are fixed words and a position
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("string \"") {
+        out.push_str(&rest[..at + "string".len()]);
+        // Skip the Debug-quoted value, escapes included.
+        let mut chars = rest[at + "string \"".len()..].char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = Some(at + "string \"".len() + i + 1);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = end.map_or("", |end| &rest[end..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Deserialize)]
@@ -248,7 +299,7 @@ struct RawImageConfig {
 /// Reads os / architecture / variant from an image config blob.
 pub fn parse_image_config(body: &[u8]) -> Result<Platform, ManifestError> {
     let raw: RawImageConfig =
-        serde_json::from_slice(body).map_err(|e| ManifestError::MalformedConfig(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ManifestError::MalformedConfig(json_error(&e)))?;
     if raw.os.is_empty() || raw.architecture.is_empty() {
         return Err(ManifestError::MalformedConfig(
             "config does not name os and architecture".into(),
@@ -264,6 +315,28 @@ pub fn parse_image_config(body: &[u8]) -> Result<Platform, ManifestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_do_not_repeat_the_body() {
+        let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":"AKIA-SECRET \"quoted\" tail"}"#;
+        let err = parse_manifest(body, None).unwrap_err().to_string();
+        assert!(err.contains("invalid type: string, expected"), "{err}");
+        assert!(!err.contains("SECRET") && !err.contains("tail"), "{err}");
+        let err = parse_image_config(br#"{"os":["AKIA-SECRET"]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("SECRET"), "{err}");
+        for (media_type, shown) in [
+            ("text/ht<ml>", "(unrecognised)"),
+            ("AKIA SECRET", "(unrecognised)"),
+            ("text/html", "text/html"),
+        ] {
+            let err = parse_manifest(b"{}", Some(media_type))
+                .unwrap_err()
+                .to_string();
+            assert!(err.ends_with(&format!("(media type {shown})")), "{err}");
+        }
+    }
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 

@@ -59,6 +59,7 @@ pub fn settings() -> ResolverSettings {
                 registry::token().token_host(),
             ],
             extra_roots_pem: vec![certs::ca().ca_pem.clone().into_bytes()],
+            access: Default::default(),
         },
         mirrors: Default::default(),
         lookup_timeout: Duration::from_secs(3),
@@ -104,7 +105,25 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    serve_on(std::net::Ipv4Addr::LOCALHOST, tls, handler)
+}
+
+/// [`serve`] on another loopback address (`127.0.0.2`, `127.0.0.3`: "other hosts" that are
+/// still this machine).
+pub fn serve_on<F, Fut, B>(
+    ip: std::net::Ipv4Addr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    handler: F,
+) -> u16
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    assert!(ip.is_loopback(), "test servers stay on loopback");
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let handler = std::sync::Arc::new(handler);
