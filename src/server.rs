@@ -310,6 +310,7 @@ async fn route(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let (_active, head_started) = connection.request_started();
+    let version = req.version();
     let read_timeout = if probe_only {
         PROBE_TIMEOUT
     } else {
@@ -317,7 +318,7 @@ async fn route(
     };
     let read_deadline = head_started.unwrap_or_else(tokio::time::Instant::now) + read_timeout;
     let state = &server.app;
-    let response = match (req.method(), req.uri().path()) {
+    let mut response = match (req.method(), req.uri().path()) {
         // Probes are answered before any cap: a full server is alive, not dead.
         (&Method::GET, "/healthz" | "/readyz") => probe(state, req.uri().path()),
         _ if probe_only => {
@@ -349,6 +350,11 @@ async fn route(
             "not found: the webhook path is /mutate",
         ),
     };
+    if version == http::Version::HTTP_2 {
+        // Connection-specific headers are malformed in h2 (RFC 9113 §8.2.2); h2 closes streams,
+        // not connections.
+        response.headers_mut().remove(header::CONNECTION);
+    }
     Ok(response)
 }
 

@@ -97,7 +97,14 @@ struct Served {
 }
 
 impl Served {
+    /// Started under a low soft limit on open files, as many container runtimes set: serve
+    /// raises it.
     async fn start(env: &[(&str, &str)]) -> Self {
+        Self::start_with_ulimit("-Sn 256", env).await
+    }
+
+    /// `ulimit` is the shell's option and value for the open-files limit.
+    async fn start_with_ulimit(ulimit: &str, env: &[(&str, &str)]) -> Self {
         common::init();
         let dir = tempfile::tempdir().unwrap();
         let leaf = common::certs::ca().leaf(&["localhost"]);
@@ -107,12 +114,11 @@ impl Served {
         let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
             .parse()
             .unwrap();
-        // A low soft limit on open files, as many container runtimes set: serve raises it.
         let mut command = Command::new("sh");
         command
             .arg("-c")
             .arg(format!(
-                "ulimit -Sn 256 && exec '{}' serve",
+                "ulimit {ulimit} && exec '{}' serve",
                 env!("CARGO_BIN_EXE_tolerable")
             ))
             .current_dir(dir.path())
@@ -179,13 +185,13 @@ impl Drop for Served {
 }
 
 /// One HTTP/1.1 request whose body is sent as `chunks` one-byte chunks, as fast as the server
-/// takes them, and then never finished. Returns what the server answered and when it closed
-/// the connection, or `None` if it had not after `limit`.
+/// takes them, and then never finished. Returns when the server closed the connection, what it
+/// answered, and how many chunks were written; `None` if it was still open after `limit`.
 async fn one_byte_chunks_never_finished(
     addr: SocketAddr,
     chunks: usize,
     limit: Duration,
-) -> Option<(Duration, String)> {
+) -> Option<(Duration, String, usize)> {
     let tls = connect(addr, b"http/1.1").await;
     let (mut reader, mut writer) = tokio::io::split(tls);
     let started = Instant::now();
@@ -194,16 +200,16 @@ async fn one_byte_chunks_never_finished(
         .await
         .unwrap();
     let batch = b"1\r\n \r\n".repeat(4096);
+    let sent = std::sync::atomic::AtomicUsize::new(0);
     let write = async {
-        let mut sent = 0;
-        while sent < chunks && writer.write_all(&batch).await.is_ok() {
-            sent += 4096;
+        while sent.load(Ordering::Relaxed) < chunks && writer.write_all(&batch).await.is_ok() {
+            sent.fetch_add(4096, Ordering::Relaxed);
         }
         std::future::pending::<()>().await
     };
     tokio::select! {
         closed = closed_within(&mut reader, limit) => {
-            closed.map(|response| (started.elapsed(), status_line(&response)))
+            closed.map(|response| (started.elapsed(), status_line(&response), sent.load(Ordering::Relaxed)))
         }
         () = write => unreachable!(),
     }
@@ -227,8 +233,9 @@ async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_m
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let probe = healthz_answers_within(served.addr, Duration::from_secs(2)).await;
+    let mut chunks_sent = 0;
     for connection in connections {
-        let (closed_after, status) = connection
+        let (closed_after, status, sent) = connection
             .await
             .unwrap()
             .expect("a stalled body was still being read after 6 s");
@@ -241,12 +248,13 @@ async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_m
             closed_after < Duration::from_millis(3500),
             "closed after {closed_after:?}"
         );
+        chunks_sent += sent;
     }
     stop.store(true, Ordering::Relaxed);
     let peak = peak.join().unwrap();
     let grew_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
     eprintln!(
-        "8 HTTP/1.1 connections of one-byte chunks: RSS {:.1} MiB before, peak {:.1} MiB (+{grew_mib:.1} MiB); /healthz answered in {probe:?}; all closed after {:?}",
+        "8 HTTP/1.1 connections, {chunks_sent} one-byte chunks written: RSS {:.1} MiB before, peak {:.1} MiB (+{grew_mib:.1} MiB); /healthz answered in {probe:?}; all closed after {:?}",
         baseline as f64 / 1024.0,
         peak as f64 / 1024.0,
         started.elapsed()
@@ -489,6 +497,41 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     );
     eprintln!(
         "max_connections 20: 20 held, 200 more opened: {closed_at_once} closed at once, {refused} refused; /healthz answered in {probe:?}; {flood_lasted:?} in all"
+    );
+}
+
+/// The lock-out: under a hard limit of 1,024 open files, 1,012 idle connections made
+/// `accept` fail for everyone, `/healthz` included. Now `max_connections` is lowered to fit, the
+/// rest are closed at once, and the silent ones are closed after `request_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_past_the_open_files_limit_do_not_lock_out_healthz() {
+    let served =
+        Served::start_with_ulimit("-n 1024", &[("TOLERABLE_REQUEST_READ_TIMEOUT", "3s")]).await;
+    let baseline = served.rss_kib();
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        idle.push(TcpStream::connect(served.addr).await.unwrap());
+    }
+    let held = Instant::now();
+    let probe = healthz_answers_within(served.addr, Duration::from_secs(3)).await;
+    let rss = served.rss_kib();
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", served.child.id()))
+        .unwrap()
+        .count();
+    assert!(fds < 1024, "{fds} open files");
+    // The silent connections are closed after the read timeout.
+    let mut open_after = 0;
+    for tcp in &mut idle {
+        let left = (held + Duration::from_secs(5)).saturating_duration_since(Instant::now());
+        if closed_within(tcp, left).await.is_none() {
+            open_after += 1;
+        }
+    }
+    assert_eq!(open_after, 0, "connections still open 5 s later");
+    eprintln!(
+        "open-files limit 1024, 1100 idle connections: /healthz answered in {probe:?}; server {fds} fds open, RSS {:.1} MiB (+{:.1} MiB); all closed within 5 s",
+        rss as f64 / 1024.0,
+        rss.saturating_sub(baseline) as f64 / 1024.0
     );
 }
 
