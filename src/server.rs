@@ -514,10 +514,9 @@ pub async fn run(
     drop(stop);
     let all_closed = async {
         // Every connection holds a permit until its task ends.
-        let _ = connections.acquire_many(max_connections as u32).await;
-        let _ = probe_connections
-            .acquire_many(PROBE_CONNECTIONS as u32)
-            .await;
+        let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let _ = connections.acquire_many(all(max_connections)).await;
+        let _ = probe_connections.acquire_many(all(PROBE_CONNECTIONS)).await;
     };
     match tokio::time::timeout(SHUTDOWN_GRACE, all_closed).await {
         Ok(()) => tracing::info!("all connections closed"),
