@@ -1077,6 +1077,22 @@ mod tests {
     }
 
     #[test]
+    fn durations() {
+        for (text, want) in [
+            ("250ms", Duration::from_millis(250)),
+            ("4s", Duration::from_secs(4)),
+            ("4", Duration::from_secs(4)),
+            ("5m", Duration::from_secs(300)),
+            ("24h", Duration::from_secs(86400)),
+        ] {
+            assert_eq!(parse_duration("k", text).unwrap(), want, "{text}");
+        }
+        for bad in ["", "s", "1.5s", "-1s", "1d", "99999999999999999999h"] {
+            assert!(parse_duration("k", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn server_limits_from_the_environment() {
         let c = Config::load(
             None,
@@ -1099,21 +1115,5 @@ mod tests {
             }
         );
         assert_eq!(c.tls_reload_name_check, NameCheck::Warn);
-    }
-
-    #[test]
-    fn durations() {
-        for (text, want) in [
-            ("250ms", Duration::from_millis(250)),
-            ("4s", Duration::from_secs(4)),
-            ("4", Duration::from_secs(4)),
-            ("5m", Duration::from_secs(300)),
-            ("24h", Duration::from_secs(86400)),
-        ] {
-            assert_eq!(parse_duration("k", text).unwrap(), want, "{text}");
-        }
-        for bad in ["", "s", "1.5s", "-1s", "1d", "99999999999999999999h"] {
-            assert!(parse_duration("k", bad).is_err(), "{bad}");
-        }
     }
 }
