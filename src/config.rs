@@ -18,6 +18,8 @@ use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
 use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings};
+use crate::server::tls::NameCheck;
+use crate::server::ServerLimits;
 
 pub const ENV_PREFIX: &str = "TOLERABLE";
 /// The variable naming the config file; not itself a config key.
@@ -28,6 +30,12 @@ pub const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
 const MAX_LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// More threads than this is a typo, not a tuning.
 const MAX_WORKER_THREADS: usize = 256;
+/// More connections or requests than this is a typo: the fd limit is far lower.
+const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
+/// The API server's default webhook timeout: reading a request must end well before it.
+const DEFAULT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest idle timeout accepted.
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -80,6 +88,11 @@ struct RawConfig {
     log_level: String,
     log_format: String,
     worker_threads: usize,
+    max_connections: usize,
+    max_requests_in_flight: usize,
+    request_read_timeout: String,
+    connection_idle_timeout: String,
+    tls_reload_name_check: String,
     registry_credential_path: Option<PathBuf>,
     docker_config_path: Option<PathBuf>,
     registry_ca_path: Option<PathBuf>,
@@ -121,6 +134,11 @@ impl Default for RawConfig {
             log_level: "info".into(),
             log_format: "text".into(),
             worker_threads: 0,
+            max_connections: 1000,
+            max_requests_in_flight: 256,
+            request_read_timeout: "5s".into(),
+            connection_idle_timeout: "120s".into(),
+            tls_reload_name_check: "refuse".into(),
             registry_credential_path: None,
             docker_config_path: None,
             registry_ca_path: None,
@@ -322,6 +340,10 @@ pub struct Config {
     /// Threads answering requests; `None`: one per CPU available to the process (a container's
     /// CPU limit included).
     pub worker_threads: Option<usize>,
+    /// Connection and request limits of `serve` (see [`ServerLimits`]).
+    pub server_limits: ServerLimits,
+    /// What a certificate reload does with a certificate that drops a DNS name.
+    pub tls_reload_name_check: NameCheck,
     pub registry_credential_path: Option<PathBuf>,
     pub docker_config_path: Option<PathBuf>,
     pub resolver: ResolverSettings,
@@ -405,6 +427,11 @@ impl Config {
             log_level,
             log_format,
             worker_threads,
+            max_connections,
+            max_requests_in_flight,
+            request_read_timeout,
+            connection_idle_timeout,
+            tls_reload_name_check,
             registry_credential_path,
             docker_config_path,
             registry_ca_path,
@@ -442,6 +469,51 @@ impl Config {
                 format!("{worker_threads} is more than {MAX_WORKER_THREADS} (0: one per CPU)"),
             ));
         }
+        // Abuse limits of `serve`: every bound is checked here so a typo cannot switch one off.
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+            return Err(ConfigError::key(
+                "max_connections",
+                format!("{max_connections} is not between 1 and {MAX_CONNECTIONS_LIMIT}"),
+            ));
+        }
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_requests_in_flight) {
+            return Err(ConfigError::key(
+                "max_requests_in_flight",
+                format!("{max_requests_in_flight} is not between 1 and {MAX_CONNECTIONS_LIMIT}"),
+            ));
+        }
+        let request_read_timeout = parse_duration("request_read_timeout", &request_read_timeout)?;
+        if request_read_timeout.is_zero() || request_read_timeout >= DEFAULT_WEBHOOK_TIMEOUT {
+            return Err(ConfigError::key(
+                "request_read_timeout",
+                "must be above 0 and below 10s (the API server's default webhook timeout)",
+            ));
+        }
+        let connection_idle_timeout =
+            parse_duration("connection_idle_timeout", &connection_idle_timeout)?;
+        if connection_idle_timeout.is_zero() || connection_idle_timeout > MAX_IDLE_TIMEOUT {
+            return Err(ConfigError::key(
+                "connection_idle_timeout",
+                "must be above 0 and at most 1h",
+            ));
+        }
+        let server_limits = ServerLimits {
+            max_connections,
+            max_requests_in_flight,
+            request_read_timeout,
+            connection_idle_timeout,
+        };
+        let tls_reload_name_check = match tls_reload_name_check.trim() {
+            "refuse" => NameCheck::Refuse,
+            "warn" => NameCheck::Warn,
+            other => {
+                return Err(ConfigError::key(
+                    "tls_reload_name_check",
+                    format!("{other:?} is not refuse or warn"),
+                ))
+            }
+        };
+
         let lookup_timeout = parse_duration("lookup_timeout", &lookup_timeout)?;
         if lookup_timeout.is_zero() || lookup_timeout > MAX_LOOKUP_TIMEOUT {
             return Err(ConfigError::key(
@@ -577,6 +649,8 @@ impl Config {
             log_level,
             log_format,
             worker_threads: (worker_threads > 0).then_some(worker_threads),
+            server_limits,
+            tls_reload_name_check,
             registry_credential_path,
             docker_config_path,
             resolver: ResolverSettings {
@@ -988,6 +1062,12 @@ mod tests {
             "Policy::default() is the documented one"
         );
         assert_eq!(c.resolver.lookup_timeout, Duration::from_secs(4));
+        assert_eq!(
+            c.server_limits,
+            ServerLimits::default(),
+            "ServerLimits::default() is the documented one"
+        );
+        assert_eq!(c.tls_reload_name_check, NameCheck::Refuse);
         assert_eq!(c.resolver.cache.tag_ttl, Duration::from_secs(300));
         assert_eq!(c.log_format, LogFormat::Text);
         assert!(c.resolver.mirrors.is_empty());
@@ -1140,6 +1220,27 @@ mod tests {
             (&[("TOLERABLE_CACHE_MAX_ENTRIES", "0")], "cache_max_entries"),
             (&[("TOLERABLE_WORKER_THREADS", "100000")], "worker_threads"),
             (&[("TOLERABLE_WORKER_THREADS", "two")], "worker_threads"),
+            (&[("TOLERABLE_MAX_CONNECTIONS", "0")], "max_connections"),
+            (
+                &[("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "0")],
+                "max_requests_in_flight",
+            ),
+            (
+                &[("TOLERABLE_REQUEST_READ_TIMEOUT", "10s")],
+                "request_read_timeout",
+            ),
+            (
+                &[("TOLERABLE_REQUEST_READ_TIMEOUT", "0s")],
+                "request_read_timeout",
+            ),
+            (
+                &[("TOLERABLE_CONNECTION_IDLE_TIMEOUT", "0s")],
+                "connection_idle_timeout",
+            ),
+            (
+                &[("TOLERABLE_TLS_RELOAD_NAME_CHECK", "ignore")],
+                "tls_reload_name_check",
+            ),
             (&[("TOLERABLE_LOG_FORMAT", "xml")], "log_format"),
             (&[("TOLERABLE_LOG_LEVEL", "info,[")], "log_level"),
             (
@@ -1535,5 +1636,30 @@ mod tests {
         for bad in ["", "s", "1.5s", "-1s", "1d", "99999999999999999999h"] {
             assert!(parse_duration("k", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn server_limits_from_the_environment() {
+        let c = Config::load(
+            None,
+            env(&[
+                ("TOLERABLE_MAX_CONNECTIONS", "50"),
+                ("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "7"),
+                ("TOLERABLE_REQUEST_READ_TIMEOUT", "1500ms"),
+                ("TOLERABLE_CONNECTION_IDLE_TIMEOUT", "2s"),
+                ("TOLERABLE_TLS_RELOAD_NAME_CHECK", "warn"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.server_limits,
+            ServerLimits {
+                max_connections: 50,
+                max_requests_in_flight: 7,
+                request_read_timeout: Duration::from_millis(1500),
+                connection_idle_timeout: Duration::from_secs(2),
+            }
+        );
+        assert_eq!(c.tls_reload_name_check, NameCheck::Warn);
     }
 }

@@ -45,6 +45,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ArchitectureLabels {
     architecture: String,
 }
@@ -70,6 +75,10 @@ pub struct Metrics {
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
+    open_connections: Gauge,
+    connections_refused: Counter,
+    connections_closed: Family<ReasonLabels, Counter>,
+    requests_refused: Family<ReasonLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
 }
@@ -91,9 +100,33 @@ impl Metrics {
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
+            open_connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            connections_closed: Family::default(),
+            requests_refused: Family::default(),
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
         };
+        registry.register(
+            "tolerable_open_connections",
+            "Client connections open now",
+            metrics.open_connections.clone(),
+        );
+        registry.register(
+            "tolerable_connections_refused",
+            "Connections closed as soon as accepted: max_connections (and the probes' headroom) reached",
+            metrics.connections_refused.clone(),
+        );
+        registry.register(
+            "tolerable_connections_closed",
+            "Connections the server closed, by reason: idle (connection_idle_timeout, or no request within request_read_timeout)",
+            metrics.connections_closed.clone(),
+        );
+        registry.register(
+            "tolerable_requests_refused",
+            "Requests answered with an error before being read, by reason: requests_in_flight (503), body_memory (503), read_timeout (408), too_many_connections (503)",
+            metrics.requests_refused.clone(),
+        );
         registry.register(
             "tolerable_admissions",
             "AdmissionReviews answered, by outcome",
@@ -175,6 +208,30 @@ impl Metrics {
             .inc();
     }
 
+    /// Returns a guard that counts the connection as open until dropped.
+    pub fn connection_opened(self: &std::sync::Arc<Self>) -> OpenConnection {
+        self.open_connections.inc();
+        OpenConnection(self.clone())
+    }
+
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// `reason` is one of a fixed set (see the metric's help).
+    pub fn connection_closed(&self, reason: &'static str) {
+        self.connections_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// `reason` is one of a fixed set (see the metric's help).
+    pub fn request_refused(&self, reason: &'static str) {
+        self.requests_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
     pub fn set_cache_entries(&self, entries: u64) {
         self.cache_entries
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
@@ -212,6 +269,15 @@ impl Metrics {
             return host;
         }
         "other".to_owned()
+    }
+}
+
+/// An open connection, counted in `tolerable_open_connections` while it lives.
+pub struct OpenConnection(std::sync::Arc<Metrics>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open_connections.dec();
     }
 }
 

@@ -1,6 +1,9 @@
 //! HTTPS transport: TLS (rotation-safe), HTTP/1.1 keep-alive and h2, routing, body limits, gzip,
-//! deadlines, graceful shutdown. Everything it decides comes from [`Admission`].
+//! deadlines, graceful shutdown, and the limits that keep abusive clients from exhausting memory
+//! or file descriptors. Everything it decides comes from [`Admission`].
 
+pub mod body;
+pub mod connection;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -12,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument as _;
 
@@ -24,6 +28,8 @@ use crate::admission::Admission;
 use crate::metrics::Metrics;
 use crate::registry::Resolver;
 
+use self::body::{Budget, Reservation};
+use self::connection::{ConnectionState, Tracked};
 use self::tls::CertStore;
 
 /// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
@@ -34,8 +40,50 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MIN_DEADLINE_MARGIN: Duration = Duration::from_millis(300);
 /// How long in-flight requests get to finish on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-/// A TLS handshake that takes longer than this is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted past `max_connections` that may only ask `/healthz` and `/readyz`, so
+/// the kubelet's probes get through a flood (each lives at most [`PROBE_TIMEOUT`] idle).
+pub const PROBE_CONNECTIONS: usize = 8;
+/// Handshake, request and idle timeout of a connection beyond `max_connections`.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// File descriptors kept for everything but client connections (registries, the API server,
+/// certificate files, the listener).
+pub const RESERVED_FDS: u64 = 128;
+/// Concurrent HTTP/2 streams per connection; each stream's body draws on the connection's
+/// memory budget anyway.
+const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// HTTP/2 PINGs notice a peer that vanished while a request is in progress.
+const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest HTTP/1.1 read buffer (a request head must fit), instead of hyper's ~400 KiB, so a
+/// thousand connections sending endless headers hold tens of MiB, not hundreds.
+const H1_MAX_BUF_SIZE: usize = 64 << 10;
+
+/// Connection and request limits (config keys of the same names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Open client connections; more are closed as soon as accepted (bar
+    /// [`PROBE_CONNECTIONS`] for health probes). Lowered at start to fit the fd limit.
+    pub max_connections: usize,
+    /// `/mutate` requests being read or answered at once; more get a fast 503.
+    pub max_requests_in_flight: usize,
+    /// TLS handshake, then a request's head and body, each within this.
+    pub request_read_timeout: Duration,
+    /// A connection with no request in progress for this long is closed.
+    pub connection_idle_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1000,
+            max_requests_in_flight: 256,
+            request_read_timeout: Duration::from_secs(5),
+            // Longer than the API server's own idle timeout (Go's 90 s): the client closes an
+            // idle connection first, so it never sends a request into one being closed.
+            connection_idle_timeout: Duration::from_secs(120),
+        }
+    }
+}
 
 /// What request handlers share.
 pub struct AppState {
@@ -86,45 +134,82 @@ pub fn lookup_budget(query: Option<&str>) -> Duration {
         .max(Duration::from_millis(50))
 }
 
-/// Reads the body within the size limit, un-gzipping it if needed.
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+/// The request's `Content-Length`, if it has a readable one.
+fn declared_length(req: &Request<Incoming>) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// An error the client caused by being slow or by the server being full; says so and closes
+/// an HTTP/1.1 connection whose body was left unread.
+fn refuse(status: StatusCode, reason: &str) -> Response<Body> {
+    let mut response = json_error(status, reason);
+    response.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// Reads the body by `deadline`, within the size limit and the memory budgets, un-gzipping it
+/// if needed. The returned reservation pays for the body: keep it while the body lives.
+async fn read_body(
+    server: &Server,
+    connection: &ConnectionState,
+    req: Request<Incoming>,
+    deadline: tokio::time::Instant,
+) -> Result<(Bytes, Reservation), Response<Body>> {
     let too_large = || {
         json_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("body larger than {MAX_BODY_BYTES} bytes"),
         )
     };
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
-    }
+    let metrics = &server.app.metrics;
+    let declared = declared_length(&req);
     let encoding = req
         .headers()
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase());
-    let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                too_large()
-            } else {
-                json_error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("cannot read the body: {e}"),
-                )
-            }
-        })?
-        .to_bytes();
+    let mut reservation = Reservation::new(connection.bodies.clone(), server.bodies.clone());
+    let read = body::read(req.into_body(), declared, &mut reservation);
+    let body = match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
+        Ok(Err(body::BodyError::OverBudget)) => {
+            metrics.request_refused("body_memory");
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: too many request bodies being read at once",
+            ));
+        }
+        Ok(Err(body::BodyError::Unreadable(e))) => {
+            return Err(json_error(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the body: {e}"),
+            ))
+        }
+        Err(_) => {
+            metrics.request_refused("read_timeout");
+            return Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the request was not received within {:?} (request_read_timeout)",
+                    server.limits.request_read_timeout
+                ),
+            ));
+        }
+    };
     match encoding.as_deref() {
-        None | Some("identity") | Some("") => Ok(body),
+        None | Some("identity") | Some("") => Ok((body, reservation)),
         Some("gzip") => {
             let mut out = Vec::new();
             flate2::read::GzDecoder::new(&body[..])
@@ -139,7 +224,7 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
             if out.len() > MAX_BODY_BYTES {
                 return Err(too_large());
             }
-            Ok(out.into())
+            Ok((out.into(), reservation))
         }
         Some(other) => Err(json_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -148,11 +233,29 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
     }
 }
 
-async fn mutate(state: &AppState, req: Request<Incoming>) -> Response<Body> {
+async fn mutate(
+    server: &Server,
+    connection: &ConnectionState,
+    read_deadline: tokio::time::Instant,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let state = &server.app;
     let started = Instant::now();
+    // Taken before the body is read: a stalled body holds a slot, so stalled bodies cannot
+    // pile up past the cap.
+    let Ok(_in_flight) = server.requests.clone().try_acquire_owned() else {
+        state.metrics.request_refused("requests_in_flight");
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "busy: {} requests in flight (max_requests_in_flight)",
+                server.limits.max_requests_in_flight
+            ),
+        );
+    };
     let budget = lookup_budget(req.uri().query());
-    let body = match read_body(req).await {
-        Ok(body) => body,
+    let (body, _reservation) = match read_body(server, connection, req, read_deadline).await {
+        Ok(read) => read,
         Err(response) => {
             state.metrics.admission("bad_request", started.elapsed());
             return response;
@@ -190,28 +293,42 @@ async fn mutate(state: &AppState, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let response = match (req.method(), req.uri().path()) {
-        (&Method::POST, "/mutate") => mutate(&state, req).await,
-        (&Method::GET, "/healthz") => respond(StatusCode::OK, "text/plain", "ok\n"),
-        (&Method::GET, "/readyz") => {
-            let nodes_synced = state.nodes.as_ref().is_none_or(|n| n.is_synced());
-            if !state.ready.load(Ordering::Relaxed) {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "not ready: shutting down\n",
-                )
-            } else if !nodes_synced {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "not ready: node watch not synced\n",
-                )
-            } else {
-                respond(StatusCode::OK, "text/plain", "ok\n")
-            }
+/// What every connection's requests share.
+struct Server {
+    app: Arc<AppState>,
+    limits: ServerLimits,
+    /// Permits for `/mutate` requests in flight.
+    requests: Arc<Semaphore>,
+    /// Bytes of request bodies held, process-wide.
+    bodies: Arc<Budget>,
+}
+
+async fn route(
+    server: Arc<Server>,
+    connection: Arc<ConnectionState>,
+    probe_only: bool,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let (_active, head_started) = connection.request_started();
+    let version = req.version();
+    let read_timeout = if probe_only {
+        PROBE_TIMEOUT
+    } else {
+        server.limits.request_read_timeout
+    };
+    let read_deadline = head_started.unwrap_or_else(tokio::time::Instant::now) + read_timeout;
+    let state = &server.app;
+    let mut response = match (req.method(), req.uri().path()) {
+        // Probes are answered before any cap: a full server is alive, not dead.
+        (&Method::GET, "/healthz" | "/readyz") => probe(state, req.uri().path()),
+        _ if probe_only => {
+            state.metrics.request_refused("too_many_connections");
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: too many connections (max_connections)",
+            )
         }
+        (&Method::POST, "/mutate") => mutate(&server, &connection, read_deadline, req).await,
         (&Method::GET, "/metrics") => {
             state
                 .metrics
@@ -233,7 +350,96 @@ async fn route(state: Arc<AppState>, req: Request<Incoming>) -> Result<Response<
             "not found: the webhook path is /mutate",
         ),
     };
+    if version == http::Version::HTTP_2 {
+        // Connection-specific headers are malformed in h2 (RFC 9113 §8.2.2); h2 closes streams,
+        // not connections.
+        response.headers_mut().remove(header::CONNECTION);
+    }
     Ok(response)
+}
+
+/// `/healthz` (alive) and `/readyz` (serving and synced).
+fn probe(state: &AppState, path: &str) -> Response<Body> {
+    if path == "/healthz" {
+        return respond(StatusCode::OK, "text/plain", "ok\n");
+    }
+    let nodes_synced = state.nodes.as_ref().is_none_or(|n| n.is_synced());
+    if !state.ready.load(Ordering::Relaxed) {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready: shutting down\n",
+        )
+    } else if !nodes_synced {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready: node watch not synced\n",
+        )
+    } else {
+        respond(StatusCode::OK, "text/plain", "ok\n")
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does at start: the
+/// usual soft limit of 1024 would cap connections far below `max_connections`. Returns the soft
+/// limit now in force (`None`: unlimited).
+pub fn raise_fd_limit() -> std::io::Result<Option<u64>> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    let below_hard = match (limit.current, limit.maximum) {
+        (Some(current), Some(maximum)) => current < maximum,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if below_hard {
+        limit.current = limit.maximum;
+        setrlimit(Resource::Nofile, limit).map_err(std::io::Error::from)?;
+    }
+    Ok(limit.current)
+}
+
+/// `configured`, lowered so that every connection (probes' headroom included) and
+/// [`RESERVED_FDS`] fit under the soft limit on open files: past it, `accept` fails and nothing,
+/// `/healthz` included, gets through.
+fn connection_cap(configured: usize) -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let Some(soft) = soft else {
+        return configured;
+    };
+    let fit = soft.saturating_sub(RESERVED_FDS + PROBE_CONNECTIONS as u64);
+    let fit = usize::try_from(fit).unwrap_or(usize::MAX).max(1);
+    if fit < configured {
+        tracing::warn!(
+            max_connections = configured,
+            open_files_limit = soft,
+            lowered_to = fit,
+            "max_connections does not fit the limit on open files; lowered"
+        );
+        fit
+    } else {
+        configured
+    }
+}
+
+/// One protocol builder per kind of connection. `keep_alive: false` for probe-only connections.
+fn http_builder(keep_alive: bool) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(keep_alive)
+        .max_buf_size(H1_MAX_BUF_SIZE)
+        // hyper's head timer also runs while a keep-alive connection is idle, which would cut
+        // connection_idle_timeout short; the connection watchdog times heads instead.
+        .header_read_timeout(None);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
+    builder
 }
 
 /// Serves on `listener` until `shutdown` completes, then stops accepting, reports not ready, and
@@ -242,15 +448,21 @@ pub async fn run(
     listener: TcpListener,
     certs: Arc<CertStore>,
     state: Arc<AppState>,
+    limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
     let acceptor = TlsAcceptor::from(certs.server_config());
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
-    let graceful = GracefulShutdown::new();
+    let max_connections = connection_cap(limits.max_connections);
+    let connections = Arc::new(Semaphore::new(max_connections));
+    let probe_connections = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    let builders = Arc::new([http_builder(true), http_builder(false)]);
+    let server = Arc::new(Server {
+        app: state.clone(),
+        requests: Arc::new(Semaphore::new(limits.max_requests_in_flight)),
+        bodies: Arc::new(Budget::new(body::PROCESS_BODY_BUDGET)),
+        limits,
+    });
+    let (stop, stopping) = watch::channel(());
     state.ready.store(true, Ordering::Relaxed);
     tokio::pin!(shutdown);
     loop {
@@ -266,41 +478,139 @@ pub async fn run(
             },
             () = &mut shutdown => break,
         };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let state = state.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
+        let (permit, probe_only) = match connections.clone().try_acquire_owned() {
+            Ok(permit) => (permit, false),
+            Err(_) => match probe_connections.clone().try_acquire_owned() {
+                Ok(permit) => (permit, true),
                 Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
+                    // Closing at once costs the client a retry and us nothing; queueing would
+                    // hold the descriptor the flood is trying to exhaust.
+                    state.metrics.connection_refused();
+                    drop(tcp);
+                    continue;
                 }
-            };
-            let service = hyper::service::service_fn(move |req| route(state.clone(), req));
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        tokio::spawn(serve_connection(
+            tcp,
+            peer,
+            permit,
+            probe_only,
+            acceptor.clone(),
+            builders.clone(),
+            server.clone(),
+            stopping.clone(),
+        ));
     }
     state.ready.store(false, Ordering::Relaxed);
     drop(listener);
+    let open = max_connections - connections.available_permits() + PROBE_CONNECTIONS
+        - probe_connections.available_permits();
     tracing::info!(
-        in_flight = graceful.count(),
+        connections = open,
         "shutting down: finishing requests in flight"
     );
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+    drop(stop);
+    let all_closed = async {
+        // Every connection holds a permit until its task ends.
+        let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let _ = connections.acquire_many(all(max_connections)).await;
+        let _ = probe_connections.acquire_many(all(PROBE_CONNECTIONS)).await;
+    };
+    match tokio::time::timeout(SHUTDOWN_GRACE, all_closed).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => {
+            tracing::warn!("shutdown grace period over; closing remaining connections")
+        }
+    }
+}
+
+/// One client connection: TLS, then HTTP/1.1 or h2 under a watchdog that closes it when idle
+/// (or when a request head is too slow), and on shutdown.
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    _permit: OwnedSemaphorePermit,
+    probe_only: bool,
+    acceptor: TlsAcceptor,
+    builders: Arc<[auto::Builder<TokioExecutor>; 2]>,
+    server: Arc<Server>,
+    mut stopping: watch::Receiver<()>,
+) {
+    let metrics = server.app.metrics.clone();
+    let _open = metrics.connection_opened();
+    let (read_timeout, idle_timeout) = if probe_only {
+        (PROBE_TIMEOUT, PROBE_TIMEOUT)
+    } else {
+        (
+            server.limits.request_read_timeout,
+            server.limits.connection_idle_timeout,
+        )
+    };
+    let stream = match tokio::time::timeout(read_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            metrics.connection_closed("idle");
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let state = ConnectionState::new(!h2, body::CONNECTION_BODY_BUDGET);
+    let io = TokioIo::new(Tracked::new(stream, state.clone()));
+    let service = {
+        let (server, state) = (server.clone(), state.clone());
+        hyper::service::service_fn(move |req| route(server.clone(), state.clone(), probe_only, req))
+    };
+    let connection = builders[usize::from(probe_only)].serve_connection(io, service);
+    tokio::pin!(connection);
+    let shutting_down = loop {
+        let deadline = state.deadline(idle_timeout, read_timeout);
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = sleep_until(deadline) => {
+                let due = state.deadline(idle_timeout, read_timeout);
+                if due.is_some_and(|due| due <= tokio::time::Instant::now()) {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    metrics.connection_closed("idle");
+                    break false;
+                }
+            }
+            () = state.changed() => {}
+            _ = stopping.changed() => break true,
+        }
+    };
+    // Finishes the request in progress (h2: sends GOAWAY); a client that does not read its
+    // answer is not waited for beyond the grace.
+    connection.as_mut().graceful_shutdown();
+    let grace = if shutting_down {
+        SHUTDOWN_GRACE
+    } else {
+        read_timeout
+    };
+    match tokio::time::timeout(grace, connection).await {
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!(%peer, "connection dropped after its grace period"),
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -34,6 +34,16 @@ async fn served_certificate(addr: std::net::SocketAddr) -> Vec<u8> {
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
+/// `tolerable_certificate_reloads_total{result}`.
+async fn reloads(server: &TestServer, result: &str) -> u64 {
+    let metrics = webhook::metrics_text(server).await;
+    let prefix = format!("tolerable_certificate_reloads_total{{result=\"{result}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
 fn der(pem: &str) -> Vec<u8> {
     CertificateDer::from_pem_slice(pem.as_bytes())
         .unwrap()
@@ -152,13 +162,67 @@ async fn a_broken_rotation_keeps_the_old_certificate() {
     server.volume.rotate(&a.cert_pem, &b.key_pem);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(served_certificate(server.addr).await, current);
-    let metrics = webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains("tolerable_certificate_reloads_total{result=\"error\"} 1"),
-        "{metrics}"
-    );
+    // Every failed reload counts, not only the first of a run of identical ones.
+    let failed = reloads(&server, "error").await;
+    assert!(failed >= 2, "{failed} failed reloads counted");
     // Fixed a moment later: served.
     server.volume.rotate(&a.cert_pem, &a.key_pem);
     wait_until_served(&server, &der(&a.cert_pem)).await;
     server.shutdown().await;
+}
+
+/// A valid certificate from the right CA, but for another Service: the API server (which calls
+/// `tolerable.tolerable-system.svc`) would refuse it, so it is not hot-swapped in.
+#[tokio::test]
+async fn a_certificate_for_other_names_is_refused_and_every_refusal_counted() {
+    let mut server = TestServer::start(webhook::policy(), common::settings()).await;
+    let current = served_certificate(server.addr).await;
+    let elsewhere = common::certs::ca().leaf(&["elsewhere.example", "127.0.0.1"]);
+    server
+        .volume
+        .rotate(&elsewhere.cert_pem, &elsewhere.key_pem);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(served_certificate(server.addr).await, current);
+    assert_eq!(reloads(&server, "ok").await, 0);
+    let failed = reloads(&server, "error").await;
+    assert!(failed >= 2, "{failed} failed reloads counted");
+
+    // A certificate with more names than before is fine.
+    let wider = common::certs::ca().leaf(&["localhost", "tolerable.tolerable-system.svc"]);
+    server.volume.rotate(&wider.cert_pem, &wider.key_pem);
+    wait_until_served(&server, &der(&wider.cert_pem)).await;
+    server.shutdown().await;
+}
+
+#[test]
+fn name_check_warn_serves_the_certificate_and_says_which_names_it_drops() {
+    use tolerable::server::tls::{CertStore, NameCheck, Reloaded, TlsError};
+    common::init();
+    let first = common::certs::ca().leaf(&["localhost", "tolerable.tolerable-system.svc"]);
+    let mut volume = webhook::SecretVolume::new(&first.cert_pem, &first.key_pem);
+    let open = |check| {
+        CertStore::from_files(&volume.cert_path(), &volume.key_path())
+            .unwrap()
+            .with_name_check(check)
+    };
+    let (refusing, warning) = (open(NameCheck::Refuse), open(NameCheck::Warn));
+    assert_eq!(
+        warning.names(),
+        ["localhost", "tolerable.tolerable-system.svc"]
+    );
+    let narrower = common::certs::ca().leaf(&["localhost"]);
+    volume.rotate(&narrower.cert_pem, &narrower.key_pem);
+    match refusing.reload() {
+        Err(TlsError::NamesDropped { missing, .. }) => {
+            assert_eq!(missing, ["tolerable.tolerable-system.svc"])
+        }
+        other => panic!("{other:?}"),
+    }
+    // Refused again on the next try: it is not remembered as loaded.
+    assert!(refusing.reload().is_err());
+    assert_eq!(
+        warning.reload().unwrap(),
+        Reloaded::SwappedWithoutNames(vec!["tolerable.tolerable-system.svc".into()])
+    );
+    assert_eq!(warning.reload().unwrap(), Reloaded::Unchanged);
 }

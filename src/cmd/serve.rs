@@ -17,6 +17,10 @@ use crate::server::tls::{self, CertStore};
 use crate::server::{self, AppState};
 
 pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    match server::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(?limit, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit to its hard limit"),
+    }
     let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     let metrics = Arc::new(Metrics::register(&mut metrics_registry));
@@ -42,7 +46,9 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
         Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()),
     );
     let certs = Arc::new(match &config.tls_files {
-        Some((cert, key)) => CertStore::from_files(cert, key)?,
+        Some((cert, key)) => {
+            CertStore::from_files(cert, key)?.with_name_check(config.tls_reload_name_check)
+        }
         None => {
             // For a first run without cert-manager: a fresh CA, printed so a client can trust it.
             let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
@@ -108,7 +114,14 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
         ready: AtomicBool::new(false),
     });
     tracing::info!(addr = %listener.local_addr()?, "serving the admission webhook on /mutate");
-    server::run(listener, certs, state, shutdown_signal()).await;
+    server::run(
+        listener,
+        certs,
+        state,
+        config.server_limits.clone(),
+        shutdown_signal(),
+    )
+    .await;
     reloader.abort();
     Ok(ExitCode::SUCCESS)
 }

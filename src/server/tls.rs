@@ -1,12 +1,14 @@
 //! Serving certificates: loaded and checked before the port is bound, and reloaded without a
 //! restart when cert-manager rotates them. A Secret volume rotates by swapping a `..data`
 //! symlink, so the files are re-read by path on an interval (inotify on the old files would never
-//! fire); a half-written or mismatched pair keeps the old certificate.
+//! fire); a half-written or mismatched pair keeps the old certificate, and so does a valid
+//! certificate that no longer covers a DNS name the starting one did (the Service's names: the
+//! API server would refuse it and every admission would fail).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject as _;
@@ -19,6 +21,19 @@ use crate::metrics::Metrics;
 
 /// How often the certificate files are re-read.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+/// A reload failing the same way again is logged at most this often (and counted every time).
+pub const REPEATED_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What a reload does with a certificate that does not cover every DNS name the certificate
+/// served at start covered (config key `tls_reload_name_check`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NameCheck {
+    /// Keep serving the current certificate; the reload counts as failed.
+    #[default]
+    Refuse,
+    /// Serve it, with a warning naming the names it dropped.
+    Warn,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -37,6 +52,34 @@ pub enum TlsError {
     },
     #[error("cannot generate a self-signed certificate: {0}")]
     Generate(String),
+    #[error(
+        "ssl_cert_path {path}: does not cover {missing:?}, which the certificate served since \
+         start-up does; keeping that one (tls_reload_name_check = \"warn\" would serve it)"
+    )]
+    NamesDropped { path: PathBuf, missing: Vec<String> },
+}
+
+/// The DNS names (subject alternative names) a certificate is for.
+pub fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    webpki::EndEntityCert::try_from(cert)
+        .map(|cert| cert.valid_dns_names().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Whether `cert` is valid for `name`, as a TLS client would check it. A wildcard `name` must
+/// be in the certificate as written.
+fn covers(cert: &CertificateDer<'_>, name: &str) -> bool {
+    let Ok(end_entity) = webpki::EndEntityCert::try_from(cert) else {
+        return false;
+    };
+    match rustls::pki_types::ServerName::try_from(name) {
+        Ok(server_name) => end_entity
+            .verify_is_valid_for_subject_name(&server_name)
+            .is_ok(),
+        Err(_) => end_entity
+            .valid_dns_names()
+            .any(|presented| presented.eq_ignore_ascii_case(name)),
+    }
 }
 
 /// Parses a PEM certificate chain and private key into a checked pair.
@@ -88,6 +131,20 @@ pub struct CertStore {
     files: Option<(PathBuf, PathBuf)>,
     /// The bytes the current certificate was built from, to notice a change.
     loaded: std::sync::Mutex<(Vec<u8>, Vec<u8>)>,
+    /// The DNS names of the certificate served at start: every reload must keep covering them.
+    names: Vec<String>,
+    name_check: NameCheck,
+}
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The files have not changed.
+    Unchanged,
+    /// A new certificate is served.
+    Swapped,
+    /// A new certificate is served although it drops these names ([`NameCheck::Warn`]).
+    SwappedWithoutNames(Vec<String>),
 }
 
 impl fmt::Debug for CertStore {
@@ -104,11 +161,25 @@ impl CertStore {
         let cert_pem = read("ssl_cert_path", cert_path)?;
         let key_pem = read("ssl_key_path", key_path)?;
         let key = certified_key(&cert_pem, &key_pem, cert_path, key_path)?;
+        let names = key.end_entity_cert().map(dns_names).unwrap_or_default();
         Ok(Self {
             current: ArcSwap::from_pointee(key),
             files: Some((cert_path.to_owned(), key_path.to_owned())),
             loaded: std::sync::Mutex::new((cert_pem, key_pem)),
+            names,
+            name_check: NameCheck::default(),
         })
+    }
+
+    /// Sets what a reload does with a certificate that drops a starting DNS name.
+    pub fn with_name_check(mut self, name_check: NameCheck) -> Self {
+        self.name_check = name_check;
+        self
+    }
+
+    /// The DNS names every reloaded certificate must cover.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// A fixed certificate (the generated self-signed one).
@@ -117,25 +188,51 @@ impl CertStore {
             current: ArcSwap::from_pointee(key),
             files: None,
             loaded: std::sync::Mutex::default(),
+            names: Vec::new(),
+            name_check: NameCheck::default(),
         }
     }
 
-    /// Re-reads the files; swaps in the new pair if it changed and is valid. Returns whether a
-    /// reload happened, or why it failed (the old certificate stays).
-    pub fn reload(&self) -> Result<bool, TlsError> {
+    /// Re-reads the files; swaps in the new pair if it changed and is valid (and, unless
+    /// [`NameCheck::Warn`], covers the starting DNS names). Returns what happened, or why the
+    /// reload failed (the old certificate stays, and the next reload tries again).
+    pub fn reload(&self) -> Result<Reloaded, TlsError> {
         let Some((cert_path, key_path)) = &self.files else {
-            return Ok(false);
+            return Ok(Reloaded::Unchanged);
         };
         let cert_pem = read("ssl_cert_path", cert_path)?;
         let key_pem = read("ssl_key_path", key_path)?;
-        let mut loaded = self.loaded.lock().expect("cert store lock poisoned");
+        // The bytes are plain data: still consistent if a holder panicked.
+        let mut loaded = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if loaded.0 == cert_pem && loaded.1 == key_pem {
-            return Ok(false);
+            return Ok(Reloaded::Unchanged);
         }
         let key = certified_key(&cert_pem, &key_pem, cert_path, key_path)?;
+        let missing: Vec<String> = match key.end_entity_cert() {
+            Ok(cert) => self
+                .names
+                .iter()
+                .filter(|name| !covers(cert, name))
+                .cloned()
+                .collect(),
+            Err(_) => self.names.clone(),
+        };
+        if !missing.is_empty() && self.name_check == NameCheck::Refuse {
+            return Err(TlsError::NamesDropped {
+                path: cert_path.clone(),
+                missing,
+            });
+        }
         self.current.store(Arc::new(key));
         *loaded = (cert_pem, key_pem);
-        Ok(true)
+        Ok(if missing.is_empty() {
+            Reloaded::Swapped
+        } else {
+            Reloaded::SwappedWithoutNames(missing)
+        })
     }
 
     /// Polls for rotations until the task is dropped.
@@ -145,33 +242,44 @@ impl CertStore {
         }
         let mut tick = tokio::time::interval(RELOAD_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_error = String::new();
+        let mut errors = ErrorLog::default();
         loop {
             tick.tick().await;
             let store = self.clone();
-            let result = tokio::task::spawn_blocking(move || store.reload())
-                .await
-                .unwrap_or(Ok(false));
-            match result {
-                Ok(true) => {
+            let result = match tokio::task::spawn_blocking(move || store.reload()).await {
+                Ok(result) => result,
+                Err(e) => Err(TlsError::Invalid {
+                    key: "ssl_cert_path",
+                    path: self.files.as_ref().map(|f| f.0.clone()).unwrap_or_default(),
+                    reason: format!("the reload task failed: {e}"),
+                }),
+            };
+            let ok = match result {
+                Ok(Reloaded::Unchanged) => continue,
+                Ok(Reloaded::Swapped) => {
                     tracing::info!("serving certificate reloaded");
-                    last_error.clear();
-                    if let Some(m) = &metrics {
-                        m.certificate_reload(true);
-                    }
+                    errors.clear();
+                    true
                 }
-                Ok(false) => {}
+                Ok(Reloaded::SwappedWithoutNames(missing)) => {
+                    tracing::error!(
+                        ?missing,
+                        "serving certificate reloaded although it does not cover names the \
+                         starting certificate did: the API server will refuse it for them \
+                         (tls_reload_name_check = \"warn\")"
+                    );
+                    errors.clear();
+                    true
+                }
                 Err(e) => {
-                    // Rotations are not atomic across two files: say it once, keep serving.
-                    let text = e.to_string();
-                    if text != last_error {
-                        tracing::warn!(error = %text, "serving certificate not reloaded; keeping the current one");
-                        if let Some(m) = &metrics {
-                            m.certificate_reload(false);
-                        }
-                        last_error = text;
-                    }
+                    // Rotations are not atomic across two files, so one failure is routine; a
+                    // failure that persists is logged again every minute, and every one counts.
+                    errors.failed(&e.to_string(), Instant::now());
+                    false
                 }
+            };
+            if let Some(m) = &metrics {
+                m.certificate_reload(ok);
             }
         }
     }
@@ -186,6 +294,42 @@ impl CertStore {
                 .with_cert_resolver(self.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Arc::new(config)
+    }
+}
+
+/// Logs reload errors: a new error at once, the same one again at most every
+/// [`REPEATED_ERROR_LOG_INTERVAL`], with how often it happened meanwhile.
+#[derive(Debug, Default)]
+struct ErrorLog {
+    last: Option<(String, Instant)>,
+    repeated: u64,
+}
+
+impl ErrorLog {
+    /// Whether this failure was logged.
+    fn failed(&mut self, error: &str, now: Instant) -> bool {
+        let log = match &self.last {
+            Some((last, at)) if last == error => {
+                now.duration_since(*at) >= REPEATED_ERROR_LOG_INTERVAL
+            }
+            _ => true,
+        };
+        if log {
+            tracing::warn!(
+                error,
+                repeated_since_last_logged = self.repeated,
+                "serving certificate not reloaded; keeping the current one"
+            );
+            self.last = Some((error.to_owned(), now));
+            self.repeated = 0;
+        } else {
+            self.repeated += 1;
+        }
+        log
+    }
+
+    fn clear(&mut self) {
+        *self = Self::default();
     }
 }
 
@@ -233,4 +377,49 @@ pub fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
         ca_pem: ca.pem(),
         key: certified,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_error_is_logged_once_a_minute() {
+        let mut log = ErrorLog::default();
+        let start = Instant::now();
+        assert!(log.failed("a", start));
+        assert!(!log.failed("a", start + Duration::from_secs(1)));
+        assert!(!log.failed("a", start + Duration::from_secs(59)));
+        assert_eq!(log.repeated, 2);
+        assert!(log.failed("a", start + Duration::from_secs(61)));
+        assert!(
+            log.failed("b", start + Duration::from_secs(62)),
+            "a new error"
+        );
+        log.clear();
+        assert!(
+            log.failed("b", start + Duration::from_secs(63)),
+            "after a success"
+        );
+    }
+
+    fn leaf(names: &[&str]) -> CertifiedKey {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self_signed(&names).unwrap().key
+    }
+
+    #[test]
+    fn names_are_covered_as_a_client_checks_them() {
+        let key = leaf(&["tolerable.tolerable-system.svc", "*.example.com"]);
+        let cert = key.end_entity_cert().unwrap();
+        assert_eq!(
+            dns_names(cert),
+            ["tolerable.tolerable-system.svc", "*.example.com"]
+        );
+        assert!(covers(cert, "tolerable.tolerable-system.svc"));
+        assert!(covers(cert, "a.example.com"));
+        assert!(covers(cert, "*.example.com"));
+        assert!(!covers(cert, "tolerable.other.svc"));
+        assert!(!covers(cert, "*.other.com"));
+    }
 }

@@ -14,7 +14,7 @@ use tolerable::metrics::Metrics;
 use tolerable::mutate::Policy;
 use tolerable::registry::{CredentialStore, Resolver, ResolverSettings};
 use tolerable::server::tls::CertStore;
-use tolerable::server::AppState;
+use tolerable::server::{AppState, ServerLimits};
 
 use super::certs;
 
@@ -86,6 +86,12 @@ impl SecretVolume {
     }
 }
 
+/// The webhook's policy with the default resolver settings: no test registry is started.
+fn webhook_settings() -> (Policy, ResolverSettings) {
+    let defaults = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    (policy(), defaults.resolver)
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,
@@ -100,11 +106,24 @@ impl TestServer {
         Self::start_with_nodes(policy, settings, None).await
     }
 
+    /// A server with these connection and request limits.
+    pub async fn start_with_limits(limits: ServerLimits) -> Self {
+        Self::start_with(webhook_settings(), None, limits).await
+    }
+
     /// A server that decides with (and is not ready before) a node watch.
     pub async fn start_with_nodes(
         policy: Policy,
         settings: ResolverSettings,
         nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+    ) -> Self {
+        Self::start_with((policy, settings), nodes, ServerLimits::default()).await
+    }
+
+    async fn start_with(
+        (policy, settings): (Policy, ResolverSettings),
+        nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+        limits: ServerLimits,
     ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
@@ -138,6 +157,7 @@ impl TestServer {
             listener,
             store,
             state.clone(),
+            limits,
             async {
                 let _ = rx.await;
             },

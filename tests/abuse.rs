@@ -1,0 +1,603 @@
+//! Abusive clients, all on 127.0.0.1 and bounded in time: bodies that never finish (HTTP/1.1
+//! one-byte chunks, a `Content-Length` never reached, HTTP/2 streams), connections that stay
+//! idle, a connection flood past `max_connections`, more requests than
+//! `max_requests_in_flight`. Each is cut off within its deadline, the server's memory stays
+//! bounded, and `/healthz` keeps answering. The memory tests run the real `tolerable serve` binary
+//! (one worker thread, as the shipped Deployment) and read its RSS from /proc.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::webhook::{self, TestServer};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tolerable::server::{ServerLimits, MAX_BODY_BYTES};
+
+/// A TLS connection to the server, offering `alpn` (`h2` or `http/1.1`).
+async fn connect(addr: SocketAddr, alpn: &[u8]) -> TlsStream<TcpStream> {
+    let mut config = (*common::certs::client_config()).clone();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// Reads until the server closes the connection; `None` if it is still open after `limit`.
+/// Returns what the server sent.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    let read_all = async {
+        let mut buf = [0u8; 4096];
+        // An error (reset, or no close_notify) is a close as well.
+        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+            received.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(limit, read_all).await.ok()?;
+    Some(received)
+}
+
+fn status_line(response: &[u8]) -> String {
+    String::from_utf8_lossy(response)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// `GET /healthz` on a new connection, retried for up to `limit` (a flood may hold the probes'
+/// headroom for a moment). Returns the time it took.
+async fn healthz_answers_within(addr: SocketAddr, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let client = webhook::client_builder()
+        .timeout(Duration::from_millis(1500))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/healthz", addr.port());
+    loop {
+        match client.get(&url).send().await {
+            Ok(response) if response.status() == 200 => return started.elapsed(),
+            other => assert!(
+                started.elapsed() < limit,
+                "/healthz did not answer within {limit:?}: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn limits(read: Duration, idle: Duration) -> ServerLimits {
+    ServerLimits {
+        request_read_timeout: read,
+        connection_idle_timeout: idle,
+        ..ServerLimits::default()
+    }
+}
+
+/// `tolerable serve` as a child process with the test certificate and `env`.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// Started under a low soft limit on open files, as many container runtimes set: serve
+    /// raises it.
+    async fn start(env: &[(&str, &str)]) -> Self {
+        Self::start_with_ulimit("-Sn 256", env).await
+    }
+
+    /// `ulimit` is the shell's option and value for the open-files limit.
+    async fn start_with_ulimit(ulimit: &str, env: &[(&str, &str)]) -> Self {
+        common::init();
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = common::certs::ca().leaf(&["localhost"]);
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &leaf.cert_pem).unwrap();
+        std::fs::write(&key, &leaf.key_pem).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
+            .parse()
+            .unwrap();
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!(
+                "ulimit {ulimit} && exec '{}' serve",
+                env!("CARGO_BIN_EXE_tolerable")
+            ))
+            .current_dir(dir.path())
+            .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
+            .env("TOLERABLE_SSL_CERT_PATH", &cert)
+            .env("TOLERABLE_SSL_KEY_PATH", &key)
+            .env("TOLERABLE_READ_PULL_SECRETS", "false")
+            .env("TOLERABLE_WATCH_NODES", "false")
+            .env("TOLERABLE_WORKER_THREADS", "1")
+            .env("TOLERABLE_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let served = Self {
+            child: command.spawn().unwrap(),
+            addr,
+            _dir: dir,
+        };
+        healthz_answers_within(addr, Duration::from_secs(20)).await;
+        served
+    }
+
+    fn rss_kib(&self) -> u64 {
+        common::rss_kib(self.child.id())
+    }
+
+    /// The highest RSS seen until the returned flag is set, sampled every 10 ms.
+    fn sample_peak_rss(&self) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pid = self.child.id();
+        let peak = AtomicU64::new(0);
+        let handle = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    peak.fetch_max(common::rss_kib(pid), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                peak.load(Ordering::Relaxed)
+            }
+        });
+        (stop, handle)
+    }
+
+    /// `Max open files` from /proc: (soft, hard).
+    fn open_files_limit(&self) -> (String, String) {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id())).unwrap();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields[3].to_owned(), fields[4].to_owned())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request whose body is sent as `chunks` one-byte chunks, as fast as the server
+/// takes them, and then never finished. Returns when the server closed the connection, what it
+/// answered, and how many chunks were written; `None` if it was still open after `limit`.
+async fn one_byte_chunks_never_finished(
+    addr: SocketAddr,
+    chunks: usize,
+    limit: Duration,
+) -> Option<(Duration, String, usize)> {
+    let tls = connect(addr, b"http/1.1").await;
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    let started = Instant::now();
+    writer
+        .write_all(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let batch = b"1\r\n \r\n".repeat(4096);
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    let write = async {
+        while sent.load(Ordering::Relaxed) < chunks && writer.write_all(&batch).await.is_ok() {
+            sent.fetch_add(4096, Ordering::Relaxed);
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        closed = closed_within(&mut reader, limit) => {
+            closed.map(|response| (started.elapsed(), status_line(&response), sent.load(Ordering::Relaxed)))
+        }
+        () = write => unreachable!(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_memory() {
+    let served = Served::start(&[("TOLERABLE_REQUEST_READ_TIMEOUT", "2s")]).await;
+    let (soft, hard) = served.open_files_limit();
+    assert_eq!(soft, hard, "the soft limit on open files was not raised");
+    let baseline = served.rss_kib();
+    let (stop, peak) = served.sample_peak_rss();
+    let started = Instant::now();
+    let mut connections = Vec::new();
+    for _ in 0..8 {
+        connections.push(tokio::spawn(one_byte_chunks_never_finished(
+            served.addr,
+            3_000_000,
+            Duration::from_secs(6),
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let probe = healthz_answers_within(served.addr, Duration::from_secs(2)).await;
+    let mut chunks_sent = 0;
+    for connection in connections {
+        let (closed_after, status, sent) = connection
+            .await
+            .unwrap()
+            .expect("a stalled body was still being read after 6 s");
+        // 408 at the deadline, or 413 if the client managed 3 MiB of chunks before it.
+        assert!(
+            status.starts_with("HTTP/1.1 408") || status.starts_with("HTTP/1.1 413"),
+            "{status}"
+        );
+        assert!(
+            closed_after < Duration::from_millis(3500),
+            "closed after {closed_after:?}"
+        );
+        chunks_sent += sent;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let peak = peak.join().unwrap();
+    let grew_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
+    eprintln!(
+        "8 HTTP/1.1 connections, {chunks_sent} one-byte chunks written: RSS {:.1} MiB before, peak {:.1} MiB (+{grew_mib:.1} MiB); /healthz answered in {probe:?}; all closed after {:?}",
+        baseline as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        started.elapsed()
+    );
+    // Eight bodies of at most 3 MiB each in one buffer apiece, plus TLS and HTTP buffers.
+    assert!(grew_mib < 48.0, "RSS grew by {grew_mib:.1} MiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_memory() {
+    let served = Served::start(&[("TOLERABLE_REQUEST_READ_TIMEOUT", "2s")]).await;
+    let baseline = served.rss_kib();
+    let (stop, peak) = served.sample_peak_rss();
+    let started = Instant::now();
+    let tls = connect(served.addr, b"h2").await;
+    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(connection);
+    // Each stream declares 3 MiB and sends one byte less. One buffer, shared by all streams,
+    // keeps the client's own memory small.
+    let almost = Bytes::from(vec![b' '; MAX_BODY_BYTES - 1]);
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        client = client.ready().await.unwrap();
+        let request = http::Request::post("https://localhost/mutate")
+            .header("content-type", "application/json")
+            .header("content-length", MAX_BODY_BYTES)
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(almost.clone(), false).unwrap();
+        streams.push(tokio::spawn(async move {
+            let _unfinished = body;
+            let answered = tokio::time::timeout(Duration::from_secs(8), response).await;
+            (started.elapsed(), answered.map(|r| r.map(|r| r.status())))
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let probe = healthz_answers_within(served.addr, Duration::from_secs(2)).await;
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    let mut last = Duration::ZERO;
+    for stream in streams {
+        let (after, answered) = stream.await.unwrap();
+        let answered = answered.expect("an unfinished stream was not answered within 8 s");
+        last = last.max(after);
+        // A client that opens streams before it has the server's SETTINGS may exceed
+        // max_concurrent_streams: those are refused at once too, at the protocol level.
+        let status = match answered {
+            Ok(status) => status.as_u16().to_string(),
+            Err(e) if e.reason() == Some(h2::Reason::REFUSED_STREAM) => "refused".to_owned(),
+            Err(e) => format!("reset: {e}"),
+        };
+        *statuses.entry(status).or_default() += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let peak = peak.join().unwrap();
+    let grew_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
+    eprintln!(
+        "1 HTTP/2 connection, 200 streams of 3 MiB - 1 byte: RSS {:.1} MiB before, peak {:.1} MiB (+{grew_mib:.1} MiB); answers {statuses:?}, the last after {last:?}; /healthz answered in {probe:?}",
+        baseline as f64 / 1024.0,
+        peak as f64 / 1024.0,
+    );
+    // The streams past the connection's body budget are refused at once (503, or REFUSED_STREAM
+    // past max_concurrent_streams); those within it get 408 at the read deadline.
+    let refused = statuses.get("503").unwrap_or(&0) + statuses.get("refused").unwrap_or(&0);
+    assert!(refused > 100, "{statuses:?}");
+    assert!(
+        statuses
+            .keys()
+            .all(|k| ["503", "refused", "408"].contains(&k.as_str())),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains_key("408"), "{statuses:?}");
+    assert!(last < Duration::from_secs(6), "last answer after {last:?}");
+    assert!(grew_mib < 48.0, "RSS grew by {grew_mib:.1} MiB");
+}
+
+#[tokio::test]
+async fn a_content_length_never_reached_gets_408_at_the_deadline_and_the_connection_closes() {
+    let server =
+        TestServer::start_with_limits(limits(Duration::from_secs(1), Duration::from_secs(30)))
+            .await;
+    let mut tls = connect(server.addr, b"http/1.1").await;
+    let started = Instant::now();
+    tls.write_all(
+        b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: 100000\r\n\r\n{\"kind\":",
+    )
+    .await
+    .unwrap();
+    let response = closed_within(&mut tls, Duration::from_secs(4))
+        .await
+        .expect("still reading the body after 4 s");
+    let elapsed = started.elapsed();
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_read_timeout"), "{text}");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+
+    // A head sent one byte at a time is held to the same deadline.
+    let mut tls = connect(server.addr, b"http/1.1").await;
+    let started = Instant::now();
+    let slow_head = async {
+        for byte in b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n"
+            .iter()
+            .cycle()
+        {
+            if tls.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(4), slow_head).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a head trickling in for {:?} was not cut off",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_http1_and_h2() {
+    let (read, idle) = (Duration::from_millis(500), Duration::from_millis(1500));
+    let server = TestServer::start_with_limits(limits(read, idle)).await;
+
+    // Silent after the handshake: the first request is due within the read timeout.
+    for alpn in [b"http/1.1".as_slice(), b"h2"] {
+        let started = Instant::now();
+        let mut tls = connect(server.addr, alpn).await;
+        closed_within(&mut tls, Duration::from_secs(3))
+            .await
+            .expect("a silent connection was left open");
+        assert!(started.elapsed() < read + Duration::from_millis(500));
+    }
+
+    // HTTP/1.1 keep-alive after a request: open until the idle timeout, then closed.
+    let mut tls = connect(server.addr, b"http/1.1").await;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tls.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let answered = Instant::now();
+    closed_within(&mut tls, Duration::from_secs(4))
+        .await
+        .expect("an idle HTTP/1.1 connection was left open");
+    let lasted = answered.elapsed();
+    assert!(lasted > idle - Duration::from_millis(200), "{lasted:?}");
+    assert!(lasted < idle + Duration::from_secs(1), "{lasted:?}");
+
+    // h2 after a request: GOAWAY and closed after the idle timeout.
+    let tls = connect(server.addr, b"h2").await;
+    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("https://localhost/healthz")
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+    let answered = Instant::now();
+    tokio::time::timeout(Duration::from_secs(4), connection)
+        .await
+        .expect("an idle h2 connection was left open")
+        .unwrap()
+        .unwrap();
+    let lasted = answered.elapsed();
+    assert!(lasted > idle - Duration::from_millis(200), "{lasted:?}");
+    assert!(lasted < idle + Duration::from_secs(1), "{lasted:?}");
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    assert!(
+        metrics.contains("tolerable_connections_closed_total{reason=\"idle\"} 4"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_connections: 20,
+        ..limits(Duration::from_secs(2), Duration::from_secs(30))
+    })
+    .await;
+    // The cap's worth of connections, each having made a request and staying open.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        held.push(tls);
+    }
+    // Then a flood of plain TCP connections that say nothing.
+    let started = Instant::now();
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        flood.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    let mut closed_at_once = 0;
+    for tcp in &mut flood {
+        if closed_within(tcp, Duration::from_millis(300))
+            .await
+            .is_some()
+        {
+            closed_at_once += 1;
+        }
+    }
+    assert!(
+        closed_at_once >= 200 - tolerable::server::PROBE_CONNECTIONS,
+        "only {closed_at_once} of 200 connections past the cap were closed at once"
+    );
+    // The probes' headroom frees up within its short timeout: /healthz gets through.
+    let probe = healthz_answers_within(server.addr, Duration::from_secs(4)).await;
+    // A webhook request on such a connection is told why, fast.
+    let response = webhook::client()
+        .post(server.url("/mutate"))
+        .body("{}")
+        .send()
+        .await;
+    let flood_lasted = started.elapsed();
+    if let Ok(response) = response {
+        assert_eq!(response.status(), 503);
+        let body = response.text().await.unwrap();
+        assert!(body.contains("max_connections"), "{body}");
+    }
+    // The connections within the cap still work.
+    let tls = &mut held[0];
+    tls.write_all(b"GET /readyz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tls.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tolerable_connections_refused_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Those that got the probes' headroom were closed by its short timeout instead.
+    assert!(
+        refused >= 200 - tolerable::server::PROBE_CONNECTIONS as u64,
+        "{metrics}"
+    );
+    eprintln!(
+        "max_connections 20: 20 held, 200 more opened: {closed_at_once} closed at once, {refused} refused; /healthz answered in {probe:?}; {flood_lasted:?} in all"
+    );
+}
+
+/// The lock-out: under a hard limit of 1,024 open files, 1,012 idle connections made
+/// `accept` fail for everyone, `/healthz` included. Now `max_connections` is lowered to fit, the
+/// rest are closed at once, and the silent ones are closed after `request_read_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_past_the_open_files_limit_do_not_lock_out_healthz() {
+    let served =
+        Served::start_with_ulimit("-n 1024", &[("TOLERABLE_REQUEST_READ_TIMEOUT", "3s")]).await;
+    let baseline = served.rss_kib();
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        idle.push(TcpStream::connect(served.addr).await.unwrap());
+    }
+    let held = Instant::now();
+    let probe = healthz_answers_within(served.addr, Duration::from_secs(3)).await;
+    let rss = served.rss_kib();
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", served.child.id()))
+        .unwrap()
+        .count();
+    assert!(fds < 1024, "{fds} open files");
+    // The silent connections are closed after the read timeout.
+    let mut open_after = 0;
+    for tcp in &mut idle {
+        let left = (held + Duration::from_secs(5)).saturating_duration_since(Instant::now());
+        if closed_within(tcp, left).await.is_none() {
+            open_after += 1;
+        }
+    }
+    assert_eq!(open_after, 0, "connections still open 5 s later");
+    eprintln!(
+        "open-files limit 1024, 1100 idle connections: /healthz answered in {probe:?}; server {fds} fds open, RSS {:.1} MiB (+{:.1} MiB); all closed within 5 s",
+        rss as f64 / 1024.0,
+        rss.saturating_sub(baseline) as f64 / 1024.0
+    );
+}
+
+#[tokio::test]
+async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_requests_in_flight: 2,
+        ..limits(Duration::from_secs(3), Duration::from_secs(30))
+    })
+    .await;
+    // Two requests in flight, their bodies stalled.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000\r\n\r\n{")
+            .await
+            .unwrap();
+        stalled.push(tls);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let response = webhook::client()
+        .post(server.url("/mutate"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_requests_in_flight"),
+        "{body}"
+    );
+    assert!(elapsed < Duration::from_millis(500), "{elapsed:?}");
+    healthz_answers_within(server.addr, Duration::from_millis(500)).await;
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    assert!(
+        metrics.contains("tolerable_requests_refused_total{reason=\"requests_in_flight\"} 1"),
+        "{metrics}"
+    );
+    // Once the stalled ones time out, requests are taken again.
+    for tls in &mut stalled {
+        let response = closed_within(tls, Duration::from_secs(5)).await.unwrap();
+        assert!(response.starts_with(b"HTTP/1.1 408"));
+    }
+    let response = webhook::client()
+        .post(server.url("/mutate"))
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+}
