@@ -110,7 +110,7 @@ pub enum ManifestError {
     #[error("not a container image (media type {media_type})")]
     NotAnImage { media_type: String },
     /// A manifest of a type tolerable does not read.
-    #[error("not a container image (unknown manifest type {media_type})")]
+    #[error("not a container image (media type {media_type})")]
     UnknownType { media_type: String },
     #[error("malformed manifest: {0}")]
     Malformed(String),
