@@ -71,6 +71,7 @@ struct RawConfig {
     ssl_cert_path: Option<PathBuf>,
     ssl_key_path: Option<PathBuf>,
     listen_addr: String,
+    metrics_addr: Option<String>,
     supported_architectures: List,
     tolerations: RawTolerations,
     architecture_tolerations: BTreeMap<String, RawTemplates>,
@@ -117,6 +118,7 @@ impl Default for RawConfig {
             ssl_cert_path: None,
             ssl_key_path: None,
             listen_addr: "0.0.0.0:8443".into(),
+            metrics_addr: None,
             supported_architectures: List(vec!["arm64".into()]),
             tolerations: RawTolerations::default(),
             architecture_tolerations: BTreeMap::new(),
@@ -324,6 +326,8 @@ pub struct Config {
     /// Serving certificate and key; `None` makes `serve` generate a self-signed pair.
     pub tls_files: Option<(PathBuf, PathBuf)>,
     pub listen_addr: SocketAddr,
+    /// Where `/metrics` is served on its own, over plain HTTP; `None`: on the webhook port.
+    pub metrics_addr: Option<SocketAddr>,
     pub policy: Policy,
     /// Read each Pod's image pull secrets (and its ServiceAccount's) from the API server.
     pub read_pull_secrets: bool,
@@ -410,6 +414,7 @@ impl Config {
             ssl_cert_path,
             ssl_key_path,
             listen_addr,
+            metrics_addr,
             supported_architectures,
             tolerations,
             architecture_tolerations,
@@ -623,6 +628,24 @@ impl Config {
                 format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"),
             )
         })?;
+        let metrics_addr: Option<SocketAddr> = metrics_addr
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.parse().map_err(|_| {
+                    ConfigError::key(
+                        "metrics_addr",
+                        format!("{a:?} is not an address:port (e.g. 0.0.0.0:9090)"),
+                    )
+                })
+            })
+            .transpose()?;
+        if metrics_addr.is_some_and(|m| m.port() == listen_addr.port() && m.port() != 0) {
+            return Err(ConfigError::key(
+                "metrics_addr",
+                "must use another port than listen_addr",
+            ));
+        }
         let policy = validate_policy(RawPolicy {
             supported_architectures,
             default_architectures,
@@ -641,6 +664,7 @@ impl Config {
         Ok(Self {
             tls_files,
             listen_addr,
+            metrics_addr,
             policy,
             read_pull_secrets,
             watch_nodes,
@@ -1291,6 +1315,11 @@ mod tests {
                 "on_lookup_failure",
             ),
             (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
+            (&[("TOLERABLE_METRICS_ADDR", "9090")], "metrics_addr"),
+            (
+                &[("TOLERABLE_METRICS_ADDR", "0.0.0.0:8443")],
+                "metrics_addr",
+            ),
             (
                 &[("TOLERABLE_READ_PULL_SECRETS", "maybe")],
                 "read_pull_secrets",

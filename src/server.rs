@@ -95,6 +95,8 @@ pub struct AppState {
     pub resolver: Arc<Resolver>,
     /// Ready once serving; not ready while shutting down.
     pub ready: AtomicBool,
+    /// `/metrics` is served on the webhook port too (no `metrics_addr` configured).
+    pub metrics_on_webhook_port: bool,
 }
 
 type Body = Full<Bytes>;
@@ -303,6 +305,67 @@ struct Server {
     bodies: Arc<Budget>,
 }
 
+/// The Prometheus exposition, with the gauges read at scrape time brought up to date.
+async fn metrics(state: &AppState) -> Response<Body> {
+    state
+        .metrics
+        .set_cache_entries(state.resolver.cached_entries().await);
+    if let Some(pools) = state.nodes.as_ref().and_then(|n| n.pools()) {
+        state.metrics.set_architectures(&pools);
+    }
+    respond(
+        StatusCode::OK,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        crate::metrics::encode(&state.metrics_registry),
+    )
+}
+
+/// Scrapers served at once on the metrics port; more wait for the next accept.
+const METRICS_CONNECTIONS: usize = 16;
+
+/// `metrics_addr`: plain HTTP, `GET /metrics` (and `/healthz`) only, so a NetworkPolicy can
+/// open it to the monitoring namespace alone while the webhook port stays the API server's.
+/// Bounded like the webhook port: a few connections, a header deadline, short keep-alive.
+pub async fn serve_metrics(listener: TcpListener, state: Arc<AppState>) {
+    let slots = Arc::new(Semaphore::new(METRICS_CONNECTIONS));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (tcp, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics port: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let state = state.clone();
+                async move {
+                    Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
+                        (&Method::GET, "/metrics") => metrics(&state).await,
+                        (&Method::GET, "/healthz") => respond(StatusCode::OK, "text/plain", "ok\n"),
+                        _ => json_error(
+                            StatusCode::NOT_FOUND,
+                            "not found: this port serves /metrics",
+                        ),
+                    })
+                }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .serve_connection(TokioIo::new(tcp), service);
+            // A scrape takes milliseconds; nothing may hold a slot for long.
+            let _ = tokio::time::timeout(Duration::from_secs(60), connection).await;
+        });
+    }
+}
+
 async fn route(
     server: Arc<Server>,
     connection: Arc<ConnectionState>,
@@ -329,19 +392,11 @@ async fn route(
             )
         }
         (&Method::POST, "/mutate") => mutate(&server, &connection, read_deadline, req).await,
-        (&Method::GET, "/metrics") => {
-            state
-                .metrics
-                .set_cache_entries(state.resolver.cached_entries().await);
-            if let Some(pools) = state.nodes.as_ref().and_then(|n| n.pools()) {
-                state.metrics.set_architectures(&pools);
-            }
-            respond(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                crate::metrics::encode(&state.metrics_registry),
-            )
-        }
+        (&Method::GET, "/metrics") if state.metrics_on_webhook_port => metrics(state).await,
+        (&Method::GET, "/metrics") => json_error(
+            StatusCode::NOT_FOUND,
+            "not found: metrics are served on metrics_addr",
+        ),
         (_, "/mutate" | "/healthz" | "/readyz" | "/metrics") => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }

@@ -71,6 +71,7 @@ async fn a_pod_naming_fifty_thousand_images_is_answered_without_lookups() {
     let request = pod_with_images(&images);
     assert!(request.to_string().len() < 3 << 20, "fits the body limit");
     let (response, elapsed) = admit(&server, &request).await;
+    eprintln!("50,000-image Pod answered in {elapsed:?}");
     assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none());
@@ -128,6 +129,10 @@ async fn a_lookup_flood_is_bounded_and_does_not_open_the_breaker_for_others() {
     assert!(results
         .iter()
         .all(|r| matches!(r, Err(LookupError::NotFound { .. }))));
+    eprintln!(
+        "200 lookups at once: at most {} registry requests in flight",
+        proxy.max_in_flight()
+    );
     assert!(
         proxy.max_in_flight() <= 16,
         "{} requests in flight at once",
@@ -144,6 +149,7 @@ async fn a_lookup_flood_is_bounded_and_does_not_open_the_breaker_for_others() {
         "{:?}",
         started.elapsed()
     );
+    eprintln!("flood with a 1s budget answered in {:?}", started.elapsed());
     let throttled = results
         .iter()
         .filter(|r| matches!(r, Err(LookupError::Throttled { .. })))

@@ -314,7 +314,25 @@ fn objects_agree_with_each_other() {
             allowed == container_port["name"] || allowed == container_port["containerPort"],
             "{dir}: the NetworkPolicy allows {allowed}, the webhook listens on {container_port}"
         );
+        // The metrics port: where metrics_addr says, and open only to the monitoring namespace.
+        let metrics_rule = &policy["spec"]["ingress"][1];
+        assert_eq!(metrics_rule["ports"][0]["port"], "metrics", "{dir}");
+        assert!(
+            metrics_rule["from"][0]["namespaceSelector"].is_object(),
+            "{dir}: metrics open to a namespace selector only"
+        );
+        let metrics_port = container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "metrics")
+            .expect("a metrics container port");
         let config = deployed_config(&docs);
+        assert_eq!(
+            config.metrics_addr.map(|a| a.port()),
+            metrics_port["containerPort"].as_u64().map(|p| p as u16),
+            "{dir}: metrics_addr and the metrics container port"
+        );
         assert_eq!(
             container_port["containerPort"].as_u64().unwrap(),
             u64::from(config.listen_addr.port()),
@@ -570,7 +588,12 @@ fn deployed_config_file_matches_the_shipped_one() {
     let read = |p: &Path| toml_table(&std::fs::read_to_string(root().join(p)).unwrap());
     let shipped = read(Path::new("tolerable.toml"));
     let mut deployed = read(Path::new("kustomize/base/tolerable.toml"));
-    for key in ["ssl_cert_path", "ssl_key_path", "registry_credential_path"] {
+    for key in [
+        "ssl_cert_path",
+        "ssl_key_path",
+        "registry_credential_path",
+        "metrics_addr",
+    ] {
         assert!(
             deployed.remove(key).is_some(),
             "the deployed config must set {key}"

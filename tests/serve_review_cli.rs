@@ -140,9 +140,14 @@ fn review_bad_input_is_a_clear_error() {
 async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     common::init();
     let port = common::free_port();
+    let metrics_port = common::free_port();
     let mut child = tolerable()
         .arg("serve")
         .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env(
+            "TOLERABLE_METRICS_ADDR",
+            format!("127.0.0.1:{metrics_port}"),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -187,6 +192,19 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .await;
     assert_eq!(response["response"]["allowed"], json!(true), "{response}");
     assert!(response["response"]["patch"].is_string());
+
+    // Metrics on their own plain-HTTP port (for a NetworkPolicy), not on the webhook port.
+    let scraped = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(scraped
+        .text()
+        .await
+        .unwrap()
+        .contains("tolerable_admissions_total"));
+    let on_webhook = client.get(format!("{url}/metrics")).send().await.unwrap();
+    assert_eq!(on_webhook.status(), 404);
 
     // A Pod author's image names reach the log: a newline cannot forge a line of its own, and
     // a 1 MiB name does not make a 1 MiB line.

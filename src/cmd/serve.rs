@@ -112,7 +112,21 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
         metrics_registry,
         resolver,
         ready: AtomicBool::new(false),
+        metrics_on_webhook_port: config.metrics_addr.is_none(),
     });
+    let metrics_server = match config.metrics_addr {
+        Some(addr) => {
+            let metrics_listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (metrics_addr)"))?;
+            tracing::info!(addr = %metrics_listener.local_addr()?, "serving /metrics over plain HTTP");
+            Some(tokio::spawn(server::serve_metrics(
+                metrics_listener,
+                state.clone(),
+            )))
+        }
+        None => None,
+    };
     tracing::info!(addr = %listener.local_addr()?, "serving the admission webhook on /mutate");
     server::run(
         listener,
@@ -123,6 +137,9 @@ pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     )
     .await;
     reloader.abort();
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -108,7 +108,10 @@ impl RegistryClient {
             .dns_resolver(FilteringResolver::new(access.clone()))
             .connect_timeout(settings.connect_timeout)
             .read_timeout(settings.read_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
+            // Idle connections go soon, and no more are kept per host than lookups may run
+            // there at once: a Pod naming many hosts must not leave thousands of sockets open.
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(super::MAX_LOOKUPS_PER_HOST)
             .user_agent(concat!("tolerable/", env!("CARGO_PKG_VERSION")))
             .tls_certs_merge(roots)
             .build()

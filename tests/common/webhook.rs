@@ -149,6 +149,7 @@ impl TestServer {
             metrics_registry,
             resolver,
             ready: AtomicBool::new(false),
+            metrics_on_webhook_port: true,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
