@@ -695,20 +695,10 @@ pub fn decide_with_pools(
     }
     if let Some(reason) = over_limits(images, policy) {
         // Not looked up at all: treated as a lookup failure (allowed unchanged, or denied).
-        if policy.on_lookup_failure == OnLookupFailure::Deny {
-            return Decision {
-                deny: Some(format!("tolerable did not look the images up: {reason}")),
-                summary: format!("denied: {reason}"),
-                outcome: Some(Outcome::Denied),
-                ..Decision::default()
-            };
-        }
-        return Decision {
-            warnings: vec![format!("tolerable added no tolerations: {reason}")],
-            summary: format!("unchanged: {reason}"),
-            outcome: Some(Outcome::LookupFailed),
-            ..Decision::default()
-        };
+        let deny = (policy.on_lookup_failure == OnLookupFailure::Deny)
+            .then(|| format!("tolerable did not look the images up: {reason}"));
+        let warning = format!("tolerable added no tolerations: {reason}");
+        return deny_or_leave(deny, &reason, vec![warning], Outcome::LookupFailed);
     }
     let mut decision = decide_from_facts(pod, images, facts, policy, pools);
     // A decision made on last known answers says so: the registry may have changed since.
@@ -771,26 +761,19 @@ fn decide_from_facts(
     }
     if !failed.is_empty() {
         let detail = cut(failed.join("; "), MAX_SUMMARY_BYTES);
-        if policy.on_lookup_failure == OnLookupFailure::Deny {
-            return Decision {
-                deny: Some(format!(
-                    "tolerable could not determine the platforms of: {detail}"
-                )),
-                summary: format!("denied: platforms unknown ({detail})"),
-                outcome: Some(Outcome::Denied),
-                ..Decision::default()
-            };
-        }
+        let deny = (policy.on_lookup_failure == OnLookupFailure::Deny)
+            .then(|| format!("tolerable could not determine the platforms of: {detail}"));
         // No patch at all: a Pod tolerable does not understand is left exactly as it came.
-        return Decision {
-            warnings: failed
-                .iter()
-                .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
-                .collect(),
-            summary: format!("unchanged: platforms unknown ({detail})"),
-            outcome: Some(Outcome::LookupFailed),
-            ..Decision::default()
-        };
+        let warnings = failed
+            .iter()
+            .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
+            .collect();
+        return deny_or_leave(
+            deny,
+            &format!("platforms unknown ({detail})"),
+            warnings,
+            Outcome::LookupFailed,
+        );
     }
 
     // Architectures each image supports on the Pod's OS, and those common to all. An artifact
@@ -845,20 +828,10 @@ fn decide_from_facts(
             format!("no {os} architecture is common to all images: {described}"),
             MAX_SUMMARY_BYTES,
         );
-        if policy.on_no_common_architecture == OnNoCommonArchitecture::Deny {
-            return Decision {
-                deny: Some(message.clone()),
-                summary: format!("denied: {message}"),
-                outcome: Some(Outcome::Denied),
-                ..Decision::default()
-            };
-        }
-        return Decision {
-            warnings: vec![format!("tolerable added no tolerations: {message}")],
-            summary: format!("unchanged: {message}"),
-            outcome: Some(Outcome::NoCommonArchitecture),
-            ..Decision::default()
-        };
+        let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
+            .then(|| message.clone());
+        let warning = format!("tolerable added no tolerations: {message}");
+        return deny_or_leave(deny, &message, vec![warning], Outcome::NoCommonArchitecture);
     }
 
     let mut decision = Decision::default();
@@ -1053,6 +1026,30 @@ fn decide_from_facts(
     decision.annotation = annotation_update(pod, decision.summary.clone());
     decision.outcome = Some(Outcome::Decided);
     decision
+}
+
+/// A Pod tolerable does not change: denied with `deny` when the policy says so, else left as it
+/// came (no patch at all) with `warnings`, `left` saying why.
+fn deny_or_leave(
+    deny: Option<String>,
+    reason: &str,
+    warnings: Vec<String>,
+    left: Outcome,
+) -> Decision {
+    match deny {
+        Some(message) => Decision {
+            deny: Some(message),
+            summary: format!("denied: {reason}"),
+            outcome: Some(Outcome::Denied),
+            ..Decision::default()
+        },
+        None => Decision {
+            warnings,
+            summary: format!("unchanged: {reason}"),
+            outcome: Some(left),
+            ..Decision::default()
+        },
+    }
 }
 
 /// Where a toleration the decision wants came from.

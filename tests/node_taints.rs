@@ -131,38 +131,57 @@ async fn tainting_is_refused_while_the_webhook_is_absent() {
     assert!(refused.to_string().contains("not registered"), "{refused}");
 }
 
-/// The CLI as an operator runs it, with a kubeconfig pointing at the fake.
-#[test]
-fn the_cli_plans_refuses_and_forces() {
-    let api = api();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\n\
-             users:\n- name: admin\n  user:\n    token: admintoken\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
-            api.port,
-            ca.display()
-        ),
-    )
-    .unwrap();
-    let run = |args: &[&str]| {
+/// `tolerable nodes ARGS` as an operator runs it, with a kubeconfig pointing at the fake and
+/// the given `TOLERABLE_*` variables.
+struct NodesCli {
+    dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl NodesCli {
+    fn new(api: &FakeApiServer) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\n\
+                 users:\n- name: admin\n  user:\n    token: admintoken\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
+                api.port,
+                ca.display()
+            ),
+        )
+        .unwrap();
+        Self { dir, kubeconfig }
+    }
+
+    fn run(&self, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
         Command::new(env!("CARGO_BIN_EXE_tolerable"))
             .arg("nodes")
             .args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("KUBECONFIG", &kubeconfig)
-            .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
-            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x")
+            .env("KUBECONFIG", &self.kubeconfig)
             .env("TOLERABLE_READ_PULL_SECRETS", "false")
-            .current_dir(dir.path())
+            .envs(env.iter().copied())
+            .current_dir(self.dir.path())
             .output()
             .unwrap()
-    };
+    }
+}
+
+/// The CLI as an operator runs it, with a kubeconfig pointing at the fake.
+#[test]
+fn the_cli_plans_refuses_and_forces() {
+    let api = api();
+    let cli = NodesCli::new(&api);
+    let env = [
+        ("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64"),
+        ("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x"),
+    ];
+    let run = |args: &[&str]| cli.run(&env, args);
     let plan = run(&["plan"]);
     let text = String::from_utf8_lossy(&plan.stdout);
     assert_eq!(
@@ -204,35 +223,13 @@ fn the_cli_plans_refuses_and_forces() {
 #[test]
 fn the_cli_refuses_to_fence_off_an_architecture_nobody_tolerates() {
     let api = api();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\n\
-             users:\n- name: admin\n  user:\n    token: admintoken\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
-            api.port,
-            ca.display()
-        ),
-    )
-    .unwrap();
-    // arm64 is the default pool and the only supported one: amd64 is in neither list.
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_tolerable"))
-            .arg("nodes")
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("KUBECONFIG", &kubeconfig)
-            .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
-            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "s390x")
-            .env("TOLERABLE_READ_PULL_SECRETS", "false")
-            .current_dir(dir.path())
-            .output()
-            .unwrap()
-    };
+    let cli = NodesCli::new(&api);
+    // arm64 is the default pool and s390x the only supported one: amd64 is in neither list.
+    let env = [
+        ("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64"),
+        ("TOLERABLE_SUPPORTED_ARCHITECTURES", "s390x"),
+    ];
+    let run = |args: &[&str]| cli.run(&env, args);
     let plan = run(&["plan"]);
     let text = String::from_utf8_lossy(&plan.stdout);
     assert!(
