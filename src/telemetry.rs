@@ -45,13 +45,30 @@ pub struct OneLine<W>(pub W);
 
 impl<W: Write> Write for OneLine<W> {
     fn write(&mut self, event: &[u8]) -> std::io::Result<usize> {
-        self.0.write_all(&one_line(event))?;
+        // Nearly every event is already one clean line: written as it is, with no copy.
+        if is_one_clean_line(event) {
+            self.0.write_all(event)?;
+        } else {
+            self.0.write_all(&one_line(event))?;
+        }
         Ok(event.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.0.flush()
     }
+}
+
+/// Whether `event` is short, ends with its only newline and holds no control character (C1
+/// controls start with the byte 0xC2 in UTF-8: such an event takes the careful path).
+fn is_one_clean_line(event: &[u8]) -> bool {
+    let Some((b'\n', body)) = event.split_last() else {
+        return false;
+    };
+    body.len() <= MAX_LINE_BYTES
+        && !body
+            .iter()
+            .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f || b == 0xc2)
 }
 
 /// `event` as one line: control characters inside it escaped, cut at [`MAX_LINE_BYTES`], and
@@ -91,6 +108,14 @@ mod tests {
             line.contains("evil\\nERROR forged line \\u{1b}[31mred\\r"),
             "{line}"
         );
+
+        assert!(is_one_clean_line(b"INFO admission: fine\tand \xc3\xa9\n"));
+        for unclean in [&b"a\nb\n"[..], b"no newline", b"a\x1bb\n", b"a\xc2\x9bb\n"] {
+            assert!(!is_one_clean_line(unclean), "{unclean:?}");
+        }
+        // A C1 control (CSI, U+009B) is escaped too.
+        let line = String::from_utf8(one_line("a\u{9b}31m\n".as_bytes())).unwrap();
+        assert!(line.contains("\\u{9b}"), "{line}");
 
         let long = format!("INFO {}\n", "x".repeat(1 << 20));
         let line = String::from_utf8(one_line(long.as_bytes())).unwrap();
