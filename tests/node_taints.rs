@@ -289,3 +289,42 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
         ]
     );
 }
+
+/// `manage_node_taints` never fences off a pool nobody tolerates: with amd64 in neither list,
+/// the amd64 nodes are left as they are, tick after tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
+    let api = api();
+    let client = api.client("admintoken");
+    let watch = tolerable::cluster::nodes::NodeWatch::start(
+        client.clone(),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
+    let mut unplanned = policy();
+    unplanned.supported_architectures = BTreeSet::from(["s390x".to_owned()]);
+    let task = tokio::spawn(tolerable::cluster::nodes::keep_nodes_tainted(
+        client,
+        watch.clone(),
+        unplanned,
+    ));
+    watch.synced().await;
+    // More than one tick of the tainter.
+    tokio::time::sleep(
+        tolerable::cluster::nodes::MANAGE_INTERVAL + std::time::Duration::from_secs(1),
+    )
+    .await;
+    task.abort();
+    for node in ["amd-1", "bare-1"] {
+        assert_eq!(
+            taints(&api.node(node)),
+            ["node.kubernetes.io/not-ready=:NoSchedule"],
+            "{node} was tainted"
+        );
+    }
+    assert!(
+        !api.requests()
+            .iter()
+            .any(|r| r.starts_with("/api/v1/nodes/")),
+        "no node was patched"
+    );
+}
