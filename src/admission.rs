@@ -10,7 +10,7 @@ use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials};
 use crate::metrics::Metrics;
 use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
-use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, Policy};
+use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, LookupFailure, Policy};
 use crate::registry::Resolver;
 
 /// Images of one admission looked up at the same time (the registry client bounds requests
@@ -188,12 +188,12 @@ impl Admission {
             )
             .await
             {
-                Ok(Ok(found)) => Ok(found),
-                Ok(Err(e)) => Err(e.reason()),
-                Err(_) => Err(format!(
+                Ok(Ok(found)) => Ok(found.fact.clone()),
+                Ok(Err(e)) => Err(LookupFailure::new(e.reason())),
+                Err(_) => Err(LookupFailure::new(format!(
                     "lookup did not finish within the admission deadline ({})",
                     crate::registry::short_duration(budget)
-                )),
+                ))),
             };
             if let Some(metrics) = &self.metrics {
                 metrics.observe_lookup(started.elapsed(), result.is_ok());

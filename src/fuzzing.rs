@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::mutate::review::{self, AdmissionReviewOut};
-use crate::mutate::{self, patch, ImageFacts, Policy};
-use crate::registry::{manifest, ImagePlatforms, ImageReference, Platform};
+use crate::mutate::{self, patch, ImageFact, ImageFacts, Policy, Provenance};
+use crate::registry::{manifest, ImageReference, Platform};
 
 /// An image reference: parsing never panics, and what parses prints back to an equal reference.
 pub fn reference(data: &[u8]) {
@@ -65,16 +65,13 @@ pub fn admission_review(data: &[u8]) {
     let Ok(images) = mutate::images_of(&pod) else {
         return;
     };
-    let found = Arc::new(ImagePlatforms {
-        digest: "sha256:0".into(),
-        media_type: manifest::OCI_INDEX,
+    let found = Arc::new(ImageFact {
         platforms: vec![
             Platform::normalized("linux", "amd64", None),
             Platform::normalized("linux", "arm64", None),
         ],
         artifact: None,
-        served_by: "fuzz".into(),
-        credential_source: "anonymous".into(),
+        credentials: Provenance::Anonymous,
         stale: None,
     });
     let facts: ImageFacts = images

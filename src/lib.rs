@@ -2,7 +2,9 @@
 //! architecture pools (arm64, s390x, …) their images can really run on.
 //!
 //! - [`registry`]: image → platforms, read from registry manifests (the I/O edge), cached.
-//! - [`mutate`]: the pure decision core (Pod + platforms + policy → decision → JSON Patch).
+//! - [`mutate`]: the pure decision core (Pod + image facts + pools + policy → decision → JSON
+//!   Patch); it owns its input types and imports no I/O module (ARCHITECTURE.md,
+//!   `tests/architecture.rs`).
 //! - [`admission`]: one AdmissionReview end to end, shared by the server and `review`.
 //! - [`cluster`]: what is read from the Kubernetes API (image pull secrets).
 //! - [`server`]: HTTPS transport, certificate reload, health, metrics.

@@ -2,16 +2,17 @@
 //! decision comes out. Pure: no I/O, no clock, no logging — the webhook, `tolerable review` and
 //! the table tests all call [`decide`].
 
+pub mod facts;
 pub mod patch;
+pub mod platform;
 pub mod review;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
-use crate::registry::ImagePlatforms;
+pub use self::facts::{ImageFact, ImageFacts, LookupFailure, Provenance, Staleness};
 
 /// The node label the kubelet sets to the node's architecture.
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
@@ -345,10 +346,6 @@ impl Default for Policy {
         }
     }
 }
-
-/// What the registries said, per image as the Pod spec writes it. `Err` carries a reason that is
-/// safe to show (no credentials).
-pub type ImageFacts = BTreeMap<String, Result<Arc<ImagePlatforms>, String>>;
 
 /// One container's image, as the Pod spec writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -751,7 +748,7 @@ fn decide_from_facts(
 ) -> Decision {
     // Images whose platforms are unknown: leave the Pod where it would land anyway.
     let mut failed = Vec::new();
-    let mut known: Vec<(&str, &ImagePlatforms)> = Vec::new();
+    let mut known: Vec<(&str, &ImageFact)> = Vec::new();
     for image in distinct_images(images) {
         match facts.get(image) {
             Some(Ok(found)) => known.push((image, found)),
@@ -792,8 +789,8 @@ fn decide_from_facts(
         };
         // Name where the credential came from (never what it is), so a private image's answer
         // can be traced to the pull secret that opened it.
-        if &*found.credential_source != "anonymous" {
-            let _ = write!(described, "; credentials from {}", found.credential_source);
+        if let Provenance::Credential(source) = &found.credentials {
+            let _ = write!(described, "; credentials from {source}");
         }
         described.push(')');
         if found.artifact.is_some() {

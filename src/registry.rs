@@ -11,7 +11,6 @@ pub mod challenge;
 pub mod client;
 pub mod credentials;
 pub mod manifest;
-pub mod platform;
 pub mod reference;
 
 use std::collections::BTreeMap;
@@ -21,14 +20,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{StreamExt as _, TryStreamExt as _};
-use serde::Serialize;
 
 use self::cache::{CacheKey, CacheSettings, LookupCache};
 use self::client::{RegistryClient, TransportSettings};
 pub use self::credentials::{Credential, CredentialStore};
 use self::manifest::{ManifestError, ParsedManifest};
-pub use self::platform::Platform;
 pub use self::reference::{ImageReference, ReferenceError};
+pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
+pub use crate::mutate::platform::Platform;
 
 /// An index inside an index inside an index is already unusual; deeper is a loop or an attack.
 pub const MAX_INDEX_DEPTH: usize = 3;
@@ -45,30 +44,18 @@ const CHILD_FETCHES: usize = 4;
 pub const MAX_LOOKUPS_IN_FLIGHT: usize = 64;
 pub const MAX_LOOKUPS_PER_HOST: usize = 16;
 
-/// What the registry said about one image.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// What the registry said about one image: where the answer came from, and the decision
+/// core's [`ImageFact`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImagePlatforms {
     /// Digest of the top-level manifest or index.
     pub digest: String,
     /// One of the manifest types in [`manifest::ACCEPT`] (or schema 1).
     pub media_type: &'static str,
-    /// Sorted, without duplicates; empty only for an artifact.
-    pub platforms: Vec<Platform>,
-    /// Set for an OCI artifact that is not a container image (a Helm chart, model weights in an
-    /// image volume): its config's media type. It names no platform and runs anywhere.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub artifact: Option<String>,
     /// The host that answered (a mirror or the origin's API host).
-    #[serde(skip)]
     pub served_by: String,
-    /// Where the credential used came from, or `anonymous`. Never the credential itself.
-    #[serde(skip)]
-    pub credential_source: Arc<str>,
-    /// Set when this is the last known answer, served because the registry is unavailable:
-    /// why, and how old the answer is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stale: Option<String>,
+    /// What the decision reads; shared, so handing it to an admission copies nothing.
+    pub fact: Arc<ImageFact>,
 }
 
 impl ImagePlatforms {
@@ -76,11 +63,13 @@ impl ImagePlatforms {
     /// `error`.
     pub fn as_stale(&self, error: &LookupError, age: Duration) -> Self {
         Self {
-            stale: Some(format!(
-                "registry unavailable ({}); used the platforms it reported {} ago",
-                error.reason(),
-                humantime_short(age)
-            )),
+            fact: Arc::new(ImageFact {
+                stale: Some(Staleness {
+                    cause: error.reason(),
+                    age,
+                }),
+                ..(*self.fact).clone()
+            }),
             ..self.clone()
         }
     }
@@ -93,16 +82,6 @@ pub fn short_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
-    }
-}
-
-/// `1h2m3s`, `4m0s`, `12s`: short enough for a warning.
-fn humantime_short(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
     }
 }
 
@@ -542,7 +521,10 @@ impl Resolver {
     fn observe(&self, cache_hit: bool, result: &Result<Arc<ImagePlatforms>, LookupError>) {
         if let Some(observer) = &self.observer {
             observer.cache_lookup(cache_hit);
-            if result.as_ref().is_ok_and(|found| found.stale.is_some()) {
+            if result
+                .as_ref()
+                .is_ok_and(|found| found.fact.stale.is_some())
+            {
                 observer.stale_answer();
             }
         }
@@ -696,12 +678,15 @@ impl Resolver {
                     return Ok(Arc::new(ImagePlatforms {
                         digest: walked.digest,
                         media_type: walked.media_type,
-                        platforms: walked.platforms,
-                        artifact: walked.artifact,
                         served_by: host.to_owned(),
-                        credential_source: credential
-                            .map_or_else(|| Arc::from("anonymous"), Credential::shared_source),
-                        stale: None,
+                        fact: Arc::new(ImageFact {
+                            platforms: walked.platforms,
+                            artifact: walked.artifact,
+                            credentials: credential.map_or(Provenance::Anonymous, |c| {
+                                Provenance::Credential(c.shared_source())
+                            }),
+                            stale: None,
+                        }),
                     }));
                 }
                 Err(FetchError::Unauthorized) => {

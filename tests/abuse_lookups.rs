@@ -167,7 +167,7 @@ async fn a_lookup_flood_is_bounded_and_does_not_open_the_breaker_for_others() {
     proxy.set(Fault::None);
     let good = format!("{}/fixtures/arm64-oci:v1", proxy.host);
     let found = resolver.resolve(&good).await.unwrap();
-    assert_eq!(found.platforms.len(), 1);
+    assert_eq!(found.fact.platforms.len(), 1);
     // A lookup that never got its turn was not cached: asked again, the registry is asked.
     let never_asked = results
         .iter()
@@ -205,6 +205,7 @@ async fn hostile_indexes_cost_bounded_work() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(
         fan_out
+            .fact
             .platforms
             .iter()
             .map(ToString::to_string)

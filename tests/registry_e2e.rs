@@ -10,7 +10,12 @@ use common::registry::{self, Mode, Registry, PASSWORD, USER};
 use tolerable::registry::{Credential, CredentialStore, LookupError, Resolver};
 
 fn platforms(found: &tolerable::registry::ImagePlatforms) -> Vec<String> {
-    found.platforms.iter().map(ToString::to_string).collect()
+    found
+        .fact
+        .platforms
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// A credential store as an operator writes it: `<dir>/<host>_<port>.toml`.
@@ -43,10 +48,10 @@ async fn assert_every_shape(registry: &Registry, resolver: &Resolver) {
             None => {
                 let found = result.unwrap_or_else(|e| panic!("{image}: expected an artifact: {e}"));
                 assert_eq!(
-                    found.artifact.as_deref(),
+                    found.fact.artifact.as_deref(),
                     Some("application/vnd.cncf.helm.config.v1+json")
                 );
-                assert!(found.platforms.is_empty(), "{found:?}");
+                assert!(found.fact.platforms.is_empty(), "{found:?}");
             }
         }
     }
@@ -75,9 +80,9 @@ async fn every_shape_with_basic_auth() {
         .await
         .unwrap();
     assert!(
-        found.credential_source.ends_with(".toml"),
+        found.fact.credentials.to_string().ends_with(".toml"),
         "{}",
-        found.credential_source
+        found.fact.credentials
     );
 }
 
@@ -123,7 +128,7 @@ async fn digest_references_and_digest_winning_over_tag() {
         .await
         .unwrap();
     assert_eq!(by_digest.digest, by_tag.digest);
-    assert_eq!(by_digest.platforms, by_tag.platforms);
+    assert_eq!(by_digest.fact.platforms, by_tag.fact.platforms);
     // A tag that does not exist, with the digest of a real manifest: the digest wins.
     let both = resolver
         .resolve(&format!(
@@ -132,7 +137,7 @@ async fn digest_references_and_digest_winning_over_tag() {
         ))
         .await
         .unwrap();
-    assert_eq!(both.platforms, by_tag.platforms);
+    assert_eq!(both.fact.platforms, by_tag.fact.platforms);
 }
 
 #[tokio::test]
@@ -197,9 +202,9 @@ async fn wrong_or_missing_credentials_are_refused_without_leaking_them() {
     );
     let found = resolver.resolve_with(&image, &pod_secrets).await.unwrap();
     assert!(
-        found.credential_source.ends_with(".toml"),
+        found.fact.credentials.to_string().ends_with(".toml"),
         "{}",
-        found.credential_source
+        found.fact.credentials
     );
 }
 

@@ -489,7 +489,7 @@ async fn blob_redirects_to_another_host_are_followed_without_credentials() {
         .resolve(&format!("{}/app:v1", registry.host))
         .await
         .unwrap();
-    assert_eq!(found.platforms[0].to_string(), "linux/arm64");
+    assert_eq!(found.fact.platforms[0].to_string(), "linux/arm64");
     let at_cdn = cdn.seen();
     assert_eq!(at_cdn.len(), 1, "{at_cdn:?}");
     assert_eq!(at_cdn[0].path, "/storage/config");
@@ -509,7 +509,7 @@ async fn insecure_registries_ignore_case() {
         .resolve(&format!("localhost:{port}/fixtures/arm64-oci:v1"))
         .await
         .unwrap();
-    assert_eq!(found.platforms[0].to_string(), "linux/arm64");
+    assert_eq!(found.fact.platforms[0].to_string(), "linux/arm64");
 }
 
 /// End to end: the admission warning about an image whose registry redirects to an internal

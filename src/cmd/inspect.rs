@@ -36,21 +36,21 @@ pub async fn run(
                     writeln!(out, "  reference:  {}", normalized(image))?;
                     writeln!(out, "  digest:     {}", found.digest)?;
                     writeln!(out, "  media type: {}", found.media_type)?;
-                    match &found.artifact {
+                    match &found.fact.artifact {
                         Some(config_type) => writeln!(
                             out,
                             "  platforms:  any (an artifact, config {config_type}: it names no platform)"
                         )?,
                         None => {
                             let platforms: Vec<String> =
-                                found.platforms.iter().map(ToString::to_string).collect();
+                                found.fact.platforms.iter().map(ToString::to_string).collect();
                             writeln!(out, "  platforms:  {}", platforms.join(", "))?;
                         }
                     }
                     writeln!(
                         out,
                         "  source:     {} ({})",
-                        found.served_by, found.credential_source
+                        found.served_by, found.fact.credentials
                     )?;
                 }
                 Err(e) => writeln!(out, "{image}\n  error: {e}")?,
@@ -71,8 +71,8 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "reference": normalized(image),
             "digest": found.digest,
             "mediaType": found.media_type,
-            "platforms": found.platforms,
-            "artifact": found.artifact,
+            "platforms": found.fact.platforms,
+            "artifact": found.fact.artifact,
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
+use super::platform::Platform;
 use super::*;
-use crate::registry::{ImagePlatforms, Platform};
 
 fn policy() -> Policy {
     // The defaults, with a second tainted pool.
@@ -47,7 +47,7 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 /// As the resolver reports them: normalised and sorted.
-fn platforms(list: &[&str]) -> Arc<ImagePlatforms> {
+fn platforms(list: &[&str]) -> Arc<ImageFact> {
     let mut platforms: Vec<Platform> = list
         .iter()
         .map(|p| {
@@ -56,20 +56,22 @@ fn platforms(list: &[&str]) -> Arc<ImagePlatforms> {
         })
         .collect();
     platforms.sort();
-    Arc::new(ImagePlatforms {
-        digest: "sha256:x".into(),
-        media_type: "m",
+    Arc::new(ImageFact {
         platforms,
         artifact: None,
-        served_by: "h".into(),
-        credential_source: "anonymous".into(),
+        credentials: Provenance::Anonymous,
         stale: None,
     })
 }
 
 fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
     list.iter()
-        .map(|(image, r)| (image.to_string(), r.map(platforms).map_err(str::to_owned)))
+        .map(|(image, r)| {
+            (
+                image.to_string(),
+                r.map(platforms).map_err(LookupFailure::new),
+            )
+        })
         .collect()
 }
 
@@ -306,7 +308,10 @@ fn an_answer_from_the_last_known_result_says_so_once_per_image() {
     let p = pod(&["old:1", "ok:1", "old:2", "old:1"], json!({}));
     let mut f = facts(&[("ok:1", Ok(&["linux/arm64"]))]);
     let mut last_known = (*platforms(&["linux/arm64"])).clone();
-    last_known.stale = Some("registry unavailable (HTTP 503); answer from 5m ago".into());
+    last_known.stale = Some(Staleness {
+        cause: "HTTP 503".into(),
+        age: std::time::Duration::from_secs(300),
+    });
     let last_known = Arc::new(last_known);
     f.insert("old:1".into(), Ok(last_known.clone()));
     f.insert("old:2".into(), Ok(last_known));
@@ -316,7 +321,9 @@ fn an_answer_from_the_last_known_result_says_so_once_per_image() {
         .decision
         .warnings
         .iter()
-        .filter(|w| w.contains("answer from 5m ago"))
+        .filter(|w| {
+            w.contains("registry unavailable (HTTP 503); used the platforms it reported 5m0s ago")
+        })
         .collect();
     assert_eq!(stale.len(), 2, "{:?}", out.decision.warnings);
     assert!(
@@ -1053,8 +1060,8 @@ fn daemon_set_and_bound_pods_get_tolerations_only() {
     assert!(decision.summary.contains("bound to node s390-1"));
 }
 
-fn artifact() -> Arc<ImagePlatforms> {
-    Arc::new(ImagePlatforms {
+fn artifact() -> Arc<ImageFact> {
+    Arc::new(ImageFact {
         platforms: Vec::new(),
         artifact: Some("application/vnd.cncf.helm.config.v1+json".into()),
         ..(*platforms(&["linux/amd64"])).clone()

@@ -104,10 +104,11 @@ pub struct LookupCache {
 fn weight(key: &CacheKey, slot: &Entry) -> u32 {
     let held = match &slot.result {
         Ok(found) => {
+            let fact = &found.fact;
             found.digest.len()
-                + found.platforms.len() * std::mem::size_of::<super::Platform>()
-                + found.artifact.as_ref().map_or(0, String::len)
-                + found.stale.as_ref().map_or(0, String::len)
+                + fact.platforms.len() * std::mem::size_of::<super::Platform>()
+                + fact.artifact.as_ref().map_or(0, String::len)
+                + fact.stale.as_ref().map_or(0, |s| s.cause.len())
                 + found.served_by.len()
         }
         Err(e) => e.to_string().len(),
@@ -291,11 +292,13 @@ mod tests {
         Arc::new(ImagePlatforms {
             digest: "d".into(),
             media_type: "m",
-            platforms: vec![],
-            artifact: None,
             served_by: "h".into(),
-            credential_source: "anonymous".into(),
-            stale: None,
+            fact: Arc::new(crate::registry::ImageFact {
+                platforms: vec![],
+                artifact: None,
+                credentials: crate::registry::Provenance::Anonymous,
+                stale: None,
+            }),
         })
     }
 
@@ -419,7 +422,7 @@ mod tests {
             Err(unavailable())
         };
         let stale = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
-        let why = stale.stale.as_deref().expect("marked stale");
+        let why = stale.fact.stale.as_ref().expect("marked stale").to_string();
         assert!(why.contains("connection refused"), "{why}");
         assert_eq!(stale.digest, "d");
         // The failed refresh is remembered briefly: the next lookups do not ask again...
@@ -434,7 +437,7 @@ mod tests {
             .get_or_resolve(key("app:4"), async { Ok(answer()) })
             .await
             .unwrap();
-        assert!(fresh.stale.is_none());
+        assert!(fresh.fact.stale.is_none());
     }
 
     #[tokio::test]
@@ -505,10 +508,16 @@ mod tests {
         s.max_entries = 50;
         let cache = LookupCache::new(&s);
         let big = Arc::new(ImagePlatforms {
-            platforms: (0..64)
-                .map(|i| crate::registry::Platform::normalized("linux", &format!("a{i}"), None))
-                .collect(),
-            stale: Some("x".repeat(4000)),
+            fact: Arc::new(crate::registry::ImageFact {
+                platforms: (0..64)
+                    .map(|i| crate::registry::Platform::normalized("linux", &format!("a{i}"), None))
+                    .collect(),
+                stale: Some(crate::registry::Staleness {
+                    cause: "x".repeat(4000),
+                    age: Duration::from_secs(1),
+                }),
+                ..(*answer().fact).clone()
+            }),
             ..(*answer()).clone()
         });
         for i in 0..50 {
