@@ -746,40 +746,103 @@ fn decide_from_facts(
     policy: &Policy,
     pools: Option<&NodePools>,
 ) -> Decision {
-    // Images whose platforms are unknown: leave the Pod where it would land anyway.
+    let known = match known_facts(images, facts) {
+        Ok(known) => known,
+        Err(failed) => return lookup_failed(&failed, policy),
+    };
+    let os = pod_os(pod);
+    let (common, described) = common_architectures(&os, &known, policy, pools);
+    if common.is_empty() {
+        let message = cut(
+            format!("no {os} architecture is common to all images: {described}"),
+            MAX_SUMMARY_BYTES,
+        );
+        let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
+            .then(|| message.clone());
+        let warning = format!("tolerable added no tolerations: {message}");
+        return deny_or_leave(deny, &message, vec![warning], Outcome::NoCommonArchitecture);
+    }
+    let seen = Seen {
+        pod,
+        policy,
+        pools,
+        os: &os,
+        common: &common,
+    };
+    let mut decision = Decision::default();
+    let tolerated = seen.tolerations(&mut decision);
+    let placement = fixed_placement(pod);
+    let steering_note = seen.steer(placement.as_ref(), &mut decision);
+    let preference_note = seen.prefer(placement.is_some(), &mut decision);
+
+    let mut summary = String::with_capacity(160 + described.len());
+    let _ = write!(summary, "{os} architectures {}; ", Joined(&common));
+    write_tolerated(&mut summary, &tolerated);
+    if !steering_note.is_empty() {
+        summary.push_str("; ");
+        summary.push_str(&steering_note);
+    }
+    summary.push_str(&preference_note);
+    summary.push_str("; images: ");
+    summary.push_str(&described);
+    decision.summary = cut(summary, MAX_SUMMARY_BYTES);
+    decision.annotation = annotation_update(pod, decision.summary.clone());
+    decision.outcome = Some(Outcome::Decided);
+    decision
+}
+
+/// The facts of each distinct image, or what could not be learned (`image: reason`).
+fn known_facts<'a>(
+    images: &'a [ContainerImage],
+    facts: &'a ImageFacts,
+) -> Result<Vec<(&'a str, &'a ImageFact)>, Vec<String>> {
     let mut failed = Vec::new();
-    let mut known: Vec<(&str, &ImageFact)> = Vec::new();
+    let mut known = Vec::new();
     for image in distinct_images(images) {
         match facts.get(image) {
-            Some(Ok(found)) => known.push((image, found)),
+            Some(Ok(found)) => known.push((image, &**found)),
             Some(Err(reason)) => failed.push(format!("{image}: {reason}")),
             None => failed.push(format!("{image}: not looked up")),
         }
     }
-    if !failed.is_empty() {
-        let detail = cut(failed.join("; "), MAX_SUMMARY_BYTES);
-        let deny = (policy.on_lookup_failure == OnLookupFailure::Deny)
-            .then(|| format!("tolerable could not determine the platforms of: {detail}"));
-        // No patch at all: a Pod tolerable does not understand is left exactly as it came.
-        let warnings = failed
-            .iter()
-            .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
-            .collect();
-        return deny_or_leave(
-            deny,
-            &format!("platforms unknown ({detail})"),
-            warnings,
-            Outcome::LookupFailed,
-        );
+    if failed.is_empty() {
+        Ok(known)
+    } else {
+        Err(failed)
     }
+}
 
-    // Architectures each image supports on the Pod's OS, and those common to all. An artifact
-    // without a platform (a Helm chart or model weights in an image volume) runs anywhere and
-    // does not narrow the set.
-    let os = pod_os(pod);
+/// Some image's platforms are unknown: the Pod is left where it would land anyway (no patch at
+/// all: a Pod tolerable does not understand is left exactly as it came), or denied.
+fn lookup_failed(failed: &[String], policy: &Policy) -> Decision {
+    let detail = cut(failed.join("; "), MAX_SUMMARY_BYTES);
+    let deny = (policy.on_lookup_failure == OnLookupFailure::Deny)
+        .then(|| format!("tolerable could not determine the platforms of: {detail}"));
+    let warnings = failed
+        .iter()
+        .map(|f| format!("tolerable added no tolerations: platforms unknown for {f}"))
+        .collect();
+    deny_or_leave(
+        deny,
+        &format!("platforms unknown ({detail})"),
+        warnings,
+        Outcome::LookupFailed,
+    )
+}
+
+/// The architectures every image supports on `os`, and the images described for the summary.
+/// An artifact without a platform (a Helm chart or model weights in an image volume) runs
+/// anywhere and does not narrow the set; when only artifacts remain, every architecture that
+/// can appear is common (tolerated where supported, never steered).
+fn common_architectures(
+    os: &str,
+    known: &[(&str, &ImageFact)],
+    policy: &Policy,
+    pools: Option<&NodePools>,
+) -> (Vec<String>, String) {
     let mut common: Option<BTreeSet<&str>> = None;
     let mut described = String::new();
-    for (image, found) in &known {
+    for (image, found) in known {
         if !described.is_empty() {
             described.push_str(", ");
         }
@@ -807,9 +870,7 @@ fn decide_from_facts(
             Some(c) => c.intersection(&archs).copied().collect(),
         });
     }
-    // Only platform-less artifacts: nothing narrows where the Pod may run, so every
-    // architecture that can appear is common (tolerated where supported, never steered).
-    let common: Vec<String> = match common {
+    let common = match common {
         Some(common) => common.into_iter().map(str::to_owned).collect(),
         None => policy
             .possible_architectures()
@@ -819,210 +880,243 @@ fn decide_from_facts(
             .into_iter()
             .collect(),
     };
+    (common, described)
+}
 
-    if common.is_empty() {
-        let message = cut(
-            format!("no {os} architecture is common to all images: {described}"),
-            MAX_SUMMARY_BYTES,
-        );
-        let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
-            .then(|| message.clone());
-        let warning = format!("tolerable added no tolerations: {message}");
-        return deny_or_leave(deny, &message, vec![warning], Outcome::NoCommonArchitecture);
-    }
+/// What the decision sees once the images' common architectures are known.
+struct Seen<'a> {
+    pod: &'a Pod,
+    policy: &'a Policy,
+    pools: Option<&'a NodePools>,
+    os: &'a str,
+    common: &'a [String],
+}
 
-    let mut decision = Decision::default();
-    let existing_tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .map_or(&[][..], Vec::as_slice);
-    let tolerated: Vec<&String> = common
-        .iter()
-        .filter(|arch| policy.supported_architectures.contains(*arch))
-        .collect();
-    // Every tolerated architecture gets its templates whether or not its nodes exist now: a pool
-    // that scales from zero grows only for a Pending Pod that tolerates its taint. A taint the
-    // node watch sees on that architecture's nodes that no template tolerates is copied too.
-    let mut wanted: Vec<(Toleration, TolerationSource)> = Vec::new();
-    for arch in &tolerated {
-        let templates = policy.templates_for(arch);
-        for template in templates {
-            let toleration = template.for_architecture(arch);
-            if !wanted.iter().any(|(t, _)| *t == toleration) {
-                let present = existing_tolerations
-                    .iter()
-                    .any(|t| template.is_tolerated_by(t, arch));
-                if !present {
+/// The tolerations a Pod gets: the architectures tolerated, and each wanted toleration with
+/// where it came from (whether the Pod already had it or not, so the summary is the same on
+/// reinvocation).
+struct Tolerated<'a> {
+    architectures: Vec<&'a String>,
+    wanted: Vec<(Toleration, TolerationSource)>,
+}
+
+impl<'a> Seen<'a> {
+    /// Every tolerated architecture gets its templates whether or not its nodes exist now: a
+    /// pool that scales from zero grows only for a Pending Pod that tolerates its taint. A taint
+    /// the node watch sees on that architecture's nodes that no template tolerates is copied too.
+    /// Adds to `decision` what the Pod does not already tolerate.
+    fn tolerations(&self, decision: &mut Decision) -> Tolerated<'a> {
+        let existing = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .map_or(&[][..], Vec::as_slice);
+        let policy = self.policy;
+        let architectures: Vec<&String> = self
+            .common
+            .iter()
+            .filter(|arch| policy.supported_architectures.contains(*arch))
+            .collect();
+        let mut wanted: Vec<(Toleration, TolerationSource)> = Vec::new();
+        for arch in &architectures {
+            let templates = policy.templates_for(arch);
+            for template in templates {
+                let toleration = template.for_architecture(arch);
+                if wanted.iter().any(|(t, _)| *t == toleration) {
+                    continue;
+                }
+                if !existing.iter().any(|t| template.is_tolerated_by(t, arch)) {
                     decision.tolerations.push(toleration.clone());
                 }
                 wanted.push((toleration, TolerationSource::Template));
             }
+            for taint in self.pools.map_or(&[][..], |p| p.taints(arch)) {
+                let Some(toleration) = untemplated_taint(templates, arch, taint) else {
+                    continue;
+                };
+                if wanted.iter().any(|(t, _)| *t == toleration) {
+                    continue;
+                }
+                if !existing.iter().any(|t| tolerates(t, taint)) {
+                    decision.tolerations.push(toleration.clone());
+                }
+                wanted.push((toleration, TolerationSource::NodeTaint));
+            }
         }
-        let seen = pools.map_or(&[][..], |p| p.taints(arch));
-        for taint in seen {
-            let ours = templates.iter().any(|template| {
-                template.key == taint.key && tolerates(&template.for_architecture(arch), taint)
-            });
-            let is_template_key = templates.iter().any(|t| t.key == taint.key);
-            if ours || !is_template_key {
-                continue;
-            }
-            // tolerationSeconds as this architecture's own NoExecute template under that key
-            // gives them (toleration_for keeps them for NoExecute taints only).
-            let seconds = templates
-                .iter()
-                .filter(|t| t.key == taint.key && t.effect == "NoExecute")
-                .find_map(|t| t.toleration_seconds);
-            let toleration = toleration_for(taint, seconds);
-            if wanted.iter().any(|(t, _)| *t == toleration) {
-                continue;
-            }
-            if !existing_tolerations.iter().any(|t| tolerates(t, taint)) {
-                decision.tolerations.push(toleration.clone());
-            }
-            wanted.push((toleration, TolerationSource::NodeTaint));
+        Tolerated {
+            architectures,
+            wanted,
         }
     }
 
-    // Images that run on every architecture the cluster has or may add need no steering.
-    let runs_everywhere = policy
-        .possible_architectures()
-        .chain(pools.into_iter().flat_map(|p| p.architectures.keys()))
-        .all(|a| common.contains(a));
-    let placement = fixed_placement(pod);
-
-    let mut steering_note = String::new();
-    match existing_arch_constraint(pod, policy.steering, &common) {
-        ExistingConstraint::Ours => {
-            steering_note = steering_description(policy.steering, &common);
-        }
-        ExistingConstraint::Theirs { allowed } => {
-            steering_note = "kept the Pod's own kubernetes.io/arch constraint".into();
-            if let Some(allowed) = allowed {
-                let unsupported: Vec<&String> =
-                    allowed.iter().filter(|a| !common.contains(a)).collect();
+    /// Steering, as the policy asks and the Pod allows; the note for the summary.
+    fn steer(&self, placement: Option<&FixedPlacement>, decision: &mut Decision) -> String {
+        let (policy, common, os) = (self.policy, self.common, self.os);
+        // Images that run on every architecture the cluster has or may add need no steering.
+        let runs_everywhere = policy
+            .possible_architectures()
+            .chain(self.pools.into_iter().flat_map(|p| p.architectures.keys()))
+            .all(|a| common.contains(a));
+        let mut note = String::new();
+        match existing_arch_constraint(self.pod, policy.steering, common) {
+            ExistingConstraint::Ours => note = steering_description(policy.steering, common),
+            ExistingConstraint::Theirs { allowed } => {
+                note = "kept the Pod's own kubernetes.io/arch constraint".into();
+                let unsupported: Vec<&String> = allowed
+                    .iter()
+                    .flatten()
+                    .filter(|a| !common.contains(a))
+                    .collect();
                 if !unsupported.is_empty() {
                     decision.warnings.push(format!(
                         "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
                         Joined(&unsupported),
-                        Joined(&common)
+                        Joined(common)
                     ));
                 }
             }
-        }
-        ExistingConstraint::None if placement.is_some() => {}
-        ExistingConstraint::None if runs_everywhere => {
-            steering_note =
-                "no steering: the images run on every architecture the cluster has or may add"
-                    .into();
-        }
-        ExistingConstraint::None => match policy.steering {
-            Steering::Off => {}
-            Steering::NodeSelector if common.len() == 1 => {
-                decision.node_selector = Some(common[0].clone());
-                steering_note = steering_description(policy.steering, &common);
+            ExistingConstraint::None if placement.is_some() => {}
+            ExistingConstraint::None if runs_everywhere => {
+                note =
+                    "no steering: the images run on every architecture the cluster has or may add"
+                        .into();
             }
-            Steering::NodeSelector => {}
-            Steering::NodeAffinity => {
-                decision.required_architectures = Some(common.clone());
-                steering_note = steering_description(policy.steering, &common);
-            }
-        },
+            ExistingConstraint::None => match policy.steering {
+                Steering::Off => {}
+                Steering::NodeSelector if common.len() == 1 => {
+                    decision.node_selector = Some(common[0].clone());
+                    note = steering_description(policy.steering, common);
+                }
+                Steering::NodeSelector => {}
+                Steering::NodeAffinity => {
+                    decision.required_architectures = Some(common.to_vec());
+                    note = steering_description(policy.steering, common);
+                }
+            },
+        }
+        if let Some(placement) = placement {
+            self.note_fixed_placement(placement, &mut note, decision);
+        }
+        note
     }
-    if let Some(placement) = &placement {
-        if !steering_note.is_empty() {
-            steering_note.push_str("; ");
+
+    /// A Pod the scheduler does not place freely is never steered; say where it is headed when
+    /// its images cannot run there (if the node watch knows that node).
+    fn note_fixed_placement(
+        &self,
+        placement: &FixedPlacement,
+        note: &mut String,
+        decision: &mut Decision,
+    ) {
+        if !note.is_empty() {
+            note.push_str("; ");
         }
-        let _ = write!(steering_note, "no steering: {}", placement.why);
-        // Where it is headed, if the node watch knows that node.
+        let _ = write!(note, "no steering: {}", placement.why);
         let headed = placement.node.as_ref().and_then(|node| {
-            let arch = pools?.nodes.get(node)?;
+            let arch = self.pools?.nodes.get(node)?;
             Some((node, arch))
         });
-        if let Some((node, arch)) = headed.filter(|(_, arch)| !common.contains(arch)) {
+        if let Some((node, arch)) = headed.filter(|(_, arch)| !self.common.contains(arch)) {
             let warning = format!(
-                "the Pod is headed for node {node} ({arch}) but its images support only {} on {os}",
-                Joined(&common)
+                "the Pod is headed for node {node} ({arch}) but its images support only {} on {}",
+                Joined(self.common),
+                self.os
             );
-            let _ = write!(steering_note, " ({warning})");
+            let _ = write!(note, " ({warning})");
             decision.warnings.push(warning);
         }
     }
 
-    // A preference among several possible architectures; the Pod's own label or annotation wins.
-    let preferred: Vec<WeightedArchitecture> = match label_or_annotation(pod, PREFERRED_KEY) {
-        Some("none") => Vec::new(),
-        Some(arch) => {
-            if !common.iter().any(|c| c == arch) {
-                decision.warnings.push(format!(
-                    "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
-                    Joined(&common)
-                ));
-            }
-            vec![WeightedArchitecture {
-                architecture: arch.to_owned(),
-                weight: PREFERRED_WEIGHT,
-            }]
+    /// A preference among several possible architectures; the Pod's own label or annotation
+    /// wins. The note for the summary.
+    fn prefer(&self, placed: bool, decision: &mut Decision) -> String {
+        let common = self.common;
+        let preferred: Vec<WeightedArchitecture> =
+            match label_or_annotation(self.pod, PREFERRED_KEY) {
+                Some("none") => Vec::new(),
+                Some(arch) => {
+                    if !common.iter().any(|c| c == arch) {
+                        decision.warnings.push(format!(
+                            "{PREFERRED_KEY}={arch} ignored: the images support only {} on {}",
+                            Joined(common),
+                            self.os
+                        ));
+                    }
+                    vec![WeightedArchitecture {
+                        architecture: arch.to_owned(),
+                        weight: PREFERRED_WEIGHT,
+                    }]
+                }
+                None => self.policy.preferred_architectures.clone(),
+            };
+        let preferred: Vec<WeightedArchitecture> = preferred
+            .into_iter()
+            .filter(|p| common.len() > 1 && common.contains(&p.architecture) && !placed)
+            .collect();
+        let mut note = String::new();
+        if preferred.is_empty() {
+            return note;
         }
-        None => policy.preferred_architectures.clone(),
-    };
-    let preferred: Vec<WeightedArchitecture> = preferred
-        .into_iter()
-        .filter(|p| common.len() > 1 && common.contains(&p.architecture) && placement.is_none())
-        .collect();
-    let mut preference_note = String::new();
-    if !preferred.is_empty() {
-        preference_note.push_str("; prefers ");
+        note.push_str("; prefers ");
         for (i, p) in preferred.iter().enumerate() {
             if i > 0 {
-                preference_note.push_str(", ");
+                note.push_str(", ");
             }
-            preference_note.push_str(&p.architecture);
+            note.push_str(&p.architecture);
             if preferred.len() > 1 || p.weight != PREFERRED_WEIGHT {
-                let _ = write!(preference_note, " (weight {})", p.weight);
+                let _ = write!(note, " (weight {})", p.weight);
             }
         }
-        if !has_preferred_arch_term(pod) {
+        if !has_preferred_arch_term(self.pod) {
             decision.preferred_architectures = preferred;
         }
+        note
     }
+}
 
-    let mut summary = String::with_capacity(160 + described.len());
-    let _ = write!(
-        summary,
-        "{os} architectures {}; tolerates ",
-        Joined(&common)
-    );
-    if tolerated.is_empty() {
+/// The toleration for a taint `arch`'s nodes carry under one of its templates' keys that no
+/// template tolerates (another value or effect); `None` when a template covers it or the key is
+/// not an architecture key. tolerationSeconds as that architecture's own NoExecute template
+/// under that key gives them.
+fn untemplated_taint(
+    templates: &[TolerationTemplate],
+    arch: &str,
+    taint: &Taint,
+) -> Option<Toleration> {
+    let covered = templates.iter().any(|template| {
+        template.key == taint.key && tolerates(&template.for_architecture(arch), taint)
+    });
+    if covered || !templates.iter().any(|t| t.key == taint.key) {
+        return None;
+    }
+    let seconds = templates
+        .iter()
+        .filter(|t| t.key == taint.key && t.effect == "NoExecute")
+        .find_map(|t| t.toleration_seconds);
+    Some(toleration_for(taint, seconds))
+}
+
+/// `tolerates arm64 (templates: …; taints seen on nodes: …)`, or `tolerates no tainted pool`.
+fn write_tolerated(summary: &mut String, tolerated: &Tolerated) {
+    summary.push_str("tolerates ");
+    if tolerated.architectures.is_empty() {
         summary.push_str("no tainted pool");
-    } else {
-        let _ = write!(summary, "{}", Joined(&tolerated));
-        // Which tolerations came from templates and which from taints seen on nodes.
-        for (source, label) in [
-            (TolerationSource::Template, " (templates: "),
-            (TolerationSource::NodeTaint, "; taints seen on nodes: "),
-        ] {
-            let mut first = true;
-            for (toleration, _) in wanted.iter().filter(|(_, s)| *s == source) {
-                summary.push_str(if first { label } else { ", " });
-                first = false;
-                let _ = write!(summary, "{}", TolerationText(toleration));
-            }
+        return;
+    }
+    let _ = write!(summary, "{}", Joined(&tolerated.architectures));
+    for (source, label) in [
+        (TolerationSource::Template, " (templates: "),
+        (TolerationSource::NodeTaint, "; taints seen on nodes: "),
+    ] {
+        let mut first = true;
+        for (toleration, _) in tolerated.wanted.iter().filter(|(_, s)| *s == source) {
+            summary.push_str(if first { label } else { ", " });
+            first = false;
+            let _ = write!(summary, "{}", TolerationText(toleration));
         }
-        summary.push(')');
     }
-    if !steering_note.is_empty() {
-        summary.push_str("; ");
-        summary.push_str(&steering_note);
-    }
-    summary.push_str(&preference_note);
-    summary.push_str("; images: ");
-    summary.push_str(&described);
-    decision.summary = cut(summary, MAX_SUMMARY_BYTES);
-    decision.annotation = annotation_update(pod, decision.summary.clone());
-    decision.outcome = Some(Outcome::Decided);
-    decision
+    summary.push(')');
 }
 
 /// A Pod tolerable does not change: denied with `deny` when the policy says so, else left as it

@@ -91,9 +91,9 @@ fn the_decision_core_imports_nothing_that_does_io() {
                     || path.starts_with(&format!("tolerable::{m}"))
             });
             // A bare word (`kube` in "kube-system") is no path; `std::fs` alone is one.
-            let io = IO_PATHS.iter().any(|p| {
-                (path == *p && p.contains("::")) || path.starts_with(&format!("{p}::"))
-            });
+            let io = IO_PATHS
+                .iter()
+                .any(|p| (path == *p && p.contains("::")) || path.starts_with(&format!("{p}::")));
             if shell || io {
                 violations.push(format!("{}: {path}", file.display()));
             }
