@@ -8,12 +8,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
     PreferredSchedulingTerm, Toleration,
 };
 use serde::Serialize;
 
-use super::{Decision, ARCH_LABEL, DECISION_ANNOTATION};
+use super::{Decision, WeightedArchitecture, ARCH_LABEL, DECISION_ANNOTATION};
 
 /// One JSON Patch operation (always `add`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -76,145 +76,25 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
         return ops;
     }
     let spec = pod.spec.as_ref();
-
     if !decision.tolerations.is_empty() {
-        if spec.and_then(|s| s.tolerations.as_ref()).is_some() {
-            ops.extend(
-                decision
-                    .tolerations
-                    .iter()
-                    .map(|t| add("/spec/tolerations/-", PatchValue::Toleration(t.clone()))),
-            );
-        } else {
-            ops.push(add(
-                "/spec/tolerations",
-                PatchValue::Tolerations(decision.tolerations.clone()),
-            ));
-        }
+        add_tolerations(&mut ops, spec, &decision.tolerations);
     }
-
     if let Some(arch) = &decision.node_selector {
-        if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
-            ops.push(add(
-                format!("/spec/nodeSelector/{}", token(ARCH_LABEL)),
-                PatchValue::Text(arch.clone()),
-            ));
-        } else {
-            ops.push(add(
-                "/spec/nodeSelector",
-                PatchValue::Map(BTreeMap::from([(ARCH_LABEL, arch.clone())])),
-            ));
-        }
+        add_node_selector(&mut ops, spec, arch);
     }
-
     let affinity = spec.and_then(|s| s.affinity.as_ref());
-    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
     let mut node_affinity_added = false;
     if let Some(architectures) = &decision.required_architectures {
-        let required = || NodeSelector {
-            node_selector_terms: vec![term(arch_requirement(architectures))],
-        };
-        let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
-        if affinity.is_none() {
-            ops.push(add(
-                "/spec/affinity",
-                PatchValue::Affinity(Affinity {
-                    node_affinity: Some(NodeAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(required()),
-                        ..NodeAffinity::default()
-                    }),
-                    ..Affinity::default()
-                }),
-            ));
-            node_affinity_added = true;
-        } else if node_affinity.is_none() {
-            ops.push(add(
-                "/spec/affinity/nodeAffinity",
-                PatchValue::NodeAffinity(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(required()),
-                    ..NodeAffinity::default()
-                }),
-            ));
-            node_affinity_added = true;
-        } else {
-            match node_affinity.and_then(|n| {
-                n.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            }) {
-                None => ops.push(add(base, PatchValue::Required(required()))),
-                // No term at all can match nothing; give it one. The whole selector is
-                // replaced: `nodeSelectorTerms` may be absent (the API server validates only
-                // after admission), and the selector has no other field to lose.
-                Some(r) if r.node_selector_terms.is_empty() => {
-                    ops.push(add(base, PatchValue::Required(required())));
-                }
-                // AND into every term: terms are OR'd, so a new term would widen, not narrow.
-                Some(r) => {
-                    for (i, existing) in r.node_selector_terms.iter().enumerate() {
-                        let path = format!("{base}/nodeSelectorTerms/{i}/matchExpressions");
-                        if existing.match_expressions.is_some() {
-                            ops.push(add(
-                                format!("{path}/-"),
-                                PatchValue::Requirement(arch_requirement(architectures)),
-                            ));
-                        } else {
-                            ops.push(add(
-                                path,
-                                PatchValue::Requirements(vec![arch_requirement(architectures)]),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
+        node_affinity_added = add_required(&mut ops, affinity, architectures);
     }
-
     if !decision.preferred_architectures.is_empty() {
-        let preferred: Vec<PreferredSchedulingTerm> = decision
-            .preferred_architectures
-            .iter()
-            .map(|p| PreferredSchedulingTerm {
-                weight: p.weight,
-                preference: term(arch_requirement(std::slice::from_ref(&p.architecture))),
-            })
-            .collect();
-        let preferred_path =
-            "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
-        let node_affinity_with = |preferred: Vec<PreferredSchedulingTerm>| NodeAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(preferred),
-            ..NodeAffinity::default()
-        };
-        if affinity.is_none() && !node_affinity_added {
-            ops.push(add(
-                "/spec/affinity",
-                PatchValue::Affinity(Affinity {
-                    node_affinity: Some(node_affinity_with(preferred)),
-                    ..Affinity::default()
-                }),
-            ));
-        } else if node_affinity.is_none() && !node_affinity_added {
-            ops.push(add(
-                "/spec/affinity/nodeAffinity",
-                PatchValue::NodeAffinity(node_affinity_with(preferred)),
-            ));
-        } else if node_affinity
-            .and_then(|n| {
-                n.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some()
-        {
-            ops.extend(preferred.into_iter().map(|term| {
-                add(
-                    format!("{preferred_path}/-"),
-                    PatchValue::PreferredTerm(term),
-                )
-            }));
-        } else {
-            ops.push(add(preferred_path, PatchValue::Preferred(preferred)));
-        }
+        add_preferred(
+            &mut ops,
+            affinity,
+            node_affinity_added,
+            &decision.preferred_architectures,
+        );
     }
-
     if let Some(value) = &decision.annotation {
         if pod.metadata.annotations.is_some() {
             ops.push(add(
@@ -229,4 +109,155 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
         }
     }
     ops
+}
+
+/// The tolerations, appended to the Pod's own list or as a new one.
+fn add_tolerations(ops: &mut Vec<Operation>, spec: Option<&PodSpec>, tolerations: &[Toleration]) {
+    if spec.and_then(|s| s.tolerations.as_ref()).is_some() {
+        ops.extend(
+            tolerations
+                .iter()
+                .map(|t| add("/spec/tolerations/-", PatchValue::Toleration(t.clone()))),
+        );
+    } else {
+        ops.push(add(
+            "/spec/tolerations",
+            PatchValue::Tolerations(tolerations.to_vec()),
+        ));
+    }
+}
+
+/// `kubernetes.io/arch` pinned in the nodeSelector.
+fn add_node_selector(ops: &mut Vec<Operation>, spec: Option<&PodSpec>, arch: &str) {
+    if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
+        ops.push(add(
+            format!("/spec/nodeSelector/{}", token(ARCH_LABEL)),
+            PatchValue::Text(arch.to_owned()),
+        ));
+    } else {
+        ops.push(add(
+            "/spec/nodeSelector",
+            PatchValue::Map(BTreeMap::from([(ARCH_LABEL, arch.to_owned())])),
+        ));
+    }
+}
+
+/// `kubernetes.io/arch In (architectures)` ANDed into every required term (or the term
+/// created); whether a new nodeAffinity was added (the preferred terms then go into it).
+fn add_required(
+    ops: &mut Vec<Operation>,
+    affinity: Option<&Affinity>,
+    architectures: &[String],
+) -> bool {
+    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
+    let mut node_affinity_added = false;
+    let required = || NodeSelector {
+        node_selector_terms: vec![term(arch_requirement(architectures))],
+    };
+    let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    if affinity.is_none() {
+        ops.push(add(
+            "/spec/affinity",
+            PatchValue::Affinity(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(required()),
+                    ..NodeAffinity::default()
+                }),
+                ..Affinity::default()
+            }),
+        ));
+        node_affinity_added = true;
+    } else if node_affinity.is_none() {
+        ops.push(add(
+            "/spec/affinity/nodeAffinity",
+            PatchValue::NodeAffinity(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(required()),
+                ..NodeAffinity::default()
+            }),
+        ));
+        node_affinity_added = true;
+    } else {
+        match node_affinity.and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }) {
+            None => ops.push(add(base, PatchValue::Required(required()))),
+            // No term at all can match nothing; give it one. The whole selector is
+            // replaced: `nodeSelectorTerms` may be absent (the API server validates only
+            // after admission), and the selector has no other field to lose.
+            Some(r) if r.node_selector_terms.is_empty() => {
+                ops.push(add(base, PatchValue::Required(required())));
+            }
+            // AND into every term: terms are OR'd, so a new term would widen, not narrow.
+            Some(r) => {
+                for (i, existing) in r.node_selector_terms.iter().enumerate() {
+                    let path = format!("{base}/nodeSelectorTerms/{i}/matchExpressions");
+                    if existing.match_expressions.is_some() {
+                        ops.push(add(
+                            format!("{path}/-"),
+                            PatchValue::Requirement(arch_requirement(architectures)),
+                        ));
+                    } else {
+                        ops.push(add(
+                            path,
+                            PatchValue::Requirements(vec![arch_requirement(architectures)]),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    node_affinity_added
+}
+
+/// The preferred terms, one per architecture, weighted.
+fn add_preferred(
+    ops: &mut Vec<Operation>,
+    affinity: Option<&Affinity>,
+    node_affinity_added: bool,
+    preferences: &[WeightedArchitecture],
+) {
+    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
+    let preferred: Vec<PreferredSchedulingTerm> = preferences
+        .iter()
+        .map(|p| PreferredSchedulingTerm {
+            weight: p.weight,
+            preference: term(arch_requirement(std::slice::from_ref(&p.architecture))),
+        })
+        .collect();
+    let preferred_path =
+        "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
+    let node_affinity_with = |preferred: Vec<PreferredSchedulingTerm>| NodeAffinity {
+        preferred_during_scheduling_ignored_during_execution: Some(preferred),
+        ..NodeAffinity::default()
+    };
+    if affinity.is_none() && !node_affinity_added {
+        ops.push(add(
+            "/spec/affinity",
+            PatchValue::Affinity(Affinity {
+                node_affinity: Some(node_affinity_with(preferred)),
+                ..Affinity::default()
+            }),
+        ));
+    } else if node_affinity.is_none() && !node_affinity_added {
+        ops.push(add(
+            "/spec/affinity/nodeAffinity",
+            PatchValue::NodeAffinity(node_affinity_with(preferred)),
+        ));
+    } else if node_affinity
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some()
+    {
+        ops.extend(preferred.into_iter().map(|term| {
+            add(
+                format!("{preferred_path}/-"),
+                PatchValue::PreferredTerm(term),
+            )
+        }));
+    } else {
+        ops.push(add(preferred_path, PatchValue::Preferred(preferred)));
+    }
 }
