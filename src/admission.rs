@@ -10,7 +10,7 @@ use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials};
 use crate::metrics::Metrics;
 use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
-use crate::mutate::{self, patch, ContainerImage, Decision, ImageFacts, LookupFailure, Policy};
+use crate::mutate::{self, patch, Decision, ImageFacts, LookupFailure, Policy};
 use crate::registry::Resolver;
 
 /// Images of one admission looked up at the same time (the registry client bounds requests
@@ -103,17 +103,18 @@ impl Admission {
             .or(pod.metadata.namespace.as_deref())
             .unwrap_or("default")
             .to_owned();
-        // Skips need no lookups.
+        // Skips, and Pods over the limits, need no lookups.
         let started = Instant::now();
+        let distinct = mutate::distinct_images(&images);
         let (facts, secret_warnings) = if mutate::skip_reason(&namespace, &pod, &self.policy)
             .is_some()
-            || mutate::over_limits(&images, &self.policy).is_some()
+            || mutate::over_limits(&images, &distinct, &self.policy).is_some()
         {
             (ImageFacts::new(), Vec::new())
         } else {
             let pull = self.pull_credentials(&namespace, &pod, budget).await;
             let budget = budget.saturating_sub(started.elapsed());
-            (self.lookup(&images, &pull, budget).await, pull.warnings)
+            (self.lookup(&distinct, &pull, budget).await, pull.warnings)
         };
         let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
         let decision = mutate::decide_with_pools(
@@ -165,14 +166,13 @@ impl Admission {
         }
     }
 
-    /// Looks up every distinct image concurrently, each bounded by `budget`.
+    /// Looks up the `distinct` images concurrently, all by `budget`.
     async fn lookup<'a>(
         &'a self,
-        images: &'a [ContainerImage],
+        distinct: &[&'a str],
         pull: &'a PodCredentials,
         budget: Duration,
     ) -> ImageFacts {
-        let distinct = mutate::distinct_images(images);
         // Every lookup ends by the same deadline, however long it waited for its turn. The
         // registry lookup ends itself a little before it (and is then counted by the circuit
         // breaker); the outer timeout only guards a lookup this one is waiting on.
@@ -201,13 +201,13 @@ impl Admission {
             (image.to_owned(), result)
         };
         // Most Pods name one image: no need to fan out.
-        if let [image] = distinct[..] {
+        if let [image] = *distinct {
             return ImageFacts::from([lookup(image).await]);
         }
         // A bounded number at a time: the rest wait their turn inside the same budget.
         let turns = tokio::sync::Semaphore::new(LOOKUPS_PER_ADMISSION);
         let turns = &turns;
-        futures_util::future::join_all(distinct.into_iter().map(|image| async move {
+        futures_util::future::join_all(distinct.iter().map(|&image| async move {
             let _turn = turns
                 .acquire()
                 .await

@@ -311,11 +311,16 @@ impl Policy {
             .collect()
     }
 
-    /// The architectures that can appear in the cluster whatever nodes exist now.
-    fn possible_architectures(&self) -> impl Iterator<Item = &String> {
+    /// The architectures that can appear in the cluster: supported and default ones whatever
+    /// nodes exist now, and those the node watch sees (repeats possible).
+    fn possible_architectures<'a>(
+        &'a self,
+        pools: Option<&'a NodePools>,
+    ) -> impl Iterator<Item = &'a String> {
         self.supported_architectures
             .iter()
             .chain(&self.default_architectures)
+            .chain(pools.into_iter().flat_map(|p| p.architectures.keys()))
     }
 }
 
@@ -690,21 +695,20 @@ pub fn decide_with_pools(
     if let Some(reason) = skip_reason(namespace, pod, policy) {
         return Decision::skipped(reason);
     }
-    if let Some(reason) = over_limits(images, policy) {
+    let distinct = distinct_images(images);
+    if let Some(reason) = over_limits(images, &distinct, policy) {
         // Not looked up at all: treated as a lookup failure (allowed unchanged, or denied).
         let deny = (policy.on_lookup_failure == OnLookupFailure::Deny)
             .then(|| format!("tolerable did not look the images up: {reason}"));
         let warning = format!("tolerable added no tolerations: {reason}");
         return deny_or_leave(deny, &reason, vec![warning], Outcome::LookupFailed);
     }
-    let mut decision = decide_from_facts(pod, images, facts, policy, pools);
+    let mut decision = decide_from_facts(pod, &distinct, facts, policy, pools);
     // A decision made on last known answers says so: the registry may have changed since.
-    let stale = distinct_images(images)
-        .into_iter()
-        .filter_map(|image| match facts.get(image) {
-            Some(Ok(found)) => found.stale.as_ref().map(|why| format!("{image}: {why}")),
-            _ => None,
-        });
+    let stale = distinct.iter().filter_map(|image| match facts.get(*image) {
+        Some(Ok(found)) => found.stale.as_ref().map(|why| format!("{image}: {why}")),
+        _ => None,
+    });
     decision.warnings.extend(stale);
     decision
 }
@@ -722,7 +726,12 @@ pub fn distinct_images(images: &[ContainerImage]) -> Vec<&str> {
 
 /// Why the Pod names more than tolerable looks up for one admission, if it does: far above
 /// real Pods, so one Pod cannot make tolerable open thousands of registry connections.
-pub fn over_limits(images: &[ContainerImage], policy: &Policy) -> Option<String> {
+/// `distinct` is [`distinct_images`] of `images`.
+pub fn over_limits(
+    images: &[ContainerImage],
+    distinct: &[&str],
+    policy: &Policy,
+) -> Option<String> {
     if images.len() > policy.max_containers_per_pod {
         return Some(format!(
             "the Pod has {} containers and image volumes, more than max_containers_per_pod ({})",
@@ -730,10 +739,10 @@ pub fn over_limits(images: &[ContainerImage], policy: &Policy) -> Option<String>
             policy.max_containers_per_pod
         ));
     }
-    let distinct = distinct_images(images).len();
-    (distinct > policy.max_images_per_pod).then(|| {
+    (distinct.len() > policy.max_images_per_pod).then(|| {
         format!(
-            "the Pod names {distinct} distinct images, more than max_images_per_pod ({})",
+            "the Pod names {} distinct images, more than max_images_per_pod ({})",
+            distinct.len(),
             policy.max_images_per_pod
         )
     })
@@ -741,12 +750,12 @@ pub fn over_limits(images: &[ContainerImage], policy: &Policy) -> Option<String>
 
 fn decide_from_facts(
     pod: &Pod,
-    images: &[ContainerImage],
+    distinct: &[&str],
     facts: &ImageFacts,
     policy: &Policy,
     pools: Option<&NodePools>,
 ) -> Decision {
-    let known = match known_facts(images, facts) {
+    let known = match known_facts(distinct, facts) {
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
@@ -793,12 +802,12 @@ fn decide_from_facts(
 
 /// The facts of each distinct image, or what could not be learned (`image: reason`).
 fn known_facts<'a>(
-    images: &'a [ContainerImage],
+    distinct: &[&'a str],
     facts: &'a ImageFacts,
 ) -> Result<Vec<(&'a str, &'a ImageFact)>, Vec<String>> {
     let mut failed = Vec::new();
     let mut known = Vec::new();
-    for image in distinct_images(images) {
+    for &image in distinct {
         match facts.get(image) {
             Some(Ok(found)) => known.push((image, &**found)),
             Some(Err(reason)) => failed.push(format!("{image}: {reason}")),
@@ -873,8 +882,7 @@ fn common_architectures(
     let common = match common {
         Some(common) => common.into_iter().map(str::to_owned).collect(),
         None => policy
-            .possible_architectures()
-            .chain(pools.into_iter().flat_map(|p| p.architectures.keys()))
+            .possible_architectures(pools)
             .cloned()
             .collect::<BTreeSet<String>>()
             .into_iter()
@@ -955,8 +963,7 @@ impl<'a> Seen<'a> {
         let (policy, common, os) = (self.policy, self.common, self.os);
         // Images that run on every architecture the cluster has or may add need no steering.
         let runs_everywhere = policy
-            .possible_architectures()
-            .chain(self.pools.into_iter().flat_map(|p| p.architectures.keys()))
+            .possible_architectures(self.pools)
             .all(|a| common.contains(a));
         let mut note = String::new();
         match existing_arch_constraint(self.pod, policy.steering, common) {

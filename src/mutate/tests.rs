@@ -1204,12 +1204,12 @@ fn distinct_images_keep_first_order_and_limits_apply() {
         (0..7).map(|i| format!("img{i}:1")).collect::<Vec<_>>()
     );
     let mut p = policy();
-    let reason = over_limits(&images, &p).unwrap();
+    let reason = over_limits(&images, &distinct, &p).unwrap();
     assert!(reason.contains("40000 containers"), "{reason}");
     p.max_containers_per_pod = 50_000;
-    assert!(over_limits(&images, &p).is_none());
+    assert!(over_limits(&images, &distinct, &p).is_none());
     p.max_images_per_pod = 5;
-    let reason = over_limits(&images, &p).unwrap();
+    let reason = over_limits(&images, &distinct, &p).unwrap();
     assert!(reason.contains("7 distinct images"), "{reason}");
 
     // Decided without lookups: unchanged with a warning, or denied.
