@@ -22,16 +22,14 @@ use tolerable::registry::{CredentialStore, LookupError, Resolver};
 const DEADLINE_SECS: u64 = 3;
 
 async fn admit(server: &TestServer, request: &Value) -> (Value, Duration) {
-    let started = Instant::now();
-    let response = webhook::client()
-        .post(server.url(&format!("/mutate?timeout={DEADLINE_SECS}s")))
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    (body["response"].clone(), started.elapsed())
+    webhook::admit(server, request, Duration::from_secs(DEADLINE_SECS)).await
+}
+
+/// The test settings, with `host` (a plain-http test registry) listed as insecure.
+fn settings_for(host: &str) -> tolerable::registry::ResolverSettings {
+    let mut settings = common::settings();
+    settings.transport.insecure_registries.push(host.to_owned());
+    settings
 }
 
 fn pod_with_images(images: &[String]) -> Value {
@@ -60,11 +58,7 @@ fn warnings(response: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_naming_fifty_thousand_images_is_answered_without_lookups() {
     let proxy = FaultProxy::start(&registry::plain().host);
-    let mut settings = common::settings();
-    settings
-        .transport
-        .insecure_registries
-        .push(proxy.host.clone());
+    let settings = settings_for(&proxy.host);
     let server = TestServer::start(webhook::policy(), settings.clone()).await;
     // Short names, so 50,000 fit the API server's 3 MiB request limit.
     let images: Vec<String> = (0..50_000).map(|i| format!("127.0.0.1:1/a{i}")).collect();
@@ -104,11 +98,7 @@ async fn a_pod_naming_fifty_thousand_images_is_answered_without_lookups() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lookup_flood_is_bounded_and_does_not_open_the_breaker_for_others() {
     let proxy = FaultProxy::start(&registry::plain().host);
-    let mut settings = common::settings();
-    settings
-        .transport
-        .insecure_registries
-        .push(proxy.host.clone());
+    let mut settings = settings_for(&proxy.host);
     settings.lookup_timeout = Duration::from_secs(1);
     settings.breaker.failures = 3;
     proxy.set(Fault::Slow(Duration::from_millis(100)));
@@ -190,11 +180,7 @@ async fn a_lookup_flood_is_bounded_and_does_not_open_the_breaker_for_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_indexes_cost_bounded_work() {
     let hostile = HostileRegistry::start();
-    let mut settings = common::settings();
-    settings
-        .transport
-        .insecure_registries
-        .push(hostile.host.clone());
+    let settings = settings_for(&hostile.host);
     let resolver = Resolver::new(settings.clone(), CredentialStore::default()).unwrap();
 
     let started = Instant::now();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fault_proxy::{Fault, FaultProxy};
 use common::registry::{self, Mode, Registry};
@@ -41,17 +41,7 @@ fn admission_for(image: &str) -> Value {
 
 /// Posts `request` with the API server's timeout; the response and how long it took.
 async fn admit(server: &TestServer, request: &Value) -> (Value, Duration) {
-    let started = Instant::now();
-    let response = webhook::client()
-        .post(server.url(&format!("/mutate?timeout={}s", DEADLINE.as_secs())))
-        .header("content-type", "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    (body["response"].clone(), started.elapsed())
+    webhook::admit(server, request, DEADLINE).await
 }
 
 fn warnings(response: &Value) -> Vec<String> {

@@ -255,11 +255,14 @@ fn the_cli_refuses_to_fence_off_an_architecture_nobody_tolerates() {
     assert!(taints(&api.node("amd-1")).contains(&"kubernetes.io/arch=amd64:NoSchedule".to_owned()));
 }
 
-/// `serve --manage-node-taints`: nodes the watch sees are tainted without anybody running
-/// `nodes taint`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn manage_node_taints_taints_what_the_node_watch_sees() {
-    let api = api();
+/// What `serve --manage-node-taints` runs: the node watch and, on it, the tainter.
+fn start_tainter(
+    api: &FakeApiServer,
+    policy: TaintPolicy,
+) -> (
+    tolerable::cluster::nodes::NodeWatch,
+    tokio::task::JoinHandle<()>,
+) {
     let client = api.client("admintoken");
     let watch = tolerable::cluster::nodes::NodeWatch::start(
         client.clone(),
@@ -267,9 +270,18 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
     );
     let task = tokio::spawn(tolerable::cluster::nodes::keep_nodes_tainted(
         client,
-        watch,
-        policy(),
+        watch.clone(),
+        policy,
     ));
+    (watch, task)
+}
+
+/// `serve --manage-node-taints`: nodes the watch sees are tainted without anybody running
+/// `nodes taint`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manage_node_taints_taints_what_the_node_watch_sees() {
+    let api = api();
+    let (_watch, task) = start_tainter(&api, policy());
     let started = std::time::Instant::now();
     while taints(&api.node("bare-1")).len() < 2 || taints(&api.node("amd-1")).len() < 2 {
         assert!(
@@ -295,18 +307,9 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
     let api = api();
-    let client = api.client("admintoken");
-    let watch = tolerable::cluster::nodes::NodeWatch::start(
-        client.clone(),
-        tolerable::mutate::Policy::default().taint_keys(),
-    );
     let mut unplanned = policy();
     unplanned.supported_architectures = BTreeSet::from(["s390x".to_owned()]);
-    let task = tokio::spawn(tolerable::cluster::nodes::keep_nodes_tainted(
-        client,
-        watch.clone(),
-        unplanned,
-    ));
+    let (watch, task) = start_tainter(&api, unplanned);
     watch.synced().await;
     // More than one tick of the tainter.
     tokio::time::sleep(

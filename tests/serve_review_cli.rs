@@ -181,15 +181,14 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "not ready");
+    let mutate = |review: &Value| {
+        client
+            .post(format!("{url}/mutate?timeout=10s"))
+            .body(review.to_string())
+            .send()
+    };
     let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
-    let response: Value = client
-        .post(format!("{url}/mutate?timeout=10s"))
-        .body(request.to_string())
-        .send()
-        .await
-        .unwrap()
-        .json_or_text()
-        .await;
+    let response: Value = mutate(&request).await.unwrap().json_or_text().await;
     assert_eq!(response["response"]["allowed"], json!(true), "{response}");
     assert!(response["response"]["patch"].is_string());
 
@@ -214,14 +213,7 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         {"name": "a", "image": "app:1\nERROR tolerable: FORGED line"},
         {"name": "b", "image": format!("huge/{}:1", "x".repeat(1 << 20))},
     ]);
-    let response: Value = client
-        .post(format!("{url}/mutate?timeout=10s"))
-        .body(forged.to_string())
-        .send()
-        .await
-        .unwrap()
-        .json_or_text()
-        .await;
+    let response: Value = mutate(&forged).await.unwrap().json_or_text().await;
     assert_eq!(response["response"]["allowed"], json!(true), "{response}");
 
     let status = Command::new("kill")

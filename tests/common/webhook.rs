@@ -217,6 +217,26 @@ pub fn client_builder() -> reqwest::ClientBuilder {
         .no_proxy()
 }
 
+/// Posts an AdmissionReview as the API server does, with its `?timeout=`; the response (which
+/// must be HTTP 200) and how long it took.
+pub async fn admit(
+    server: &TestServer,
+    request: &serde_json::Value,
+    timeout: std::time::Duration,
+) -> (serde_json::Value, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let response = client()
+        .post(server.url(&format!("/mutate?timeout={}s", timeout.as_secs())))
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    (body["response"].clone(), started.elapsed())
+}
+
 /// The server's `/metrics` text.
 pub async fn metrics_text(server: &TestServer) -> String {
     client()
