@@ -1,33 +1,42 @@
-//! One admission, end to end: parse the AdmissionReview, look the Pod's images up (the only I/O),
-//! decide, answer. The webhook handler and `tolerable review` both call [`Admission::review`].
+//! The async shell around the decision core: one AdmissionReview end to end. It parses the wire
+//! format ([`review`]), gathers the facts (the Pod's pull secrets, its images' platforms) within
+//! one budget ([`crate::budget`]), asks the core for the answer ([`mutate::answer`]) and encodes
+//! it. The webhook handler and `tolerable review` call [`Admission::review`] (or, for a Pod
+//! manifest, [`read_pod`] and [`Admission::answer`]); the fuzz harness the same pure steps
+//! ([`read_request`], [`mutate::answer`], [`respond`]) without the lookups.
+
+pub mod review;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-
 use crate::cluster::nodes::NodeWatch;
-use crate::cluster::{Cluster, PodCredentials};
+use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
 use crate::metrics::Metrics;
-use crate::mutate::review::{self, AdmissionReviewOut, ReviewError};
-use crate::mutate::{self, patch, Decision, ImageFacts, LookupFailure, Policy};
+use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
 use crate::registry::Resolver;
+
+use self::review::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
 
 /// Images of one admission looked up at the same time (the registry client bounds requests
 /// per registry and in all on top).
 const LOOKUPS_PER_ADMISSION: usize = 16;
 
-/// The answer to one AdmissionReview, with what led to it.
+/// The answer to one AdmissionReview: the core's answer and the encoded response.
 #[derive(Debug)]
 pub struct Reviewed {
-    /// The answer (it carries the request's uid).
+    /// The response (it carries the request's uid, the patch and every warning: the core's
+    /// and the shell's).
     pub out: AdmissionReviewOut,
-    /// The Pod as received, when the request carried one that could be read.
-    pub pod: Option<Pod>,
-    pub decision: Option<Decision>,
-    pub operations: Vec<patch::Operation>,
-    /// A bounded label: decided, skipped, denied, …
-    pub outcome: &'static str,
+    pub answer: Answer,
+}
+
+/// The core's answer for one Pod, and what the shell itself has to say (pull secrets that
+/// could not be read).
+#[derive(Debug)]
+pub struct PodAnswer {
+    pub answer: Answer,
+    pub shell_warnings: Vec<String>,
 }
 
 pub struct Admission {
@@ -49,6 +58,10 @@ impl Admission {
         }
     }
 
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// Decides with the cluster's node pools (once the watch has synced).
     pub fn with_nodes(mut self, nodes: NodeWatch) -> Self {
         self.nodes = Some(nodes);
@@ -64,88 +77,60 @@ impl Admission {
     /// Answers one AdmissionReview body within `budget` (the time left for image lookups).
     /// `Err` only when the body is not an AdmissionReview at all.
     pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
-        let mut request_review = review::parse(body)?;
-        let allowed = AdmissionReviewOut::allow(&request_review);
-        let request = request_review
-            .request
-            .as_mut()
-            .expect("parse checks the request");
+        let review = review::parse(body)?;
+        let request = review.request.as_ref().expect("parse checks the request");
         tracing::Span::current().record("uid", request.uid.as_str());
-        let unchanged = |out: AdmissionReviewOut, pod: Option<Pod>, outcome| Reviewed {
-            out,
-            pod,
-            decision: None,
-            operations: Vec::new(),
-            outcome,
+        let PodAnswer {
+            answer,
+            shell_warnings,
+        } = match read_request(request, &self.policy) {
+            Asked::Decide(pod, pull_secrets) => self.answer(&pod, &pull_secrets, budget).await,
+            Asked::Answered(answer) => answer.into(),
         };
-        if !request.is_pod_create() {
-            return Ok(unchanged(allowed, None, "not_pod_create"));
-        }
-        let pod = match request.take_pod() {
-            Ok(pod) => pod,
-            Err(reason) => {
-                let out =
-                    allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
-                return Ok(unchanged(out, None, "invalid_object"));
-            }
-        };
-        let images = match mutate::images_of(&pod) {
-            Ok(images) => images,
-            Err(reason) => {
-                let out =
-                    allowed.with_warnings([format!("tolerable left the Pod unchanged: {reason}")]);
-                return Ok(unchanged(out, Some(pod), "invalid_object"));
-            }
-        };
-        let namespace = request
-            .namespace
-            .as_deref()
-            .or(pod.metadata.namespace.as_deref())
-            .unwrap_or("default")
-            .to_owned();
-        // Skips, and Pods over the limits, need no lookups.
-        let started = Instant::now();
-        let distinct = mutate::distinct_images(&images);
-        let (facts, secret_warnings) = if mutate::skip_reason(&namespace, &pod, &self.policy)
-            .is_some()
-            || mutate::over_limits(&images, &distinct, &self.policy).is_some()
-        {
-            (ImageFacts::new(), Vec::new())
-        } else {
-            let pull = self.pull_credentials(&namespace, &pod, budget).await;
-            let budget = budget.saturating_sub(started.elapsed());
-            (self.lookup(&distinct, &pull, budget).await, pull.warnings)
-        };
-        let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
-        let decision = mutate::decide_with_pools(
-            &namespace,
-            &pod,
-            &images,
-            &facts,
-            &self.policy,
-            pools.as_ref(),
-        );
-        let operations = patch::operations(&pod, &decision);
-        let mut out = allowed.with_warnings(decision.warnings.iter().chain(&secret_warnings));
-        out = match &decision.deny {
-            Some(message) => out.deny(message),
-            None => out.with_patch(&operations),
-        };
-        Ok(Reviewed {
-            out,
-            pod: Some(pod),
-            outcome: decision.outcome().label(),
-            decision: Some(decision),
-            operations,
-        })
+        let out = respond(AdmissionReviewOut::allow(&review), &answer, &shell_warnings);
+        Ok(Reviewed { out, answer })
     }
 
-    /// The Pod's pull-secret credentials, within a share of `budget` (the API server is usually
-    /// answered from the cache; when it is slow, the registry lookups still get their time).
+    /// Gathers the facts for one Pod being created, within `budget`, and asks the core.
+    pub async fn answer(
+        &self,
+        pod: &PodCreate,
+        pull_secrets: &PullSecretRefs,
+        budget: Duration,
+    ) -> PodAnswer {
+        let (facts, shell_warnings) = self.gather(pod, pull_secrets, budget).await;
+        let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
+        PodAnswer {
+            answer: mutate::answer(pod, &facts, pools.as_ref(), &self.policy),
+            shell_warnings,
+        }
+    }
+
+    /// The facts the decision needs: the platforms of the images to look up (none for a Pod
+    /// that is skipped or over the limits), with the Pod's pull secrets, all within `budget`.
+    async fn gather(
+        &self,
+        request: &PodCreate,
+        pull_secrets: &PullSecretRefs,
+        budget: Duration,
+    ) -> (ImageFacts, Vec<String>) {
+        let images = request.images_to_look_up();
+        if images.is_empty() {
+            return (ImageFacts::new(), Vec::new());
+        }
+        let started = Instant::now();
+        let pull = self
+            .pull_credentials(&request.namespace, pull_secrets, budget)
+            .await;
+        let budget = budget.saturating_sub(started.elapsed());
+        (self.lookup(images, &pull, budget).await, pull.warnings)
+    }
+
+    /// The Pod's pull-secret credentials, within a share of `budget`.
     async fn pull_credentials(
         &self,
         namespace: &str,
-        pod: &Pod,
+        refs: &PullSecretRefs,
         budget: Duration,
     ) -> PodCredentials {
         let Some(cluster) = &self.cluster else {
@@ -153,23 +138,23 @@ impl Admission {
         };
         // Boxed: the Kubernetes client's future is large, and would otherwise be part of (and
         // moved with) every admission's future, with or without a cluster.
-        let read = Box::pin(cluster.pull_credentials(namespace, pod));
-        match tokio::time::timeout(budget / 3, read).await {
+        let read = Box::pin(cluster.pull_credentials(namespace, refs));
+        let share = crate::budget::for_pull_secrets(budget);
+        match tokio::time::timeout(share, read).await {
             Ok(found) => found,
             Err(_) => PodCredentials {
                 warnings: vec![format!(
-                    "could not read the Pod's image pull secrets within {:?}; looked up without them",
-                    budget / 3
+                    "could not read the Pod's image pull secrets within {share:?}; looked up without them",
                 )],
                 ..PodCredentials::default()
             },
         }
     }
 
-    /// Looks up the `distinct` images concurrently, all by `budget`.
+    /// Looks up the `images` concurrently, a bounded number at a time, all by `budget`.
     async fn lookup<'a>(
         &'a self,
-        distinct: &[&'a str],
+        images: &'a [String],
         pull: &'a PodCredentials,
         budget: Duration,
     ) -> ImageFacts {
@@ -177,17 +162,20 @@ impl Admission {
         // registry lookup ends itself a little before it (and is then counted by the circuit
         // breaker); the outer timeout only guards a lookup this one is waiting on.
         let deadline = tokio::time::Instant::now() + budget;
-        let margin = budget / 20;
-        let lookup = move |image: &'a str| async move {
+        let margin = crate::budget::lookup_margin(budget);
+        let turns = tokio::sync::Semaphore::new(LOOKUPS_PER_ADMISSION);
+        let turns = &turns;
+        let lookup = |image: &'a str| async move {
+            let _turn = turns
+                .acquire()
+                .await
+                .expect("the semaphore is never closed");
             let started = Instant::now();
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let result = match tokio::time::timeout_at(
-                deadline,
+            let resolve =
                 self.resolver
-                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin)),
-            )
-            .await
-            {
+                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin));
+            let result = match tokio::time::timeout_at(deadline, resolve).await {
                 Ok(Ok(found)) => Ok(found.fact.clone()),
                 Ok(Err(e)) => Err(LookupFailure::new(e.reason())),
                 Err(_) => Err(LookupFailure::new(format!(
@@ -200,22 +188,65 @@ impl Admission {
             }
             (image.to_owned(), result)
         };
-        // Most Pods name one image: no need to fan out.
-        if let [image] = *distinct {
-            return ImageFacts::from([lookup(image).await]);
+        futures_util::future::join_all(images.iter().map(|image| lookup(image)))
+            .await
+            .into_iter()
+            .collect()
+    }
+}
+
+/// What an admission request asks of the core.
+// Built and taken apart once per admission, never stored in bulk: boxing the large variant
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Asked {
+    /// A Pod being created, to decide on, and where its pull secrets are named.
+    Decide(PodCreate, PullSecretRefs),
+    /// Not a Pod CREATE, or an object tolerable cannot read: answered already.
+    Answered(Answer),
+}
+
+/// What `request` asks of the core.
+pub fn read_request(request: &AdmissionRequest, policy: &Policy) -> Asked {
+    if !request.is_pod_create() {
+        return Asked::Answered(Answer::not_pod_create());
+    }
+    match request.pod() {
+        Ok(object) => read_pod(request.namespace.as_deref(), object, policy),
+        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+    }
+}
+
+/// A Pod object being created in `namespace` (else the Pod's own, else `default`).
+pub fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> Asked {
+    let namespace = namespace
+        .or(object.namespace.as_deref())
+        .unwrap_or("default");
+    match PodCreate::new(namespace, object.view, policy) {
+        Ok(pod) => Asked::Decide(pod, object.pull_secrets),
+        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+    }
+}
+
+/// The response carrying `answer`: its warnings and then the shell's, and its patch or denial.
+pub fn respond(
+    allowed: AdmissionReviewOut,
+    answer: &Answer,
+    shell_warnings: &[String],
+) -> AdmissionReviewOut {
+    let out = allowed.with_warnings(answer.warnings().iter().chain(shell_warnings));
+    match answer.decision.denial() {
+        Some(message) => out.deny(message),
+        None => out.with_patch(&answer.patch),
+    }
+}
+
+impl From<Answer> for PodAnswer {
+    fn from(answer: Answer) -> Self {
+        Self {
+            answer,
+            shell_warnings: Vec::new(),
         }
-        // A bounded number at a time: the rest wait their turn inside the same budget.
-        let turns = tokio::sync::Semaphore::new(LOOKUPS_PER_ADMISSION);
-        let turns = &turns;
-        futures_util::future::join_all(distinct.iter().map(|&image| async move {
-            let _turn = turns
-                .acquire()
-                .await
-                .expect("the semaphore is never closed");
-            lookup(image).await
-        }))
-        .await
-        .into_iter()
-        .collect()
     }
 }

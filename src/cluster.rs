@@ -24,6 +24,31 @@ pub const CACHE_TTL: Duration = Duration::from_secs(30);
 const ERROR_TTL: Duration = Duration::from_secs(2);
 const MAX_CACHED: u64 = 10_000;
 
+/// Where a Pod's registry credentials are named: its `imagePullSecrets` and its ServiceAccount.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PullSecretRefs {
+    /// Secret names, in the order the Pod lists them.
+    pub secrets: Vec<String>,
+    /// `spec.serviceAccountName`; `None`: `default`.
+    pub service_account: Option<String>,
+}
+
+impl PullSecretRefs {
+    /// The references of a full Pod (a manifest, a test's Pod).
+    pub fn of_pod(pod: &Pod) -> Self {
+        let spec = pod.spec.as_ref();
+        Self {
+            secrets: spec
+                .and_then(|s| s.image_pull_secrets.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|r| r.name.clone())
+                .collect(),
+            service_account: spec.and_then(|s| s.service_account_name.clone()),
+        }
+    }
+}
+
 /// What one Secret gave: credentials by registry, or why it gave none.
 #[derive(Clone, Debug)]
 enum SecretRead {
@@ -110,18 +135,17 @@ impl Cluster {
 
     /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each
     /// Secret's entries in the order the Secret lists them.
-    pub async fn pull_credentials(&self, namespace: &str, pod: &Pod) -> PodCredentials {
+    pub async fn pull_credentials(&self, namespace: &str, refs: &PullSecretRefs) -> PodCredentials {
         let mut out = PodCredentials::default();
-        let spec = pod.spec.as_ref();
-        let mut names: Vec<String> = spec
-            .and_then(|s| s.image_pull_secrets.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|r| r.name.clone())
+        let mut names: Vec<String> = refs
+            .secrets
+            .iter()
             .filter(|n| !n.is_empty())
+            .cloned()
             .collect();
-        let account = spec
-            .and_then(|s| s.service_account_name.as_deref())
+        let account = refs
+            .service_account
+            .as_deref()
             .filter(|n| !n.is_empty())
             .unwrap_or("default");
         match self.account(namespace, account).await.as_ref() {

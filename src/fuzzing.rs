@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::mutate::review::{self, AdmissionReviewOut};
-use crate::mutate::{self, patch, ImageFact, ImageFacts, Policy, Provenance};
+use crate::admission::review::{self, AdmissionReviewOut};
+use crate::admission::{self, Asked};
+use crate::mutate::{self, ImageFact, ImageFacts, PodCreate, Policy, Provenance};
 use crate::registry::{manifest, ImageReference, Platform};
 
 /// An image reference: parsing never panics, and what parses prints back to an equal reference.
@@ -48,23 +49,37 @@ pub fn token_response(data: &[u8]) {
     let _ = crate::registry::client::parse_token_response(data);
 }
 
-/// An AdmissionReview body, handled as the webhook does with every image resolved to
-/// linux/amd64 and linux/arm64: parsing never panics, the answer serializes, and the JSON Patch
-/// applies cleanly to the object it was made for (tolerable never corrupts a Pod).
+/// An AdmissionReview body, answered as the webhook answers it (the same parse, the same pure
+/// answer function) with every image resolved to linux/amd64 and linux/arm64: parsing never
+/// panics, the answer serializes, and the JSON Patch applies cleanly to the object it was made
+/// for (tolerable never corrupts a Pod).
 pub fn admission_review(data: &[u8]) {
-    let Ok(mut review) = review::parse(data) else {
+    let Ok(review) = review::parse(data) else {
         return;
     };
-    let allowed = AdmissionReviewOut::allow(&review);
-    let request = review.request.as_mut().expect("parse checks the request");
-    if !request.is_pod_create() {
-        let _ = serde_json::to_vec(&allowed).expect("answers serialize");
+    let request = review.request.as_ref().expect("parse checks the request");
+    let answer = match admission::read_request(request, &policy()) {
+        Asked::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
+        Asked::Answered(answer) => answer,
+    };
+    let out = admission::respond(AdmissionReviewOut::allow(&review), &answer, &[]);
+    serde_json::to_vec(&out).expect("answers serialize");
+    if answer.patch.is_empty() {
         return;
     }
-    let Ok(pod) = request.take_pod() else { return };
-    let Ok(images) = mutate::images_of(&pod) else {
-        return;
-    };
+    let mut review: serde_json::Value =
+        serde_json::from_slice(data).expect("it parsed as an AdmissionReview, so it is JSON");
+    let mut object = review["request"]["object"].take();
+    let ops: json_patch::Patch =
+        serde_json::from_value(serde_json::to_value(&answer.patch).expect("operations serialize"))
+            .expect("our operations are a JSON Patch");
+    if let Err(e) = json_patch::patch(&mut object, &ops) {
+        panic!("the patch does not apply to the Pod it was made for: {e}");
+    }
+}
+
+/// Every image of `pod` runs on linux/amd64 and linux/arm64.
+fn facts_for(pod: &PodCreate) -> ImageFacts {
     let found = Arc::new(ImageFact {
         platforms: vec![
             Platform::normalized("linux", "amd64", None),
@@ -74,29 +89,10 @@ pub fn admission_review(data: &[u8]) {
         credentials: Provenance::Anonymous,
         stale: None,
     });
-    let facts: ImageFacts = images
+    pod.images_to_look_up()
         .iter()
-        .map(|c| (c.image.clone(), Ok(found.clone())))
-        .collect();
-    let namespace = request.namespace.as_deref().unwrap_or("default");
-    let decision = mutate::decide(namespace, &pod, &images, &facts, &policy());
-    let operations = patch::operations(&pod, &decision);
-    let out = allowed
-        .with_warnings(&decision.warnings)
-        .with_patch(&operations);
-    serde_json::to_vec(&out).expect("answers serialize");
-    if operations.is_empty() {
-        return;
-    }
-    let mut review: serde_json::Value =
-        serde_json::from_slice(data).expect("it parsed as an AdmissionReview, so it is JSON");
-    let mut object = review["request"]["object"].take();
-    let ops: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(&operations).expect("operations serialize"))
-            .expect("our operations are a JSON Patch");
-    if let Err(e) = json_patch::patch(&mut object, &ops) {
-        panic!("the patch does not apply to the Pod it was made for: {e}");
-    }
+        .map(|image| (image.clone(), Ok(found.clone())))
+        .collect()
 }
 
 fn policy() -> Policy {

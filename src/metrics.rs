@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::mutate::Outcome;
 use crate::registry::RegistryObserver;
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
@@ -187,9 +188,11 @@ impl Metrics {
         }
     }
 
-    pub fn admission(&self, outcome: &'static str, elapsed: Duration) {
+    pub fn admission(&self, outcome: Outcome, elapsed: Duration) {
         self.admissions
-            .get_or_create(&OutcomeLabels { outcome })
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
             .inc();
         self.admission_duration.observe(elapsed.as_secs_f64());
     }

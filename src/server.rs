@@ -26,6 +26,7 @@ use tracing::Instrument as _;
 
 use crate::admission::Admission;
 use crate::metrics::Metrics;
+use crate::mutate::Outcome;
 use crate::registry::Resolver;
 
 use self::body::{Budget, Reservation};
@@ -34,10 +35,6 @@ use self::tls::CertStore;
 
 /// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
-/// The API server's default webhook timeout, used when a request does not say.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time kept back from the API server's timeout for deciding, encoding and the network.
-pub const MIN_DEADLINE_MARGIN: Duration = Duration::from_millis(300);
 /// How long in-flight requests get to finish on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Connections accepted past `max_connections` that may only ask `/healthz` and `/readyz`, so
@@ -118,22 +115,6 @@ fn respond(
 fn json_error(status: StatusCode, reason: &str) -> Response<Body> {
     let body = serde_json::json!({"error": reason}).to_string();
     respond(status, "application/json", body)
-}
-
-/// The budget for image lookups: the API server's `?timeout=` minus a margin (a fifth, at least
-/// [`MIN_DEADLINE_MARGIN`]), so the answer arrives before the API server gives up.
-pub fn lookup_budget(query: Option<&str>) -> Duration {
-    let timeout = query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|pair| pair.strip_prefix("timeout="))
-        .and_then(|value| crate::config::parse_duration("timeout", value).ok())
-        .filter(|t| !t.is_zero())
-        .unwrap_or(DEFAULT_TIMEOUT);
-    let margin = (timeout / 5).max(MIN_DEADLINE_MARGIN);
-    timeout
-        .saturating_sub(margin)
-        .max(Duration::from_millis(50))
 }
 
 /// The request's `Content-Length`, if it has a readable one.
@@ -255,11 +236,13 @@ async fn mutate(
             ),
         );
     };
-    let budget = lookup_budget(req.uri().query());
+    let budget = crate::budget::for_query(req.uri().query());
     let (body, _reservation) = match read_body(server, connection, req, read_deadline).await {
         Ok(read) => read,
         Err(response) => {
-            state.metrics.admission("bad_request", started.elapsed());
+            state
+                .metrics
+                .admission(Outcome::BadRequest, started.elapsed());
             return response;
         }
     };
@@ -272,24 +255,24 @@ async fn mutate(
     let _entered = span.enter();
     match result {
         Ok(reviewed) => {
-            let summary = reviewed
-                .decision
-                .as_ref()
-                .map_or("", |d| d.summary.as_str());
+            let outcome = reviewed.answer.outcome();
+            let summary = reviewed.answer.decision.summary();
             tracing::info!(
-                outcome = reviewed.outcome,
+                outcome = outcome.label(),
                 allowed = reviewed.out.response.allowed,
                 patched = reviewed.out.response.patch.is_some(),
                 warnings = reviewed.out.response.warnings.len(),
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "{summary}"
             );
-            state.metrics.admission(reviewed.outcome, started.elapsed());
+            state.metrics.admission(outcome, started.elapsed());
             respond(StatusCode::OK, "application/json", reviewed.out.to_json())
         }
         Err(e) => {
             tracing::warn!(error = %e, "rejected a request that is not an AdmissionReview");
-            state.metrics.admission("bad_request", started.elapsed());
+            state
+                .metrics
+                .admission(Outcome::BadRequest, started.elapsed());
             json_error(StatusCode::BAD_REQUEST, &e.to_string())
         }
     }
@@ -666,29 +649,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budget_from_the_api_servers_timeout() {
-        assert_eq!(lookup_budget(Some("timeout=10s")), Duration::from_secs(8));
-        assert_eq!(
-            lookup_budget(Some("x=1&timeout=30s")),
-            Duration::from_secs(24)
-        );
-        assert_eq!(
-            lookup_budget(Some("timeout=1s")),
-            Duration::from_millis(700)
-        );
-        assert_eq!(lookup_budget(None), Duration::from_secs(8));
-        assert_eq!(lookup_budget(Some("timeout=bogus")), Duration::from_secs(8));
-        assert_eq!(
-            lookup_budget(Some("timeout=100ms")),
-            Duration::from_millis(50)
-        );
     }
 }

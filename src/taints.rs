@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use serde_json::{json, Value};
 
-use crate::mutate::{node_architecture, Policy, TolerationOperator};
+use crate::mutate::patch::{pointer_token, Operation, PatchValue};
+use crate::mutate::{node_architecture, same_taint, Policy, TolerationOperator};
 
 /// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
 pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
@@ -41,18 +41,18 @@ impl TaintSpec {
         })
     }
 
+    /// Whether `taint` is this taint (the core's rule: key, value and effect).
     fn matches(&self, taint: &Taint) -> bool {
-        taint.key == self.key
-            && taint.value.as_deref().unwrap_or("") == self.value
-            && taint.effect == self.effect
+        same_taint(&self.to_taint(), taint)
     }
 
-    fn to_json(&self) -> Value {
-        let mut taint = json!({"key": self.key, "effect": self.effect});
-        if !self.value.is_empty() {
-            taint["value"] = json!(self.value);
+    fn to_taint(&self) -> Taint {
+        Taint {
+            key: self.key.clone(),
+            value: (!self.value.is_empty()).then(|| self.value.clone()),
+            effect: self.effect.clone(),
+            time_added: None,
         }
-        taint
     }
 }
 
@@ -302,12 +302,12 @@ pub fn plan_untaint(node: &Node) -> NodePlan {
 /// A JSON Patch applying `plan` to `node`, guarded by its resourceVersion: `spec.taints` is an
 /// atomic list (a merge or apply patch would replace other owners' taints), so only the taints in
 /// the plan are added or removed, and a concurrent change makes the API server refuse the patch.
-pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
-    let mut ops = vec![json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": node.metadata.resource_version.clone().unwrap_or_default(),
-    })];
+pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Operation> {
+    let version = node.metadata.resource_version.clone().unwrap_or_default();
+    let mut ops = vec![Operation::test(
+        "/metadata/resourceVersion",
+        PatchValue::Text(version),
+    )];
     let existing = taints(node);
     let mut removals: Vec<usize> = existing
         .iter()
@@ -319,7 +319,7 @@ pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
     ops.extend(
         removals
             .iter()
-            .map(|i| json!({"op": "remove", "path": format!("/spec/taints/{i}")})),
+            .map(|i| Operation::remove(format!("/spec/taints/{i}"))),
     );
     let has_list = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some();
     if !plan.add.is_empty() {
@@ -327,16 +327,17 @@ pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
             ops.extend(
                 plan.add
                     .iter()
-                    .map(|s| json!({"op": "add", "path": "/spec/taints/-", "value": s.to_json()})),
+                    .map(|s| Operation::add("/spec/taints/-", PatchValue::Taint(s.to_taint()))),
             );
         } else {
-            let list: Vec<Value> = plan.add.iter().map(TaintSpec::to_json).collect();
-            ops.push(json!({"op": "add", "path": "/spec/taints", "value": list}));
+            let list = plan.add.iter().map(TaintSpec::to_taint).collect();
+            ops.push(Operation::add("/spec/taints", PatchValue::Taints(list)));
         }
     }
+    let annotations = node.metadata.annotations.as_ref();
     let annotation_path = format!(
         "/metadata/annotations/{}",
-        MANAGED_ANNOTATION.replace('/', "~1")
+        pointer_token(MANAGED_ANNOTATION)
     );
     let value = plan
         .managed_after
@@ -344,21 +345,33 @@ pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Value> {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    match (plan.managed_after.is_empty(), node.metadata.annotations.is_some(), plan.managed_before.is_empty()) {
-        (false, true, _) => ops.push(json!({"op": "add", "path": annotation_path, "value": value})),
-        (false, false, _) => ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {MANAGED_ANNOTATION: value}})),
-        (true, _, false) if node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MANAGED_ANNOTATION)) => {
-            ops.push(json!({"op": "remove", "path": annotation_path}))
-        }
-        _ => {}
+    if !plan.managed_after.is_empty() {
+        ops.push(match annotations {
+            Some(_) => Operation::add(annotation_path, PatchValue::Text(value)),
+            None => Operation::add(
+                "/metadata/annotations",
+                PatchValue::Map(BTreeMap::from([(MANAGED_ANNOTATION, value)])),
+            ),
+        });
+    } else if !plan.managed_before.is_empty()
+        && annotations.is_some_and(|a| a.contains_key(MANAGED_ANNOTATION))
+    {
+        ops.push(Operation::remove(annotation_path));
     }
     ops
+}
+
+/// `ops` as the `json-patch` crate's type (what the Kubernetes client sends).
+pub fn to_json_patch(ops: &[Operation]) -> json_patch::Patch {
+    let value = serde_json::to_value(ops).expect("operations serialize");
+    serde_json::from_value(value).expect("our operations are a JSON Patch")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mutate::ARCH_LABEL;
+    use serde_json::json;
 
     fn nodes() -> Vec<Node> {
         let list: k8s_openapi::List<Node> =
@@ -386,13 +399,9 @@ mod tests {
             .unwrap()
     }
 
-    fn apply(node: &Node, ops: Vec<Value>) -> Node {
+    fn apply(node: &Node, ops: Vec<Operation>) -> Node {
         let mut value = serde_json::to_value(node).unwrap();
-        json_patch::patch(
-            &mut value,
-            &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
-        )
-        .unwrap();
+        json_patch::patch(&mut value, &to_json_patch(&ops)).unwrap();
         serde_json::from_value(value).unwrap()
     }
 
@@ -494,15 +503,13 @@ mod tests {
         let n = node("amd-1");
         let ops = patch_for(&n, &plan_taint(&n, &p));
         assert_eq!(
-            ops[0],
+            serde_json::to_value(&ops[0]).unwrap(),
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": n.metadata.resource_version.clone().unwrap()})
         );
         let mut stale = n.clone();
         stale.metadata.resource_version = Some("1".into());
         let mut value = serde_json::to_value(&n).unwrap();
-        let patch: json_patch::Patch =
-            serde_json::from_value(Value::Array(patch_for(&stale, &plan_taint(&stale, &p))))
-                .unwrap();
+        let patch = to_json_patch(&patch_for(&stale, &plan_taint(&stale, &p)));
         assert!(
             json_patch::patch(&mut value, &patch).is_err(),
             "a stale patch must not apply"

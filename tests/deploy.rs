@@ -202,7 +202,7 @@ fn webhook_settings() {
         // The deadline must leave room for a lookup: the server keeps a fifth (≥ 300 ms) back.
         let timeout = hook["timeoutSeconds"].as_u64().unwrap();
         assert!((1..=30).contains(&timeout), "timeoutSeconds {timeout}");
-        let budget = tolerable::server::lookup_budget(Some(&format!("timeout={timeout}s")));
+        let budget = tolerable::budget::for_query(Some(&format!("timeout={timeout}s")));
         let config = deployed_config(&docs);
         assert!(
             config.resolver.lookup_timeout <= budget,

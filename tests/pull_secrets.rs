@@ -59,7 +59,7 @@ async fn run(admission: &Admission, body: &[u8]) -> (Reviewed, String) {
 }
 
 fn annotation(reviewed: &Reviewed) -> String {
-    reviewed.decision.as_ref().unwrap().summary.clone()
+    reviewed.answer.decision.summary().to_owned()
 }
 
 #[tokio::test]

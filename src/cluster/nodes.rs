@@ -193,9 +193,7 @@ pub async fn apply_taints(
             if action == TaintAction::Plan || !planned.changes() {
                 break planned;
             }
-            let ops: json_patch::Patch =
-                serde_json::from_value(serde_json::Value::Array(patch_for(&node, &planned)))
-                    .expect("our patch is a JSON Patch");
+            let ops = crate::taints::to_json_patch(&patch_for(&node, &planned));
             match api
                 .patch(
                     &planned.node,

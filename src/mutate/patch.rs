@@ -1,4 +1,7 @@
-//! Decision → JSON Patch (RFC 6902) against the Pod it was made for. Only `add` operations, each
+//! JSON Patch (RFC 6902): the one representation tolerable writes patches in (the Pod's patch
+//! here, the node tainter's in `taints`), with the one JSON Pointer escaper.
+//!
+//! A placement becomes a patch against the Pod it was made for with `add` operations only, each
 //! adding a missing parent first, so the patch is right whether `/spec/tolerations` or
 //! `/spec/affinity` exist or not — and `/spec` itself is never replaced. Values are the
 //! `k8s-openapi` types, serialized straight to the wire (no intermediate JSON tree: this is on
@@ -8,20 +11,59 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
-    PreferredSchedulingTerm, Toleration,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PreferredSchedulingTerm, Taint, Toleration,
 };
 use serde::Serialize;
 
-use super::{Decision, WeightedArchitecture, ARCH_LABEL, DECISION_ANNOTATION};
+use super::{
+    Placement, PodSpecView, PodView, WeightedArchitecture, ARCH_LABEL, DECISION_ANNOTATION,
+};
 
-/// One JSON Patch operation (always `add`).
+/// One JSON Patch operation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Operation {
-    pub op: &'static str,
+    pub op: Op,
     /// Mostly a fixed path: borrowed, not allocated per admission.
     pub path: Cow<'static, str>,
-    pub value: PatchValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<PatchValue>,
+}
+
+/// The operations tolerable writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Add,
+    Remove,
+    /// Makes the whole patch fail unless the value at the path is the one given.
+    Test,
+}
+
+impl Operation {
+    pub fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+        Self {
+            op: Op::Add,
+            path: path.into(),
+            value: Some(value),
+        }
+    }
+
+    pub fn remove(path: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            op: Op::Remove,
+            path: path.into(),
+            value: None,
+        }
+    }
+
+    pub fn test(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+        Self {
+            op: Op::Test,
+            path: path.into(),
+            value: Some(value),
+        }
+    }
 }
 
 /// What an operation adds.
@@ -39,19 +81,17 @@ pub enum PatchValue {
     Requirements(Vec<NodeSelectorRequirement>),
     Preferred(Vec<PreferredSchedulingTerm>),
     PreferredTerm(PreferredSchedulingTerm),
+    Taints(Vec<Taint>),
+    Taint(Taint),
 }
 
-/// Escapes one JSON Pointer token (`~` → `~0`, `/` → `~1`).
-fn token(s: &str) -> String {
+/// Escapes one JSON Pointer reference token (RFC 6901: `~` → `~0`, then `/` → `~1`).
+pub fn pointer_token(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
 fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Operation {
-    Operation {
-        op: "add",
-        path: path.into(),
-        value,
-    }
+    Operation::add(path, value)
 }
 
 fn arch_requirement(architectures: &[String]) -> NodeSelectorRequirement {
@@ -70,11 +110,8 @@ fn term(requirement: NodeSelectorRequirement) -> NodeSelectorTerm {
 }
 
 /// The JSON Patch operations that apply `decision` to `pod`. Empty when nothing changes.
-pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
+pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
     let mut ops = Vec::new();
-    if decision.deny.is_some() {
-        return ops;
-    }
     let spec = pod.spec.as_ref();
     if !decision.tolerations.is_empty() {
         add_tolerations(&mut ops, spec, &decision.tolerations);
@@ -96,9 +133,12 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
         );
     }
     if let Some(value) = &decision.annotation {
-        if pod.metadata.annotations.is_some() {
+        if pod.annotations.is_some() {
             ops.push(add(
-                format!("/metadata/annotations/{}", token(DECISION_ANNOTATION)),
+                format!(
+                    "/metadata/annotations/{}",
+                    pointer_token(DECISION_ANNOTATION)
+                ),
                 PatchValue::Text(value.clone()),
             ));
         } else {
@@ -112,7 +152,11 @@ pub fn operations(pod: &Pod, decision: &Decision) -> Vec<Operation> {
 }
 
 /// The tolerations, appended to the Pod's own list or as a new one.
-fn add_tolerations(ops: &mut Vec<Operation>, spec: Option<&PodSpec>, tolerations: &[Toleration]) {
+fn add_tolerations(
+    ops: &mut Vec<Operation>,
+    spec: Option<&PodSpecView>,
+    tolerations: &[Toleration],
+) {
     if spec.and_then(|s| s.tolerations.as_ref()).is_some() {
         ops.extend(
             tolerations
@@ -128,10 +172,10 @@ fn add_tolerations(ops: &mut Vec<Operation>, spec: Option<&PodSpec>, tolerations
 }
 
 /// `kubernetes.io/arch` pinned in the nodeSelector.
-fn add_node_selector(ops: &mut Vec<Operation>, spec: Option<&PodSpec>, arch: &str) {
+fn add_node_selector(ops: &mut Vec<Operation>, spec: Option<&PodSpecView>, arch: &str) {
     if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
         ops.push(add(
-            format!("/spec/nodeSelector/{}", token(ARCH_LABEL)),
+            format!("/spec/nodeSelector/{}", pointer_token(ARCH_LABEL)),
             PatchValue::Text(arch.to_owned()),
         ));
     } else {

@@ -75,6 +75,22 @@ fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
         .collect()
 }
 
+/// The Pod being created in `apps`, read from a full Pod's JSON.
+fn request(pod_json: &Value, policy: &Policy) -> PodCreate {
+    request_for(pod_json, policy)
+}
+
+fn request_for(pod_json: &Value, policy: &Policy) -> PodCreate {
+    let pod: Pod = serde_json::from_value(pod_json.clone()).expect("a Pod");
+    PodCreate::new("apps", PodView::of_pod(&pod), policy).expect("the Pod names images")
+}
+
+/// `decide` for a full Pod created in `namespace`.
+fn decide_pod(namespace: &str, pod: &Pod, facts: &ImageFacts, policy: &Policy) -> Decision {
+    let request = PodCreate::new(namespace, PodView::of_pod(pod), policy).unwrap();
+    decide(&request, facts, None, policy)
+}
+
 struct Outcome {
     decision: Decision,
     patched: Value,
@@ -84,20 +100,17 @@ struct Outcome {
 /// Decides, applies the patch, parses the result as a Pod, and checks that deciding again on the
 /// patched Pod changes nothing.
 fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
-    let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
-    let images = images_of(&pod).unwrap();
-    let decision = decide("apps", &pod, &images, facts, policy);
-    let ops: Vec<Value> = patch::operations(&pod, &decision)
+    let request = request(pod_json, policy);
+    let Answer { decision, patch } = answer(&request, facts, None, policy);
+    let ops: Vec<Value> = patch
         .iter()
         .map(|op| serde_json::to_value(op).unwrap())
         .collect();
     let mut patched = pod_json.clone();
     let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
     json_patch::patch(&mut patched, &p).unwrap_or_else(|e| panic!("{e}: {ops:#?}"));
-    let patched_pod: Pod =
-        serde_json::from_value(patched.clone()).expect("patched object is a Pod");
-    let again = decide("apps", &patched_pod, &images, facts, policy);
-    let again_ops = patch::operations(&patched_pod, &again);
+    let _: Pod = serde_json::from_value(patched.clone()).expect("patched object is a Pod");
+    let again_ops = answer(&request_for(&patched, policy), facts, None, policy).patch;
     assert!(
         again_ops.is_empty(),
         "reinvocation changed the Pod again: {again_ops:#?}"
@@ -178,7 +191,7 @@ fn existing_tolerations_are_appended_to_and_equivalents_respected() {
         .unwrap()
         .push(json!({"key": ARCH_LABEL, "operator": "Exists"}));
     let out = run(&pod(&["app:1"], covered), &f, &policy());
-    assert_eq!(out.decision.tolerations, vec![]);
+    assert_eq!(out.decision.placement().unwrap().tolerations, vec![]);
     assert_eq!(
         out.patched["spec"]["tolerations"].as_array().unwrap().len(),
         3
@@ -187,7 +200,7 @@ fn existing_tolerations_are_appended_to_and_equivalents_respected() {
     // The empty key with Exists tolerates everything.
     let everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
     let out = run(&pod(&["app:1"], everything), &f, &policy());
-    assert!(out.decision.tolerations.is_empty());
+    assert!(out.decision.placement().unwrap().tolerations.is_empty());
 }
 
 #[test]
@@ -241,25 +254,26 @@ fn no_common_architecture_denies_naming_each_image_or_warns() {
         ("z:1", Ok(&["linux/s390x"])),
     ]);
     let pod: Pod = serde_json::from_value(p.clone()).unwrap();
-    let images = images_of(&pod).unwrap();
-    let d = decide("apps", &pod, &images, &f, &policy());
-    let message = d.deny.as_deref().unwrap();
+    let d = decide_pod("apps", &pod, &f, &policy());
+    let message = d.denial().unwrap();
     assert!(
         message.contains("x86:1 (linux/amd64)") && message.contains("z:1 (linux/s390x)"),
         "{message}"
     );
     assert_eq!(d.outcome(), super::Outcome::Denied);
-    assert!(patch::operations(&pod, &d).is_empty());
+    assert!(answer(&request(&p, &policy()), &f, None, &policy())
+        .patch
+        .is_empty());
 
     let mut warn = policy();
     warn.on_no_common_architecture = OnNoCommonArchitecture::Warn;
     let out = run(&p, &f, &warn);
-    assert!(out.decision.deny.is_none());
+    assert!(out.decision.denial().is_none());
     assert_eq!(out.decision.outcome(), super::Outcome::NoCommonArchitecture);
     assert!(
-        out.decision.warnings[0].contains("no linux architecture is common"),
+        out.decision.warnings()[0].contains("no linux architecture is common"),
         "{:?}",
-        out.decision.warnings
+        out.decision.warnings()
     );
     assert!(out.ops.is_empty(), "{:?}", out.ops);
 }
@@ -278,29 +292,29 @@ fn lookup_failure_changes_nothing_but_explains_or_denies() {
     assert!(out.patched["spec"]["tolerations"].is_null());
     assert!(out.patched["spec"]["affinity"].is_null());
     assert_eq!(
-        out.decision.warnings.len(),
+        out.decision.warnings().len(),
         2,
         "{:?}",
-        out.decision.warnings
+        out.decision.warnings()
     );
     assert!(
-        out.decision.warnings[0].contains("gone:1: not found")
-            && out.decision.warnings[1].contains("gone:2: not found"),
+        out.decision.warnings()[0].contains("gone:1: not found")
+            && out.decision.warnings()[1].contains("gone:2: not found"),
         "{:?}",
-        out.decision.warnings
+        out.decision.warnings()
     );
     // Nothing at all is patched for a Pod tolerable does not understand.
     assert!(out.ops.is_empty(), "{:?}", out.ops);
     assert!(out
         .decision
-        .summary
+        .summary()
         .starts_with("unchanged: platforms unknown"));
 
     let mut deny = policy();
     deny.on_lookup_failure = OnLookupFailure::Deny;
     let pod: Pod = serde_json::from_value(p).unwrap();
-    let d = decide("apps", &pod, &images_of(&pod).unwrap(), &f, &deny);
-    assert!(d.deny.unwrap().contains("gone:1: not found"));
+    let d = decide_pod("apps", &pod, &f, &deny);
+    assert!(d.denial().unwrap().contains("gone:1: not found"));
 }
 
 #[test]
@@ -319,19 +333,19 @@ fn an_answer_from_the_last_known_result_says_so_once_per_image() {
     assert_eq!(out.decision.outcome(), super::Outcome::Decided);
     let stale: Vec<&String> = out
         .decision
-        .warnings
+        .warnings()
         .iter()
         .filter(|w| {
             w.contains("registry unavailable (HTTP 503); used the platforms it reported 5m0s ago")
         })
         .collect();
-    assert_eq!(stale.len(), 2, "{:?}", out.decision.warnings);
+    assert_eq!(stale.len(), 2, "{:?}", out.decision.warnings());
     assert!(
         stale[0].starts_with("old:1: ") && stale[1].starts_with("old:2: "),
         "{stale:?}"
     );
     // Each image is described once in the annotation.
-    assert_eq!(out.decision.summary.matches("old:1").count(), 1);
+    assert_eq!(out.decision.summary().matches("old:1").count(), 1);
 }
 
 #[test]
@@ -392,9 +406,9 @@ fn a_pods_own_arch_constraint_is_respected_with_a_warning_when_it_contradicts() 
     assert!(out.patched["spec"]["affinity"].is_null());
     assert_eq!(out.patched["spec"]["nodeSelector"][ARCH_LABEL], "s390x");
     assert!(
-        out.decision.warnings[0].contains("allows kubernetes.io/arch s390x"),
+        out.decision.warnings()[0].contains("allows kubernetes.io/arch s390x"),
         "{:?}",
-        out.decision.warnings
+        out.decision.warnings()
     );
     // Tolerations are still added: they only permit, never force.
     assert_eq!(
@@ -407,9 +421,9 @@ fn a_pods_own_arch_constraint_is_respected_with_a_warning_when_it_contradicts() 
     }}}}});
     let out = run(&pod(&["app:1"], fine), &f, &policy());
     assert!(
-        out.decision.warnings.is_empty(),
+        out.decision.warnings().is_empty(),
         "{:?}",
-        out.decision.warnings
+        out.decision.warnings()
     );
     assert_eq!(
         required_terms(&out.patched)[0]["matchExpressions"]
@@ -535,10 +549,15 @@ fn preferred_architecture_and_the_pods_override() {
         &f,
         &p,
     );
-    assert!(out.decision.preferred_architectures.is_empty());
     assert!(out
         .decision
-        .warnings
+        .placement()
+        .unwrap()
+        .preferred_architectures
+        .is_empty());
+    assert!(out
+        .decision
+        .warnings()
         .iter()
         .any(|w| w.contains("s390x ignored")));
 
@@ -576,8 +595,8 @@ fn the_pods_os_filters_platforms() {
     let only = facts(&[("win:1", Ok(&["windows/amd64"]))]);
     let pod_value = pod(&["win:1"], json!({}));
     let pod: Pod = serde_json::from_value(pod_value).unwrap();
-    let d = decide("apps", &pod, &images_of(&pod).unwrap(), &only, &policy());
-    assert!(d.deny.unwrap().contains("no linux architecture"));
+    let d = decide_pod("apps", &pod, &only, &policy());
+    assert!(d.denial().unwrap().contains("no linux architecture"));
 }
 
 #[test]
@@ -588,21 +607,16 @@ fn opt_outs() {
         json!({"metadata": {"annotations": {SKIP_KEY: "true"}}}),
     ] {
         let pod: Pod = serde_json::from_value(pod(&["m:1"], extra)).unwrap();
-        let d = decide("apps", &pod, &images_of(&pod).unwrap(), &f, &policy());
+        let d = decide_pod("apps", &pod, &f, &policy());
         assert_eq!(d.outcome(), super::Outcome::Skipped);
         assert!(!d.changes_pod());
     }
     let pod: Pod = serde_json::from_value(pod(&["m:1"], json!({}))).unwrap();
-    let d = decide(
-        "kube-system",
-        &pod,
-        &images_of(&pod).unwrap(),
-        &f,
-        &policy(),
-    );
+    let d = decide_pod("kube-system", &pod, &f, &policy());
     assert_eq!(d.outcome(), super::Outcome::Skipped);
-    assert!(skip_reason("kube-system", &pod, &policy()).is_some());
-    assert!(skip_reason("apps", &pod, &policy()).is_none());
+    let view = PodView::of_pod(&pod);
+    assert!(skip_reason("kube-system", &view, &policy()).is_some());
+    assert!(skip_reason("apps", &view, &policy()).is_none());
 }
 
 #[test]
@@ -632,13 +646,16 @@ fn images_of_names_containers_without_images() {
         json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b"}]}}),
     )
     .unwrap();
-    assert_eq!(images_of(&p).unwrap_err(), "container \"b\" has no image");
+    assert_eq!(
+        images_of(&PodView::of_pod(&p)).unwrap_err(),
+        "container \"b\" has no image"
+    );
     let p: Pod = serde_json::from_value(json!({"metadata": {}})).unwrap();
-    assert!(images_of(&p).is_err());
+    assert!(images_of(&PodView::of_pod(&p)).is_err());
     let p: Pod =
         serde_json::from_value(json!({"spec": {"containers": [{"name": "a", "image": " "}]}}))
             .unwrap();
-    assert!(images_of(&p).is_err());
+    assert!(images_of(&PodView::of_pod(&p)).is_err());
 }
 
 /// Node pools from a NodeList recorded from a real API server: amd-1 (untainted), arm-1
@@ -674,10 +691,8 @@ fn run_with_pools(
     policy: &Policy,
     pools: &NodePools,
 ) -> (Decision, Value) {
-    let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
-    let images = images_of(&pod).unwrap();
-    let decision = decide_with_pools("apps", &pod, &images, facts, policy, Some(pools));
-    let ops: Vec<Value> = patch::operations(&pod, &decision)
+    let Answer { decision, patch } = answer(&request(pod_json, policy), facts, Some(pools), policy);
+    let ops: Vec<Value> = patch
         .iter()
         .map(|op| serde_json::to_value(op).unwrap())
         .collect();
@@ -687,12 +702,8 @@ fn run_with_pools(
         &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).unwrap(),
     )
     .unwrap();
-    let patched_pod: Pod = serde_json::from_value(patched.clone()).unwrap();
-    let again = decide_with_pools("apps", &patched_pod, &images, facts, policy, Some(pools));
-    assert!(
-        patch::operations(&patched_pod, &again).is_empty(),
-        "reinvocation changed the Pod again"
-    );
+    let again = answer(&request(&patched, policy), facts, Some(pools), policy);
+    assert!(again.patch.is_empty(), "reinvocation changed the Pod again");
     (decision, patched)
 }
 
@@ -743,11 +754,11 @@ fn tolerations_copy_the_taints_that_exist() {
         ])
     );
     assert!(
-        decision.summary.contains(
+        decision.summary().contains(
             "tolerates arm64 (templates: kubernetes.io/arch=arm64:NoExecute; taints seen on nodes: kubernetes.io/arch=arm:NoExecute)"
         ),
         "{}",
-        decision.summary
+        decision.summary()
     );
 
     // A supported architecture with no nodes in the cluster (a pool scaled to zero): its
@@ -764,7 +775,7 @@ fn tolerations_copy_the_taints_that_exist() {
         patched["spec"]["tolerations"],
         json!([arch_toleration("s390x")])
     );
-    assert_eq!(decision.node_selector, None);
+    assert_eq!(decision.placement().unwrap().node_selector, None);
     assert_eq!(
         required_terms(&patched)[0]["matchExpressions"][0]["values"],
         json!(["s390x"])
@@ -786,10 +797,10 @@ fn images_that_run_everywhere_in_the_cluster_are_not_steered() {
     assert!(patched["spec"]["affinity"].is_null());
     assert!(
         decision
-            .summary
+            .summary()
             .contains("no steering: the images run on every architecture"),
         "{}",
-        decision.summary
+        decision.summary()
     );
 }
 
@@ -848,7 +859,8 @@ fn templates_do_not_depend_on_the_nodes_that_exist() {
         assert_eq!(patched["spec"]["tolerations"], want, "{what}");
         // `review` (no node watch) and `serve` agree when the nodes add no other taint.
         assert_eq!(
-            decision.tolerations, without_watch.decision.tolerations,
+            decision.placement().unwrap().tolerations,
+            without_watch.decision.placement().unwrap().tolerations,
             "{what}"
         );
         assert_eq!(patched, without_watch.patched, "{what}");
@@ -879,7 +891,7 @@ fn a_taint_seen_with_another_value_or_effect_is_tolerated_too() {
             {"key": ARCH_LABEL, "operator": "Equal", "value": "ibm", "effect": "NoSchedule"},
         ])
     );
-    let note = &decision.summary;
+    let note = &decision.summary();
     assert!(
         note.contains("(templates: kubernetes.io/arch=arm64:NoSchedule, kubernetes.io/arch=s390x:NoSchedule; taints seen on nodes: kubernetes.io/arch=arm64:NoExecute, kubernetes.io/arch=ibm:NoSchedule)"),
         "{note}"
@@ -896,12 +908,12 @@ fn an_architecture_that_is_not_supported_gets_no_toleration_whatever_nodes_exist
     let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/ppc64le"]))]);
     let (decision, patched) = run_with_pools(&pod(&["m:1"], json!({})), &f, &policy(), &pools);
     assert!(
-        decision.tolerations.is_empty(),
+        decision.placement().unwrap().tolerations.is_empty(),
         "{:?}",
-        decision.tolerations
+        decision.placement().unwrap().tolerations
     );
     assert!(patched["spec"]["tolerations"].is_null());
-    assert!(decision.summary.contains("tolerates no tainted pool"));
+    assert!(decision.summary().contains("tolerates no tainted pool"));
 }
 
 #[test]
@@ -985,9 +997,9 @@ fn steering_counts_the_architectures_that_may_appear() {
     let out = run(&pod(&["m:1"], json!({})), &f, &policy());
     assert!(out.patched["spec"]["affinity"].is_null());
     assert!(
-        out.decision.summary.contains("may add"),
+        out.decision.summary().contains("may add"),
         "{}",
-        out.decision.summary
+        out.decision.summary()
     );
     // …unless the watch sees nodes of yet another architecture.
     let with_ppc = node_pools(&[("ppc-1", "ppc64le", &[])]);
@@ -1031,33 +1043,37 @@ fn daemon_set_and_bound_pods_get_tolerations_only() {
         patched["spec"]["affinity"],
         daemon_set_pod("m:1", "arm-1")["spec"]["affinity"]
     );
-    assert!(decision.warnings.is_empty(), "{:?}", decision.warnings);
+    assert!(decision.warnings().is_empty(), "{:?}", decision.warnings());
     assert!(
         decision
-            .summary
+            .summary()
             .contains("no steering: owned by DaemonSet agent"),
         "{}",
-        decision.summary
+        decision.summary()
     );
 
     // Headed for an s390x node its images cannot run on: said, and still not steered.
     let ds = daemon_set_pod("m:1", "s390-1");
     let (decision, patched) = run_with_pools(&ds, &f, &p, &pools);
     let warning = "the Pod is headed for node s390-1 (s390x) but its images support only amd64,arm64 on linux";
-    assert_eq!(decision.warnings, [warning]);
-    assert!(decision.summary.contains(warning), "{}", decision.summary);
+    assert_eq!(decision.warnings(), [warning]);
+    assert!(
+        decision.summary().contains(warning),
+        "{}",
+        decision.summary()
+    );
     assert_eq!(patched["spec"]["affinity"], ds["spec"]["affinity"]);
 
     // Without the node watch the node's architecture is unknown: no warning.
     let out = run(&ds, &f, &p);
-    assert!(out.decision.warnings.is_empty());
+    assert!(out.decision.warnings().is_empty());
 
     // A Pod already bound to a node.
     let bound = pod(&["m:1"], json!({"spec": {"nodeName": "s390-1"}}));
     let (decision, patched) = run_with_pools(&bound, &f, &p, &pools);
     assert!(patched["spec"]["affinity"].is_null());
-    assert_eq!(decision.warnings.len(), 1, "{:?}", decision.warnings);
-    assert!(decision.summary.contains("bound to node s390-1"));
+    assert_eq!(decision.warnings().len(), 1, "{:?}", decision.warnings());
+    assert!(decision.summary().contains("bound to node s390-1"));
 }
 
 fn artifact() -> Arc<ImageFact> {
@@ -1090,7 +1106,7 @@ fn image_volumes_count_unless_they_are_platform_less_artifacts() {
         required_terms(&out.patched)[0]["matchExpressions"][0]["values"],
         json!(["amd64"])
     );
-    assert!(out.decision.summary.contains("tool:1 (linux/amd64)"));
+    assert!(out.decision.summary().contains("tool:1 (linux/amd64)"));
 
     // A Helm chart (or model weights) names no platform: it runs anywhere.
     f.insert("chart:1".into(), Ok(artifact()));
@@ -1101,15 +1117,17 @@ fn image_volumes_count_unless_they_are_platform_less_artifacts() {
     );
     assert!(
         out.decision
-            .summary
+            .summary()
             .contains("chart:1 (artifact application/vnd.cncf.helm.config.v1+json: any platform)"),
         "{}",
-        out.decision.summary
+        out.decision.summary()
     );
 
     // An image volume without a reference is named.
     let p: Pod = serde_json::from_value(with_volume("")).unwrap();
-    assert!(images_of(&p).unwrap_err().contains("volume data"));
+    assert!(images_of(&PodView::of_pod(&p))
+        .unwrap_err()
+        .contains("volume data"));
 
     // Only artifacts (a WASM app, say): they run wherever the Pod lands, so every supported
     // pool is tolerated and nothing steers.
@@ -1120,9 +1138,9 @@ fn image_volumes_count_unless_they_are_platform_less_artifacts() {
     );
     assert!(only.patched["spec"]["affinity"].is_null());
     assert!(
-        only.decision.summary.contains("may add"),
+        only.decision.summary().contains("may add"),
         "{}",
-        only.decision.summary
+        only.decision.summary()
     );
 }
 
@@ -1157,7 +1175,7 @@ fn weighted_preferences() {
     );
     assert!(out
         .decision
-        .summary
+        .summary()
         .contains("prefers arm64 (weight 80), amd64 (weight 20)"));
     // Appended to the Pod's own preferred terms.
     let existing = json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
@@ -1214,12 +1232,16 @@ fn distinct_images_keep_first_order_and_limits_apply() {
 
     // Decided without lookups: unchanged with a warning, or denied.
     let pod: Pod = serde_json::from_value(pod(&["a:1", "b:1"], json!({}))).unwrap();
-    let two = images_of(&pod).unwrap();
     p.max_images_per_pod = 1;
-    let d = decide("apps", &pod, &two, &ImageFacts::new(), &p);
+    let request = PodCreate::new("apps", PodView::of_pod(&pod), &p).unwrap();
+    assert!(
+        request.images_to_look_up().is_empty(),
+        "nothing is looked up"
+    );
+    let d = decide(&request, &ImageFacts::new(), None, &p);
     assert_eq!(d.outcome(), super::Outcome::LookupFailed);
-    assert!(d.warnings[0].contains("max_images_per_pod (1)"));
+    assert!(d.warnings()[0].contains("max_images_per_pod (1)"));
     p.on_lookup_failure = OnLookupFailure::Deny;
-    let d = decide("apps", &pod, &two, &ImageFacts::new(), &p);
-    assert!(d.deny.unwrap().contains("did not look the images up"));
+    let d = decide_pod("apps", &pod, &ImageFacts::new(), &p);
+    assert!(d.denial().unwrap().contains("did not look the images up"));
 }

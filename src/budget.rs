@@ -1,0 +1,87 @@
+//! The time budget of one admission, every share of it in one place. The API server waits
+//! `?timeout=` for an answer (10 s unless the webhook configuration says otherwise) and then
+//! applies the failure policy; tolerable answers well before, whatever its registries do:
+//!
+//! ```text
+//! ?timeout= ───────────────────────────────────────────────────────────────┐
+//! │ lookups: the budget = timeout − margin (a fifth, ≥ 300 ms)  │ margin    │
+//! │ ├ pull secrets: at most a third of the budget                          │
+//! │ └ each lookup ends itself a twentieth before the budget ends (and is   │
+//! │   then counted by the circuit breaker); a mirror gets half of what is  │
+//! │   left, so a hung mirror leaves time for the origin                    │
+//! ```
+
+use std::time::Duration;
+
+/// What the API server waits when the request names no `?timeout=` (its own default).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time kept back from the API server's timeout to encode and send the answer.
+pub const MIN_MARGIN: Duration = Duration::from_millis(300);
+/// The least budget given, however short the API server's timeout.
+const MIN_BUDGET: Duration = Duration::from_millis(50);
+/// `tolerable review` has no API server waiting: its budget is `lookup_timeout` and this.
+const REVIEW_SLACK: Duration = Duration::from_millis(500);
+
+/// The budget for an admission's lookups: the API server's `?timeout=` (given as the request's
+/// query string) minus a margin (a fifth, at least [`MIN_MARGIN`]), so the answer arrives
+/// before the API server gives up.
+pub fn for_query(query: Option<&str>) -> Duration {
+    let timeout = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("timeout="))
+        .and_then(|value| crate::config::parse_duration("timeout", value).ok())
+        .filter(|t| !t.is_zero())
+        .unwrap_or(DEFAULT_API_TIMEOUT);
+    let margin = (timeout / 5).max(MIN_MARGIN);
+    timeout.saturating_sub(margin).max(MIN_BUDGET)
+}
+
+/// The budget of `tolerable review`: every lookup may take its whole `lookup_timeout`.
+pub fn for_review(lookup_timeout: Duration) -> Duration {
+    lookup_timeout + REVIEW_SLACK
+}
+
+/// The most the pull-secret reads may take: the API server usually answers from the cache; when
+/// it is slow, the registry lookups still get their time.
+pub fn for_pull_secrets(budget: Duration) -> Duration {
+    budget / 3
+}
+
+/// How long before the admission's deadline a registry lookup ends itself, so it is counted by
+/// the circuit breaker rather than cut off from outside.
+pub fn lookup_margin(budget: Duration) -> Duration {
+    budget / 20
+}
+
+/// A mirror's share of what is left: a hung mirror leaves the origin the other half.
+pub fn mirror_share(left: Duration) -> Duration {
+    left / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_from_the_api_servers_timeout() {
+        assert_eq!(for_query(Some("timeout=10s")), Duration::from_secs(8));
+        assert_eq!(for_query(Some("x=1&timeout=30s")), Duration::from_secs(24));
+        assert_eq!(for_query(Some("timeout=1s")), Duration::from_millis(700));
+        assert_eq!(for_query(None), Duration::from_secs(8));
+        assert_eq!(for_query(Some("timeout=bogus")), Duration::from_secs(8));
+        assert_eq!(for_query(Some("timeout=100ms")), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn shares_of_a_budget() {
+        let budget = Duration::from_secs(6);
+        assert_eq!(for_pull_secrets(budget), Duration::from_secs(2));
+        assert_eq!(lookup_margin(budget), Duration::from_millis(300));
+        assert_eq!(mirror_share(budget), Duration::from_secs(3));
+        assert_eq!(
+            for_review(Duration::from_secs(5)),
+            Duration::from_millis(5500)
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Every text the core writes — the summary (which is also the decision annotation, the deny
+//! message's detail and the log line's `why`), warnings, deny messages — from the decision's
+//! data. The rules live in `mutate.rs`; how they are put into words lives here, so wording can
+//! change in one place and the rules read as rules.
+
+use std::fmt::{Display, Write as _};
+
+use k8s_openapi::api::core::v1::Toleration;
+
+use super::facts::{ImageFact, Provenance, Staleness};
+use super::{
+    Steering, WeightedArchitecture, ARCH_LABEL, PREFERRED_KEY, PREFERRED_WEIGHT, SKIP_KEY,
+};
+
+/// Longest decision summary (and so annotation, deny message and log line) written: the API
+/// server limits a Pod's annotations to 256 KiB in all, and a Pod may name many images of many
+/// platforms.
+pub const MAX_SUMMARY_BYTES: usize = 4 << 10;
+
+/// `text` cut at `max` bytes (on a character boundary) with a marker saying so.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = text.len() - end;
+        text.truncate(end);
+        let _ = write!(text, "…[{dropped} more bytes]");
+    }
+    text
+}
+
+/// Items separated by commas.
+pub fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
+    let mut out = String::new();
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{item}");
+    }
+    out
+}
+
+/// `key=value:effect` as `kubectl taint` writes it (`key:effect` without a value, no `:effect`
+/// for every effect): how the decision annotation names a toleration.
+pub fn toleration_text(t: &Toleration) -> String {
+    let mut text = t.key.clone().unwrap_or_else(|| "*".into());
+    if let Some(value) = t.value.as_deref().filter(|v| !v.is_empty()) {
+        let _ = write!(text, "={value}");
+    }
+    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty()) {
+        let _ = write!(text, ":{effect}");
+    }
+    text
+}
+
+// Before any lookup.
+
+pub fn invalid_object(reason: &str) -> String {
+    format!("tolerable left the Pod unchanged: {reason}")
+}
+
+pub fn skipped_namespace(namespace: &str) -> String {
+    format!("namespace {namespace} is in skip_namespaces")
+}
+
+pub fn opted_out() -> String {
+    format!("the Pod opted out with {SKIP_KEY}=true")
+}
+
+pub fn too_many_containers(count: usize, max: usize) -> String {
+    format!("the Pod has {count} containers and image volumes, more than max_containers_per_pod ({max})")
+}
+
+pub fn too_many_images(count: usize, max: usize) -> String {
+    format!("the Pod names {count} distinct images, more than max_images_per_pod ({max})")
+}
+
+pub fn not_looked_up_denial(reason: &str) -> String {
+    format!("tolerable did not look the images up: {reason}")
+}
+
+/// The warning of every Pod left without tolerations.
+pub fn no_tolerations(reason: &str) -> String {
+    format!("tolerable added no tolerations: {reason}")
+}
+
+// After the lookups.
+
+/// `image: reason` for each image whose platforms are unknown.
+pub fn failed_image(image: &str, reason: &dyn Display) -> String {
+    format!("{image}: {reason}")
+}
+
+pub fn not_looked_up(image: &str) -> String {
+    format!("{image}: not looked up")
+}
+
+pub fn unknown_platforms_denial(detail: &str) -> String {
+    format!("tolerable could not determine the platforms of: {detail}")
+}
+
+pub fn unknown_platforms_warning(failed: &str) -> String {
+    no_tolerations(&format!("platforms unknown for {failed}"))
+}
+
+pub fn unknown_platforms_reason(detail: &str) -> String {
+    format!("platforms unknown ({detail})")
+}
+
+pub fn no_common_architecture(os: &str, described: &str) -> String {
+    format!("no {os} architecture is common to all images: {described}")
+}
+
+pub fn denied_summary(reason: &str) -> String {
+    format!("denied: {reason}")
+}
+
+pub fn unchanged_summary(reason: &str) -> String {
+    format!("unchanged: {reason}")
+}
+
+/// A decision made on a last known answer says so: the registry may have changed since.
+pub fn stale_answer(image: &str, stale: &Staleness) -> String {
+    format!("{image}: {stale}")
+}
+
+/// One image for the summary: `app:1 (linux/amd64,linux/arm64; credentials from secret …)`.
+/// Names where a credential came from (never what it is), so a private image's answer can be
+/// traced to the pull secret that opened it.
+pub fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    let _ = match &fact.artifact {
+        Some(config_type) => write!(out, "{image} (artifact {config_type}: any platform"),
+        None => write!(out, "{image} ({}", comma_list(&fact.platforms)),
+    };
+    if let Provenance::Credential(source) = &fact.credentials {
+        let _ = write!(out, "; credentials from {source}");
+    }
+    out.push(')');
+}
+
+// Steering and preferences.
+
+pub fn steering(steering: Steering, common: &[String]) -> String {
+    match steering {
+        Steering::Off => String::new(),
+        Steering::NodeSelector => format!("nodeSelector {ARCH_LABEL}={}", common[0]),
+        Steering::NodeAffinity => format!("requires {ARCH_LABEL} in ({})", common.join(",")),
+    }
+}
+
+pub const KEPT_OWN_CONSTRAINT: &str = "kept the Pod's own kubernetes.io/arch constraint";
+
+pub const RUNS_EVERYWHERE: &str =
+    "no steering: the images run on every architecture the cluster has or may add";
+
+pub fn constraint_allows_more(unsupported: &[&String], common: &[String], os: &str) -> String {
+    format!(
+        "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
+        comma_list(unsupported),
+        common.join(",")
+    )
+}
+
+pub fn no_steering(why: &str) -> String {
+    format!("no steering: {why}")
+}
+
+pub fn headed_for(node: &str, arch: &str, common: &[String], os: &str) -> String {
+    format!(
+        "the Pod is headed for node {node} ({arch}) but its images support only {} on {os}",
+        common.join(",")
+    )
+}
+
+pub fn bound_to(node: &str) -> String {
+    format!("bound to node {node}")
+}
+
+pub fn owned_by_daemon_set(name: &str) -> String {
+    format!("owned by DaemonSet {name}")
+}
+
+pub fn pinned_to(node: &str) -> String {
+    format!("pinned to node {node} by metadata.name")
+}
+
+pub fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
+    format!(
+        "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
+        common.join(",")
+    )
+}
+
+/// `; prefers arm64 (weight 80), amd64 (weight 20)`; the weight only when it says something.
+pub fn preference(preferred: &[WeightedArchitecture]) -> String {
+    let mut note = String::from("; prefers ");
+    for (i, p) in preferred.iter().enumerate() {
+        if i > 0 {
+            note.push_str(", ");
+        }
+        note.push_str(&p.architecture);
+        if preferred.len() > 1 || p.weight != PREFERRED_WEIGHT {
+            let _ = write!(note, " (weight {})", p.weight);
+        }
+    }
+    note
+}
+
+/// The summary of a placed Pod:
+/// `linux architectures amd64,arm64; tolerates arm64 (templates: …); requires …; images: …`.
+pub fn placed_summary(
+    os: &str,
+    common: &[String],
+    tolerated: &[&String],
+    templates: &[&Toleration],
+    from_node_taints: &[&Toleration],
+    notes: (&str, &str),
+    described: &str,
+) -> String {
+    let (steering_note, preference_note) = notes;
+    let mut summary = String::with_capacity(160 + described.len());
+    let _ = write!(summary, "{os} architectures {}; ", common.join(","));
+    summary.push_str("tolerates ");
+    if tolerated.is_empty() {
+        summary.push_str("no tainted pool");
+    } else {
+        summary.push_str(&comma_list(tolerated));
+        for (list, label) in [
+            (templates, " (templates: "),
+            (from_node_taints, "; taints seen on nodes: "),
+        ] {
+            for (i, toleration) in list.iter().enumerate() {
+                summary.push_str(if i == 0 { label } else { ", " });
+                summary.push_str(&toleration_text(toleration));
+            }
+        }
+        summary.push(')');
+    }
+    if !steering_note.is_empty() {
+        summary.push_str("; ");
+        summary.push_str(steering_note);
+    }
+    summary.push_str(preference_note);
+    summary.push_str("; images: ");
+    summary.push_str(described);
+    cut(summary, MAX_SUMMARY_BYTES)
+}

@@ -1,0 +1,124 @@
+//! The cluster's node pools as the node watch sees them, and Kubernetes' rules for taints and
+//! tolerations: the one place a taint is compared to a taint or to a toleration (`taints`, the
+//! node tainter, uses the same functions).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+
+use super::ARCH_LABEL;
+
+/// The cluster's node pools as the node watch sees them: for each architecture present, the
+/// taints its nodes carry under the toleration templates' keys (`kubernetes.io/arch` by
+/// default), and each node's architecture (for Pods already bound to a node).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodePools {
+    pub architectures: BTreeMap<String, Vec<Taint>>,
+    /// Node name → architecture.
+    pub nodes: BTreeMap<String, String>,
+}
+
+impl NodePools {
+    /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
+    /// kubelet reports; only taints whose key is one of `taint_keys` count.
+    pub fn from_nodes<'a>(
+        nodes: impl IntoIterator<Item = &'a Node>,
+        taint_keys: &BTreeSet<String>,
+    ) -> Self {
+        let mut pools = Self::default();
+        for node in nodes {
+            let Some(arch) = node_architecture(node) else {
+                continue;
+            };
+            if let Some(name) = &node.metadata.name {
+                pools.nodes.insert(name.clone(), arch.clone());
+            }
+            let taints = pools.architectures.entry(arch).or_default();
+            for taint in node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                if taint_keys.contains(&taint.key) && !taints.iter().any(|t| same_taint(t, taint)) {
+                    taints.push(Taint {
+                        time_added: None,
+                        ..taint.clone()
+                    });
+                }
+            }
+        }
+        pools
+    }
+
+    pub fn taints(&self, arch: &str) -> &[Taint] {
+        self.architectures.get(arch).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Whether two taints are the same taint (key, value and effect; an absent value is empty).
+pub fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key
+        && a.value.as_deref().unwrap_or("") == b.value.as_deref().unwrap_or("")
+        && a.effect == b.effect
+}
+
+/// A node's architecture: its `kubernetes.io/arch` label, else what its kubelet reports.
+pub fn node_architecture(node: &Node) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ARCH_LABEL))
+        .cloned()
+        .or_else(|| {
+            node.status
+                .as_ref()?
+                .node_info
+                .as_ref()
+                .map(|i| i.architecture.clone())
+        })
+        .filter(|a| !a.is_empty())
+}
+
+/// Kubernetes' rule: whether `toleration` tolerates `taint`.
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    tolerates_parts(
+        toleration,
+        &taint.key,
+        taint.value.as_deref(),
+        &taint.effect,
+    )
+}
+
+/// [`tolerates`] for a taint given by its parts.
+pub(super) fn tolerates_parts(
+    toleration: &Toleration,
+    taint_key: &str,
+    taint_value: Option<&str>,
+    taint_effect: &str,
+) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint_effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    if key.is_empty() {
+        return exists;
+    }
+    key == taint_key
+        && (exists || toleration.value.as_deref().unwrap_or("") == taint_value.unwrap_or(""))
+}
+
+/// The toleration for exactly `taint`.
+pub(super) fn toleration_for(taint: &Taint, seconds: Option<i64>) -> Toleration {
+    let value = taint.value.clone().filter(|v| !v.is_empty());
+    Toleration {
+        key: Some(taint.key.clone()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.to_owned()),
+        value,
+        effect: Some(taint.effect.clone()),
+        toleration_seconds: seconds.filter(|_| taint.effect == "NoExecute"),
+    }
+}
