@@ -22,6 +22,7 @@ use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};
 use moka::Expiry;
 
+use super::clock::{Clock, SystemClock};
 use super::{ImagePlatforms, ImageReference, LookupError};
 
 #[derive(Clone, Debug)]
@@ -74,11 +75,17 @@ struct Slot {
 
 type Entry = Arc<Slot>;
 
-struct SlotExpiry;
+/// Tells moka when to drop a slot: at its `keep_until`. moka counts the time down on its own
+/// clock, which cannot be injected; the remaining lifetime it is given is measured on
+/// tolerable's, so every decision about an answer (fresh, stale, expired) reads the injected
+/// clock and moka's only frees the memory afterwards.
+struct SlotExpiry {
+    clock: Arc<dyn Clock>,
+}
 
 impl Expiry<CacheKey, Entry> for SlotExpiry {
-    fn expire_after_create(&self, _: &CacheKey, slot: &Entry, now: Instant) -> Option<Duration> {
-        Some(slot.keep_until.saturating_duration_since(now))
+    fn expire_after_create(&self, _: &CacheKey, slot: &Entry, _: Instant) -> Option<Duration> {
+        Some(slot.keep_until.saturating_duration_since(self.clock.now()))
     }
 
     fn expire_after_update(
@@ -98,6 +105,7 @@ pub struct LookupCache {
     /// Failures, remembered for `failure_ttl`.
     failures: Cache<CacheKey, Entry>,
     settings: CacheSettings,
+    clock: Arc<dyn Clock>,
 }
 
 /// An entry's weight: one unit per started KiB of what it holds.
@@ -119,32 +127,42 @@ fn weight(key: &CacheKey, slot: &Entry) -> u32 {
 
 impl LookupCache {
     pub fn new(settings: &CacheSettings) -> Self {
+        Self::with_clock(settings, Arc::new(SystemClock))
+    }
+
+    /// A cache whose answers age by `clock`.
+    pub(crate) fn with_clock(settings: &CacheSettings, clock: Arc<dyn Clock>) -> Self {
         let entries = Cache::builder()
             .max_capacity(settings.max_entries)
             .weigher(weight)
-            .expire_after(SlotExpiry)
+            .expire_after(SlotExpiry {
+                clock: clock.clone(),
+            })
             .build();
         let failures = Cache::builder()
             .max_capacity((settings.max_entries / 10).max(16))
             .weigher(weight)
-            .expire_after(SlotExpiry)
+            .expire_after(SlotExpiry {
+                clock: clock.clone(),
+            })
             .build();
         Self {
             entries,
             failures,
             settings: settings.clone(),
+            clock,
         }
     }
 
     /// The cached answer for `key` while it is fresh (served without asking the registry).
     pub async fn fresh(&self, key: &CacheKey) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
         if let Some(slot) = self.entries.get(key).await {
-            if Instant::now() < slot.fresh_until {
+            if self.clock.now() < slot.fresh_until {
                 return Some(slot.result.clone());
             }
         }
         let failed = self.failures.get(key).await?;
-        (Instant::now() < failed.fresh_until).then(|| failed.result.clone())
+        (self.clock.now() < failed.fresh_until).then(|| failed.result.clone())
     }
 
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
@@ -170,12 +188,12 @@ impl LookupCache {
                 // Still fresh, or refreshed by another caller while this one waited its turn.
                 if current
                     .as_ref()
-                    .is_some_and(|s| Instant::now() < s.fresh_until)
+                    .is_some_and(|s| self.clock.now() < s.fresh_until)
                 {
                     return Op::Nop;
                 }
                 if let Some(failed) = failures.get(&failure_key).await {
-                    if Instant::now() < failed.fresh_until {
+                    if self.clock.now() < failed.fresh_until {
                         *answered.lock().expect("not poisoned") = Some(failed.result.clone());
                         return Op::Nop;
                     }
@@ -221,7 +239,7 @@ impl LookupCache {
         previous: Option<&Slot>,
         result: Result<Arc<ImagePlatforms>, LookupError>,
     ) -> Slot {
-        let now = Instant::now();
+        let now = self.clock.now();
         let s = &self.settings;
         match result {
             Ok(found) if immutable => Slot {

@@ -1,0 +1,19 @@
+//! The time tolerable's own decisions read: when a circuit half-opens, when a cached answer stops
+//! being fresh, how old a stale answer is. Injected, so tests move time by hand instead of
+//! sleeping. Lookup deadlines stay on tokio's clock, which tokio's timers need.
+
+use std::time::Instant;
+
+/// Where "now" comes from.
+pub(crate) trait Clock: Send + Sync {
+    fn now(&self) -> Instant;
+}
+
+/// The real clock.
+pub(crate) struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
