@@ -123,3 +123,137 @@ impl CircuitBreakers {
         !was_open
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::clock::ManualClock;
+
+    const COOLDOWN: Duration = Duration::from_secs(30);
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    fn breakers(failures: u32) -> (CircuitBreakers, Arc<ManualClock>) {
+        let clock = ManualClock::new();
+        let settings = BreakerSettings {
+            failures,
+            cooldown: COOLDOWN,
+        };
+        (CircuitBreakers::new(settings, clock.clone()), clock)
+    }
+
+    fn retry_in(breakers: &CircuitBreakers, host: &str) -> Option<Duration> {
+        breakers
+            .check(host, PROBE_TIMEOUT)
+            .err()
+            .map(|open| open.retry_in)
+    }
+
+    #[test]
+    fn opens_after_the_configured_failures_and_fails_fast_while_open() {
+        let (b, clock) = breakers(3);
+        assert!(!b.failure("r", "refused", None));
+        assert!(!b.failure("r", "refused", None));
+        assert!(
+            b.check("r", PROBE_TIMEOUT).is_ok(),
+            "two failures are not three"
+        );
+        assert!(b.failure("r", "timed out", None), "the third opens it");
+        let open = b.check("r", PROBE_TIMEOUT).expect_err("open");
+        assert_eq!(open.retry_in, COOLDOWN);
+        assert_eq!(open.cause, "timed out");
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(retry_in(&b, "r"), Some(Duration::from_secs(20)));
+        // Failures while open do not report it opening again.
+        assert!(!b.failure("r", "timed out", None));
+        // Other hosts are not affected.
+        assert!(b.check("other", PROBE_TIMEOUT).is_ok());
+    }
+
+    #[test]
+    fn half_open_lets_exactly_one_probe_through_after_the_cooldown() {
+        let (b, clock) = breakers(1);
+        assert!(b.failure("r", "refused", None));
+        clock.advance(COOLDOWN - Duration::from_millis(1));
+        assert!(b.check("r", PROBE_TIMEOUT).is_err());
+        clock.advance(Duration::from_millis(1));
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok(), "the probe");
+        assert_eq!(
+            retry_in(&b, "r"),
+            Some(PROBE_TIMEOUT),
+            "others still fail fast"
+        );
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(retry_in(&b, "r"), Some(Duration::from_secs(3)));
+        // A probe that never answers does not wedge the breaker: another goes after its timeout.
+        clock.advance(Duration::from_secs(3));
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok(), "a second probe");
+        assert!(b.check("r", PROBE_TIMEOUT).is_err());
+    }
+
+    #[test]
+    fn a_failed_probe_reopens_and_a_success_closes() {
+        let (b, clock) = breakers(2);
+        b.failure("r", "refused", None);
+        assert!(b.failure("r", "refused", None));
+        clock.advance(COOLDOWN);
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+        assert!(
+            b.failure("r", "still refused", None),
+            "the probe failed: open again"
+        );
+        let open = b.check("r", PROBE_TIMEOUT).expect_err("open");
+        assert_eq!(
+            (open.retry_in, open.cause.as_str()),
+            (COOLDOWN, "still refused")
+        );
+
+        clock.advance(COOLDOWN);
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+        b.success("r");
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+        assert!(
+            b.check("r", PROBE_TIMEOUT).is_ok(),
+            "closed: no probe slot any more"
+        );
+        // Closed afresh: the count starts over.
+        assert!(!b.failure("r", "refused", None));
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+    }
+
+    #[test]
+    fn retry_after_opens_at_once_for_as_long_as_asked_up_to_ten_minutes() {
+        let (b, clock) = breakers(0);
+        for _ in 0..10 {
+            assert!(
+                !b.failure("r", "refused", None),
+                "0 never opens on failures"
+            );
+        }
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+        assert!(b.failure("r", "rate limited", Some(Duration::from_secs(42))));
+        assert_eq!(retry_in(&b, "r"), Some(Duration::from_secs(42)));
+        clock.advance(Duration::from_secs(42));
+        assert!(b.check("r", PROBE_TIMEOUT).is_ok());
+
+        assert!(b.failure("hub", "rate limited", Some(Duration::from_secs(86_400))));
+        assert_eq!(retry_in(&b, "hub"), Some(MAX_RETRY_AFTER));
+        clock.advance(MAX_RETRY_AFTER);
+        assert!(b.check("hub", PROBE_TIMEOUT).is_ok());
+    }
+
+    #[test]
+    fn remembers_a_bounded_number_of_hosts() {
+        let (b, clock) = breakers(1);
+        for i in 0..MAX_TRACKED_HOSTS {
+            assert!(b.failure(&format!("h{i}"), "refused", None));
+        }
+        // Every tracked host is open: a new one is not remembered rather than grow the map.
+        assert!(!b.failure("new", "refused", None));
+        assert!(b.check("new", PROBE_TIMEOUT).is_ok());
+        // Once they have cooled down they make room.
+        clock.advance(COOLDOWN);
+        assert!(b.failure("new", "refused", None));
+        assert!(b.check("new", PROBE_TIMEOUT).is_err());
+        assert!(b.hosts.lock().unwrap().len() <= MAX_TRACKED_HOSTS);
+    }
+}

@@ -290,7 +290,14 @@ impl LookupCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::clock::ManualClock;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A cache on a clock that moves only when the test says.
+    fn cache_on_clock(settings: &CacheSettings) -> (LookupCache, Arc<ManualClock>) {
+        let clock = ManualClock::new();
+        (LookupCache::with_clock(settings, clock.clone()), clock)
+    }
 
     fn settings(failure_ttl: Duration) -> CacheSettings {
         CacheSettings {
@@ -327,7 +334,8 @@ mod tests {
         let lookups = (0..20).map(|_| {
             cache.get_or_resolve(key("app:1"), async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Still in flight when the other callers arrive.
+                tokio::task::yield_now().await;
                 Ok(answer())
             })
         });
@@ -352,7 +360,7 @@ mod tests {
 
     #[tokio::test]
     async fn failures_expire() {
-        let cache = LookupCache::new(&settings(Duration::from_millis(200)));
+        let (cache, clock) = cache_on_clock(&settings(Duration::from_millis(200)));
         let fail = || async {
             Err(LookupError::NotFound {
                 reference: "x".into(),
@@ -365,7 +373,7 @@ mod tests {
             .await
             .is_err());
         // ...but not forever.
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        clock.advance(Duration::from_millis(400));
         assert!(cache
             .get_or_resolve(key("app:2"), async { Ok(answer()) })
             .await
@@ -376,7 +384,7 @@ mod tests {
     async fn tags_expire_digests_stay() {
         let mut s = settings(Duration::from_secs(1));
         s.tag_ttl = Duration::from_millis(100);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         let pinned = format!("app@sha256:{}", "a".repeat(64));
         for image in ["app:3", pinned.as_str()] {
             cache
@@ -384,7 +392,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.advance(Duration::from_millis(300));
         let calls = AtomicUsize::new(0);
         for image in ["app:3", pinned.as_str()] {
             cache
@@ -397,6 +405,32 @@ mod tests {
         }
         // Only the tag was asked again.
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_fresh_until_its_ttl_and_not_a_moment_longer() {
+        let mut s = settings(Duration::from_millis(100));
+        s.tag_ttl = Duration::from_secs(60);
+        let (cache, clock) = cache_on_clock(&s);
+        cache
+            .get_or_resolve(key("app:7"), async { Ok(answer()) })
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(60) - Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:7")).await.is_some());
+        clock.advance(Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:7")).await.is_none());
+        // A failure likewise, for its own, shorter time.
+        let missing = || async {
+            Err(LookupError::NotFound {
+                reference: "app:8".into(),
+            })
+        };
+        let _ = cache.get_or_resolve(key("app:8"), missing()).await;
+        clock.advance(Duration::from_millis(99));
+        assert!(cache.fresh(&key("app:8")).await.is_some_and(|r| r.is_err()));
+        clock.advance(Duration::from_millis(1));
+        assert!(cache.fresh(&key("app:8")).await.is_none());
     }
 
     #[tokio::test]
@@ -427,12 +461,12 @@ mod tests {
         let mut s = settings(Duration::from_millis(200));
         s.tag_ttl = Duration::from_millis(100);
         s.stale_ttl = Duration::from_secs(60);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         cache
             .get_or_resolve(key("app:4"), async { Ok(answer()) })
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        clock.advance(Duration::from_millis(150));
         // The tag is due for a refresh; the registry is down: the last answer stands, marked.
         let calls = AtomicUsize::new(0);
         let down = || async {
@@ -443,14 +477,23 @@ mod tests {
         let why = stale.fact.stale.as_ref().expect("marked stale").to_string();
         assert!(why.contains("connection refused"), "{why}");
         assert_eq!(stale.digest, "d");
+        // Its age is counted from when the registry last gave it.
+        assert_eq!(
+            stale.fact.stale.as_ref().unwrap().age,
+            Duration::from_millis(150)
+        );
         // The failed refresh is remembered briefly: the next lookups do not ask again...
         cache.get_or_resolve(key("app:4"), down()).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // ...then ask again, and a recovered registry gives a fresh answer.
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        clock.advance(Duration::from_millis(250));
+        let older = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            older.fact.stale.as_ref().unwrap().age,
+            Duration::from_millis(400)
+        );
+        clock.advance(Duration::from_millis(250));
         let fresh = cache
             .get_or_resolve(key("app:4"), async { Ok(answer()) })
             .await
@@ -463,14 +506,14 @@ mod tests {
         let mut s = settings(Duration::from_millis(50));
         s.tag_ttl = Duration::from_millis(50);
         s.stale_ttl = Duration::from_millis(200);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         for image in ["app:5", "app:6"] {
             cache
                 .get_or_resolve(key(image), async { Ok(answer()) })
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        clock.advance(Duration::from_millis(80));
         // The tag was deleted: "not found" is the registry's answer, not an outage.
         let gone = cache
             .get_or_resolve(key("app:5"), async {
@@ -481,7 +524,7 @@ mod tests {
             .await;
         assert!(matches!(gone, Err(LookupError::NotFound { .. })));
         // Past the stale window the outage is reported as it is.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.advance(Duration::from_millis(300));
         let down = cache
             .get_or_resolve(key("app:6"), async { Err(unavailable()) })
             .await;

@@ -17,3 +17,29 @@ impl Clock for SystemClock {
         Instant::now()
     }
 }
+
+/// A clock that stands still until a test advances it.
+#[cfg(test)]
+pub(crate) struct ManualClock {
+    now: std::sync::Mutex<Instant>,
+}
+
+#[cfg(test)]
+impl ManualClock {
+    pub(crate) fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            now: std::sync::Mutex::new(Instant::now()),
+        })
+    }
+
+    pub(crate) fn advance(&self, by: std::time::Duration) {
+        *self.now.lock().expect("clock lock poisoned") += by;
+    }
+}
+
+#[cfg(test)]
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        *self.now.lock().expect("clock lock poisoned")
+    }
+}
