@@ -8,6 +8,15 @@ use std::fmt;
 pub const DOCKER_HUB: &str = "docker.io";
 /// The host that actually serves Docker Hub's registry API.
 pub const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+/// The registry name for `host` as images and credentials key it: Docker Hub's other names
+/// (`index.docker.io`, its API host) are [`DOCKER_HUB`]; every other host is itself.
+pub(crate) fn canonical_registry(host: &str) -> &str {
+    match host {
+        "index.docker.io" | DOCKER_HUB_API_HOST => DOCKER_HUB,
+        _ => host,
+    }
+}
+
 /// Longest repository name the distribution grammar allows.
 const MAX_NAME_LEN: usize = 255;
 const MAX_TAG_LEN: usize = 128;
@@ -67,11 +76,7 @@ impl ImageReference {
         let registry = match registry {
             Some(host) => {
                 validate_host(host).map_err(fail)?;
-                if host == "index.docker.io" || host == DOCKER_HUB_API_HOST {
-                    DOCKER_HUB.to_owned()
-                } else {
-                    host.to_owned()
-                }
+                canonical_registry(host).to_owned()
             }
             None => DOCKER_HUB.to_owned(),
         };
