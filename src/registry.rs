@@ -4,13 +4,13 @@
 //! [`Resolver`] (in `resolver`) is the entry point: it parses the reference, picks the registry
 //! host (a mirror first, then the origin), takes a lookup turn (`turns`), asks the host's circuit
 //! breaker (`breaker`), tries each credential in order, walks the manifest tree, and caches the
-//! answer. The walk itself ([`walk()`]) is generic over [`ManifestSource`], the I/O boundary.
+//! answer. The walk itself (`walk`) is generic over `ManifestSource`, the I/O boundary.
 //! The breaker and the cache read time from an injected `clock`, so their tests move time by hand.
 
 pub mod access;
 mod breaker;
 pub mod cache;
-pub mod challenge;
+pub(crate) mod challenge;
 pub mod client;
 pub(crate) mod clock;
 pub mod credentials;
@@ -25,26 +25,26 @@ use std::time::Duration;
 
 use self::manifest::ManifestError;
 
-pub use self::breaker::{BreakerSettings, MAX_RETRY_AFTER};
+pub use self::breaker::BreakerSettings;
 pub use self::credentials::{Credential, CredentialStore};
 pub use self::reference::{ImageReference, ReferenceError};
 pub use self::resolver::{Resolver, ResolverSettings};
-pub use self::walk::{walk, ManifestSource, Walked};
+pub(crate) use self::walk::ManifestSource;
 pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
 pub use crate::mutate::platform::Platform;
 
 /// An index inside an index inside an index is already unusual; deeper is a loop or an attack.
-pub const MAX_INDEX_DEPTH: usize = 3;
+pub(crate) const MAX_INDEX_DEPTH: usize = 3;
 /// Most manifests one index may list (real multi-platform images list a few dozen, with their
 /// attestations); a longer one is refused rather than walked.
-pub const MAX_INDEX_ENTRIES: usize = 512;
+pub(crate) const MAX_INDEX_ENTRIES: usize = 512;
 /// Most distinct platforms one image may report (answers, annotations and logs stay small).
-pub const MAX_PLATFORMS: usize = 64;
+pub(crate) const MAX_PLATFORMS: usize = 64;
 /// Registry lookups in flight at once, in all and per registry host: a Pod naming thousands of
 /// images (or many such Pods) cannot open thousands of connections. Lookups beyond wait their
 /// turn within their own deadline.
-pub const MAX_LOOKUPS_IN_FLIGHT: usize = 64;
-pub const MAX_LOOKUPS_PER_HOST: usize = 16;
+pub(crate) const MAX_LOOKUPS_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_LOOKUPS_PER_HOST: usize = 16;
 /// Hosts remembered at most by the lookup turns and the breakers (images can name any host;
 /// failures must not grow memory forever).
 const MAX_TRACKED_HOSTS: usize = 1024;
@@ -66,7 +66,7 @@ pub struct ImagePlatforms {
 impl ImagePlatforms {
     /// This answer served again, `age` after the registry gave it, because a refresh failed with
     /// `error`.
-    pub fn as_stale(&self, error: &LookupError, age: Duration) -> Self {
+    pub(crate) fn as_stale(&self, error: &LookupError, age: Duration) -> Self {
         Self {
             fact: Arc::new(ImageFact {
                 stale: Some(Staleness {
@@ -82,7 +82,7 @@ impl ImagePlatforms {
 
 /// `4s` or `1520ms`: a budget as a person reads it (budgets are derived from deadlines, so
 /// `{:?}` would print `1.519993898s`).
-pub fn short_duration(d: Duration) -> String {
+pub(crate) fn short_duration(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
     } else {
@@ -172,7 +172,7 @@ impl LookupError {
     /// Whether the registry was unavailable (down, hung, overloaded, rate limiting) rather than
     /// answering: only then may a last known answer stand in, and only then does the circuit
     /// breaker count it.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         match self {
             Self::Timeout { .. }
             | Self::Throttled { .. }
@@ -211,8 +211,8 @@ pub enum FetchError {
     Malformed(String),
     Manifest(ManifestError),
     TooDeep,
-    /// An index listing more than [`MAX_INDEX_ENTRIES`] manifests, or an image with more than
-    /// [`MAX_PLATFORMS`] platforms.
+    /// An index listing more than `MAX_INDEX_ENTRIES` (512) manifests, or an image with more than
+    /// `MAX_PLATFORMS` (64) platforms.
     TooMany(&'static str),
     Status {
         code: u16,

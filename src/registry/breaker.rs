@@ -20,7 +20,7 @@ pub struct BreakerSettings {
 
 /// A `Retry-After` longer than this is not believed (a misconfigured registry must not switch
 /// lookups off for a day).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 /// Per-host circuit breakers. Closed: requests flow, unavailable failures are counted. Open:
 /// lookups fail at once (the cache serves last known answers meanwhile). Half-open, after the

@@ -22,7 +22,7 @@ use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};
 use moka::Expiry;
 
-use super::clock::{Clock, SystemClock};
+use super::clock::Clock;
 use super::{ImagePlatforms, ImageReference, LookupError};
 
 #[derive(Clone, Debug)]
@@ -42,7 +42,7 @@ pub struct CacheSettings {
 /// The answer depends on the reference and on who asks. Compact: there may be tens of
 /// thousands of these.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CacheKey {
+pub(crate) struct CacheKey {
     /// The normalised reference (`registry/repository:tag@digest`).
     reference: Box<str>,
     /// Pinned by digest: the answer never changes.
@@ -52,7 +52,7 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
-    pub fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
+    pub(crate) fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
         Self {
             reference: reference.to_normalized_string().into_boxed_str(),
             immutable: reference.is_immutable(),
@@ -99,7 +99,7 @@ impl Expiry<CacheKey, Entry> for SlotExpiry {
     }
 }
 
-pub struct LookupCache {
+pub(crate) struct LookupCache {
     /// Answers (fresh, or kept as a stale fallback).
     entries: Cache<CacheKey, Entry>,
     /// Failures, remembered for `failure_ttl`.
@@ -126,10 +126,6 @@ fn weight(key: &CacheKey, slot: &Entry) -> u32 {
 }
 
 impl LookupCache {
-    pub fn new(settings: &CacheSettings) -> Self {
-        Self::with_clock(settings, Arc::new(SystemClock))
-    }
-
     /// A cache whose answers age by `clock`.
     pub(crate) fn with_clock(settings: &CacheSettings, clock: Arc<dyn Clock>) -> Self {
         let entries = Cache::builder()
@@ -155,7 +151,10 @@ impl LookupCache {
     }
 
     /// The cached answer for `key` while it is fresh (served without asking the registry).
-    pub async fn fresh(&self, key: &CacheKey) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
+    pub(crate) async fn fresh(
+        &self,
+        key: &CacheKey,
+    ) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
         if let Some(slot) = self.entries.get(key).await {
             if self.clock.now() < slot.fresh_until {
                 return Some(slot.result.clone());
@@ -170,7 +169,7 @@ impl LookupCache {
     /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
     /// It takes the key's turn even for a fresh answer: callers on a hot path ask [`Self::fresh`]
     /// first (the resolver does), so only misses come here.
-    pub async fn get_or_resolve(
+    pub(crate) async fn get_or_resolve(
         &self,
         key: CacheKey,
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
@@ -280,7 +279,7 @@ impl LookupCache {
     }
 
     /// Entries cached now (after applying pending inserts and evictions, which moka defers).
-    pub async fn entry_count(&self) -> u64 {
+    pub(crate) async fn entry_count(&self) -> u64 {
         self.entries.run_pending_tasks().await;
         self.failures.run_pending_tasks().await;
         self.entries.entry_count() + self.failures.entry_count()
@@ -290,8 +289,12 @@ impl LookupCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::clock::ManualClock;
+    use crate::registry::clock::{ManualClock, SystemClock};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn cache_on_system_clock(settings: &CacheSettings) -> LookupCache {
+        LookupCache::with_clock(settings, Arc::new(SystemClock))
+    }
 
     /// A cache on a clock that moves only when the test says.
     fn cache_on_clock(settings: &CacheSettings) -> (LookupCache, Arc<ManualClock>) {
@@ -329,7 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn coalesces_and_remembers_success() {
-        let cache = LookupCache::new(&settings(Duration::from_secs(1)));
+        let cache = cache_on_system_clock(&settings(Duration::from_secs(1)));
         let calls = AtomicUsize::new(0);
         let lookups = (0..20).map(|_| {
             cache.get_or_resolve(key("app:1"), async {
@@ -437,7 +440,7 @@ mod tests {
     async fn bounded() {
         let mut s = settings(Duration::from_secs(1));
         s.max_entries = 10;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         for i in 0..100 {
             cache
                 .get_or_resolve(key(&format!("app:{i}")), async { Ok(answer()) })
@@ -535,7 +538,7 @@ mod tests {
     async fn a_flood_of_failures_never_pushes_out_answers() {
         let mut s = settings(Duration::from_secs(60));
         s.max_entries = 100;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         for i in 0..20 {
             cache
                 .get_or_resolve(key(&format!("hot:{i}")), async { Ok(answer()) })
@@ -567,7 +570,7 @@ mod tests {
     async fn big_answers_weigh_more_and_throttled_lookups_are_not_kept() {
         let mut s = settings(Duration::from_secs(60));
         s.max_entries = 50;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         let big = Arc::new(ImagePlatforms {
             fact: Arc::new(crate::registry::ImageFact {
                 platforms: (0..64)

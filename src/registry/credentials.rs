@@ -92,7 +92,7 @@ pub enum CredentialError {
 
 /// Registry name as credentials are keyed: `https://index.docker.io/v1/` and
 /// `registry-1.docker.io` are Docker Hub; scheme and path are dropped.
-pub fn normalize_registry_key(key: &str) -> String {
+pub(crate) fn normalize_registry_key(key: &str) -> String {
     let key = key
         .trim()
         .trim_start_matches("https://")
@@ -225,12 +225,12 @@ struct DockerAuthEntry {
 }
 
 /// Credentials by registry, and a warning for each entry that could not be used.
-pub type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
+pub(crate) type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
 
 /// Parses a `.dockerconfigjson` (`{"auths": {...}}`) or legacy `.dockercfg` (the auths map
 /// itself). Entries that cannot be used become warnings naming the registry, not errors: one bad
 /// entry must not hide the good ones.
-pub fn parse_docker_config(
+pub(crate) fn parse_docker_config(
     json: &[u8],
     source_name: &str,
 ) -> Result<DockerConfigEntries, CredentialError> {

@@ -5,9 +5,9 @@
 use std::fmt;
 
 /// The registry name Docker Hub images are normalised to.
-pub const DOCKER_HUB: &str = "docker.io";
+pub(crate) const DOCKER_HUB: &str = "docker.io";
 /// The host that actually serves Docker Hub's registry API.
-pub const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+pub(crate) const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
 /// The registry name for `host` as images and credentials key it: Docker Hub's other names
 /// (`index.docker.io`, its API host) are [`DOCKER_HUB`]; every other host is itself.
 pub(crate) fn canonical_registry(host: &str) -> &str {
@@ -108,7 +108,7 @@ impl ImageReference {
     }
 
     /// The host to send registry API requests to (`registry-1.docker.io` for Docker Hub).
-    pub fn api_host(&self) -> &str {
+    pub(crate) fn api_host(&self) -> &str {
         if self.registry == DOCKER_HUB {
             DOCKER_HUB_API_HOST
         } else {
@@ -138,7 +138,7 @@ impl ImageReference {
     }
 
     /// Whether the answer can never change (pinned by digest).
-    pub fn is_immutable(&self) -> bool {
+    pub(crate) fn is_immutable(&self) -> bool {
         self.digest.is_some()
     }
 
@@ -160,7 +160,7 @@ impl ImageReference {
 
     /// The normalised form, as displayed, in a string of exactly its size: built on every
     /// lookup, for the cache key.
-    pub fn to_normalized_string(&self) -> String {
+    pub(crate) fn to_normalized_string(&self) -> String {
         let mut out = String::with_capacity(self.normalized_parts().map(str::len).sum());
         self.normalized_parts().for_each(|part| out.push_str(part));
         out

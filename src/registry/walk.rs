@@ -13,7 +13,7 @@ use super::{FetchError, Platform, MAX_INDEX_DEPTH, MAX_INDEX_ENTRIES, MAX_PLATFO
 const CHILD_FETCHES: usize = 4;
 
 /// The I/O boundary: one registry host with one credential.
-pub trait ManifestSource: Sync {
+pub(crate) trait ManifestSource: Sync {
     /// The manifest body and its digest. `reference` is a tag or a digest.
     fn manifest(
         &self,
@@ -29,7 +29,7 @@ pub trait ManifestSource: Sync {
 
 /// The result of walking one manifest tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Walked {
+pub(crate) struct Walked {
     pub digest: String,
     pub media_type: &'static str,
     pub platforms: Vec<Platform>,
@@ -40,7 +40,7 @@ pub struct Walked {
 /// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one
 /// request when its entries carry platforms; entries without one, and single manifests, cost a
 /// config blob read each (done concurrently).
-pub async fn walk(
+pub(crate) async fn walk(
     source: &impl ManifestSource,
     repository: &str,
     reference: &str,
