@@ -311,107 +311,111 @@ mod tests {
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    /// Input, normalized, API host, manifest reference.
+    const NAME_CASES: &[(&str, &str, &str, &str)] = &[
+        (
+            "nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "nginx:1.25",
+            "docker.io/library/nginx:1.25",
+            "registry-1.docker.io",
+            "1.25",
+        ),
+        (
+            "library/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "docker.io/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "index.docker.io/library/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "registry-1.docker.io/bitnami/redis:7",
+            "docker.io/bitnami/redis:7",
+            "registry-1.docker.io",
+            "7",
+        ),
+        (
+            "bitnami/redis",
+            "docker.io/bitnami/redis:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "ghcr.io/owner/app",
+            "ghcr.io/owner/app:latest",
+            "ghcr.io",
+            "latest",
+        ),
+        ("ghcr.io/app", "ghcr.io/app:latest", "ghcr.io", "latest"),
+        (
+            "registry.example.com:5000/team/app:v1",
+            "registry.example.com:5000/team/app:v1",
+            "registry.example.com:5000",
+            "v1",
+        ),
+        (
+            "localhost/app",
+            "localhost/app:latest",
+            "localhost",
+            "latest",
+        ),
+        (
+            "localhost:5000/app:dev",
+            "localhost:5000/app:dev",
+            "localhost:5000",
+            "dev",
+        ),
+        (
+            "127.0.0.1:5000/a/b/c:1",
+            "127.0.0.1:5000/a/b/c:1",
+            "127.0.0.1:5000",
+            "1",
+        ),
+        (
+            "[::1]:5000/app",
+            "[::1]:5000/app:latest",
+            "[::1]:5000",
+            "latest",
+        ),
+        ("Registry/app", "Registry/app:latest", "Registry", "latest"),
+        (
+            "my-repo/a.b__c--d",
+            "docker.io/my-repo/a.b__c--d:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+    ];
+
     #[test]
     fn normalises_like_docker() {
-        let digest_only = format!("docker.io/library/nginx@{D}");
-        let both = format!("docker.io/library/nginx:1.25@{D}");
-        let cases: &[(&str, &str, &str, &str)] = &[
-            // input, normalized, api host, manifest reference
-            (
-                "nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "nginx:1.25",
-                "docker.io/library/nginx:1.25",
-                "registry-1.docker.io",
-                "1.25",
-            ),
-            (
-                "library/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "docker.io/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "index.docker.io/library/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "registry-1.docker.io/bitnami/redis:7",
-                "docker.io/bitnami/redis:7",
-                "registry-1.docker.io",
-                "7",
-            ),
-            (
-                "bitnami/redis",
-                "docker.io/bitnami/redis:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "ghcr.io/owner/app",
-                "ghcr.io/owner/app:latest",
-                "ghcr.io",
-                "latest",
-            ),
-            ("ghcr.io/app", "ghcr.io/app:latest", "ghcr.io", "latest"),
-            (
-                "registry.example.com:5000/team/app:v1",
-                "registry.example.com:5000/team/app:v1",
-                "registry.example.com:5000",
-                "v1",
-            ),
-            (
-                "localhost/app",
-                "localhost/app:latest",
-                "localhost",
-                "latest",
-            ),
-            (
-                "localhost:5000/app:dev",
-                "localhost:5000/app:dev",
-                "localhost:5000",
-                "dev",
-            ),
-            (
-                "127.0.0.1:5000/a/b/c:1",
-                "127.0.0.1:5000/a/b/c:1",
-                "127.0.0.1:5000",
-                "1",
-            ),
-            (
-                "[::1]:5000/app",
-                "[::1]:5000/app:latest",
-                "[::1]:5000",
-                "latest",
-            ),
-            ("Registry/app", "Registry/app:latest", "Registry", "latest"),
-            (
-                "my-repo/a.b__c--d",
-                "docker.io/my-repo/a.b__c--d:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-        ];
-        for (input, normalized, host, manifest_ref) in cases {
+        for (input, normalized, host, manifest_ref) in NAME_CASES {
             let r = ImageReference::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(r.to_string(), *normalized, "{input}");
             assert_eq!(r.to_normalized_string(), *normalized, "{input}");
             assert_eq!(r.api_host(), *host, "{input}");
             assert_eq!(r.manifest_reference(), *manifest_ref, "{input}");
         }
+    }
 
+    #[test]
+    fn a_digest_wins_over_the_tag() {
+        let digest_only = format!("docker.io/library/nginx@{D}");
+        let both = format!("docker.io/library/nginx:1.25@{D}");
         let r = ImageReference::parse(&format!("nginx@{D}")).unwrap();
         assert_eq!(r.to_string(), digest_only);
         assert_eq!(r.to_normalized_string(), digest_only);
