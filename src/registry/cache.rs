@@ -22,6 +22,7 @@ use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};
 use moka::Expiry;
 
+use super::clock::Clock;
 use super::{ImagePlatforms, ImageReference, LookupError};
 
 #[derive(Clone, Debug)]
@@ -41,7 +42,7 @@ pub struct CacheSettings {
 /// The answer depends on the reference and on who asks. Compact: there may be tens of
 /// thousands of these.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CacheKey {
+pub(crate) struct CacheKey {
     /// The normalised reference (`registry/repository:tag@digest`).
     reference: Box<str>,
     /// Pinned by digest: the answer never changes.
@@ -51,7 +52,7 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
-    pub fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
+    pub(crate) fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
         Self {
             reference: reference.to_normalized_string().into_boxed_str(),
             immutable: reference.is_immutable(),
@@ -74,11 +75,17 @@ struct Slot {
 
 type Entry = Arc<Slot>;
 
-struct SlotExpiry;
+/// Tells moka when to drop a slot: at its `keep_until`. moka counts the time down on its own
+/// clock, which cannot be injected; the remaining lifetime it is given is measured on
+/// tolerable's, so every decision about an answer (fresh, stale, expired) reads the injected
+/// clock and moka's only frees the memory afterwards.
+struct SlotExpiry {
+    clock: Arc<dyn Clock>,
+}
 
 impl Expiry<CacheKey, Entry> for SlotExpiry {
-    fn expire_after_create(&self, _: &CacheKey, slot: &Entry, now: Instant) -> Option<Duration> {
-        Some(slot.keep_until.saturating_duration_since(now))
+    fn expire_after_create(&self, _: &CacheKey, slot: &Entry, _: Instant) -> Option<Duration> {
+        Some(slot.keep_until.saturating_duration_since(self.clock.now()))
     }
 
     fn expire_after_update(
@@ -92,12 +99,13 @@ impl Expiry<CacheKey, Entry> for SlotExpiry {
     }
 }
 
-pub struct LookupCache {
+pub(crate) struct LookupCache {
     /// Answers (fresh, or kept as a stale fallback).
     entries: Cache<CacheKey, Entry>,
     /// Failures, remembered for `failure_ttl`.
     failures: Cache<CacheKey, Entry>,
     settings: CacheSettings,
+    clock: Arc<dyn Clock>,
 }
 
 /// An entry's weight: one unit per started KiB of what it holds.
@@ -118,33 +126,42 @@ fn weight(key: &CacheKey, slot: &Entry) -> u32 {
 }
 
 impl LookupCache {
-    pub fn new(settings: &CacheSettings) -> Self {
+    /// A cache whose answers age by `clock`.
+    pub(crate) fn with_clock(settings: &CacheSettings, clock: Arc<dyn Clock>) -> Self {
         let entries = Cache::builder()
             .max_capacity(settings.max_entries)
             .weigher(weight)
-            .expire_after(SlotExpiry)
+            .expire_after(SlotExpiry {
+                clock: clock.clone(),
+            })
             .build();
         let failures = Cache::builder()
             .max_capacity((settings.max_entries / 10).max(16))
             .weigher(weight)
-            .expire_after(SlotExpiry)
+            .expire_after(SlotExpiry {
+                clock: clock.clone(),
+            })
             .build();
         Self {
             entries,
             failures,
             settings: settings.clone(),
+            clock,
         }
     }
 
     /// The cached answer for `key` while it is fresh (served without asking the registry).
-    pub async fn fresh(&self, key: &CacheKey) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
+    pub(crate) async fn fresh(
+        &self,
+        key: &CacheKey,
+    ) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
         if let Some(slot) = self.entries.get(key).await {
-            if Instant::now() < slot.fresh_until {
+            if self.clock.now() < slot.fresh_until {
                 return Some(slot.result.clone());
             }
         }
         let failed = self.failures.get(key).await?;
-        (Instant::now() < failed.fresh_until).then(|| failed.result.clone())
+        (self.clock.now() < failed.fresh_until).then(|| failed.result.clone())
     }
 
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
@@ -152,7 +169,7 @@ impl LookupCache {
     /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
     /// It takes the key's turn even for a fresh answer: callers on a hot path ask [`Self::fresh`]
     /// first (the resolver does), so only misses come here.
-    pub async fn get_or_resolve(
+    pub(crate) async fn get_or_resolve(
         &self,
         key: CacheKey,
         resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
@@ -170,12 +187,12 @@ impl LookupCache {
                 // Still fresh, or refreshed by another caller while this one waited its turn.
                 if current
                     .as_ref()
-                    .is_some_and(|s| Instant::now() < s.fresh_until)
+                    .is_some_and(|s| self.clock.now() < s.fresh_until)
                 {
                     return Op::Nop;
                 }
                 if let Some(failed) = failures.get(&failure_key).await {
-                    if Instant::now() < failed.fresh_until {
+                    if self.clock.now() < failed.fresh_until {
                         *answered.lock().expect("not poisoned") = Some(failed.result.clone());
                         return Op::Nop;
                     }
@@ -221,7 +238,7 @@ impl LookupCache {
         previous: Option<&Slot>,
         result: Result<Arc<ImagePlatforms>, LookupError>,
     ) -> Slot {
-        let now = Instant::now();
+        let now = self.clock.now();
         let s = &self.settings;
         match result {
             Ok(found) if immutable => Slot {
@@ -262,7 +279,7 @@ impl LookupCache {
     }
 
     /// Entries cached now (after applying pending inserts and evictions, which moka defers).
-    pub async fn entry_count(&self) -> u64 {
+    pub(crate) async fn entry_count(&self) -> u64 {
         self.entries.run_pending_tasks().await;
         self.failures.run_pending_tasks().await;
         self.entries.entry_count() + self.failures.entry_count()
@@ -272,7 +289,18 @@ impl LookupCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::clock::{ManualClock, SystemClock};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn cache_on_system_clock(settings: &CacheSettings) -> LookupCache {
+        LookupCache::with_clock(settings, Arc::new(SystemClock))
+    }
+
+    /// A cache on a clock that moves only when the test says.
+    fn cache_on_clock(settings: &CacheSettings) -> (LookupCache, Arc<ManualClock>) {
+        let clock = ManualClock::new();
+        (LookupCache::with_clock(settings, clock.clone()), clock)
+    }
 
     fn settings(failure_ttl: Duration) -> CacheSettings {
         CacheSettings {
@@ -304,12 +332,13 @@ mod tests {
 
     #[tokio::test]
     async fn coalesces_and_remembers_success() {
-        let cache = LookupCache::new(&settings(Duration::from_secs(1)));
+        let cache = cache_on_system_clock(&settings(Duration::from_secs(1)));
         let calls = AtomicUsize::new(0);
         let lookups = (0..20).map(|_| {
             cache.get_or_resolve(key("app:1"), async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Still in flight when the other callers arrive.
+                tokio::task::yield_now().await;
                 Ok(answer())
             })
         });
@@ -334,7 +363,7 @@ mod tests {
 
     #[tokio::test]
     async fn failures_expire() {
-        let cache = LookupCache::new(&settings(Duration::from_millis(200)));
+        let (cache, clock) = cache_on_clock(&settings(Duration::from_millis(200)));
         let fail = || async {
             Err(LookupError::NotFound {
                 reference: "x".into(),
@@ -347,7 +376,7 @@ mod tests {
             .await
             .is_err());
         // ...but not forever.
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        clock.advance(Duration::from_millis(400));
         assert!(cache
             .get_or_resolve(key("app:2"), async { Ok(answer()) })
             .await
@@ -358,7 +387,7 @@ mod tests {
     async fn tags_expire_digests_stay() {
         let mut s = settings(Duration::from_secs(1));
         s.tag_ttl = Duration::from_millis(100);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         let pinned = format!("app@sha256:{}", "a".repeat(64));
         for image in ["app:3", pinned.as_str()] {
             cache
@@ -366,7 +395,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.advance(Duration::from_millis(300));
         let calls = AtomicUsize::new(0);
         for image in ["app:3", pinned.as_str()] {
             cache
@@ -382,10 +411,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_answer_is_fresh_until_its_ttl_and_not_a_moment_longer() {
+        let mut s = settings(Duration::from_millis(100));
+        s.tag_ttl = Duration::from_secs(60);
+        let (cache, clock) = cache_on_clock(&s);
+        cache
+            .get_or_resolve(key("app:7"), async { Ok(answer()) })
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(60) - Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:7")).await.is_some());
+        clock.advance(Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:7")).await.is_none());
+        // A failure likewise, for its own, shorter time.
+        let missing = || async {
+            Err(LookupError::NotFound {
+                reference: "app:8".into(),
+            })
+        };
+        let _ = cache.get_or_resolve(key("app:8"), missing()).await;
+        clock.advance(Duration::from_millis(99));
+        assert!(cache.fresh(&key("app:8")).await.is_some_and(|r| r.is_err()));
+        clock.advance(Duration::from_millis(1));
+        assert!(cache.fresh(&key("app:8")).await.is_none());
+    }
+
+    #[tokio::test]
     async fn bounded() {
         let mut s = settings(Duration::from_secs(1));
         s.max_entries = 10;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         for i in 0..100 {
             cache
                 .get_or_resolve(key(&format!("app:{i}")), async { Ok(answer()) })
@@ -409,12 +464,12 @@ mod tests {
         let mut s = settings(Duration::from_millis(200));
         s.tag_ttl = Duration::from_millis(100);
         s.stale_ttl = Duration::from_secs(60);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         cache
             .get_or_resolve(key("app:4"), async { Ok(answer()) })
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        clock.advance(Duration::from_millis(150));
         // The tag is due for a refresh; the registry is down: the last answer stands, marked.
         let calls = AtomicUsize::new(0);
         let down = || async {
@@ -425,14 +480,23 @@ mod tests {
         let why = stale.fact.stale.as_ref().expect("marked stale").to_string();
         assert!(why.contains("connection refused"), "{why}");
         assert_eq!(stale.digest, "d");
+        // Its age is counted from when the registry last gave it.
+        assert_eq!(
+            stale.fact.stale.as_ref().unwrap().age,
+            Duration::from_millis(150)
+        );
         // The failed refresh is remembered briefly: the next lookups do not ask again...
         cache.get_or_resolve(key("app:4"), down()).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // ...then ask again, and a recovered registry gives a fresh answer.
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        clock.advance(Duration::from_millis(250));
+        let older = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(
+            older.fact.stale.as_ref().unwrap().age,
+            Duration::from_millis(400)
+        );
+        clock.advance(Duration::from_millis(250));
         let fresh = cache
             .get_or_resolve(key("app:4"), async { Ok(answer()) })
             .await
@@ -445,14 +509,14 @@ mod tests {
         let mut s = settings(Duration::from_millis(50));
         s.tag_ttl = Duration::from_millis(50);
         s.stale_ttl = Duration::from_millis(200);
-        let cache = LookupCache::new(&s);
+        let (cache, clock) = cache_on_clock(&s);
         for image in ["app:5", "app:6"] {
             cache
                 .get_or_resolve(key(image), async { Ok(answer()) })
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        clock.advance(Duration::from_millis(80));
         // The tag was deleted: "not found" is the registry's answer, not an outage.
         let gone = cache
             .get_or_resolve(key("app:5"), async {
@@ -463,7 +527,7 @@ mod tests {
             .await;
         assert!(matches!(gone, Err(LookupError::NotFound { .. })));
         // Past the stale window the outage is reported as it is.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.advance(Duration::from_millis(300));
         let down = cache
             .get_or_resolve(key("app:6"), async { Err(unavailable()) })
             .await;
@@ -474,7 +538,7 @@ mod tests {
     async fn a_flood_of_failures_never_pushes_out_answers() {
         let mut s = settings(Duration::from_secs(60));
         s.max_entries = 100;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         for i in 0..20 {
             cache
                 .get_or_resolve(key(&format!("hot:{i}")), async { Ok(answer()) })
@@ -506,7 +570,7 @@ mod tests {
     async fn big_answers_weigh_more_and_throttled_lookups_are_not_kept() {
         let mut s = settings(Duration::from_secs(60));
         s.max_entries = 50;
-        let cache = LookupCache::new(&s);
+        let cache = cache_on_system_clock(&s);
         let big = Arc::new(ImagePlatforms {
             fact: Arc::new(crate::registry::ImageFact {
                 platforms: (0..64)

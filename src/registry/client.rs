@@ -25,9 +25,9 @@ use super::manifest::ACCEPT as MANIFEST_TYPES;
 use super::{FetchError, ManifestSource, RegistryObserver};
 
 /// Manifests are small; the OCI distribution spec asks registries to accept up to 4 MiB.
-pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: usize = 4 << 20;
 /// Image configs are a few KiB.
-pub const MAX_CONFIG_BYTES: usize = 4 << 20;
+pub(crate) const MAX_CONFIG_BYTES: usize = 4 << 20;
 /// Token lifetime when the token service does not say (the Docker token spec's default).
 const DEFAULT_TOKEN_SECONDS: u64 = 60;
 /// Registries redirect blob (and some manifest) GETs to a storage host or CDN, once; a longer
@@ -66,7 +66,7 @@ struct AuthorizationKey {
     credential: Option<u64>,
 }
 
-pub struct RegistryClient {
+pub(crate) struct RegistryClient {
     http: reqwest::Client,
     /// Lower-cased.
     insecure: Arc<HashSet<String>>,
@@ -247,7 +247,7 @@ fn redirect_policy(
 }
 
 /// One registry host, one credential (or none).
-pub struct HostSource<'a> {
+pub(crate) struct HostSource<'a> {
     client: &'a RegistryClient,
     host: String,
     credential: Option<&'a Credential>,
@@ -654,7 +654,7 @@ fn retry_after_seconds(value: &str) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-pub fn sha256_digest(body: &[u8]) -> String {
+pub(crate) fn sha256_digest(body: &[u8]) -> String {
     hex_digest(
         "sha256",
         ring::digest::digest(&ring::digest::SHA256, body).as_ref(),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::reference::{DOCKER_HUB, DOCKER_HUB_API_HOST};
+use super::reference::canonical_registry;
 
 /// A user name and secret (password or token) for one registry, and where it came from.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -92,16 +92,13 @@ pub enum CredentialError {
 
 /// Registry name as credentials are keyed: `https://index.docker.io/v1/` and
 /// `registry-1.docker.io` are Docker Hub; scheme and path are dropped.
-pub fn normalize_registry_key(key: &str) -> String {
+pub(crate) fn normalize_registry_key(key: &str) -> String {
     let key = key
         .trim()
         .trim_start_matches("https://")
         .trim_start_matches("http://");
     let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
-    match host.as_str() {
-        "index.docker.io" | DOCKER_HUB_API_HOST => DOCKER_HUB.to_owned(),
-        _ => host,
-    }
+    canonical_registry(&host).to_owned()
 }
 
 #[derive(Deserialize)]
@@ -228,12 +225,12 @@ struct DockerAuthEntry {
 }
 
 /// Credentials by registry, and a warning for each entry that could not be used.
-pub type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
+pub(crate) type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
 
 /// Parses a `.dockerconfigjson` (`{"auths": {...}}`) or legacy `.dockercfg` (the auths map
 /// itself). Entries that cannot be used become warnings naming the registry, not errors: one bad
 /// entry must not hide the good ones.
-pub fn parse_docker_config(
+pub(crate) fn parse_docker_config(
     json: &[u8],
     source_name: &str,
 ) -> Result<DockerConfigEntries, CredentialError> {
@@ -294,6 +291,19 @@ mod tests {
         }
         assert_eq!(file_stem_to_registry("localhost_5000"), "localhost:5000");
         assert_eq!(file_stem_to_registry("my_registry.io"), "my_registry.io");
+    }
+
+    #[test]
+    fn credentials_are_keyed_as_images_name_their_registry() {
+        for host in [
+            "docker.io",
+            "index.docker.io",
+            "registry-1.docker.io",
+            "ghcr.io",
+        ] {
+            let image = super::super::ImageReference::parse(&format!("{host}/o/app")).unwrap();
+            assert_eq!(normalize_registry_key(host), image.registry(), "{host}");
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub const ACCEPT: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANI
 
 /// The static name of a media type this module accepts (so cached answers do not each carry a
 /// copy); anything else is reported as an index, the only type inferred without a name.
-pub fn known_media_type(media_type: &str) -> &'static str {
+pub(crate) fn known_media_type(media_type: &str) -> &'static str {
     match media_type {
         OCI_MANIFEST => OCI_MANIFEST,
         DOCKER_LIST => DOCKER_LIST,
@@ -36,7 +36,7 @@ pub fn known_media_type(media_type: &str) -> &'static str {
 
 /// Which single-manifest type `body` says it is: Docker's when it names it, else OCI's (an OCI
 /// manifest may omit its `mediaType`).
-pub fn single_manifest_type(body: &[u8]) -> &'static str {
+pub(crate) fn single_manifest_type(body: &[u8]) -> &'static str {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Declared {

@@ -5,9 +5,18 @@
 use std::fmt;
 
 /// The registry name Docker Hub images are normalised to.
-pub const DOCKER_HUB: &str = "docker.io";
+pub(crate) const DOCKER_HUB: &str = "docker.io";
 /// The host that actually serves Docker Hub's registry API.
-pub const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+pub(crate) const DOCKER_HUB_API_HOST: &str = "registry-1.docker.io";
+/// The registry name for `host` as images and credentials key it: Docker Hub's other names
+/// (`index.docker.io`, its API host) are [`DOCKER_HUB`]; every other host is itself.
+pub(crate) fn canonical_registry(host: &str) -> &str {
+    match host {
+        "index.docker.io" | DOCKER_HUB_API_HOST => DOCKER_HUB,
+        _ => host,
+    }
+}
+
 /// Longest repository name the distribution grammar allows.
 const MAX_NAME_LEN: usize = 255;
 const MAX_TAG_LEN: usize = 128;
@@ -67,11 +76,7 @@ impl ImageReference {
         let registry = match registry {
             Some(host) => {
                 validate_host(host).map_err(fail)?;
-                if host == "index.docker.io" || host == DOCKER_HUB_API_HOST {
-                    DOCKER_HUB.to_owned()
-                } else {
-                    host.to_owned()
-                }
+                canonical_registry(host).to_owned()
             }
             None => DOCKER_HUB.to_owned(),
         };
@@ -103,7 +108,7 @@ impl ImageReference {
     }
 
     /// The host to send registry API requests to (`registry-1.docker.io` for Docker Hub).
-    pub fn api_host(&self) -> &str {
+    pub(crate) fn api_host(&self) -> &str {
         if self.registry == DOCKER_HUB {
             DOCKER_HUB_API_HOST
         } else {
@@ -133,7 +138,7 @@ impl ImageReference {
     }
 
     /// Whether the answer can never change (pinned by digest).
-    pub fn is_immutable(&self) -> bool {
+    pub(crate) fn is_immutable(&self) -> bool {
         self.digest.is_some()
     }
 
@@ -155,7 +160,7 @@ impl ImageReference {
 
     /// The normalised form, as displayed, in a string of exactly its size: built on every
     /// lookup, for the cache key.
-    pub fn to_normalized_string(&self) -> String {
+    pub(crate) fn to_normalized_string(&self) -> String {
         let mut out = String::with_capacity(self.normalized_parts().map(str::len).sum());
         self.normalized_parts().for_each(|part| out.push_str(part));
         out
@@ -306,107 +311,111 @@ mod tests {
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+    /// Input, normalized, API host, manifest reference.
+    const NAME_CASES: &[(&str, &str, &str, &str)] = &[
+        (
+            "nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "nginx:1.25",
+            "docker.io/library/nginx:1.25",
+            "registry-1.docker.io",
+            "1.25",
+        ),
+        (
+            "library/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "docker.io/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "index.docker.io/library/nginx",
+            "docker.io/library/nginx:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "registry-1.docker.io/bitnami/redis:7",
+            "docker.io/bitnami/redis:7",
+            "registry-1.docker.io",
+            "7",
+        ),
+        (
+            "bitnami/redis",
+            "docker.io/bitnami/redis:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+        (
+            "ghcr.io/owner/app",
+            "ghcr.io/owner/app:latest",
+            "ghcr.io",
+            "latest",
+        ),
+        ("ghcr.io/app", "ghcr.io/app:latest", "ghcr.io", "latest"),
+        (
+            "registry.example.com:5000/team/app:v1",
+            "registry.example.com:5000/team/app:v1",
+            "registry.example.com:5000",
+            "v1",
+        ),
+        (
+            "localhost/app",
+            "localhost/app:latest",
+            "localhost",
+            "latest",
+        ),
+        (
+            "localhost:5000/app:dev",
+            "localhost:5000/app:dev",
+            "localhost:5000",
+            "dev",
+        ),
+        (
+            "127.0.0.1:5000/a/b/c:1",
+            "127.0.0.1:5000/a/b/c:1",
+            "127.0.0.1:5000",
+            "1",
+        ),
+        (
+            "[::1]:5000/app",
+            "[::1]:5000/app:latest",
+            "[::1]:5000",
+            "latest",
+        ),
+        ("Registry/app", "Registry/app:latest", "Registry", "latest"),
+        (
+            "my-repo/a.b__c--d",
+            "docker.io/my-repo/a.b__c--d:latest",
+            "registry-1.docker.io",
+            "latest",
+        ),
+    ];
+
     #[test]
     fn normalises_like_docker() {
-        let digest_only = format!("docker.io/library/nginx@{D}");
-        let both = format!("docker.io/library/nginx:1.25@{D}");
-        let cases: &[(&str, &str, &str, &str)] = &[
-            // input, normalized, api host, manifest reference
-            (
-                "nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "nginx:1.25",
-                "docker.io/library/nginx:1.25",
-                "registry-1.docker.io",
-                "1.25",
-            ),
-            (
-                "library/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "docker.io/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "index.docker.io/library/nginx",
-                "docker.io/library/nginx:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "registry-1.docker.io/bitnami/redis:7",
-                "docker.io/bitnami/redis:7",
-                "registry-1.docker.io",
-                "7",
-            ),
-            (
-                "bitnami/redis",
-                "docker.io/bitnami/redis:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-            (
-                "ghcr.io/owner/app",
-                "ghcr.io/owner/app:latest",
-                "ghcr.io",
-                "latest",
-            ),
-            ("ghcr.io/app", "ghcr.io/app:latest", "ghcr.io", "latest"),
-            (
-                "registry.example.com:5000/team/app:v1",
-                "registry.example.com:5000/team/app:v1",
-                "registry.example.com:5000",
-                "v1",
-            ),
-            (
-                "localhost/app",
-                "localhost/app:latest",
-                "localhost",
-                "latest",
-            ),
-            (
-                "localhost:5000/app:dev",
-                "localhost:5000/app:dev",
-                "localhost:5000",
-                "dev",
-            ),
-            (
-                "127.0.0.1:5000/a/b/c:1",
-                "127.0.0.1:5000/a/b/c:1",
-                "127.0.0.1:5000",
-                "1",
-            ),
-            (
-                "[::1]:5000/app",
-                "[::1]:5000/app:latest",
-                "[::1]:5000",
-                "latest",
-            ),
-            ("Registry/app", "Registry/app:latest", "Registry", "latest"),
-            (
-                "my-repo/a.b__c--d",
-                "docker.io/my-repo/a.b__c--d:latest",
-                "registry-1.docker.io",
-                "latest",
-            ),
-        ];
-        for (input, normalized, host, manifest_ref) in cases {
+        for (input, normalized, host, manifest_ref) in NAME_CASES {
             let r = ImageReference::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(r.to_string(), *normalized, "{input}");
             assert_eq!(r.to_normalized_string(), *normalized, "{input}");
             assert_eq!(r.api_host(), *host, "{input}");
             assert_eq!(r.manifest_reference(), *manifest_ref, "{input}");
         }
+    }
 
+    #[test]
+    fn a_digest_wins_over_the_tag() {
+        let digest_only = format!("docker.io/library/nginx@{D}");
+        let both = format!("docker.io/library/nginx:1.25@{D}");
         let r = ImageReference::parse(&format!("nginx@{D}")).unwrap();
         assert_eq!(r.to_string(), digest_only);
         assert_eq!(r.to_normalized_string(), digest_only);

@@ -1,0 +1,305 @@
+//! The resolver: parses the reference, picks the registry host (a mirror first, then the
+//! origin), takes a lookup turn, asks the host's circuit breaker, tries each credential in
+//! order, walks the manifest tree, and caches the answer.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::breaker::{BreakerSettings, CircuitBreakers};
+use super::cache::{CacheKey, CacheSettings, LookupCache};
+use super::client::{RegistryClient, TransportSettings};
+use super::clock::{Clock, SystemClock};
+use super::turns::LookupTurns;
+use super::walk::walk;
+use super::{
+    Credential, CredentialStore, FetchError, ImageFact, ImagePlatforms, ImageReference,
+    LookupError, Provenance, RegistryObserver,
+};
+
+/// Everything the resolver needs, resolved from config at start-up.
+#[derive(Clone, Debug)]
+pub struct ResolverSettings {
+    pub transport: TransportSettings,
+    /// Registry (as images name it) → mirror host to ask first.
+    pub mirrors: BTreeMap<String, String>,
+    /// The deadline for one lookup, all retries and fallbacks included.
+    pub lookup_timeout: Duration,
+    pub cache: CacheSettings,
+    pub breaker: BreakerSettings,
+}
+
+/// Resolves images to platforms: mirrors, credentials, cache.
+pub struct Resolver {
+    settings: ResolverSettings,
+    credentials: CredentialStore,
+    client: RegistryClient,
+    cache: LookupCache,
+    breakers: CircuitBreakers,
+    turns: LookupTurns,
+    observer: Option<Arc<dyn RegistryObserver>>,
+}
+
+impl Resolver {
+    /// Fails only if the transport cannot be built (a CA bundle that does not parse).
+    pub fn new(
+        settings: ResolverSettings,
+        credentials: CredentialStore,
+    ) -> Result<Self, LookupError> {
+        let client = RegistryClient::new(&settings.transport)
+            .map_err(|e| e.into_lookup("registry client", "-", ""))?;
+        // One clock for the cache and the breakers, so their notions of "now" agree.
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        Ok(Self {
+            client,
+            cache: LookupCache::with_clock(&settings.cache, clock.clone()),
+            breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
+            turns: LookupTurns::default(),
+            settings,
+            credentials,
+            observer: None,
+        })
+    }
+
+    /// Reports registry requests and cache lookups to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
+        self.client.set_observer(observer.clone());
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Platforms of `image`, using the configured credentials.
+    pub async fn resolve(&self, image: &str) -> Result<Arc<ImagePlatforms>, LookupError> {
+        self.resolve_with(image, &CredentialStore::default()).await
+    }
+
+    /// Platforms of `image`, trying the credentials `first` holds for the image's registry (a
+    /// Pod's pull secrets), then the configured ones, then anonymous access. A credential is only
+    /// ever sent to the registry it is for.
+    pub async fn resolve_with(
+        &self,
+        image: &str,
+        first: &CredentialStore,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        self.resolve_within(image, first, self.settings.lookup_timeout)
+            .await
+    }
+
+    /// [`Resolver::resolve_with`] for a caller who can wait only `budget` (an admission whose
+    /// API server times out sooner than `lookup_timeout`): a registry lookup then ends by itself
+    /// within the budget, so a hung registry is still counted by its circuit breaker rather than
+    /// abandoned unnoticed.
+    pub async fn resolve_within(
+        &self,
+        image: &str,
+        first: &CredentialStore,
+        budget: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let timeout = budget.min(self.settings.lookup_timeout);
+        let reference = ImageReference::parse(image)?;
+        let chain: Vec<Credential> = first
+            .for_registry(reference.registry())
+            .iter()
+            .chain(self.credentials.for_registry(reference.registry()))
+            .cloned()
+            .collect();
+        let key = CacheKey::new(
+            &reference,
+            chain.iter().map(|c| self.client.fingerprint(c)).collect(),
+        );
+        // The warm path stays small: the registry lookup's future is large (tens of KiB of
+        // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
+        if let Some(fresh) = self.cache.fresh(&key).await {
+            self.observe(true, &fresh);
+            return fresh;
+        }
+        Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+    }
+
+    /// Counts a lookup's cache outcome, and an answer served from the last known result.
+    fn observe(&self, cache_hit: bool, result: &Result<Arc<ImagePlatforms>, LookupError>) {
+        if let Some(observer) = &self.observer {
+            observer.cache_lookup(cache_hit);
+            if result
+                .as_ref()
+                .is_ok_and(|found| found.fact.stale.is_some())
+            {
+                observer.stale_answer();
+            }
+        }
+    }
+
+    /// The cache had no fresh answer: ask the registry (once, however many callers wait).
+    async fn resolve_uncached(
+        &self,
+        key: CacheKey,
+        reference: ImageReference,
+        chain: Vec<Credential>,
+        timeout: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let missed = AtomicBool::new(false);
+        let result = self
+            .cache
+            .get_or_resolve(key, async {
+                missed.store(true, Ordering::Relaxed);
+                let deadline = tokio::time::Instant::now() + timeout;
+                self.lookup(&reference, &chain, deadline, timeout).await
+            })
+            .await;
+        self.observe(!missed.load(Ordering::Relaxed), &result);
+        result
+    }
+
+    /// Uncached lookup: the mirror (if any) first, then the origin, all before `deadline`.
+    async fn lookup(
+        &self,
+        reference: &ImageReference,
+        chain: &[Credential],
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
+            let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
+            // A hung mirror gets half the time, so the origin still gets its chance.
+            let now = tokio::time::Instant::now();
+            let mirror_deadline = now + deadline.saturating_duration_since(now) / 2;
+            match self
+                .lookup_at(
+                    reference,
+                    mirror,
+                    &mirror_chain,
+                    mirror_deadline,
+                    timeout / 2,
+                )
+                .await
+            {
+                Ok(found) => return Ok(found),
+                Err(e) => tracing::info!(
+                    image = ?reference.to_string(), mirror = ?mirror, error = ?e.to_string(),
+                    "mirror failed; asking the origin registry"
+                ),
+            }
+        }
+        self.lookup_at(reference, reference.api_host(), chain, deadline, timeout)
+            .await
+    }
+
+    /// One registry host, through its circuit breaker and within `deadline`.
+    async fn lookup_at(
+        &self,
+        reference: &ImageReference,
+        host: &str,
+        chain: &[Credential],
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        // Our own bound first: a lookup that never got its turn is no failure of the registry's,
+        // and must not take the breaker's half-open probe slot either.
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.turns.take(host)).await else {
+            return Err(LookupError::Throttled {
+                reference: reference.to_string(),
+                after: timeout,
+            });
+        };
+        if let Err(open) = self.breakers.check(host, self.settings.lookup_timeout) {
+            return Err(LookupError::CircuitOpen {
+                reference: reference.to_string(),
+                registry: host.to_owned(),
+                retry_in_secs: open.retry_in.as_secs().max(1),
+                cause: open.cause,
+            });
+        }
+        let turn_started = tokio::time::Instant::now();
+        let attempt =
+            tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
+        let result = match attempt.await {
+            Ok(result) => result,
+            // The registry had less than half the budget because this lookup waited its turn
+            // behind others: tolerable's own limit cut it short, not the registry.
+            Err(_) if deadline.saturating_duration_since(turn_started) < timeout / 2 => {
+                return Err(LookupError::Throttled {
+                    reference: reference.to_string(),
+                    after: timeout,
+                });
+            }
+            Err(_) => Err(LookupError::Timeout {
+                reference: reference.to_string(),
+                after: timeout,
+            }),
+        };
+        match &result {
+            Err(e) if e.is_unavailable() => {
+                let retry_after = match e {
+                    LookupError::Registry { retry_after, .. } => *retry_after,
+                    _ => None,
+                };
+                if self.breakers.failure(host, &e.reason(), retry_after) {
+                    tracing::warn!(registry = ?host, error = ?e.to_string(), "registry unavailable: circuit open, not asking it for a while");
+                    if let Some(observer) = &self.observer {
+                        observer.circuit_opened(host);
+                    }
+                }
+            }
+            // Any answer from the registry, even "not found", shows it is up.
+            _ => self.breakers.success(host),
+        }
+        result
+    }
+
+    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
+    async fn try_credentials(
+        &self,
+        reference: &ImageReference,
+        host: &str,
+        chain: &[Credential],
+    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let shown = reference.to_string();
+        let attempts = chain.iter().map(Some).chain(std::iter::once(None));
+        let mut tried = Vec::new();
+        for credential in attempts {
+            let label = credential
+                .map_or("anonymous", Credential::source)
+                .to_owned();
+            tried.push(label.clone());
+            let source = self.client.source(host, credential);
+            match walk(
+                &source,
+                reference.repository(),
+                reference.manifest_reference(),
+            )
+            .await
+            {
+                Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
+                    return Err(LookupError::NoPlatforms { reference: shown });
+                }
+                Ok(walked) => {
+                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
+                    return Ok(Arc::new(ImagePlatforms {
+                        digest: walked.digest,
+                        media_type: walked.media_type,
+                        served_by: host.to_owned(),
+                        fact: Arc::new(ImageFact {
+                            platforms: walked.platforms,
+                            artifact: walked.artifact,
+                            credentials: credential.map_or(Provenance::Anonymous, |c| {
+                                Provenance::Credential(c.shared_source())
+                            }),
+                            stale: None,
+                        }),
+                    }));
+                }
+                Err(FetchError::Unauthorized) => {
+                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
+                }
+                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
+            }
+        }
+        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+    }
+
+    /// Entries currently cached (for metrics and tests).
+    pub async fn cached_entries(&self) -> u64 {
+        self.cache.entry_count().await
+    }
+}

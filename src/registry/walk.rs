@@ -1,0 +1,437 @@
+//! The manifest-tree walk: from a tag or digest to the platforms it names. Generic over
+//! [`ManifestSource`], the I/O boundary, so it runs the same over HTTP and over a map in a test.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+
+use super::manifest::{self, ManifestError, ParsedManifest};
+use super::{FetchError, Platform, MAX_INDEX_DEPTH, MAX_INDEX_ENTRIES, MAX_PLATFORMS};
+
+/// Child manifests of one index fetched at the same time.
+const CHILD_FETCHES: usize = 4;
+
+/// The I/O boundary: one registry host with one credential.
+pub(crate) trait ManifestSource: Sync {
+    /// The manifest body and its digest. `reference` is a tag or a digest.
+    fn manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> impl Future<Output = Result<(Bytes, String), FetchError>> + Send;
+    fn blob(
+        &self,
+        repository: &str,
+        digest: &str,
+    ) -> impl Future<Output = Result<Bytes, FetchError>> + Send;
+}
+
+/// The result of walking one manifest tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Walked {
+    pub digest: String,
+    pub media_type: &'static str,
+    pub platforms: Vec<Platform>,
+    /// The config media type of a platform-less artifact (then `platforms` is empty).
+    pub artifact: Option<String>,
+}
+
+/// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one
+/// request when its entries carry platforms; entries without one, and single manifests, cost a
+/// config blob read each (done concurrently).
+pub(crate) async fn walk(
+    source: &impl ManifestSource,
+    repository: &str,
+    reference: &str,
+) -> Result<Walked, FetchError> {
+    let (body, digest) = source.manifest(repository, reference).await?;
+    let parsed = match manifest::parse_manifest(&body, None) {
+        Ok(parsed) => parsed,
+        // A single manifest whose config is not an image config names no platform: an
+        // artifact, pulled the same on every node (image volumes carry such).
+        Err(ManifestError::NotAnImage { media_type }) => {
+            return Ok(Walked {
+                digest,
+                media_type: manifest::single_manifest_type(&body),
+                platforms: Vec::new(),
+                artifact: Some(media_type),
+            })
+        }
+        Err(e) => return Err(FetchError::Manifest(e)),
+    };
+    let media_type = manifest::known_media_type(parsed.media_type());
+    let mut platforms = platforms_of(source, repository, parsed, 0).await?;
+    platforms.sort();
+    platforms.dedup();
+    if platforms.len() > MAX_PLATFORMS {
+        return Err(FetchError::TooMany(
+            "the image names more than 64 platforms",
+        ));
+    }
+    platforms.shrink_to_fit();
+    Ok(Walked {
+        digest,
+        media_type,
+        platforms,
+        artifact: None,
+    })
+}
+
+fn platforms_of<'a, S: ManifestSource>(
+    source: &'a S,
+    repository: &'a str,
+    parsed: ParsedManifest,
+    depth: usize,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Platform>, FetchError>> + Send + 'a>> {
+    Box::pin(async move {
+        match parsed {
+            ParsedManifest::Schema1 { platform, .. } => Ok(vec![platform]),
+            ParsedManifest::Image { config, .. } => {
+                let blob = source.blob(repository, &config.digest).await?;
+                Ok(vec![
+                    manifest::parse_image_config(&blob).map_err(FetchError::Manifest)?
+                ])
+            }
+            ParsedManifest::Index { entries, .. } => {
+                if entries.len() > MAX_INDEX_ENTRIES {
+                    return Err(FetchError::TooMany(
+                        "the image index lists more than 512 manifests",
+                    ));
+                }
+                let mut known = Vec::new();
+                let mut unknown: Vec<String> = Vec::new();
+                for entry in entries {
+                    match entry.platform {
+                        // A nested index's own platform field is not trusted: read it.
+                        Some(p) if !entry.is_index() => known.push(p),
+                        // Each child once, however often the index lists it.
+                        _ if unknown.contains(&entry.descriptor.digest) => {}
+                        _ => unknown.push(entry.descriptor.digest),
+                    }
+                }
+                if !unknown.is_empty() && depth >= MAX_INDEX_DEPTH {
+                    return Err(FetchError::TooDeep);
+                }
+                // A few children at a time: an index is a list the registry's owner chose.
+                let children: Vec<Vec<Platform>> =
+                    futures_util::stream::iter(unknown.into_iter().map(move |digest| async move {
+                        let (body, _) = source.manifest(repository, &digest).await?;
+                        let child =
+                            manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
+                        match child {
+                            Ok(child) => platforms_of(source, repository, child, depth + 1).await,
+                            // An artifact inside an index (a signature, an SBOM) is not a platform.
+                            Err(FetchError::Manifest(
+                                ManifestError::NotAnImage { .. }
+                                | ManifestError::UnknownType { .. },
+                            )) => Ok(Vec::new()),
+                            Err(e) => Err(e),
+                        }
+                    }))
+                    .buffered(CHILD_FETCHES)
+                    .try_collect()
+                    .await?;
+                known.extend(children.into_iter().flatten());
+                known.retain(|p| !p.is_unknown());
+                Ok(known)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::registry::manifest::{OCI_CONFIG, OCI_INDEX, OCI_MANIFEST};
+
+    /// A registry in a map: manifests by tag or digest, blobs by digest. Records what was asked.
+    #[derive(Default)]
+    struct MemorySource {
+        manifests: HashMap<String, Bytes>,
+        blobs: HashMap<String, Bytes>,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl MemorySource {
+        fn manifest(mut self, reference: &str, body: &Value) -> Self {
+            self.manifests
+                .insert(reference.to_owned(), body.to_string().into());
+            self
+        }
+
+        fn blob(mut self, digest: &str, body: &Value) -> Self {
+            self.blobs
+                .insert(digest.to_owned(), body.to_string().into());
+            self
+        }
+
+        fn asked(&self) -> Vec<String> {
+            self.asked.lock().unwrap().clone()
+        }
+
+        fn record(&self, what: String) {
+            self.asked.lock().unwrap().push(what);
+        }
+    }
+
+    impl ManifestSource for MemorySource {
+        fn manifest(
+            &self,
+            _: &str,
+            reference: &str,
+        ) -> impl Future<Output = Result<(Bytes, String), FetchError>> + Send {
+            self.record(format!("manifest {reference}"));
+            let digest = if reference.starts_with("sha256:") {
+                reference.to_owned()
+            } else {
+                format!("sha256:tag-{reference}")
+            };
+            let found = self.manifests.get(reference).cloned();
+            std::future::ready(found.map(|body| (body, digest)).ok_or(FetchError::NotFound))
+        }
+
+        fn blob(
+            &self,
+            _: &str,
+            digest: &str,
+        ) -> impl Future<Output = Result<Bytes, FetchError>> + Send {
+            self.record(format!("blob {digest}"));
+            std::future::ready(self.blobs.get(digest).cloned().ok_or(FetchError::NotFound))
+        }
+    }
+
+    fn image(config_digest: &str) -> Value {
+        image_of(OCI_CONFIG, config_digest)
+    }
+
+    fn image_of(config_type: &str, config_digest: &str) -> Value {
+        json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": config_type, "digest": config_digest, "size": 1},
+            "layers": [],
+        })
+    }
+
+    fn config(architecture: &str) -> Value {
+        json!({"os": "linux", "architecture": architecture})
+    }
+
+    /// An index entry; `architecture` None leaves the platform out, so the child must be read.
+    fn entry(media_type: &str, digest: &str, architecture: Option<&str>) -> Value {
+        let mut entry = json!({"mediaType": media_type, "digest": digest, "size": 1});
+        if let Some(architecture) = architecture {
+            entry["platform"] = json!({"os": "linux", "architecture": architecture});
+        }
+        entry
+    }
+
+    fn index(entries: Vec<Value>) -> Value {
+        json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries})
+    }
+
+    fn names(walked: &Walked) -> Vec<String> {
+        walked.platforms.iter().map(ToString::to_string).collect()
+    }
+
+    async fn walk_tag(source: &MemorySource) -> Result<Walked, FetchError> {
+        walk(source, "app", "v1").await
+    }
+
+    #[tokio::test]
+    async fn a_single_manifest_reads_its_config() {
+        let source = MemorySource::default()
+            .manifest("v1", &image("sha256:c"))
+            .blob("sha256:c", &config("s390x"));
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/s390x"]);
+        assert_eq!(walked.digest, "sha256:tag-v1");
+        assert_eq!(walked.media_type, OCI_MANIFEST);
+        assert_eq!(walked.artifact, None);
+        assert_eq!(source.asked(), ["manifest v1", "blob sha256:c"]);
+    }
+
+    #[tokio::test]
+    async fn an_index_answers_from_its_entries_and_reads_only_children_without_a_platform() {
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                    entry(OCI_MANIFEST, "sha256:b", Some("arm64")),
+                    entry(OCI_MANIFEST, "sha256:s", None),
+                ]),
+            )
+            .manifest("sha256:s", &image("sha256:sc"))
+            .blob("sha256:sc", &config("s390x"));
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(
+            names(&walked),
+            ["linux/amd64", "linux/arm64", "linux/s390x"]
+        );
+        assert_eq!(walked.media_type, OCI_INDEX);
+        assert_eq!(
+            source.asked(),
+            ["manifest v1", "manifest sha256:s", "blob sha256:sc"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_nested_index_is_read_even_when_its_entry_claims_a_platform() {
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                    // The claim is not trusted: the nested index says what it holds.
+                    entry(OCI_INDEX, "sha256:inner", Some("riscv64")),
+                ]),
+            )
+            .manifest(
+                "sha256:inner",
+                &index(vec![entry(OCI_MANIFEST, "sha256:p", Some("ppc64le"))]),
+            );
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/amd64", "linux/ppc64le"]);
+    }
+
+    /// An index `levels` deep whose innermost index lists an image without a platform.
+    fn nested(levels: usize) -> MemorySource {
+        let mut source = MemorySource::default()
+            .manifest("sha256:leaf", &image("sha256:c"))
+            .blob("sha256:c", &config("arm64"));
+        for level in 0..levels {
+            let child = match level {
+                0 => entry(OCI_MANIFEST, "sha256:leaf", None),
+                _ => entry(OCI_INDEX, &format!("sha256:i{}", level - 1), None),
+            };
+            let name = match level + 1 == levels {
+                true => "v1".to_owned(),
+                false => format!("sha256:i{level}"),
+            };
+            source = source.manifest(&name, &index(vec![child]));
+        }
+        source
+    }
+
+    #[tokio::test]
+    async fn indexes_nest_at_most_max_index_depth_deep() {
+        let walked = walk_tag(&nested(MAX_INDEX_DEPTH)).await.unwrap();
+        assert_eq!(names(&walked), ["linux/arm64"]);
+        let too_deep = walk_tag(&nested(MAX_INDEX_DEPTH + 1)).await;
+        assert_eq!(too_deep, Err(FetchError::TooDeep));
+    }
+
+    #[tokio::test]
+    async fn an_artifact_names_no_platform_and_is_skipped_inside_an_index() {
+        let helm = "application/vnd.cncf.helm.config.v1+json";
+        let source = MemorySource::default().manifest("v1", &image_of(helm, "sha256:c"));
+        let walked = walk_tag(&source).await.unwrap();
+        assert!(walked.platforms.is_empty());
+        assert_eq!(walked.artifact.as_deref(), Some(helm));
+        assert_eq!(walked.media_type, OCI_MANIFEST);
+        assert_eq!(
+            source.asked(),
+            ["manifest v1"],
+            "an artifact's config is not read"
+        );
+
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                    entry(OCI_MANIFEST, "sha256:sig", None),
+                    entry(OCI_MANIFEST, "sha256:odd", None),
+                ]),
+            )
+            .manifest("sha256:sig", &image_of(helm, "sha256:c"))
+            .manifest("sha256:odd", &json!({"mediaType": "application/x-odd"}));
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/amd64"]);
+        assert_eq!(walked.artifact, None);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_media_type_at_the_top_is_not_an_image() {
+        let source = MemorySource::default().manifest("v1", &json!({"mediaType": "text/plain"}));
+        let walked = walk_tag(&source).await;
+        assert_eq!(
+            walked,
+            Err(FetchError::Manifest(ManifestError::UnknownType {
+                media_type: "text/plain".into()
+            }))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_index_may_list_512_manifests_and_64_platforms_and_no_more() {
+        let arch = |i: usize| format!("arch{}", i % 64);
+        let listing = |n: usize, arch: &dyn Fn(usize) -> String| {
+            let entries = (0..n)
+                .map(|i| entry(OCI_MANIFEST, &format!("sha256:{i}"), Some(&arch(i))))
+                .collect();
+            MemorySource::default().manifest("v1", &index(entries))
+        };
+        let walked = walk_tag(&listing(MAX_INDEX_ENTRIES, &arch)).await.unwrap();
+        assert_eq!(walked.platforms.len(), MAX_PLATFORMS);
+        assert!(matches!(
+            walk_tag(&listing(MAX_INDEX_ENTRIES + 1, &arch)).await,
+            Err(FetchError::TooMany(_))
+        ));
+        let distinct = |i: usize| format!("arch{i}");
+        assert!(walk_tag(&listing(MAX_PLATFORMS, &distinct)).await.is_ok());
+        assert!(matches!(
+            walk_tag(&listing(MAX_PLATFORMS + 1, &distinct)).await,
+            Err(FetchError::TooMany(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_child_listed_twice_is_read_once_and_counted_once() {
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_MANIFEST, "sha256:s", None),
+                    entry(OCI_MANIFEST, "sha256:a", Some("s390x")),
+                    entry(OCI_MANIFEST, "sha256:s", None),
+                ]),
+            )
+            .manifest("sha256:s", &image("sha256:sc"))
+            .blob("sha256:sc", &config("s390x"));
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/s390x"]);
+        assert_eq!(
+            source.asked(),
+            ["manifest v1", "manifest sha256:s", "blob sha256:sc"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_that_fails_fails_the_walk() {
+        let source = MemorySource::default().manifest(
+            "v1",
+            &index(vec![
+                entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                entry(OCI_MANIFEST, "sha256:gone", None),
+            ]),
+        );
+        assert_eq!(walk_tag(&source).await, Err(FetchError::NotFound));
+
+        let broken = MemorySource::default()
+            .manifest("v1", &index(vec![entry(OCI_MANIFEST, "sha256:s", None)]))
+            .manifest("sha256:s", &image("sha256:sc"))
+            .blob("sha256:sc", &json!({"os": "linux"}));
+        assert!(matches!(
+            walk_tag(&broken).await,
+            Err(FetchError::Manifest(ManifestError::MalformedConfig(_)))
+        ));
+    }
+}
