@@ -209,8 +209,7 @@ macro_rules! words_of {
     )*};
 }
 
-// The mirrors' variants are read by serde's derive only, never built.
-#[allow(dead_code)]
+/// The words of the core's enums and of [`NameCheck`], mirrored for `#[serde(remote)]`.
 mod words {
     use super::*;
 
