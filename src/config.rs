@@ -1,12 +1,19 @@
 //! Configuration: `tolerable.toml`, overridden key by key by `TOLERABLE_<KEY>` environment
 //! variables, resolved once at start-up into a validated, immutable [`Config`]. A bad value stops
-//! start-up with an error naming the key and the reason.
+//! start-up with an error naming the key, where it was written (the variable, or the file) and
+//! the reason; a key tolerable does not know, with the nearest one it does.
+//!
+//! [`RawConfig::default`] holds the defaults, the one copy: the shipped `tolerable.toml` writes
+//! them out, and a test keeps the two equal.
+
+mod source;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::mutate::{
@@ -20,6 +27,8 @@ use crate::registry::credentials::normalize_registry_key;
 use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings};
 use crate::server::tls::NameCheck;
 use crate::server::ServerLimits;
+pub use source::Origin;
+use source::Sources;
 
 pub const ENV_PREFIX: &str = "TOLERABLE";
 /// The variable naming the config file; not itself a config key.
@@ -39,10 +48,31 @@ const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file cannot be read, or is not TOML.
     #[error("config file {path}: {reason}")]
     File { path: PathBuf, reason: String },
-    #[error("config key `{key}`: {reason}")]
-    Key { key: String, reason: String },
+    /// A value that is not what its key takes.
+    #[error("{origin}config key `{key}`: {reason}")]
+    Key {
+        key: String,
+        origin: Origin,
+        reason: String,
+    },
+    /// A value of the wrong type, as the deserializer words it (`… for key `x``).
+    #[error("{origin}{message} for key `{key}`")]
+    Type {
+        key: String,
+        origin: Origin,
+        message: String,
+    },
+    /// A key tolerable does not know; `nearest` is the known one nearest to it, spelled as
+    /// where it was written spells keys (a variable's name, or the file's key).
+    #[error("{origin}unknown field `{key}`; did you mean {nearest}?")]
+    UnknownKey {
+        origin: Origin,
+        key: String,
+        nearest: String,
+    },
     #[error("configuration: {0}")]
     Other(String),
 }
@@ -51,10 +81,183 @@ impl ConfigError {
     fn key(key: &str, reason: impl Into<String>) -> Self {
         Self::Key {
             key: key.to_owned(),
+            origin: Origin::Default,
             reason: reason.into(),
         }
     }
+
+    /// The error with where its key was written.
+    fn located(mut self, sources: &Sources) -> Self {
+        if let Self::Key { key, origin, .. } | Self::Type { key, origin, .. } = &mut self {
+            *origin = sources.origin_of(key);
+        }
+        self
+    }
+
+    /// config-rs's error: a value's type error keeps its key, to be located.
+    fn from_merge(e: config::ConfigError) -> Self {
+        let (key, message) = match &e {
+            config::ConfigError::Type {
+                key: Some(key),
+                unexpected,
+                expected,
+                ..
+            } => (
+                key,
+                format!("invalid type: {unexpected}, expected {expected}"),
+            ),
+            config::ConfigError::At {
+                key: Some(key),
+                error,
+                ..
+            } => (key, error.to_string()),
+            _ => return Self::Other(e.to_string()),
+        };
+        Self::Type {
+            key: key.clone(),
+            origin: Origin::Default,
+            message,
+        }
+    }
 }
+
+/// A key that takes one of a set of words, spelled as serde's derive spells the enum's variants
+/// (`rename_all`). A word outside the set is kept rather than refused while deserializing, so
+/// validation reports it the way it reports every bad value: `config key `steering`: "sideways"
+/// is not off, node_selector or node_affinity`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Word<T> {
+    Known(T),
+    Unknown {
+        text: String,
+        /// The words the enum takes.
+        expected: &'static [&'static str],
+    },
+}
+
+impl<T: DeserializeOwned> Word<T> {
+    /// `text`, trimmed, as one of `T`'s words.
+    fn parse(text: &str) -> Self {
+        let text = text.trim();
+        let words = serde::de::value::StrDeserializer::<UnknownWord>::new(text);
+        match T::deserialize(words) {
+            Ok(word) => Self::Known(word),
+            Err(UnknownWord(expected)) => Self::Unknown {
+                text: text.to_owned(),
+                expected,
+            },
+        }
+    }
+
+    fn get(self, key: &str) -> Result<T, ConfigError> {
+        match self {
+            Self::Known(word) => Ok(word),
+            Self::Unknown { text, expected } => {
+                let words: Vec<&str> = expected
+                    .iter()
+                    .map(|w| if w.is_empty() { "empty" } else { w })
+                    .collect();
+                let listed = match words.split_last() {
+                    Some((last, [])) => (*last).to_owned(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "known".to_owned(),
+                };
+                Err(ConfigError::key(key, format!("{text:?} is not {listed}")))
+            }
+        }
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Word<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self::parse(&String::deserialize(deserializer)?))
+    }
+}
+
+/// Why serde's derive refused a word: the words it takes.
+#[derive(Debug)]
+struct UnknownWord(&'static [&'static str]);
+
+impl std::fmt::Display for UnknownWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not one of {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownWord {}
+
+impl serde::de::Error for UnknownWord {
+    fn custom<M: std::fmt::Display>(_: M) -> Self {
+        Self(&[])
+    }
+
+    fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+        Self(expected)
+    }
+}
+
+/// Deserialize for enums of other modules through a mirror deriving it with
+/// `#[serde(remote = …)]`: the words live here, with the config, and the core stays free of
+/// serde.
+macro_rules! words_of {
+    ($($mirror:ident => $remote:ty),* $(,)?) => {$(
+        impl<'de> Deserialize<'de> for $remote {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $mirror::deserialize(d)
+            }
+        }
+    )*};
+}
+
+/// The words of the core's enums and of [`NameCheck`], mirrored for `#[serde(remote)]`.
+mod words {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(remote = "Steering", rename_all = "snake_case")]
+    pub enum SteeringWords {
+        Off,
+        NodeSelector,
+        NodeAffinity,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(remote = "OnNoCommonArchitecture", rename_all = "snake_case")]
+    pub enum OnNoCommonArchitectureWords {
+        Deny,
+        Warn,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(remote = "OnLookupFailure", rename_all = "snake_case")]
+    pub enum OnLookupFailureWords {
+        Allow,
+        Deny,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(remote = "TolerationOperator")]
+    pub enum TolerationOperatorWords {
+        Equal,
+        Exists,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(remote = "NameCheck", rename_all = "snake_case")]
+    pub enum NameCheckWords {
+        Refuse,
+        Warn,
+    }
+}
+
+words_of!(
+    SteeringWords => Steering,
+    OnNoCommonArchitectureWords => OnNoCommonArchitecture,
+    OnLookupFailureWords => OnLookupFailure,
+    TolerationOperatorWords => TolerationOperator,
+    NameCheckWords => NameCheck,
+);
+use words::*;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -62,6 +265,27 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+/// A taint's effect a toleration matches; empty: every effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+    #[serde(rename = "")]
+    Any,
+}
+
+impl TaintEffect {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+            Self::Any => "",
+        }
+    }
 }
 
 /// The file and environment as written, before validation.
@@ -76,10 +300,10 @@ struct RawConfig {
     tolerations: RawTolerations,
     architecture_tolerations: BTreeMap<String, RawTemplates>,
     skip_namespaces: List,
-    steering: String,
+    steering: Word<Steering>,
     preferred_architecture: Option<RawPreference>,
-    on_no_common_architecture: String,
-    on_lookup_failure: String,
+    on_no_common_architecture: Word<OnNoCommonArchitecture>,
+    on_lookup_failure: Word<OnLookupFailure>,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
     read_pull_secrets: bool,
@@ -87,18 +311,18 @@ struct RawConfig {
     default_architectures: List,
     manage_node_taints: bool,
     log_level: String,
-    log_format: String,
+    log_format: Word<LogFormat>,
     worker_threads: usize,
     max_connections: usize,
     max_requests_in_flight: usize,
     request_read_timeout: String,
     connection_idle_timeout: String,
-    tls_reload_name_check: String,
+    tls_reload_name_check: Word<NameCheck>,
     registry_credential_path: Option<PathBuf>,
     docker_config_path: Option<PathBuf>,
     registry_ca_path: Option<PathBuf>,
     insecure_registries: List,
-    registry_mirrors: BTreeMap<String, String>,
+    registry_mirrors: TextMap,
     lookup_timeout: String,
     registry_connect_timeout: String,
     cache_tag_ttl: String,
@@ -113,6 +337,7 @@ struct RawConfig {
 }
 
 impl Default for RawConfig {
+    /// The defaults: `tolerable.toml` writes each of them out.
     fn default() -> Self {
         Self {
             ssl_cert_path: None,
@@ -123,10 +348,10 @@ impl Default for RawConfig {
             tolerations: RawTolerations::default(),
             architecture_tolerations: BTreeMap::new(),
             skip_namespaces: List(vec!["kube-system".into()]),
-            steering: "node_affinity".into(),
+            steering: Word::Known(Steering::NodeAffinity),
             preferred_architecture: None,
-            on_no_common_architecture: "deny".into(),
-            on_lookup_failure: "allow".into(),
+            on_no_common_architecture: Word::Known(OnNoCommonArchitecture::Deny),
+            on_lookup_failure: Word::Known(OnLookupFailure::Allow),
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,
             read_pull_secrets: true,
@@ -134,18 +359,18 @@ impl Default for RawConfig {
             default_architectures: List(vec!["amd64".into()]),
             manage_node_taints: false,
             log_level: "info".into(),
-            log_format: "text".into(),
+            log_format: Word::Known(LogFormat::Text),
             worker_threads: 0,
             max_connections: 1000,
             max_requests_in_flight: 256,
             request_read_timeout: "5s".into(),
             connection_idle_timeout: "120s".into(),
-            tls_reload_name_check: "refuse".into(),
+            tls_reload_name_check: Word::Known(NameCheck::Refuse),
             registry_credential_path: None,
             docker_config_path: None,
             registry_ca_path: None,
             insecure_registries: List::default(),
-            registry_mirrors: BTreeMap::new(),
+            registry_mirrors: TextMap::default(),
             lookup_timeout: "4s".into(),
             registry_connect_timeout: "2s".into(),
             cache_tag_ttl: "5m".into(),
@@ -166,8 +391,8 @@ impl Default for RawConfig {
 #[serde(deny_unknown_fields, default)]
 struct RawTolerations {
     key: String,
-    operator: String,
-    effect: String,
+    operator: Word<TolerationOperator>,
+    effect: Word<TaintEffect>,
     toleration_seconds: Option<i64>,
 }
 
@@ -175,8 +400,8 @@ impl Default for RawTolerations {
     fn default() -> Self {
         Self {
             key: "kubernetes.io/arch".into(),
-            operator: "Equal".into(),
-            effect: "NoSchedule".into(),
+            operator: Word::Known(TolerationOperator::Equal),
+            effect: Word::Known(TaintEffect::NoSchedule),
             toleration_seconds: None,
         }
     }
@@ -185,7 +410,7 @@ impl Default for RawTolerations {
 /// `[architecture_tolerations.<arch>]`: one toleration (a table), several (an array of
 /// tables), or, in an environment variable, `key[=value][:effect], …` (no value: the
 /// architecture; value `*`: operator Exists).
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(
     untagged,
     expecting = "a toleration table, a list of them, or \"key=value:effect, …\""
@@ -196,16 +421,16 @@ enum RawTemplates {
     Many(Vec<RawTemplate>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTemplate {
     key: String,
     #[serde(default)]
-    operator: Option<String>,
+    operator: Option<Word<TolerationOperator>>,
     #[serde(default)]
     value: Option<String>,
     #[serde(default)]
-    effect: Option<String>,
+    effect: Option<Word<TaintEffect>>,
     #[serde(default, deserialize_with = "number_or_text")]
     toleration_seconds: Option<i64>,
 }
@@ -239,38 +464,41 @@ impl RawTemplates {
                 .split(',')
                 .map(str::trim)
                 .filter(|item| !item.is_empty())
-                .map(|item| {
-                    let (key_value, effect) = match item.rsplit_once(':') {
-                        Some((kv, effect)) => (kv, Some(effect.to_owned())),
-                        None => (item, None),
-                    };
-                    let (taint_key, value) = match key_value.split_once('=') {
-                        Some((k, v)) => (k, Some(v)),
-                        None => (key_value, None),
-                    };
-                    if taint_key.is_empty() {
-                        return Err(ConfigError::key(
-                            key,
-                            format!("{item:?} is not key[=value][:effect]"),
-                        ));
-                    }
-                    Ok(RawTemplate {
-                        key: taint_key.to_owned(),
-                        operator: Some(
-                            if value == Some("*") {
-                                "Exists"
-                            } else {
-                                "Equal"
-                            }
-                            .into(),
-                        ),
-                        value: value.filter(|v| *v != "*").map(str::to_owned),
-                        effect,
-                        toleration_seconds: None,
-                    })
-                })
+                .map(|item| RawTemplate::from_text(key, item))
                 .collect(),
         }
+    }
+}
+
+impl RawTemplate {
+    /// One `key[=value][:effect]` item of `key`'s text form.
+    fn from_text(key: &str, item: &str) -> Result<Self, ConfigError> {
+        let (key_value, effect) = match item.rsplit_once(':') {
+            Some((kv, effect)) => (kv, Some(Word::parse(effect))),
+            None => (item, None),
+        };
+        let (taint_key, value) = match key_value.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (key_value, None),
+        };
+        if taint_key.is_empty() {
+            return Err(ConfigError::key(
+                key,
+                format!("{item:?} is not key[=value][:effect]"),
+            ));
+        }
+        let operator = if value == Some("*") {
+            TolerationOperator::Exists
+        } else {
+            TolerationOperator::Equal
+        };
+        Ok(Self {
+            key: taint_key.to_owned(),
+            operator: Some(Word::Known(operator)),
+            value: value.filter(|v| *v != "*").map(str::to_owned),
+            effect,
+            toleration_seconds: None,
+        })
     }
 }
 
@@ -320,6 +548,42 @@ impl<'de> Deserialize<'de> for List {
     }
 }
 
+/// A map of names to strings written as a TOML table or, in an environment variable (whose
+/// name cannot hold a key such as `docker.io`), as `name=value, name=value`. Items are trimmed
+/// and empty items dropped.
+#[derive(Debug, Default)]
+struct TextMap(BTreeMap<String, String>);
+
+impl<'de> Deserialize<'de> for TextMap {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "a map, or \"name=value, …\"")]
+        enum Raw {
+            Text(String),
+            Table(BTreeMap<String, String>),
+        }
+        let text = match Raw::deserialize(deserializer)? {
+            Raw::Table(table) => return Ok(Self(table)),
+            Raw::Text(text) => text,
+        };
+        let mut map = BTreeMap::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some((name, value)) if !name.trim().is_empty() => {
+                    map.insert(name.trim().to_owned(), value.trim().to_owned())
+                }
+                // Ends as the type errors do, so that it reads "… expected a map for key `x`".
+                _ => {
+                    return Err(serde::de::Error::custom(format!(
+                    "{item:?} is not name=value (in one string: \"name=value, …\"); expected a map"
+                )))
+                }
+            };
+        }
+        Ok(Self(map))
+    }
+}
+
 /// Validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -360,45 +624,39 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let mut builder = config::Config::builder();
-        if let Some(path) = file {
-            if !path.is_file() {
-                return Err(ConfigError::File {
-                    path: path.to_owned(),
-                    reason: "not found or not a file".into(),
-                });
-            }
-            builder = builder.add_source(
-                config::File::from(path)
-                    .format(config::FileFormat::Toml)
-                    .required(true),
-            );
-        }
+        let file = file.map(read_file).transpose()?;
+        // Empty variables are left out, as if unset.
         let env: HashMap<String, String> = env
             .into_iter()
             .filter(|(k, _)| is_config_variable(k))
             .map(|(k, v)| (k, v.trim().to_owned()))
+            .filter(|(_, v)| !v.is_empty())
             .collect();
+        let sources = Sources::new(
+            file.as_ref()
+                .map(|(path, _, table)| (path.as_path(), table)),
+            env.keys(),
+        );
+        if let Some(unknown) = sources.unknown_key() {
+            return Err(unknown);
+        }
+        let mut builder = config::Config::builder();
+        if let Some((_, text, _)) = &file {
+            builder = builder.add_source(config::File::from_str(text, config::FileFormat::Toml));
+        }
         // Values stay strings (`try_parsing(false)`): config-rs would turn `386` into a number
         // and split lists without trimming. [`List`] splits and trims them itself.
         let environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("_")
             .separator("__")
             .try_parsing(false)
-            .ignore_empty(true)
             .source(Some(env));
         let raw: RawConfig = builder
             .add_source(environment)
             .build()
             .and_then(config::Config::try_deserialize)
-            .map_err(|e| match (file, &e) {
-                (Some(path), config::ConfigError::FileParse { .. }) => ConfigError::File {
-                    path: path.to_owned(),
-                    reason: e.to_string(),
-                },
-                _ => ConfigError::Other(e.to_string()),
-            })?;
-        Self::validate(raw)
+            .map_err(|e| ConfigError::from_merge(e).located(&sources))?;
+        Self::validate(raw).map_err(|e| e.located(&sources))
     }
 
     /// Reads the config the CLI names: `--config` / `TOLERABLE_CONFIG`, else `./tolerable.toml`
@@ -409,287 +667,39 @@ impl Config {
         Self::load(file, std::env::vars())
     }
 
+    /// Each section checked by its own function, in the order of `tolerable.toml`'s sections.
     fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
-        let RawConfig {
-            ssl_cert_path,
-            ssl_key_path,
-            listen_addr,
-            metrics_addr,
-            supported_architectures,
-            tolerations,
-            architecture_tolerations,
-            skip_namespaces,
-            steering,
-            preferred_architecture,
-            on_no_common_architecture,
-            on_lookup_failure,
-            max_containers_per_pod,
-            max_images_per_pod,
-            read_pull_secrets,
-            watch_nodes,
-            default_architectures,
-            manage_node_taints,
-            log_level,
-            log_format,
-            worker_threads,
-            max_connections,
-            max_requests_in_flight,
-            request_read_timeout,
-            connection_idle_timeout,
-            tls_reload_name_check,
-            registry_credential_path,
-            docker_config_path,
-            registry_ca_path,
-            insecure_registries,
-            registry_mirrors,
-            lookup_timeout,
-            registry_connect_timeout,
-            cache_tag_ttl,
-            cache_digest_ttl,
-            cache_failure_ttl,
-            cache_stale_if_error,
-            cache_max_entries,
-            circuit_breaker_failures,
-            circuit_breaker_cooldown,
-            registry_allowlist,
-            registry_denylist,
-        } = raw;
-
-        tracing_subscriber::EnvFilter::try_new(&log_level)
-            .map_err(|e| ConfigError::key("log_level", format!("{log_level:?}: {e}")))?;
-        let log_format = match log_format.trim() {
-            "text" => LogFormat::Text,
-            "json" => LogFormat::Json,
-            other => {
-                return Err(ConfigError::key(
-                    "log_format",
-                    format!("{other:?} is not text or json"),
-                ))
-            }
-        };
-
-        if worker_threads > MAX_WORKER_THREADS {
-            return Err(ConfigError::key(
-                "worker_threads",
-                format!("{worker_threads} is more than {MAX_WORKER_THREADS} (0: one per CPU)"),
-            ));
-        }
-        // Abuse limits of `serve`: every bound is checked here so a typo cannot switch one off.
-        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
-            return Err(ConfigError::key(
-                "max_connections",
-                format!("{max_connections} is not between 1 and {MAX_CONNECTIONS_LIMIT}"),
-            ));
-        }
-        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_requests_in_flight) {
-            return Err(ConfigError::key(
-                "max_requests_in_flight",
-                format!("{max_requests_in_flight} is not between 1 and {MAX_CONNECTIONS_LIMIT}"),
-            ));
-        }
-        let request_read_timeout = parse_duration("request_read_timeout", &request_read_timeout)?;
-        if request_read_timeout.is_zero() || request_read_timeout >= DEFAULT_WEBHOOK_TIMEOUT {
-            return Err(ConfigError::key(
-                "request_read_timeout",
-                "must be above 0 and below 10s (the API server's default webhook timeout)",
-            ));
-        }
-        let connection_idle_timeout =
-            parse_duration("connection_idle_timeout", &connection_idle_timeout)?;
-        if connection_idle_timeout.is_zero() || connection_idle_timeout > MAX_IDLE_TIMEOUT {
-            return Err(ConfigError::key(
-                "connection_idle_timeout",
-                "must be above 0 and at most 1h",
-            ));
-        }
-        let server_limits = ServerLimits {
-            max_connections,
-            max_requests_in_flight,
-            request_read_timeout,
-            connection_idle_timeout,
-        };
-        let tls_reload_name_check = match tls_reload_name_check.trim() {
-            "refuse" => NameCheck::Refuse,
-            "warn" => NameCheck::Warn,
-            other => {
-                return Err(ConfigError::key(
-                    "tls_reload_name_check",
-                    format!("{other:?} is not refuse or warn"),
-                ))
-            }
-        };
-
-        let lookup_timeout = parse_duration("lookup_timeout", &lookup_timeout)?;
-        if lookup_timeout.is_zero() || lookup_timeout > MAX_LOOKUP_TIMEOUT {
-            return Err(ConfigError::key(
-                "lookup_timeout",
-                "must be above 0 and at most 30s (the API server's longest webhook timeout)",
-            ));
-        }
-        let connect_timeout =
-            parse_duration("registry_connect_timeout", &registry_connect_timeout)?;
-        if connect_timeout.is_zero() {
-            return Err(ConfigError::key(
-                "registry_connect_timeout",
-                "must be above 0",
-            ));
-        }
-        let cache = CacheSettings {
-            tag_ttl: parse_duration("cache_tag_ttl", &cache_tag_ttl)?,
-            digest_ttl: parse_duration("cache_digest_ttl", &cache_digest_ttl)?,
-            failure_ttl: parse_duration("cache_failure_ttl", &cache_failure_ttl)?,
-            stale_ttl: parse_duration("cache_stale_if_error", &cache_stale_if_error)?,
-            max_entries: cache_max_entries,
-        };
-        if cache.max_entries == 0 {
-            return Err(ConfigError::key("cache_max_entries", "must be at least 1"));
-        }
-        let breaker = BreakerSettings {
-            failures: circuit_breaker_failures,
-            cooldown: parse_duration("circuit_breaker_cooldown", &circuit_breaker_cooldown)?,
-        };
-        if breaker.failures > 0 && breaker.cooldown.is_zero() {
-            return Err(ConfigError::key(
-                "circuit_breaker_cooldown",
-                "must be above 0 (set circuit_breaker_failures = 0 to turn the breaker off)",
-            ));
-        }
-
-        // Host names ignore case: `Registry.Example.com:5000` is the host images call
-        // `registry.example.com:5000`.
-        let insecure_registries = insecure_registries
-            .0
-            .iter()
-            .map(|r| {
-                crate::registry::reference::validate_host(r)
-                    .map(|()| r.to_ascii_lowercase())
-                    .map_err(|why| ConfigError::key("insecure_registries", format!("{r:?}: {why}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let access = AccessRules::new(&registry_allowlist.0, &registry_denylist.0)
-            .map_err(|e| ConfigError::key(e.key, e.reason))?;
-
-        let mut mirrors = BTreeMap::new();
-        for (registry, mirror) in registry_mirrors {
-            let key = format!("registry_mirrors.{registry}");
-            let mirror = mirror.trim().to_owned();
-            crate::registry::reference::validate_host(&mirror)
-                .map_err(|why| ConfigError::key(&key, format!("mirror {mirror:?}: {why}")))?;
-            mirrors.insert(normalize_registry_key(&registry), mirror);
-        }
-
-        let extra_roots_pem = match &registry_ca_path {
-            Some(path) => vec![read_ca_bundle(path)?],
-            None => Vec::new(),
-        };
-        for (key, path) in [
-            ("registry_credential_path", &registry_credential_path),
-            ("docker_config_path", &docker_config_path),
-        ] {
-            if let Some(path) = path {
-                if !path.exists() {
-                    return Err(ConfigError::key(
-                        key,
-                        format!("{} does not exist", path.display()),
-                    ));
-                }
-            }
-        }
-
-        let tls_files = match (ssl_cert_path, ssl_key_path) {
-            (Some(cert), Some(key)) => {
-                for (k, path) in [("ssl_cert_path", &cert), ("ssl_key_path", &key)] {
-                    if !path.exists() {
-                        return Err(ConfigError::key(
-                            k,
-                            format!("{} does not exist", path.display()),
-                        ));
-                    }
-                }
-                Some((cert, key))
-            }
-            (Some(_), None) => {
-                return Err(ConfigError::key(
-                    "ssl_key_path",
-                    "must be set with ssl_cert_path",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(ConfigError::key(
-                    "ssl_cert_path",
-                    "must be set with ssl_key_path",
-                ))
-            }
-            (None, None) => None,
-        };
-        let listen_addr: SocketAddr = listen_addr.trim().parse().map_err(|_| {
-            ConfigError::key(
-                "listen_addr",
-                format!("{listen_addr:?} is not an address:port (e.g. 0.0.0.0:8443)"),
-            )
-        })?;
-        let metrics_addr: Option<SocketAddr> = metrics_addr
-            .map(|a| a.trim().to_owned())
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                a.parse().map_err(|_| {
-                    ConfigError::key(
-                        "metrics_addr",
-                        format!("{a:?} is not an address:port (e.g. 0.0.0.0:9090)"),
-                    )
-                })
-            })
-            .transpose()?;
-        if metrics_addr.is_some_and(|m| m.port() == listen_addr.port() && m.port() != 0) {
-            return Err(ConfigError::key(
-                "metrics_addr",
-                "must use another port than listen_addr",
-            ));
-        }
-        let policy = validate_policy(RawPolicy {
-            supported_architectures,
-            default_architectures,
-            tolerations,
-            architecture_tolerations,
-            skip_namespaces,
-            steering,
-            preferred_architecture,
-            on_no_common_architecture,
-            on_lookup_failure,
-            max_containers_per_pod,
-            max_images_per_pod,
-        })?;
-        let taint_policy = crate::taints::TaintPolicy::from_policy(&policy);
-
+        tracing_subscriber::EnvFilter::try_new(&raw.log_level)
+            .map_err(|e| ConfigError::key("log_level", format!("{:?}: {e}", raw.log_level)))?;
+        let log_format = raw.log_format.clone().get("log_format")?;
+        let worker_threads = validate_worker_threads(raw.worker_threads)?;
+        let server_limits = validate_server_limits(&raw)?;
+        let tls_reload_name_check = raw
+            .tls_reload_name_check
+            .clone()
+            .get("tls_reload_name_check")?;
+        let resolver = validate_registries(&raw)?;
+        validate_credential_paths(&raw)?;
+        let tls_files = validate_tls_files(&raw)?;
+        let (listen_addr, metrics_addr) = validate_addresses(&raw)?;
+        let policy = validate_policy(&raw)?;
         Ok(Self {
             tls_files,
             listen_addr,
             metrics_addr,
+            taint_policy: crate::taints::TaintPolicy::from_policy(&policy),
             policy,
-            read_pull_secrets,
-            watch_nodes,
-            taint_policy,
-            manage_node_taints,
-            log_level,
+            read_pull_secrets: raw.read_pull_secrets,
+            watch_nodes: raw.watch_nodes,
+            manage_node_taints: raw.manage_node_taints,
+            log_level: raw.log_level,
             log_format,
-            worker_threads: (worker_threads > 0).then_some(worker_threads),
+            worker_threads,
             server_limits,
             tls_reload_name_check,
-            registry_credential_path,
-            docker_config_path,
-            resolver: ResolverSettings {
-                transport: TransportSettings {
-                    connect_timeout,
-                    read_timeout: lookup_timeout,
-                    insecure_registries,
-                    extra_roots_pem,
-                    access,
-                },
-                mirrors,
-                lookup_timeout,
-                cache,
-                breaker,
-            },
+            registry_credential_path: raw.registry_credential_path,
+            docker_config_path: raw.docker_config_path,
+            resolver,
         })
     }
 
@@ -713,6 +723,229 @@ impl Config {
         }
         Ok(store)
     }
+}
+
+/// The file's path, text and table: its keys are checked and located before config-rs merges
+/// the text with the environment.
+fn read_file(path: &Path) -> Result<(PathBuf, String, toml::Table), ConfigError> {
+    let bad = |reason: String| ConfigError::File {
+        path: path.to_owned(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(bad("not found or not a file".into()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let table = text
+        .parse()
+        .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+    Ok((path.to_owned(), text, table))
+}
+
+fn validate_worker_threads(worker_threads: usize) -> Result<Option<usize>, ConfigError> {
+    if worker_threads > MAX_WORKER_THREADS {
+        return Err(ConfigError::key(
+            "worker_threads",
+            format!("{worker_threads} is more than {MAX_WORKER_THREADS} (0: one per CPU)"),
+        ));
+    }
+    Ok((worker_threads > 0).then_some(worker_threads))
+}
+
+/// The abuse limits of `serve`: every bound is checked, so a typo cannot switch one off.
+fn validate_server_limits(raw: &RawConfig) -> Result<ServerLimits, ConfigError> {
+    for (key, n) in [
+        ("max_connections", raw.max_connections),
+        ("max_requests_in_flight", raw.max_requests_in_flight),
+    ] {
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&n) {
+            return Err(ConfigError::key(
+                key,
+                format!("{n} is not between 1 and {MAX_CONNECTIONS_LIMIT}"),
+            ));
+        }
+    }
+    let request_read_timeout = parse_duration("request_read_timeout", &raw.request_read_timeout)?;
+    if request_read_timeout.is_zero() || request_read_timeout >= DEFAULT_WEBHOOK_TIMEOUT {
+        return Err(ConfigError::key(
+            "request_read_timeout",
+            "must be above 0 and below 10s (the API server's default webhook timeout)",
+        ));
+    }
+    let connection_idle_timeout =
+        parse_duration("connection_idle_timeout", &raw.connection_idle_timeout)?;
+    if connection_idle_timeout.is_zero() || connection_idle_timeout > MAX_IDLE_TIMEOUT {
+        return Err(ConfigError::key(
+            "connection_idle_timeout",
+            "must be above 0 and at most 1h",
+        ));
+    }
+    Ok(ServerLimits {
+        max_connections: raw.max_connections,
+        max_requests_in_flight: raw.max_requests_in_flight,
+        request_read_timeout,
+        connection_idle_timeout,
+    })
+}
+
+/// The registry section: timeouts, cache, breaker, then the hosts.
+fn validate_registries(raw: &RawConfig) -> Result<ResolverSettings, ConfigError> {
+    let lookup_timeout = parse_duration("lookup_timeout", &raw.lookup_timeout)?;
+    if lookup_timeout.is_zero() || lookup_timeout > MAX_LOOKUP_TIMEOUT {
+        return Err(ConfigError::key(
+            "lookup_timeout",
+            "must be above 0 and at most 30s (the API server's longest webhook timeout)",
+        ));
+    }
+    let connect_timeout =
+        parse_duration("registry_connect_timeout", &raw.registry_connect_timeout)?;
+    if connect_timeout.is_zero() {
+        return Err(ConfigError::key(
+            "registry_connect_timeout",
+            "must be above 0",
+        ));
+    }
+    let cache = validate_cache(raw)?;
+    let breaker = validate_breaker(raw)?;
+    let insecure_registries = validate_insecure_registries(&raw.insecure_registries)?;
+    let access = AccessRules::new(&raw.registry_allowlist.0, &raw.registry_denylist.0)
+        .map_err(|e| ConfigError::key(e.key, e.reason))?;
+    let mirrors = validate_mirrors(&raw.registry_mirrors)?;
+    let extra_roots_pem = match &raw.registry_ca_path {
+        Some(path) => vec![read_ca_bundle(path)?],
+        None => Vec::new(),
+    };
+    Ok(ResolverSettings {
+        transport: TransportSettings {
+            connect_timeout,
+            read_timeout: lookup_timeout,
+            insecure_registries,
+            extra_roots_pem,
+            access,
+        },
+        mirrors,
+        lookup_timeout,
+        cache,
+        breaker,
+    })
+}
+
+fn validate_cache(raw: &RawConfig) -> Result<CacheSettings, ConfigError> {
+    if raw.cache_max_entries == 0 {
+        return Err(ConfigError::key("cache_max_entries", "must be at least 1"));
+    }
+    Ok(CacheSettings {
+        tag_ttl: parse_duration("cache_tag_ttl", &raw.cache_tag_ttl)?,
+        digest_ttl: parse_duration("cache_digest_ttl", &raw.cache_digest_ttl)?,
+        failure_ttl: parse_duration("cache_failure_ttl", &raw.cache_failure_ttl)?,
+        stale_ttl: parse_duration("cache_stale_if_error", &raw.cache_stale_if_error)?,
+        max_entries: raw.cache_max_entries,
+    })
+}
+
+fn validate_breaker(raw: &RawConfig) -> Result<BreakerSettings, ConfigError> {
+    let breaker = BreakerSettings {
+        failures: raw.circuit_breaker_failures,
+        cooldown: parse_duration("circuit_breaker_cooldown", &raw.circuit_breaker_cooldown)?,
+    };
+    if breaker.failures > 0 && breaker.cooldown.is_zero() {
+        return Err(ConfigError::key(
+            "circuit_breaker_cooldown",
+            "must be above 0 (set circuit_breaker_failures = 0 to turn the breaker off)",
+        ));
+    }
+    Ok(breaker)
+}
+
+/// Host names ignore case: `Registry.Example.com:5000` is the host images call
+/// `registry.example.com:5000`.
+fn validate_insecure_registries(hosts: &List) -> Result<Vec<String>, ConfigError> {
+    hosts
+        .0
+        .iter()
+        .map(|r| {
+            crate::registry::reference::validate_host(r)
+                .map(|()| r.to_ascii_lowercase())
+                .map_err(|why| ConfigError::key("insecure_registries", format!("{r:?}: {why}")))
+        })
+        .collect()
+}
+
+fn validate_mirrors(raw: &TextMap) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut mirrors = BTreeMap::new();
+    for (registry, mirror) in &raw.0 {
+        let key = format!("registry_mirrors.{registry}");
+        let mirror = mirror.trim().to_owned();
+        crate::registry::reference::validate_host(&mirror)
+            .map_err(|why| ConfigError::key(&key, format!("mirror {mirror:?}: {why}")))?;
+        mirrors.insert(normalize_registry_key(registry), mirror);
+    }
+    Ok(mirrors)
+}
+
+fn validate_credential_paths(raw: &RawConfig) -> Result<(), ConfigError> {
+    for (key, path) in [
+        ("registry_credential_path", &raw.registry_credential_path),
+        ("docker_config_path", &raw.docker_config_path),
+    ] {
+        if let Some(path) = path {
+            if !path.exists() {
+                return Err(ConfigError::key(
+                    key,
+                    format!("{} does not exist", path.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_tls_files(raw: &RawConfig) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
+    match (&raw.ssl_cert_path, &raw.ssl_key_path) {
+        (Some(cert), Some(key)) => {
+            for (k, path) in [("ssl_cert_path", cert), ("ssl_key_path", key)] {
+                if !path.exists() {
+                    return Err(ConfigError::key(
+                        k,
+                        format!("{} does not exist", path.display()),
+                    ));
+                }
+            }
+            Ok(Some((cert.clone(), key.clone())))
+        }
+        (Some(_), None) => Err(ConfigError::key(
+            "ssl_key_path",
+            "must be set with ssl_cert_path",
+        )),
+        (None, Some(_)) => Err(ConfigError::key(
+            "ssl_cert_path",
+            "must be set with ssl_key_path",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+fn validate_addresses(raw: &RawConfig) -> Result<(SocketAddr, Option<SocketAddr>), ConfigError> {
+    let address = |key: &str, text: &str, example: &str| {
+        text.trim().parse::<SocketAddr>().map_err(|_| {
+            ConfigError::key(
+                key,
+                format!("{text:?} is not an address:port (e.g. {example})"),
+            )
+        })
+    };
+    let listen_addr = address("listen_addr", &raw.listen_addr, "0.0.0.0:8443")?;
+    let metrics_addr = match raw.metrics_addr.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) => Some(address("metrics_addr", text, "0.0.0.0:9090")?),
+    };
+    if metrics_addr.is_some_and(|m| m.port() == listen_addr.port() && m.port() != 0) {
+        return Err(ConfigError::key(
+            "metrics_addr",
+            "must use another port than listen_addr",
+        ));
+    }
+    Ok((listen_addr, metrics_addr))
 }
 
 /// Architecture names as Kubernetes (Go's GOARCH) writes them in the `kubernetes.io/arch` label.
@@ -758,121 +991,38 @@ fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
     Err(ConfigError::key(key, reason))
 }
 
-/// The policy's keys as written.
-struct RawPolicy {
-    supported_architectures: List,
-    default_architectures: List,
-    tolerations: RawTolerations,
-    architecture_tolerations: BTreeMap<String, RawTemplates>,
-    skip_namespaces: List,
-    steering: String,
-    preferred_architecture: Option<RawPreference>,
-    on_no_common_architecture: String,
-    on_lookup_failure: String,
-    max_containers_per_pod: usize,
-    max_images_per_pod: usize,
+fn validate_arch_list(key: &str, list: &List) -> Result<BTreeSet<String>, ConfigError> {
+    list.0.iter().map(|a| validate_arch(key, a)).collect()
 }
 
-fn validate_policy(raw: RawPolicy) -> Result<Policy, ConfigError> {
-    let supported_architectures = raw
-        .supported_architectures
-        .0
-        .iter()
-        .map(|a| validate_arch("supported_architectures", a))
-        .collect::<Result<BTreeSet<_>, _>>()?;
-    let default_architectures = raw
-        .default_architectures
-        .0
-        .iter()
-        .map(|a| validate_arch("default_architectures", a))
-        .collect::<Result<BTreeSet<_>, _>>()?;
+/// The policy section: architectures, tolerations, steering, and what to do when in doubt.
+fn validate_policy(raw: &RawConfig) -> Result<Policy, ConfigError> {
+    let supported_architectures =
+        validate_arch_list("supported_architectures", &raw.supported_architectures)?;
+    let default_architectures =
+        validate_arch_list("default_architectures", &raw.default_architectures)?;
     if default_architectures.is_empty() {
         return Err(ConfigError::key(
             "default_architectures",
             "name at least one architecture (tainting every node would leave no untainted pool)",
         ));
     }
-
-    let RawTolerations {
-        key,
-        operator,
-        effect,
-        toleration_seconds,
-    } = raw.tolerations;
-    let toleration = validate_template(
-        "tolerations",
-        RawTemplate {
-            key,
-            operator: Some(operator),
-            value: None,
-            effect: Some(effect),
-            toleration_seconds,
-        },
-    )?;
-
-    let mut architecture_tolerations = BTreeMap::new();
-    for (arch, templates) in raw.architecture_tolerations {
-        let key = format!("architecture_tolerations.{arch}");
-        let arch = validate_arch(&key, &arch)?;
-        if !supported_architectures.contains(&arch) {
-            return Err(ConfigError::key(
-                &key,
-                format!("{arch} is not in supported_architectures, so it is never tolerated"),
-            ));
-        }
-        let templates = templates
-            .into_list(&key)?
-            .into_iter()
-            .map(|t| validate_template(&key, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        if templates.is_empty() {
-            return Err(ConfigError::key(&key, "name at least one toleration"));
-        }
-        architecture_tolerations.insert(arch, templates);
-    }
-
-    let steering = match raw.steering.trim() {
-        "off" => Steering::Off,
-        "node_selector" => Steering::NodeSelector,
-        "node_affinity" => Steering::NodeAffinity,
-        other => {
-            return Err(ConfigError::key(
-                "steering",
-                format!("{other:?} is not off, node_selector or node_affinity"),
-            ))
-        }
-    };
-    let preferred_architectures = validate_preference(raw.preferred_architecture)?;
-    let on_no_common_architecture = match raw.on_no_common_architecture.trim() {
-        "deny" => OnNoCommonArchitecture::Deny,
-        "warn" => OnNoCommonArchitecture::Warn,
-        other => {
-            return Err(ConfigError::key(
-                "on_no_common_architecture",
-                format!("{other:?} is not deny or warn"),
-            ))
-        }
-    };
-    let on_lookup_failure = match raw.on_lookup_failure.trim() {
-        "allow" => OnLookupFailure::Allow,
-        "deny" => OnLookupFailure::Deny,
-        other => {
-            return Err(ConfigError::key(
-                "on_lookup_failure",
-                format!("{other:?} is not allow or deny"),
-            ))
-        }
-    };
+    let toleration = validate_default_toleration(&raw.tolerations)?;
+    let architecture_tolerations =
+        validate_architecture_tolerations(&raw.architecture_tolerations, &supported_architectures)?;
     Ok(Policy {
         supported_architectures,
         default_architectures,
         toleration,
         architecture_tolerations,
-        steering,
-        preferred_architectures,
-        on_no_common_architecture,
-        on_lookup_failure,
-        skip_namespaces: raw.skip_namespaces.0.into_iter().collect(),
+        steering: raw.steering.clone().get("steering")?,
+        preferred_architectures: validate_preference(raw.preferred_architecture.as_ref())?,
+        on_no_common_architecture: raw
+            .on_no_common_architecture
+            .clone()
+            .get("on_no_common_architecture")?,
+        on_lookup_failure: raw.on_lookup_failure.clone().get("on_lookup_failure")?,
+        skip_namespaces: raw.skip_namespaces.0.iter().cloned().collect(),
         max_containers_per_pod: at_least_one("max_containers_per_pod", raw.max_containers_per_pod)?,
         max_images_per_pod: at_least_one("max_images_per_pod", raw.max_images_per_pod)?,
     })
@@ -883,6 +1033,49 @@ fn at_least_one(key: &str, n: usize) -> Result<usize, ConfigError> {
         return Err(ConfigError::key(key, "must be at least 1"));
     }
     Ok(n)
+}
+
+/// `[tolerations]`: a template whose value is the architecture.
+fn validate_default_toleration(raw: &RawTolerations) -> Result<TolerationTemplate, ConfigError> {
+    validate_template(
+        "tolerations",
+        RawTemplate {
+            key: raw.key.clone(),
+            operator: Some(raw.operator.clone()),
+            value: None,
+            effect: Some(raw.effect.clone()),
+            toleration_seconds: raw.toleration_seconds,
+        },
+    )
+}
+
+/// `[architecture_tolerations.<arch>]`: only for supported architectures, at least one each.
+fn validate_architecture_tolerations(
+    raw: &BTreeMap<String, RawTemplates>,
+    supported_architectures: &BTreeSet<String>,
+) -> Result<BTreeMap<String, Vec<TolerationTemplate>>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (arch, templates) in raw {
+        let key = format!("architecture_tolerations.{arch}");
+        let arch = validate_arch(&key, arch)?;
+        if !supported_architectures.contains(&arch) {
+            return Err(ConfigError::key(
+                &key,
+                format!("{arch} is not in supported_architectures, so it is never tolerated"),
+            ));
+        }
+        let templates = templates
+            .clone()
+            .into_list(&key)?
+            .into_iter()
+            .map(|t| validate_template(&key, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if templates.is_empty() {
+            return Err(ConfigError::key(&key, "name at least one toleration"));
+        }
+        out.insert(arch, templates);
+    }
+    Ok(out)
 }
 
 /// One toleration template under `section` (`tolerations` or `architecture_tolerations.<arch>`).
@@ -900,49 +1093,16 @@ fn validate_template(section: &str, raw: RawTemplate) -> Result<TolerationTempla
             format!("{key:?} is not a taint key"),
         ));
     }
-    let operator = match raw.operator.as_deref().map_or("Equal", str::trim) {
-        "Equal" => TolerationOperator::Equal,
-        "Exists" => TolerationOperator::Exists,
-        other => {
-            return Err(ConfigError::key(
-                &field("operator"),
-                format!("{other:?} is not Equal or Exists"),
-            ))
-        }
+    let operator = match raw.operator {
+        Some(operator) => operator.get(&field("operator"))?,
+        None => TolerationOperator::Equal,
     };
-    let value = raw.value.map(|v| v.trim().to_owned());
-    if operator == TolerationOperator::Exists && value.is_some() {
-        return Err(ConfigError::key(
-            &field("value"),
-            "must not be set with operator Exists (it tolerates every value)",
-        ));
-    }
-    if let Some(v) = &value {
-        let ok = v.len() <= 63
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !ok {
-            return Err(ConfigError::key(
-                &field("value"),
-                format!("{v:?} is not a taint value"),
-            ));
-        }
-    }
-    let effect = raw
-        .effect
-        .map_or_else(|| "NoSchedule".to_owned(), |e| e.trim().to_owned());
-    if !matches!(
-        effect.as_str(),
-        "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
-    ) {
-        return Err(ConfigError::key(
-            &field("effect"),
-            format!(
-                "{effect:?} is not NoSchedule, PreferNoSchedule, NoExecute or empty (all effects)"
-            ),
-        ));
-    }
-    if raw.toleration_seconds.is_some() && effect != "NoExecute" {
+    let value = validate_template_value(&field("value"), operator, raw.value)?;
+    let effect = match raw.effect {
+        Some(effect) => effect.get(&field("effect"))?,
+        None => TaintEffect::NoSchedule,
+    };
+    if raw.toleration_seconds.is_some() && effect != TaintEffect::NoExecute {
         return Err(ConfigError::key(
             &field("toleration_seconds"),
             "Kubernetes allows tolerationSeconds only with effect NoExecute",
@@ -952,20 +1112,44 @@ fn validate_template(section: &str, raw: RawTemplate) -> Result<TolerationTempla
         key,
         operator,
         value,
-        effect,
+        effect: effect.as_str().to_owned(),
         toleration_seconds: raw.toleration_seconds,
     })
 }
 
+/// A template's value: a label value, and none with operator Exists.
+fn validate_template_value(
+    key: &str,
+    operator: TolerationOperator,
+    value: Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let value = value.map(|v| v.trim().to_owned());
+    if operator == TolerationOperator::Exists && value.is_some() {
+        return Err(ConfigError::key(
+            key,
+            "must not be set with operator Exists (it tolerates every value)",
+        ));
+    }
+    if let Some(v) = &value {
+        let ok = v.len() <= 63
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return Err(ConfigError::key(key, format!("{v:?} is not a taint value")));
+        }
+    }
+    Ok(value)
+}
+
 fn validate_preference(
-    raw: Option<RawPreference>,
+    raw: Option<&RawPreference>,
 ) -> Result<Vec<WeightedArchitecture>, ConfigError> {
     let key = "preferred_architecture";
     let items: Vec<(String, i64)> = match raw {
         None => Vec::new(),
         Some(RawPreference::Weighted(list)) => list
-            .into_iter()
-            .map(|w| (w.architecture, w.weight))
+            .iter()
+            .map(|w| (w.architecture.clone(), w.weight))
             .collect(),
         Some(RawPreference::Text(text)) => text
             .split(',')
@@ -1230,116 +1414,119 @@ mod tests {
         assert_eq!(c.resolver.cache.max_entries, 77);
     }
 
+    /// Variables with a bad value, and the key the error must name.
+    const BAD_VALUES: &[(&[(&str, &str)], &str)] = &[
+        (&[("TOLERABLE_LOOKUP_TIMEOUT", "soon")], "lookup_timeout"),
+        (&[("TOLERABLE_LOOKUP_TIMEOUT", "0s")], "lookup_timeout"),
+        (&[("TOLERABLE_LOOKUP_TIMEOUT", "1m")], "lookup_timeout"),
+        (&[("TOLERABLE_CACHE_TAG_TTL", "5y")], "cache_tag_ttl"),
+        (
+            &[("TOLERABLE_CACHE_MAX_ENTRIES", "lots")],
+            "cache_max_entries",
+        ),
+        (&[("TOLERABLE_CACHE_MAX_ENTRIES", "0")], "cache_max_entries"),
+        (&[("TOLERABLE_WORKER_THREADS", "100000")], "worker_threads"),
+        (&[("TOLERABLE_WORKER_THREADS", "two")], "worker_threads"),
+        (&[("TOLERABLE_MAX_CONNECTIONS", "0")], "max_connections"),
+        (
+            &[("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "0")],
+            "max_requests_in_flight",
+        ),
+        (
+            &[("TOLERABLE_REQUEST_READ_TIMEOUT", "10s")],
+            "request_read_timeout",
+        ),
+        (
+            &[("TOLERABLE_REQUEST_READ_TIMEOUT", "0s")],
+            "request_read_timeout",
+        ),
+        (
+            &[("TOLERABLE_CONNECTION_IDLE_TIMEOUT", "0s")],
+            "connection_idle_timeout",
+        ),
+        (
+            &[("TOLERABLE_TLS_RELOAD_NAME_CHECK", "ignore")],
+            "tls_reload_name_check",
+        ),
+        (&[("TOLERABLE_LOG_FORMAT", "xml")], "log_format"),
+        (&[("TOLERABLE_LOG_LEVEL", "info,[")], "log_level"),
+        (
+            &[("TOLERABLE_INSECURE_REGISTRIES", "bad host:1")],
+            "insecure_registries",
+        ),
+        (
+            &[("TOLERABLE_REGISTRY_CA_PATH", "/nonexistent/ca.pem")],
+            "registry_ca_path",
+        ),
+        (
+            &[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", "/nonexistent/creds")],
+            "registry_credential_path",
+        ),
+        (&[("TOLERABLE_LOOKUP_TIMEOT", "1s")], "lookup_timeot"),
+        (
+            &[("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,ARM 64")],
+            "supported_architectures",
+        ),
+        (
+            &[("TOLERABLE_TOLERATIONS__OPERATOR", "Maybe")],
+            "tolerations.operator",
+        ),
+        (
+            &[("TOLERABLE_TOLERATIONS__EFFECT", "NoRun")],
+            "tolerations.effect",
+        ),
+        (
+            &[("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "30")],
+            "tolerations.toleration_seconds",
+        ),
+        (
+            &[("TOLERABLE_TOLERATIONS__KEY", "bad key")],
+            "tolerations.key",
+        ),
+        (&[("TOLERABLE_TOLERATIONS__COLOR", "red")], "color"),
+        (&[("TOLERABLE_STEERING", "sideways")], "steering"),
+        (
+            &[("TOLERABLE_PREFERRED_ARCHITECTURE", "Arm64")],
+            "preferred_architecture",
+        ),
+        (
+            &[("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "shrug")],
+            "on_no_common_architecture",
+        ),
+        (
+            &[("TOLERABLE_ON_LOOKUP_FAILURE", "panic")],
+            "on_lookup_failure",
+        ),
+        (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
+        (&[("TOLERABLE_METRICS_ADDR", "9090")], "metrics_addr"),
+        (
+            &[("TOLERABLE_METRICS_ADDR", "0.0.0.0:8443")],
+            "metrics_addr",
+        ),
+        (
+            &[("TOLERABLE_READ_PULL_SECRETS", "maybe")],
+            "read_pull_secrets",
+        ),
+        (
+            &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")],
+            "ssl_key_path",
+        ),
+        (
+            &[("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")],
+            "ssl_cert_path",
+        ),
+        (
+            &[
+                ("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt"),
+                ("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key"),
+            ],
+            "ssl_cert_path",
+        ),
+    ];
+
     #[test]
     fn bad_values_name_the_key() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("TOLERABLE_LOOKUP_TIMEOUT", "soon")], "lookup_timeout"),
-            (&[("TOLERABLE_LOOKUP_TIMEOUT", "0s")], "lookup_timeout"),
-            (&[("TOLERABLE_LOOKUP_TIMEOUT", "1m")], "lookup_timeout"),
-            (&[("TOLERABLE_CACHE_TAG_TTL", "5y")], "cache_tag_ttl"),
-            (
-                &[("TOLERABLE_CACHE_MAX_ENTRIES", "lots")],
-                "cache_max_entries",
-            ),
-            (&[("TOLERABLE_CACHE_MAX_ENTRIES", "0")], "cache_max_entries"),
-            (&[("TOLERABLE_WORKER_THREADS", "100000")], "worker_threads"),
-            (&[("TOLERABLE_WORKER_THREADS", "two")], "worker_threads"),
-            (&[("TOLERABLE_MAX_CONNECTIONS", "0")], "max_connections"),
-            (
-                &[("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "0")],
-                "max_requests_in_flight",
-            ),
-            (
-                &[("TOLERABLE_REQUEST_READ_TIMEOUT", "10s")],
-                "request_read_timeout",
-            ),
-            (
-                &[("TOLERABLE_REQUEST_READ_TIMEOUT", "0s")],
-                "request_read_timeout",
-            ),
-            (
-                &[("TOLERABLE_CONNECTION_IDLE_TIMEOUT", "0s")],
-                "connection_idle_timeout",
-            ),
-            (
-                &[("TOLERABLE_TLS_RELOAD_NAME_CHECK", "ignore")],
-                "tls_reload_name_check",
-            ),
-            (&[("TOLERABLE_LOG_FORMAT", "xml")], "log_format"),
-            (&[("TOLERABLE_LOG_LEVEL", "info,[")], "log_level"),
-            (
-                &[("TOLERABLE_INSECURE_REGISTRIES", "bad host:1")],
-                "insecure_registries",
-            ),
-            (
-                &[("TOLERABLE_REGISTRY_CA_PATH", "/nonexistent/ca.pem")],
-                "registry_ca_path",
-            ),
-            (
-                &[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", "/nonexistent/creds")],
-                "registry_credential_path",
-            ),
-            (&[("TOLERABLE_LOOKUP_TIMEOT", "1s")], "lookup_timeot"),
-            (
-                &[("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,ARM 64")],
-                "supported_architectures",
-            ),
-            (
-                &[("TOLERABLE_TOLERATIONS__OPERATOR", "Maybe")],
-                "tolerations.operator",
-            ),
-            (
-                &[("TOLERABLE_TOLERATIONS__EFFECT", "NoRun")],
-                "tolerations.effect",
-            ),
-            (
-                &[("TOLERABLE_TOLERATIONS__TOLERATION_SECONDS", "30")],
-                "tolerations.toleration_seconds",
-            ),
-            (
-                &[("TOLERABLE_TOLERATIONS__KEY", "bad key")],
-                "tolerations.key",
-            ),
-            (&[("TOLERABLE_TOLERATIONS__COLOR", "red")], "color"),
-            (&[("TOLERABLE_STEERING", "sideways")], "steering"),
-            (
-                &[("TOLERABLE_PREFERRED_ARCHITECTURE", "Arm64")],
-                "preferred_architecture",
-            ),
-            (
-                &[("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "shrug")],
-                "on_no_common_architecture",
-            ),
-            (
-                &[("TOLERABLE_ON_LOOKUP_FAILURE", "panic")],
-                "on_lookup_failure",
-            ),
-            (&[("TOLERABLE_LISTEN_ADDR", "8443")], "listen_addr"),
-            (&[("TOLERABLE_METRICS_ADDR", "9090")], "metrics_addr"),
-            (
-                &[("TOLERABLE_METRICS_ADDR", "0.0.0.0:8443")],
-                "metrics_addr",
-            ),
-            (
-                &[("TOLERABLE_READ_PULL_SECRETS", "maybe")],
-                "read_pull_secrets",
-            ),
-            (
-                &[("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt")],
-                "ssl_key_path",
-            ),
-            (
-                &[("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key")],
-                "ssl_cert_path",
-            ),
-            (
-                &[
-                    ("TOLERABLE_SSL_CERT_PATH", "/nonexistent.crt"),
-                    ("TOLERABLE_SSL_KEY_PATH", "/nonexistent.key"),
-                ],
-                "ssl_cert_path",
-            ),
-        ];
+        let cases = BAD_VALUES;
         for (vars, key) in cases {
             let err = Config::load(None, env(vars)).unwrap_err().to_string();
             assert!(err.contains(key), "{vars:?}: {err}");
@@ -1447,27 +1634,32 @@ mod tests {
         assert_eq!(format!("{shipped:?}"), format!("{defaults:?}"));
     }
 
-    #[test]
-    fn architecture_tolerations_in_toml_and_environment() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write(
-            &dir,
+    /// A file with per-architecture templates (one list, one table) and weighted preferences.
+    fn architecture_tolerations_file(dir: &tempfile::TempDir) -> PathBuf {
+        write(
+            dir,
             r#"
-            supported_architectures = ["arm64", "s390x"]
-            preferred_architecture = [{ architecture = "arm64", weight = 80 },
-                                      { architecture = "amd64", weight = 20 }]
-            [[architecture_tolerations.arm64]]
-            key = "arm64"
-            value = "true"
-            [[architecture_tolerations.arm64]]
-            key = "kubernetes.io/arch"
-            effect = "NoExecute"
-            toleration_seconds = 60
-            [architecture_tolerations.s390x]
-            key = "example.com/pool"
-            operator = "Exists"
-            "#,
-        );
+        supported_architectures = ["arm64", "s390x"]
+        preferred_architecture = [{ architecture = "arm64", weight = 80 },
+                                  { architecture = "amd64", weight = 20 }]
+        [[architecture_tolerations.arm64]]
+        key = "arm64"
+        value = "true"
+        [[architecture_tolerations.arm64]]
+        key = "kubernetes.io/arch"
+        effect = "NoExecute"
+        toleration_seconds = 60
+        [architecture_tolerations.s390x]
+        key = "example.com/pool"
+        operator = "Exists"
+        "#,
+        )
+    }
+
+    #[test]
+    fn architecture_tolerations_in_toml() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = architecture_tolerations_file(&dir);
         let c = Config::load(Some(&path), env(&[])).unwrap();
         let arm = &c.policy.architecture_tolerations["arm64"];
         assert_eq!(arm.len(), 2);
@@ -1503,7 +1695,12 @@ mod tests {
             c.taint_policy.architecture_taints["arm64"].to_string(),
             "arm64=true:NoSchedule"
         );
+    }
 
+    #[test]
+    fn architecture_tolerations_in_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = architecture_tolerations_file(&dir);
         let c = Config::load(
             Some(&path),
             env(&[
@@ -1690,5 +1887,235 @@ mod tests {
             }
         );
         assert_eq!(c.tls_reload_name_check, NameCheck::Warn);
+    }
+
+    #[test]
+    fn shipped_config_names_every_key() {
+        // Set, or commented out with its example: `# ssl_cert_path = …`.
+        let shipped = include_str!("../tolerable.toml");
+        let written = |key: &str| {
+            shipped.lines().any(|line| {
+                let line = line.trim_start_matches(['#', ' ']);
+                line.starts_with(&format!("{key} =")) || line.starts_with(&format!("[{key}]"))
+            })
+        };
+        let fields = source::field_names::<RawConfig>();
+        assert!(fields.len() > 40, "{fields:?}");
+        for key in fields.iter().chain(source::field_names::<RawTolerations>()) {
+            assert!(written(key), "tolerable.toml does not document `{key}`");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_named_where_written_with_the_nearest_key() {
+        let err = Config::load(None, env(&[("TOLERABLE_LOOKUP_TIMOUT", "1s")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "environment variable TOLERABLE_LOOKUP_TIMOUT: unknown field `lookup_timout`; \
+             did you mean TOLERABLE_LOOKUP_TIMEOUT?"
+        );
+        let err = Config::load(None, env(&[("TOLERABLE_TOLERATIONS__EFECT", "NoExecute")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("TOLERABLE_TOLERATIONS__EFECT")
+                && err.contains("did you mean TOLERABLE_TOLERATIONS__EFFECT?"),
+            "{err}"
+        );
+        let err = Config::load(
+            None,
+            env(&[("TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64__VALU", "x")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("did you mean TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64__VALUE?"),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, "[tolerations]\nefect = \"NoExecute\"\n");
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config file {}: unknown field `tolerations.efect`; did you mean `tolerations.effect`?",
+                path.display()
+            )
+        );
+        let path = write(
+            &dir,
+            "registry_mirror = { \"docker.io\" = \"mirror.gcr.io\" }\n",
+        );
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("tolerable.toml") && err.contains("did you mean `registry_mirrors`?"),
+            "{err}"
+        );
+        // Map entries are named freely, and empty variables are as if unset.
+        let path = write(
+            &dir,
+            "[registry_mirrors]\n\"my.registry\" = \"mirror.example\"\n",
+        );
+        Config::load(Some(&path), env(&[("TOLERABLE_NO_SUCH_KEY", " ")])).unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_or_the_file() {
+        for (var, value, key) in [
+            ("TOLERABLE_LOOKUP_TIMEOUT", "soon", "lookup_timeout"),
+            ("TOLERABLE_CACHE_MAX_ENTRIES", "lots", "cache_max_entries"),
+            ("TOLERABLE_STEERING", "sideways", "steering"),
+            (
+                "TOLERABLE_TOLERATIONS__EFFECT",
+                "NoRun",
+                "tolerations.effect",
+            ),
+            (
+                "TOLERABLE_REGISTRY_MIRRORS",
+                "docker.io=not a host",
+                "registry_mirrors",
+            ),
+            (
+                "TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64",
+                "k=v:NoRun",
+                "architecture_tolerations.arm64.effect",
+            ),
+        ] {
+            let err = Config::load(None, env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(&format!("environment variable {var}: "))
+                    && err.contains(&format!("`{key}")),
+                "{var}={value}: {err}"
+            );
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "steering = \"sideways\"\n[tolerations]\nkey = \"k\"\n",
+        );
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config file {}: config key `steering`: \"sideways\" is not off, node_selector or node_affinity",
+                path.display()
+            )
+        );
+        // The variable overrides the file, and is the one named.
+        let err = Config::load(Some(&path), env(&[("TOLERABLE_STEERING", "up")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "environment variable TOLERABLE_STEERING: config key `steering`: \"up\""
+            ),
+            "{err}"
+        );
+        let path = write(&dir, "cache_max_entries = -1\n");
+        let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("config file {}: ", path.display()))
+                && err.ends_with("for key `cache_max_entries`"),
+            "{err}"
+        );
+        // A key left at its default that another one makes wrong: no source to name.
+        let err = Config::load(None, env(&[("TOLERABLE_SSL_CERT_PATH", "/tls.crt")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config key `ssl_key_path`: must be set with ssl_cert_path"
+        );
+    }
+
+    #[test]
+    fn words_name_the_key_and_the_words_it_takes() {
+        for (var, value, want) in [
+            (
+                "TOLERABLE_LOG_FORMAT",
+                "xml",
+                "config key `log_format`: \"xml\" is not text or json",
+            ),
+            (
+                "TOLERABLE_TOLERATIONS__EFFECT",
+                "NoRun",
+                "config key `tolerations.effect`: \"NoRun\" is not NoSchedule, PreferNoSchedule, NoExecute or empty",
+            ),
+            (
+                "TOLERABLE_TLS_RELOAD_NAME_CHECK",
+                "ignore",
+                "config key `tls_reload_name_check`: \"ignore\" is not refuse or warn",
+            ),
+            (
+                "TOLERABLE_ON_NO_COMMON_ARCHITECTURE",
+                "shrug",
+                "config key `on_no_common_architecture`: \"shrug\" is not deny or warn",
+            ),
+            (
+                "TOLERABLE_ON_LOOKUP_FAILURE",
+                "panic",
+                "config key `on_lookup_failure`: \"panic\" is not allow or deny",
+            ),
+        ] {
+            let err = Config::load(None, env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.ends_with(want), "{err}");
+        }
+        // Trimmed, in the file as in the environment; empty: every effect.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "log_format = \" json \"\n[tolerations]\neffect = \"\"\noperator = \"Exists\"\n",
+        );
+        let c = Config::load(Some(&path), env(&[])).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.policy.toleration.effect, "");
+        assert_eq!(c.policy.toleration.operator, TolerationOperator::Exists);
+    }
+
+    #[test]
+    fn registry_mirrors_from_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "[registry_mirrors]\n\"docker.io\" = \"mirror.gcr.io\"\n\"ghcr.io\" = \"ghcr.example\"\n",
+        );
+        let c = Config::load(
+            Some(&path),
+            env(&[(
+                "TOLERABLE_REGISTRY_MIRRORS",
+                " docker.io = mirror.example:5000, Quay.IO=quay-mirror.example ,",
+            )]),
+        )
+        .unwrap();
+        // The variable replaces the file's table, as a list variable replaces a list.
+        assert_eq!(
+            c.resolver.mirrors,
+            BTreeMap::from(
+                [
+                    ("docker.io", "mirror.example:5000"),
+                    ("quay.io", "quay-mirror.example")
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            )
+        );
+        for bad in ["docker.io", "=mirror.example", "docker.io=mirror, quay.io"] {
+            let err = Config::load(None, env(&[("TOLERABLE_REGISTRY_MIRRORS", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("environment variable TOLERABLE_REGISTRY_MIRRORS: ")
+                    && err.contains("is not name=value")
+                    && err.ends_with("for key `registry_mirrors`"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

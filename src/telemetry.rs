@@ -7,7 +7,8 @@
 
 use std::io::Write;
 
-use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{DefaultFields, Format};
+use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, LogFormat};
@@ -16,16 +17,28 @@ use crate::config::{Config, LogFormat};
 pub const MAX_LINE_BYTES: usize = 8 << 10;
 
 pub fn init(config: &Config) {
-    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_writer(OneLineStderr);
+    let builder = subscriber(config, OneLineStderr);
     // A second init (tests, repeated commands) keeps the first subscriber.
     let _ = match config.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+}
+
+/// The subscriber `init` installs, writing to `writer`. No colour escapes, on a terminal or not:
+/// [`OneLine`] would escape them into visible text, and log collectors store them as noise.
+fn subscriber<W>(
+    config: &Config,
+    writer: W,
+) -> SubscriberBuilder<DefaultFields, Format, EnvFilter, W>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(writer)
 }
 
 /// Stderr, one escaped line per event (the formatter writes each event in one call).
@@ -97,6 +110,49 @@ pub fn one_line(event: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Collects what the subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn text_logs_carry_no_colour_escapes() {
+        let config = Config::load(None, [("TOLERABLE_LOG_LEVEL".into(), "debug".into())]).unwrap();
+        assert_eq!(config.log_format, LogFormat::Text);
+        let captured = Captured::default();
+        let subscriber = subscriber(&config, captured.clone()).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(image = "example.com/app:1", "lookup failed");
+            tracing::debug!("a debug line");
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("WARN")
+                && text.contains("lookup failed")
+                && text.contains("a debug line"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+    }
 
     #[test]
     fn a_value_cannot_start_a_line_and_long_lines_are_cut() {
