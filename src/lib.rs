@@ -12,6 +12,7 @@
 //! - [`cmd`]: the subcommands, thin over the library.
 
 pub mod admission;
+pub mod app;
 pub mod budget;
 pub mod cli;
 pub mod cluster;

@@ -104,12 +104,12 @@ fn patched(request: &Value, response: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
     let api = FakeApiServer::start_with(hosts(), Duration::from_millis(1500));
-    let watch = NodeWatch::start(
+    let server = TestServer::start_with_cluster(
+        webhook::policy(),
+        common::settings(),
         api.client("admintoken"),
-        tolerable::mutate::Policy::default().taint_keys(),
-    );
-    let server =
-        TestServer::start_with_nodes(webhook::policy(), common::settings(), Some(watch)).await;
+    )
+    .await;
 
     let client = webhook::client();
     let readyz = client.get(server.url("/readyz")).send().await.unwrap();
@@ -194,13 +194,13 @@ async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_that_scales_from_zero_and_back_keeps_its_toleration() {
     let api = FakeApiServer::start_scaled_to_zero(hosts());
-    let watch = NodeWatch::start(
+    let server = TestServer::start_with_cluster(
+        webhook::policy(),
+        common::settings(),
         api.client("admintoken"),
-        tolerable::mutate::Policy::default().taint_keys(),
-    );
-    let server =
-        TestServer::start_with_nodes(webhook::policy(), common::settings(), Some(watch.clone()))
-            .await;
+    )
+    .await;
+    let watch = server.state.nodes.clone().expect("the node watch runs");
     until("the node watch to sync", || watch.is_synced()).await;
     let host = &registry::plain().host;
     let mut request = webhook::recorded("pod-create-simple.v1.json", host);

@@ -54,7 +54,7 @@ pub(crate) struct CacheKey {
 impl CacheKey {
     pub(crate) fn new(reference: &ImageReference, credentials: Vec<u64>) -> Self {
         Self {
-            reference: reference.to_normalized_string().into_boxed_str(),
+            reference: reference.to_string().into_boxed_str(),
             immutable: reference.is_immutable(),
             credentials: credentials.into_boxed_slice(),
         }

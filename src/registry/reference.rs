@@ -141,36 +141,19 @@ impl ImageReference {
     pub(crate) fn is_immutable(&self) -> bool {
         self.digest.is_some()
     }
-
-    /// The pieces of the normalised form (`registry/repository:tag@digest`), in order; the
-    /// one source for both [`fmt::Display`] and [`ImageReference::to_normalized_string`].
-    fn normalized_parts(&self) -> impl Iterator<Item = &str> {
-        [
-            Some(self.registry.as_str()),
-            Some("/"),
-            Some(self.repository.as_str()),
-            self.tag.as_ref().map(|_| ":"),
-            self.tag.as_deref(),
-            self.digest.as_ref().map(|_| "@"),
-            self.digest.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-    }
-
-    /// The normalised form, as displayed, in a string of exactly its size: built on every
-    /// lookup, for the cache key.
-    pub(crate) fn to_normalized_string(&self) -> String {
-        let mut out = String::with_capacity(self.normalized_parts().map(str::len).sum());
-        self.normalized_parts().for_each(|part| out.push_str(part));
-        out
-    }
 }
 
+/// The normalised form `registry/repository:tag@digest` (the cache key's form too).
 impl fmt::Display for ImageReference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.normalized_parts()
-            .try_for_each(|part| f.write_str(part))
+        write!(f, "{}/{}", self.registry, self.repository)?;
+        if let Some(tag) = &self.tag {
+            write!(f, ":{tag}")?;
+        }
+        if let Some(digest) = &self.digest {
+            write!(f, "@{digest}")?;
+        }
+        Ok(())
     }
 }
 
@@ -406,7 +389,7 @@ mod tests {
         for (input, normalized, host, manifest_ref) in NAME_CASES {
             let r = ImageReference::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(r.to_string(), *normalized, "{input}");
-            assert_eq!(r.to_normalized_string(), *normalized, "{input}");
+            assert_eq!(r.to_string(), *normalized, "{input}");
             assert_eq!(r.api_host(), *host, "{input}");
             assert_eq!(r.manifest_reference(), *manifest_ref, "{input}");
         }
@@ -418,7 +401,7 @@ mod tests {
         let both = format!("docker.io/library/nginx:1.25@{D}");
         let r = ImageReference::parse(&format!("nginx@{D}")).unwrap();
         assert_eq!(r.to_string(), digest_only);
-        assert_eq!(r.to_normalized_string(), digest_only);
+        assert_eq!(r.to_string(), digest_only);
         assert_eq!(r.tag(), None);
         assert_eq!(r.manifest_reference(), D);
         assert!(r.is_immutable());
@@ -426,7 +409,7 @@ mod tests {
         // name:tag@digest: the digest wins, the tag is kept for display.
         let r = ImageReference::parse(&format!("nginx:1.25@{D}")).unwrap();
         assert_eq!(r.to_string(), both);
-        assert_eq!(r.to_normalized_string(), both);
+        assert_eq!(r.to_string(), both);
         assert_eq!(r.manifest_reference(), D);
 
         let r = ImageReference::parse(&format!("localhost:5000/app@{D}")).unwrap();

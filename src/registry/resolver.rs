@@ -3,7 +3,6 @@
 //! order, walks the manifest tree, and caches the answer.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,16 +137,18 @@ impl Resolver {
         chain: Vec<Credential>,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let missed = AtomicBool::new(false);
+        // Another caller may be asking the registry for the same key: then this one waited for
+        // its answer (a hit), and `resolve` never ran.
+        let mut asked_registry = false;
         let result = self
             .cache
             .get_or_resolve(key, async {
-                missed.store(true, Ordering::Relaxed);
+                asked_registry = true;
                 let deadline = tokio::time::Instant::now() + timeout;
                 self.lookup(&reference, &chain, deadline, timeout).await
             })
             .await;
-        self.observe(!missed.load(Ordering::Relaxed), &result);
+        self.observe(!asked_registry, &result);
         result
     }
 
@@ -163,14 +164,15 @@ impl Resolver {
             let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
             // A hung mirror gets half the time, so the origin still gets its chance.
             let now = tokio::time::Instant::now();
-            let mirror_deadline = now + deadline.saturating_duration_since(now) / 2;
+            let mirror_deadline =
+                now + crate::budget::mirror_share(deadline.saturating_duration_since(now));
             match self
                 .lookup_at(
                     reference,
                     mirror,
                     &mirror_chain,
                     mirror_deadline,
-                    timeout / 2,
+                    crate::budget::mirror_share(timeout),
                 )
                 .await
             {

@@ -4,16 +4,13 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tolerable::admission::Admission;
-use tolerable::metrics::Metrics;
+use tolerable::app::Webhook;
 use tolerable::mutate::Policy;
-use tolerable::registry::{CredentialStore, Resolver, ResolverSettings};
-use tolerable::server::tls::CertStore;
+use tolerable::registry::ResolverSettings;
 use tolerable::server::{AppState, ServerLimits};
 
 use super::certs;
@@ -98,12 +95,11 @@ pub struct TestServer {
     pub volume: SecretVolume,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
-    reloader: JoinHandle<()>,
 }
 
 impl TestServer {
     pub async fn start(policy: Policy, settings: ResolverSettings) -> Self {
-        Self::start_with_nodes(policy, settings, None).await
+        Self::start_with((policy, settings), None, ServerLimits::default()).await
     }
 
     /// A server with these connection and request limits.
@@ -111,65 +107,49 @@ impl TestServer {
         Self::start_with(webhook_settings(), None, limits).await
     }
 
-    /// A server that decides with (and is not ready before) a node watch.
-    pub async fn start_with_nodes(
+    /// A server that reads the cluster behind `kube` (a fake API server): it decides with (and
+    /// is not ready before) the node watch; its `state.nodes` is that watch.
+    pub async fn start_with_cluster(
         policy: Policy,
         settings: ResolverSettings,
-        nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+        kube: kube::Client,
     ) -> Self {
-        Self::start_with((policy, settings), nodes, ServerLimits::default()).await
+        Self::start_with((policy, settings), Some(kube), ServerLimits::default()).await
     }
 
+    /// The server as `tolerable serve` builds it (the same composition root), from the default
+    /// config with these parts replaced, on 127.0.0.1 with the test CA's certificate.
     async fn start_with(
         (policy, settings): (Policy, ResolverSettings),
-        nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+        kube: Option<kube::Client>,
         limits: ServerLimits,
     ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
         let volume = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
-        let mut metrics_registry = prometheus_client::registry::Registry::default();
-        let metrics = Arc::new(Metrics::register(&mut metrics_registry));
-        let resolver = Arc::new(
-            Resolver::new(settings, CredentialStore::default())
-                .unwrap()
-                .with_observer(metrics.clone()),
-        );
-        let store =
-            Arc::new(CertStore::from_files(&volume.cert_path(), &volume.key_path()).unwrap());
-        let reloader = tokio::spawn(store.clone().watch(Some(metrics.clone())));
-        let mut admission = Admission::new(resolver.clone(), policy, Some(metrics.clone()));
-        if let Some(watch) = &nodes {
-            admission = admission.with_nodes(watch.clone());
-        }
-        let state = Arc::new(AppState {
-            admission,
-            nodes,
-            metrics,
-            metrics_registry,
-            resolver,
-            ready: AtomicBool::new(false),
-            metrics_on_webhook_port: true,
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+        config.policy = policy;
+        config.resolver = settings;
+        config.server_limits = limits;
+        config.tls_files = Some((volume.cert_path(), volume.key_path()));
+        config.listen_addr = "127.0.0.1:0".parse().unwrap();
+        config.metrics_addr = None;
+        // The fake API server serves nodes; pull secrets have their own tests.
+        config.read_pull_secrets = false;
+        config.watch_nodes = kube.is_some();
+        let webhook = Webhook::build(&config, kube, false).await.unwrap();
+        let addr = webhook.local_addr().unwrap();
+        let state = webhook.state.clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(tolerable::server::run(
-            listener,
-            store,
-            state.clone(),
-            limits,
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let task = tokio::spawn(webhook.serve(async {
+            let _ = rx.await;
+        }));
         Self {
             addr,
             state,
             volume,
             shutdown: Some(tx),
             task: Some(task),
-            reloader,
         }
     }
 
@@ -196,7 +176,6 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.reloader.abort();
         if let Some(task) = &self.task {
             task.abort();
         }

@@ -1,0 +1,209 @@
+//! The composition root: everything `tolerable serve` runs, built from one validated [`Config`]
+//! in one place — metrics, the resolver, certificates, the listeners, the admission shell and,
+//! given a Kubernetes client, the pull-secret reader, the node watch and the node tainter.
+//! `cmd/serve` builds it from the process's environment; the tests build it from a `Config` and
+//! a client of the fake API server, so they run the wiring users run.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::admission::Admission;
+use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::registry::Resolver;
+use crate::server::tls::{self, CertStore};
+use crate::server::{self, AppState, ServerLimits};
+
+/// The webhook, built and listening, not yet serving.
+pub struct Webhook {
+    pub state: Arc<AppState>,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    certs: Arc<CertStore>,
+    limits: ServerLimits,
+    /// Certificate reloads, the node tainter, warnings: stopped when serving ends.
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Webhook {
+    /// Builds everything `config` asks for. `kube` is the Kubernetes API (`None` outside a
+    /// cluster: then no pull secrets, node pools or node tainting); `manage_node_taints` adds
+    /// `serve --manage-node-taints` to the config's own setting.
+    pub async fn build(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+    ) -> anyhow::Result<Self> {
+        let mut metrics_registry = prometheus_client::registry::Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut metrics_registry));
+        let resolver = Arc::new(resolver(config, &metrics)?);
+        let certs = Arc::new(certificates(config)?);
+        let listener = TcpListener::bind(config.listen_addr)
+            .await
+            .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
+        let metrics_listener = match config.metrics_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (metrics_addr)"))?,
+            ),
+            None => None,
+        };
+        let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
+        let admission = Admission::new(
+            resolver.clone(),
+            config.policy.clone(),
+            Some(metrics.clone()),
+        );
+        let manage_node_taints = config.manage_node_taints || manage_node_taints;
+        let (admission, nodes) = match kube {
+            Some(client) => wire_cluster(
+                config,
+                client,
+                manage_node_taints,
+                admission,
+                &mut background,
+            ),
+            None => (admission, None),
+        };
+        let state = Arc::new(AppState {
+            admission,
+            nodes,
+            metrics,
+            metrics_registry,
+            resolver,
+            ready: AtomicBool::new(false),
+            metrics_on_webhook_port: config.metrics_addr.is_none(),
+        });
+        Ok(Self {
+            state,
+            listener,
+            metrics_listener,
+            certs,
+            limits: config.server_limits.clone(),
+            background,
+        })
+    }
+
+    /// Where the webhook listens (the port chosen when `listen_addr` says 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Where `/metrics` is served on its own, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref()?.local_addr().ok()
+    }
+
+    /// Serves until `shutdown` completes, then drains and stops the background tasks.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let mut background = self.background;
+        if let Some(listener) = self.metrics_listener {
+            tracing::info!(addr = ?listener.local_addr().ok(), "serving /metrics over plain HTTP");
+            background.push(tokio::spawn(server::serve_metrics(
+                listener,
+                self.state.clone(),
+            )));
+        }
+        tracing::info!(addr = ?self.listener.local_addr().ok(), "serving the admission webhook on /mutate");
+        server::run(self.listener, self.certs, self.state, self.limits, shutdown).await;
+        for task in background {
+            task.abort();
+        }
+    }
+}
+
+/// The image resolver, reporting to `metrics`; the operator's own registries keep their metric
+/// labels whatever Pods name.
+fn resolver(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Resolver> {
+    let credentials = config.credential_store()?;
+    let transport = &config.resolver.transport;
+    metrics.name_registries(
+        config
+            .resolver
+            .mirrors
+            .values()
+            .map(String::as_str)
+            .chain(transport.insecure_registries.iter().map(String::as_str))
+            .chain(credentials.registries()),
+    );
+    Ok(Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()))
+}
+
+/// The serving certificate: the configured files (reloaded as they change), else — for a first
+/// run without cert-manager — a fresh CA, printed so a client can trust it.
+fn certificates(config: &Config) -> anyhow::Result<CertStore> {
+    if let Some((cert, key)) = &config.tls_files {
+        return Ok(CertStore::from_files(cert, key)?.with_name_check(config.tls_reload_name_check));
+    }
+    let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
+    let generated = tls::self_signed(&names)?;
+    println!(
+        "No ssl_cert_path/ssl_key_path configured: serving a self-signed certificate for {}.\n\
+         Trust this CA to call the webhook (e.g. curl --cacert ca.pem):\n{}",
+        names.join(", "),
+        generated.ca_pem
+    );
+    Ok(CertStore::fixed(generated.key))
+}
+
+/// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and
+/// the tainter), the node tainter.
+fn wire_cluster(
+    config: &Config,
+    client: kube::Client,
+    manage_node_taints: bool,
+    mut admission: Admission,
+    background: &mut Vec<JoinHandle<()>>,
+) -> (Admission, Option<NodeWatch>) {
+    if config.read_pull_secrets {
+        admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
+    }
+    if !(config.watch_nodes || manage_node_taints) {
+        return (admission, None);
+    }
+    let watch = NodeWatch::start(client.clone(), config.policy.taint_keys());
+    background.push(tokio::spawn(warn_of_fenced_off_pools(
+        watch.clone(),
+        config.taint_policy.clone(),
+    )));
+    if manage_node_taints {
+        let policy = config.taint_policy.clone();
+        background.push(tokio::spawn(keep_nodes_tainted(
+            client,
+            watch.clone(),
+            policy,
+        )));
+    }
+    if config.watch_nodes {
+        admission = admission.with_nodes(watch.clone());
+        return (admission, Some(watch));
+    }
+    (admission, None)
+}
+
+/// Says once, after the first node list, which nodes carry an architecture taint for an
+/// architecture that is neither default nor supported: no Pod will ever tolerate them.
+async fn warn_of_fenced_off_pools(watch: NodeWatch, policy: crate::taints::TaintPolicy) {
+    watch.synced().await;
+    let nodes = watch.nodes();
+    for (node, arch, taint) in
+        crate::taints::fenced_off_nodes(nodes.iter().map(AsRef::as_ref), &policy)
+    {
+        tracing::warn!(
+            %node,
+            architecture = %arch,
+            %taint,
+            "node is tainted for an architecture in neither supported_architectures nor \
+             default_architectures: no Pod gets a toleration for it (add {arch} to supported_architectures)"
+        );
+    }
+}
