@@ -204,6 +204,12 @@ impl Drop for Server {
 }
 
 fn start_server(registry_host: &str) -> (Server, Duration) {
+    start_server_at(registry_host, "warn")
+}
+
+/// A server logging at `log_level`. Below `warn` its stderr goes to a pipe a thread drains, as
+/// a container runtime reads a container's stderr (and the bench's own output stays readable).
+fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
     std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
@@ -230,7 +236,7 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
         .env("TOLERABLE_SSL_KEY_PATH", dir.path().join("tls.key"))
         .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
         .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
-        .env("TOLERABLE_LOG_LEVEL", "warn")
+        .env("TOLERABLE_LOG_LEVEL", log_level)
         // Runtime and allocator knobs under test, when set for the bench.
         // As deployed: the shipped Deployment's 1-CPU limit gives one worker thread.
         // BENCH_WORKER_THREADS=0 measures one per core instead.
@@ -245,9 +251,17 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
         )
         .current_dir(dir.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(if log_level == "warn" {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        })
         .spawn()
         .unwrap();
+    let mut child = child;
+    if let Some(mut stderr) = child.stderr.take() {
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    }
     // Ready = /readyz answers 200 over TLS.
     let client = probe::blocking_ready_client();
     loop {
@@ -321,6 +335,63 @@ fn review_body(image: &str, uid: usize) -> Bytes {
     Bytes::from(review.to_string())
 }
 
+/// Server CPU per warm admission and per `/healthz`, one server at `warn` and one at `info`
+/// (the shipped level: one line per admission), measured by turns so both see the same
+/// machine; the medians of `rounds` turns.
+fn log_levels(
+    runtime: &tokio::runtime::Runtime,
+    registry_host: &str,
+    run: Duration,
+    rounds: usize,
+) {
+    let warm = review_body(&format!("{registry_host}/fixtures/multiarch-oci:v1"), 0);
+    let admit = Call {
+        post: Some(warm),
+        path: "/mutate?timeout=10s",
+    };
+    let health = Call {
+        post: None,
+        path: "/healthz",
+    };
+    let mut figures: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
+    for level in ["warn", "info"] {
+        figures.push((level, Vec::new(), Vec::new()));
+    }
+    let servers: Vec<Server> = ["warn", "info"]
+        .iter()
+        .map(|level| start_server_at(registry_host, level).0)
+        .collect();
+    for _ in 0..rounds {
+        for (server, (_, admissions, healthz)) in servers.iter().zip(figures.iter_mut()) {
+            let pid = server.child.id();
+            runtime.block_on(async {
+                healthz.push(throughput(server.addr, pid, health.clone(), run).await.1);
+                admissions.push(throughput(server.addr, pid, admit.clone(), run).await.1);
+            });
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut warn_admission = 0.0;
+    for (level, admissions, healthz) in &mut figures {
+        let (admission, health) = (median(admissions), median(healthz));
+        println!(
+            "| at {level}: server CPU per warm admission / per /healthz | {admission:.1} / {health:.1} µs ({:.2}×) |",
+            admission / health
+        );
+        if *level == "warn" {
+            warn_admission = admission;
+        } else {
+            println!(
+                "| the info line's cost (info − warn, per admission) | {:.1} µs |",
+                admission - warn_admission
+            );
+        }
+    }
+}
+
 fn main() {
     common::init();
     let registry = registry::plain();
@@ -360,6 +431,19 @@ fn main() {
         });
     }
     if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() {
+        return;
+    }
+    // BENCH_LOG_LEVEL_ROUNDS=N: only this comparison, N rounds.
+    let only_levels = std::env::var("BENCH_LOG_LEVEL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    log_levels(
+        &runtime,
+        &registry.host,
+        Duration::from_secs(4),
+        only_levels.unwrap_or(3),
+    );
+    if only_levels.is_some() {
         return;
     }
     let (server, ready) = start_server(&registry.host);

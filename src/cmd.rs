@@ -19,7 +19,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build()?;
-    match cli.command {
+    let result = match cli.command {
         Command::Inspect(args) => {
             runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
         }
@@ -30,5 +30,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Review(args) => {
             runtime.block_on(review::run(&config, &args, &mut std::io::stdout()))
         }
-    }
+    };
+    crate::telemetry::flush();
+    result
 }

@@ -108,72 +108,87 @@ impl Metrics {
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
         };
+        metrics.register_connections(registry);
+        metrics.register_admissions(registry);
+        metrics.register_lookups(registry);
+        metrics
+    }
+
+    /// The server's connections and refused requests.
+    fn register_connections(&self, registry: &mut Registry) {
         registry.register(
             "tolerable_open_connections",
             "Client connections open now",
-            metrics.open_connections.clone(),
+            self.open_connections.clone(),
         );
         registry.register(
             "tolerable_connections_refused",
             "Connections closed as soon as accepted: max_connections (and the probes' headroom) reached",
-            metrics.connections_refused.clone(),
+            self.connections_refused.clone(),
         );
         registry.register(
             "tolerable_connections_closed",
             "Connections the server closed, by reason: idle (connection_idle_timeout, or no request within request_read_timeout)",
-            metrics.connections_closed.clone(),
+            self.connections_closed.clone(),
         );
         registry.register(
             "tolerable_requests_refused",
             "Requests answered with an error before being read, by reason: requests_in_flight (503), body_memory (503), read_timeout (408), too_many_connections (503)",
-            metrics.requests_refused.clone(),
+            self.requests_refused.clone(),
         );
+    }
+
+    /// Admissions, certificates and the node pools.
+    fn register_admissions(&self, registry: &mut Registry) {
         registry.register(
             "tolerable_admissions",
             "AdmissionReviews answered, by outcome",
-            metrics.admissions.clone(),
+            self.admissions.clone(),
         );
         registry.register(
             "tolerable_admission_duration_seconds",
             "Time to answer an AdmissionReview, body read to response",
-            metrics.admission_duration.clone(),
-        );
-        registry.register(
-            "tolerable_image_lookup_duration_seconds",
-            "Time to learn an image's platforms (cache hits included), by result",
-            metrics.lookup_duration.clone(),
-        );
-        registry.register(
-            "tolerable_registry_requests",
-            "HTTP requests to registries and token services, by registry host and status",
-            metrics.registry_requests.clone(),
-        );
-        registry.register(
-            "tolerable_cache_lookups",
-            "Image lookups answered from the cache (hit) or the registry (miss); stale: a last known answer served while the registry is unavailable",
-            metrics.cache_lookups.clone(),
-        );
-        registry.register(
-            "tolerable_cache_entries",
-            "Images in the lookup cache",
-            metrics.cache_entries.clone(),
+            self.admission_duration.clone(),
         );
         registry.register(
             "tolerable_certificate_reloads",
             "Serving certificate reloads, by result",
-            metrics.certificate_reloads.clone(),
-        );
-        registry.register(
-            "tolerable_registry_circuit_opened",
-            "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
-            metrics.circuits_opened.clone(),
+            self.certificate_reloads.clone(),
         );
         registry.register(
             "tolerable_node_architecture_taints",
             "Architectures the node watch has seen, with how many distinct taints under the toleration templates' keys their nodes carry",
-            metrics.architecture_taints.clone(),
+            self.architecture_taints.clone(),
         );
-        metrics
+    }
+
+    /// Image lookups, registries, the cache and the circuit breakers.
+    fn register_lookups(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_image_lookup_duration_seconds",
+            "Time to learn an image's platforms (cache hits included), by result",
+            self.lookup_duration.clone(),
+        );
+        registry.register(
+            "tolerable_registry_requests",
+            "HTTP requests to registries and token services, by registry host and status",
+            self.registry_requests.clone(),
+        );
+        registry.register(
+            "tolerable_cache_lookups",
+            "Image lookups answered from the cache (hit) or the registry (miss); stale: a last known answer served while the registry is unavailable",
+            self.cache_lookups.clone(),
+        );
+        registry.register(
+            "tolerable_cache_entries",
+            "Images in the lookup cache",
+            self.cache_entries.clone(),
+        );
+        registry.register(
+            "tolerable_registry_circuit_opened",
+            "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
+            self.circuits_opened.clone(),
+        );
     }
 
     /// The architectures present in the cluster (bounded by what nodes exist).

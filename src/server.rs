@@ -246,7 +246,10 @@ async fn mutate(
             return response;
         }
     };
-    let span = tracing::info_span!("admission", uid = tracing::field::Empty);
+    // The request's uid tags what is logged while it is answered, at debug level; the one info
+    // line per admission names it itself (a span per admission at info costs about a
+    // microsecond: BENCHMARKS.md).
+    let span = tracing::debug_span!("admission", uid = tracing::field::Empty);
     let result = state
         .admission
         .review(&body, budget)
@@ -258,6 +261,7 @@ async fn mutate(
             let outcome = reviewed.answer.outcome();
             let summary = reviewed.answer.decision.summary();
             tracing::info!(
+                uid = %reviewed.out.response.uid,
                 outcome = outcome.label(),
                 allowed = reviewed.out.response.allowed,
                 patched = reviewed.out.response.patch.is_some(),
@@ -543,6 +547,18 @@ pub async fn run(
     }
     state.ready.store(false, Ordering::Relaxed);
     drop(listener);
+    drain(stop, &connections, max_connections, &probe_connections).await;
+}
+
+/// Tells every connection to finish (dropping `stop`) and waits, at most [`SHUTDOWN_GRACE`],
+/// for them to end (each holds a permit of `connections` or `probe_connections` until its task
+/// ends).
+async fn drain(
+    stop: watch::Sender<()>,
+    connections: &Semaphore,
+    max_connections: usize,
+    probe_connections: &Semaphore,
+) {
     let open = max_connections - connections.available_permits() + PROBE_CONNECTIONS
         - probe_connections.available_permits();
     tracing::info!(
@@ -551,7 +567,6 @@ pub async fn run(
     );
     drop(stop);
     let all_closed = async {
-        // Every connection holds a permit until its task ends.
         let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let _ = connections.acquire_many(all(max_connections)).await;
         let _ = probe_connections.acquire_many(all(PROBE_CONNECTIONS)).await;

@@ -4,8 +4,15 @@
 //! from Pod authors and registries, so a newline or an escape sequence inside a value is
 //! written escaped (`\n`, `\u{1b}`) and can never start a forged line, and a line longer than
 //! [`MAX_LINE_BYTES`] is cut with a marker.
+//!
+//! Lines are batched: an event appends its line to one buffer, and a background thread writes
+//! the buffer out [`BATCH_WINDOW`] after its first line — one `write` per batch instead of one
+//! per line (at the shipped `info` level there is a line per admission; BENCHMARKS.md). The
+//! buffer is written out at exit ([`flush`]) and before a panic's message.
 
 use std::io::Write;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use tracing_subscriber::fmt::format::{DefaultFields, Format};
 use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
@@ -16,7 +23,18 @@ use crate::config::{Config, LogFormat};
 /// Longest log line written; the rest is replaced by `…[cut N bytes]`.
 pub const MAX_LINE_BYTES: usize = 8 << 10;
 
+/// How long the first line of a batch waits for others before the batch is written.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(10);
+/// A batch this large is written at once by the thread that fills it (memory stays bounded
+/// however fast lines come).
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
 pub fn init(config: &Config) {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        flush();
+        hook(info);
+    }));
     let builder = subscriber(config, OneLineStderr);
     // A second init (tests, repeated commands) keeps the first subscriber.
     let _ = match config.log_format {
@@ -41,15 +59,89 @@ where
         .with_writer(writer)
 }
 
-/// Stderr, one escaped line per event (the formatter writes each event in one call).
+/// Stderr, one escaped line per event (the formatter writes each event in one call), batched.
 #[derive(Clone, Copy)]
 struct OneLineStderr;
 
 impl<'a> MakeWriter<'a> for OneLineStderr {
-    type Writer = OneLine<std::io::Stderr>;
+    type Writer = OneLine<BatchedStderr>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        OneLine(std::io::stderr())
+        OneLine(BatchedStderr)
+    }
+}
+
+/// The lines not yet written, and the signal that wakes the writing thread.
+struct Batch {
+    lines: Mutex<Vec<u8>>,
+    first_line: Condvar,
+}
+
+fn batch() -> &'static Batch {
+    static BATCH: OnceLock<Batch> = OnceLock::new();
+    BATCH.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(write_batches)
+            .expect("starting the log writer thread");
+        Batch {
+            lines: Mutex::new(Vec::with_capacity(64 << 10)),
+            first_line: Condvar::new(),
+        }
+    })
+}
+
+/// The writing thread: waits for a first line, lets a batch gather, writes it.
+fn write_batches() {
+    let batch = batch();
+    loop {
+        {
+            let lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+            let _waiting = batch
+                .first_line
+                .wait_while(lines, |lines| lines.is_empty())
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        std::thread::sleep(BATCH_WINDOW);
+        flush();
+    }
+}
+
+/// Writes out the lines not yet written (at exit, before a panic's message).
+pub fn flush() {
+    let Some(batch) = BATCH_READY.get() else {
+        return;
+    };
+    let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
+    // Written under the lock: batches stay in order.
+    let _ = std::io::stderr().write_all(&taken);
+    drop(lines);
+}
+
+static BATCH_READY: OnceLock<&'static Batch> = OnceLock::new();
+
+/// Appends each line to the batch.
+struct BatchedStderr;
+
+impl Write for BatchedStderr {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let batch = *BATCH_READY.get_or_init(batch);
+        let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() + line.len() > MAX_BATCH_BYTES {
+            std::io::stderr().write_all(&std::mem::take(&mut *lines))?;
+        }
+        let first = lines.is_empty();
+        lines.extend_from_slice(line);
+        drop(lines);
+        if first {
+            batch.first_line.notify_one();
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 /// Modules of the crate the core must not import (the shell around it).
 const SHELL_MODULES: &[&str] = &[
     "admission",
+    "app",
+    "budget",
     "cli",
     "cluster",
     "cmd",
