@@ -177,8 +177,8 @@ impl Admission {
                     .resolve_within(image, &pull.credentials, left.saturating_sub(margin));
             let result = match tokio::time::timeout_at(deadline, resolve).await {
                 Ok(Ok(found)) => Ok(found.fact.clone()),
-                Ok(Err(e)) => Err(LookupFailure::new(e.reason())),
-                Err(_) => Err(LookupFailure::new(format!(
+                Ok(Err(e)) => Err(LookupFailure::from(&e)),
+                Err(_) => Err(LookupFailure::Unavailable(format!(
                     "lookup did not finish within the admission deadline ({})",
                     crate::registry::short_duration(budget)
                 ))),

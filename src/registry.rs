@@ -146,6 +146,28 @@ pub enum LookupError {
     },
 }
 
+/// The core's view of a failed lookup: its kind, and the reason without the image in front.
+impl From<&LookupError> for crate::mutate::LookupFailure {
+    fn from(error: &LookupError) -> Self {
+        use crate::mutate::LookupFailure as Failure;
+        let reason = error.reason();
+        match error {
+            LookupError::InvalidReference(_) => Failure::InvalidReference(reason),
+            LookupError::NotFound { .. } => Failure::NotFound(reason),
+            LookupError::Unauthorized { .. } => Failure::Unauthorized(reason),
+            LookupError::NotAnImage { .. }
+            | LookupError::Malformed { .. }
+            | LookupError::NoPlatforms { .. } => Failure::NotAnImage(reason),
+            LookupError::NotAllowed { .. } => Failure::NotAllowed(reason),
+            LookupError::Timeout { .. }
+            | LookupError::Throttled { .. }
+            | LookupError::Unreachable { .. }
+            | LookupError::Registry { .. }
+            | LookupError::CircuitOpen { .. } => Failure::Unavailable(reason),
+        }
+    }
+}
+
 impl LookupError {
     /// The message without the image reference in front, for callers that name the image
     /// themselves.
@@ -295,4 +317,51 @@ pub trait RegistryObserver: Send + Sync {
     fn circuit_opened(&self, _host: &str) {}
     /// A last known answer was served because its registry is unavailable.
     fn stale_answer(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutate::LookupFailure;
+
+    /// The core learns the kind of a failure and a reason without the image in front (it
+    /// names the image itself).
+    #[test]
+    fn lookup_errors_reach_the_core_by_kind() {
+        let reference = "r.example/app:1".to_owned();
+        let cases = [
+            (
+                LookupError::NotFound {
+                    reference: reference.clone(),
+                },
+                "NotFound",
+            ),
+            (
+                LookupError::Unauthorized {
+                    reference: reference.clone(),
+                    tried: "anonymous".into(),
+                },
+                "Unauthorized",
+            ),
+            (
+                LookupError::Timeout {
+                    reference: reference.clone(),
+                    after: Duration::from_secs(1),
+                },
+                "Unavailable",
+            ),
+            (
+                LookupError::NoPlatforms {
+                    reference: reference.clone(),
+                },
+                "NotAnImage",
+            ),
+        ];
+        for (error, kind) in cases {
+            let failure = LookupFailure::from(&error);
+            assert!(format!("{failure:?}").starts_with(kind), "{failure:?}");
+            assert!(!failure.reason().contains(&reference), "{failure}");
+            assert_eq!(failure.reason(), error.reason());
+        }
+    }
 }

@@ -59,23 +59,41 @@ impl fmt::Display for Staleness {
     }
 }
 
-/// Why an image's platforms are unknown: a reason that is safe to show (no credentials).
+/// Why an image's platforms are unknown, by kind, each with a reason that is safe to show (no
+/// credentials, no remote body).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LookupFailure {
-    pub reason: String,
+pub enum LookupFailure {
+    /// The image reference cannot be parsed.
+    InvalidReference(String),
+    /// The registry says the image (or tag) does not exist.
+    NotFound(String),
+    /// No credential tolerable has opens the image.
+    Unauthorized(String),
+    /// Not a container image, no platform, or a manifest tolerable cannot read.
+    NotAnImage(String),
+    /// The access rules forbid asking that registry.
+    NotAllowed(String),
+    /// The registry could not be asked in time: unreachable, erroring, rate limiting, its circuit
+    /// open, or the admission's budget spent.
+    Unavailable(String),
 }
 
 impl LookupFailure {
-    pub fn new(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::InvalidReference(reason)
+            | Self::NotFound(reason)
+            | Self::Unauthorized(reason)
+            | Self::NotAnImage(reason)
+            | Self::NotAllowed(reason)
+            | Self::Unavailable(reason) => reason,
         }
     }
 }
 
 impl fmt::Display for LookupFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.reason)
+        f.write_str(self.reason())
     }
 }
 

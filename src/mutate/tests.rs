@@ -69,7 +69,8 @@ fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
         .map(|(image, r)| {
             (
                 image.to_string(),
-                r.map(platforms).map_err(LookupFailure::new),
+                r.map(platforms)
+                    .map_err(|reason| LookupFailure::Unavailable(reason.to_owned())),
             )
         })
         .collect()
