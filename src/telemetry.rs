@@ -77,8 +77,10 @@ struct Batch {
     first_line: Condvar,
 }
 
+/// Set by the first line logged, which also starts the writing thread.
+static BATCH: OnceLock<Batch> = OnceLock::new();
+
 fn batch() -> &'static Batch {
-    static BATCH: OnceLock<Batch> = OnceLock::new();
     BATCH.get_or_init(|| {
         std::thread::Builder::new()
             .name("log-writer".into())
@@ -109,24 +111,21 @@ fn write_batches() {
 
 /// Writes out the lines not yet written (at exit, before a panic's message).
 pub fn flush() {
-    let Some(batch) = BATCH_READY.get() else {
+    let Some(batch) = BATCH.get() else {
         return;
     };
     let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
     let taken = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
     // Written under the lock: batches stay in order.
     let _ = std::io::stderr().write_all(&taken);
-    drop(lines);
 }
-
-static BATCH_READY: OnceLock<&'static Batch> = OnceLock::new();
 
 /// Appends each line to the batch.
 struct BatchedStderr;
 
 impl Write for BatchedStderr {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let batch = *BATCH_READY.get_or_init(batch);
+        let batch = batch();
         let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
         if lines.len() + line.len() > MAX_BATCH_BYTES {
             std::io::stderr().write_all(&std::mem::take(&mut *lines))?;

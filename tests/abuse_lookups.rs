@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::fault_proxy::{Fault, FaultProxy};
 use common::registry;
-use common::webhook::{self, recorded, TestServer};
+use common::webhook::{self, recorded, warnings, TestServer};
 use http_body_util::Full;
 use serde_json::{json, Value};
 use tolerable::mutate::OnLookupFailure;
@@ -41,15 +41,6 @@ fn pod_with_images(images: &[String]) -> Value {
         .collect();
     request["request"]["object"]["spec"]["containers"] = json!(containers);
     request
-}
-
-fn warnings(response: &Value) -> Vec<String> {
-    response["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|w| w.as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// 50,000 containers naming 50,000 distinct images: nothing is looked up (far above any real

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::fault_proxy::{Fault, FaultProxy};
 use common::registry::{self, Mode, Registry};
-use common::webhook::{self, recorded, TestServer};
+use common::webhook::{self, recorded, warnings, TestServer};
 use serde_json::{json, Value};
 use tolerable::mutate::OnLookupFailure;
 use tolerable::registry::{CredentialStore, LookupError, Resolver, ResolverSettings};
@@ -42,15 +42,6 @@ fn admission_for(image: &str) -> Value {
 /// Posts `request` with the API server's timeout; the response and how long it took.
 async fn admit(server: &TestServer, request: &Value) -> (Value, Duration) {
     webhook::admit(server, request, DEADLINE).await
-}
-
-fn warnings(response: &Value) -> Vec<String> {
-    response["warnings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|w| w.as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// Allowed, inside the deadline, no patch, and a warning naming the image and `why`.

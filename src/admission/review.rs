@@ -20,7 +20,8 @@ use serde_json::value::RawValue;
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
-const ADMISSION_V1: &str = "admission.k8s.io/v1";
+/// The AdmissionReview version tolerable speaks (and echoes when asked in it).
+pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
 /// At most this many warnings reach the client; more are dropped by the API server.
 pub const MAX_WARNINGS: usize = 16;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
-use crate::admission::review::{AdmissionReviewOut, PodObject};
+use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
 use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::config::Config;
@@ -84,7 +84,6 @@ async fn review_document(
 
 /// The uid of the response `review` shows for a Pod manifest (there is no request).
 const REVIEW_UID: &str = "tolerable-review";
-const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
 fn read_input(file: &str) -> anyhow::Result<String> {
     if file == "-" {

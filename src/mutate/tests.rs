@@ -78,10 +78,6 @@ fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
 
 /// The Pod being created in `apps`, read from a full Pod's JSON.
 fn request(pod_json: &Value, policy: &Policy) -> PodCreate {
-    request_for(pod_json, policy)
-}
-
-fn request_for(pod_json: &Value, policy: &Policy) -> PodCreate {
     let pod: Pod = serde_json::from_value(pod_json.clone()).expect("a Pod");
     PodCreate::new("apps", PodView::of_pod(&pod), policy).expect("the Pod names images")
 }
@@ -101,8 +97,8 @@ struct Outcome {
 /// Decides, applies the patch, parses the result as a Pod, and checks that deciding again on the
 /// patched Pod changes nothing.
 fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
-    let request = request(pod_json, policy);
-    let Answer { decision, patch } = answer(&request, facts, None, policy);
+    let created = request(pod_json, policy);
+    let Answer { decision, patch } = answer(&created, facts, None, policy);
     let ops: Vec<Value> = patch
         .iter()
         .map(|op| serde_json::to_value(op).unwrap())
@@ -111,7 +107,7 @@ fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
     json_patch::patch(&mut patched, &p).unwrap_or_else(|e| panic!("{e}: {ops:#?}"));
     let _: Pod = serde_json::from_value(patched.clone()).expect("patched object is a Pod");
-    let again_ops = answer(&request_for(&patched, policy), facts, None, policy).patch;
+    let again_ops = answer(&request(&patched, policy), facts, None, policy).patch;
     assert!(
         again_ops.is_empty(),
         "reinvocation changed the Pod again: {again_ops:#?}"

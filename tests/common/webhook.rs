@@ -216,6 +216,16 @@ pub async fn admit(
     (body["response"].clone(), started.elapsed())
 }
 
+/// The warnings of an AdmissionReview `response`.
+pub fn warnings(response: &serde_json::Value) -> Vec<String> {
+    response["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| w.as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The server's `/metrics` text.
 pub async fn metrics_text(server: &TestServer) -> String {
     client()
