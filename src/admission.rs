@@ -5,7 +5,7 @@
 //! manifest, [`read_pod`] and [`Admission::answer`]); the fuzz harness the same pure steps
 //! ([`read_request`], [`mutate::answer`], [`respond`]) without the lookups.
 
-pub mod review;
+pub(crate) mod review;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,9 +34,9 @@ pub struct Reviewed {
 /// The core's answer for one Pod, and what the shell itself has to say (pull secrets that
 /// could not be read).
 #[derive(Debug)]
-pub struct PodAnswer {
-    pub answer: Answer,
-    pub shell_warnings: Vec<String>,
+pub(crate) struct PodAnswer {
+    pub(crate) answer: Answer,
+    pub(crate) shell_warnings: Vec<String>,
 }
 
 pub struct Admission {
@@ -58,12 +58,12 @@ impl Admission {
         }
     }
 
-    pub fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &Policy {
         &self.policy
     }
 
     /// Decides with the cluster's node pools (once the watch has synced).
-    pub fn with_nodes(mut self, nodes: NodeWatch) -> Self {
+    pub(crate) fn with_nodes(mut self, nodes: NodeWatch) -> Self {
         self.nodes = Some(nodes);
         self
     }
@@ -92,7 +92,7 @@ impl Admission {
     }
 
     /// Gathers the facts for one Pod being created, within `budget`, and asks the core.
-    pub async fn answer(
+    pub(crate) async fn answer(
         &self,
         pod: &PodCreate,
         pull_secrets: &PullSecretRefs,
@@ -200,7 +200,7 @@ impl Admission {
 // would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub enum Asked {
+pub(crate) enum Asked {
     /// A Pod being created, to decide on, and where its pull secrets are named.
     Decide(PodCreate, PullSecretRefs),
     /// Not a Pod CREATE, or an object tolerable cannot read: answered already.
@@ -208,7 +208,7 @@ pub enum Asked {
 }
 
 /// What `request` asks of the core.
-pub fn read_request(request: &AdmissionRequest, policy: &Policy) -> Asked {
+pub(crate) fn read_request(request: &AdmissionRequest, policy: &Policy) -> Asked {
     if !request.is_pod_create() {
         return Asked::Answered(Answer::not_pod_create());
     }
@@ -219,7 +219,7 @@ pub fn read_request(request: &AdmissionRequest, policy: &Policy) -> Asked {
 }
 
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`).
-pub fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> Asked {
+pub(crate) fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> Asked {
     let namespace = namespace
         .or(object.namespace.as_deref())
         .unwrap_or("default");
@@ -230,7 +230,7 @@ pub fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> 
 }
 
 /// The response carrying `answer`: its warnings and then the shell's, and its patch or denial.
-pub fn respond(
+pub(crate) fn respond(
     allowed: AdmissionReviewOut,
     answer: &Answer,
     shell_warnings: &[String],

@@ -98,11 +98,6 @@ impl Webhook {
         self.listener.local_addr()
     }
 
-    /// Where `/metrics` is served on its own, if it is.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics_listener.as_ref()?.local_addr().ok()
-    }
-
     /// Serves until `shutdown` completes, then drains and stops the background tasks.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let mut background = self.background;

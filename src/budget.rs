@@ -14,9 +14,9 @@
 use std::time::Duration;
 
 /// What the API server waits when the request names no `?timeout=` (its own default).
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
 /// The least time kept back from the API server's timeout to encode and send the answer.
-pub const MIN_MARGIN: Duration = Duration::from_millis(300);
+pub(crate) const MIN_MARGIN: Duration = Duration::from_millis(300);
 /// The least budget given, however short the API server's timeout.
 const MIN_BUDGET: Duration = Duration::from_millis(50);
 /// `tolerable review` has no API server waiting: its budget is `lookup_timeout` and this.
@@ -38,24 +38,24 @@ pub fn for_query(query: Option<&str>) -> Duration {
 }
 
 /// The budget of `tolerable review`: every lookup may take its whole `lookup_timeout`.
-pub fn for_review(lookup_timeout: Duration) -> Duration {
+pub(crate) fn for_review(lookup_timeout: Duration) -> Duration {
     lookup_timeout + REVIEW_SLACK
 }
 
 /// The most the pull-secret reads may take: the API server usually answers from the cache; when
 /// it is slow, the registry lookups still get their time.
-pub fn for_pull_secrets(budget: Duration) -> Duration {
+pub(crate) fn for_pull_secrets(budget: Duration) -> Duration {
     budget / 3
 }
 
 /// How long before the admission's deadline a registry lookup ends itself, so it is counted by
 /// the circuit breaker rather than cut off from outside.
-pub fn lookup_margin(budget: Duration) -> Duration {
+pub(crate) fn lookup_margin(budget: Duration) -> Duration {
     budget / 20
 }
 
 /// A mirror's share of what is left: a hung mirror leaves the origin the other half.
-pub fn mirror_share(left: Duration) -> Duration {
+pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
 }
 

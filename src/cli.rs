@@ -14,14 +14,14 @@ pub struct Cli {
     /// Config file (TOML). Default: ./tolerable.toml when it exists. Every key can be overridden
     /// by a TOLERABLE_<KEY> environment variable.
     #[arg(long, global = true, env = "TOLERABLE_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the admission webhook (HTTPS; POST /mutate, GET /healthz /readyz /metrics).
     Serve(ServeArgs),
     /// Taint nodes by architecture (the other half of the scheme), or undo it.
@@ -35,36 +35,36 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// Print one JSON array, one object per image, in argument order.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Image references as a Pod spec would name them (nginx, ghcr.io/org/app:1.2@sha256:…).
     #[arg(required = true, value_name = "IMAGE")]
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct ReviewArgs {
+pub(crate) struct ReviewArgs {
     /// Print one JSON object for machines.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// A Pod or AdmissionReview file, or `-` for standard input.
     #[arg(value_name = "FILE")]
-    pub file: String,
+    pub(crate) file: String,
 }
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Keep nodes of non-default architectures tainted as they join (config: manage_node_taints).
     #[arg(long)]
-    pub manage_node_taints: bool,
+    pub(crate) manage_node_taints: bool,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum NodesCommand {
+pub(crate) enum NodesCommand {
     /// Show the taints `taint` would add or remove. Exit status 1 when anything would change.
     Plan,
     /// Taint every node of a supported architecture; refuses while the webhook is not ready,

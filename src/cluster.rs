@@ -8,7 +8,7 @@ pub mod nodes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::ByteString;
 use kube::api::Api;
 use moka::future::Cache;
@@ -19,34 +19,18 @@ use crate::registry::CredentialStore;
 
 /// How long a Secret or ServiceAccount read is reused. Rotated pull secrets are picked up within
 /// this; a missing one is looked for again as soon.
-pub const CACHE_TTL: Duration = Duration::from_secs(30);
+pub(crate) const CACHE_TTL: Duration = Duration::from_secs(30);
 /// Reads that failed for a reason that may pass (API unreachable) are retried this soon.
 const ERROR_TTL: Duration = Duration::from_secs(2);
 const MAX_CACHED: u64 = 10_000;
 
 /// Where a Pod's registry credentials are named: its `imagePullSecrets` and its ServiceAccount.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PullSecretRefs {
+pub(crate) struct PullSecretRefs {
     /// Secret names, in the order the Pod lists them.
-    pub secrets: Vec<String>,
+    pub(crate) secrets: Vec<String>,
     /// `spec.serviceAccountName`; `None`: `default`.
-    pub service_account: Option<String>,
-}
-
-impl PullSecretRefs {
-    /// The references of a full Pod (a manifest, a test's Pod).
-    pub fn of_pod(pod: &Pod) -> Self {
-        let spec = pod.spec.as_ref();
-        Self {
-            secrets: spec
-                .and_then(|s| s.image_pull_secrets.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|r| r.name.clone())
-                .collect(),
-            service_account: spec.and_then(|s| s.service_account_name.clone()),
-        }
-    }
+    pub(crate) service_account: Option<String>,
 }
 
 /// What one Secret gave: credentials by registry, or why it gave none.
@@ -97,9 +81,9 @@ impl Expiry<(String, String), Arc<AccountRead>> for ReadExpiry {
 /// The credentials a Pod's pull secrets provide, in precedence order (Pod, then ServiceAccount),
 /// and what could not be used.
 #[derive(Debug, Default)]
-pub struct PodCredentials {
-    pub credentials: CredentialStore,
-    pub warnings: Vec<String>,
+pub(crate) struct PodCredentials {
+    pub(crate) credentials: CredentialStore,
+    pub(crate) warnings: Vec<String>,
 }
 
 pub struct Cluster {
@@ -125,7 +109,7 @@ impl Cluster {
 
     /// A client from the environment: in-cluster service account, else the kubeconfig; the
     /// reason when neither is there (tolerable then runs without reading the cluster).
-    pub async fn client_from_environment() -> Result<kube::Client, String> {
+    pub(crate) async fn client_from_environment() -> Result<kube::Client, String> {
         let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
         config.connect_timeout = Some(Duration::from_secs(2));
         // Long enough for a watch (kube asks the server to end it within 290 s).
@@ -135,7 +119,11 @@ impl Cluster {
 
     /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each
     /// Secret's entries in the order the Secret lists them.
-    pub async fn pull_credentials(&self, namespace: &str, refs: &PullSecretRefs) -> PodCredentials {
+    pub(crate) async fn pull_credentials(
+        &self,
+        namespace: &str,
+        refs: &PullSecretRefs,
+    ) -> PodCredentials {
         let mut out = PodCredentials::default();
         let mut names: Vec<String> = refs
             .secrets

@@ -1,9 +1,9 @@
 //! Subcommands: thin wiring from the CLI to the library.
 
-pub mod inspect;
-pub mod nodes;
-pub mod review;
-pub mod serve;
+pub(crate) mod inspect;
+pub(crate) mod nodes;
+pub(crate) mod review;
+pub(crate) mod serve;
 
 use std::process::ExitCode;
 

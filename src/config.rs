@@ -30,11 +30,11 @@ use crate::server::ServerLimits;
 pub use source::Origin;
 use source::Sources;
 
-pub const ENV_PREFIX: &str = "TOLERABLE";
+pub(crate) const ENV_PREFIX: &str = "TOLERABLE";
 /// The variable naming the config file; not itself a config key.
-pub const CONFIG_PATH_ENV: &str = "TOLERABLE_CONFIG";
+pub(crate) const CONFIG_PATH_ENV: &str = "TOLERABLE_CONFIG";
 /// Read when neither `--config` nor `TOLERABLE_CONFIG` names a file, if it exists.
-pub const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
 /// The API server waits at most 30 s for a webhook; a lookup must fit well inside.
 const MAX_LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// More threads than this is a typo, not a tuning.
@@ -215,7 +215,7 @@ mod words {
 
     #[derive(Deserialize)]
     #[serde(remote = "Steering", rename_all = "snake_case")]
-    pub enum SteeringWords {
+    pub(crate) enum SteeringWords {
         Off,
         NodeSelector,
         NodeAffinity,
@@ -223,28 +223,28 @@ mod words {
 
     #[derive(Deserialize)]
     #[serde(remote = "OnNoCommonArchitecture", rename_all = "snake_case")]
-    pub enum OnNoCommonArchitectureWords {
+    pub(crate) enum OnNoCommonArchitectureWords {
         Deny,
         Warn,
     }
 
     #[derive(Deserialize)]
     #[serde(remote = "OnLookupFailure", rename_all = "snake_case")]
-    pub enum OnLookupFailureWords {
+    pub(crate) enum OnLookupFailureWords {
         Allow,
         Deny,
     }
 
     #[derive(Deserialize)]
     #[serde(remote = "TolerationOperator")]
-    pub enum TolerationOperatorWords {
+    pub(crate) enum TolerationOperatorWords {
         Equal,
         Exists,
     }
 
     #[derive(Deserialize)]
     #[serde(remote = "NameCheck", rename_all = "snake_case")]
-    pub enum NameCheckWords {
+    pub(crate) enum NameCheckWords {
         Refuse,
         Warn,
     }
@@ -261,7 +261,7 @@ use words::*;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     #[default]
     Text,
     Json,
@@ -600,20 +600,20 @@ pub struct Config {
     pub watch_nodes: bool,
     /// Node tainting (`tolerable nodes`, `manage_node_taints`): default architectures stay
     /// untainted, supported ones get their first template's taint, others are left alone.
-    pub taint_policy: crate::taints::TaintPolicy,
+    pub(crate) taint_policy: crate::taints::TaintPolicy,
     /// `serve` keeps new nodes tainted as they join.
     pub manage_node_taints: bool,
-    pub log_level: String,
-    pub log_format: LogFormat,
+    pub(crate) log_level: String,
+    pub(crate) log_format: LogFormat,
     /// Threads answering requests; `None`: one per CPU available to the process (a container's
     /// CPU limit included).
-    pub worker_threads: Option<usize>,
+    pub(crate) worker_threads: Option<usize>,
     /// Connection and request limits of `serve` (see [`ServerLimits`]).
     pub server_limits: ServerLimits,
     /// What a certificate reload does with a certificate that drops a DNS name.
-    pub tls_reload_name_check: NameCheck,
-    pub registry_credential_path: Option<PathBuf>,
-    pub docker_config_path: Option<PathBuf>,
+    pub(crate) tls_reload_name_check: NameCheck,
+    pub(crate) registry_credential_path: Option<PathBuf>,
+    pub(crate) docker_config_path: Option<PathBuf>,
     pub resolver: ResolverSettings,
 }
 
@@ -661,7 +661,7 @@ impl Config {
 
     /// Reads the config the CLI names: `--config` / `TOLERABLE_CONFIG`, else `./tolerable.toml`
     /// when present, else defaults; then the `TOLERABLE_*` environment.
-    pub fn from_process(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+    pub(crate) fn from_process(explicit: Option<&Path>) -> Result<Self, ConfigError> {
         let default = Path::new(DEFAULT_CONFIG_FILE);
         let file = explicit.or_else(|| default.is_file().then_some(default));
         Self::load(file, std::env::vars())
@@ -704,7 +704,7 @@ impl Config {
     }
 
     /// The registry credentials the config points at (files, then the docker config).
-    pub fn credential_store(&self) -> Result<CredentialStore, ConfigError> {
+    pub(crate) fn credential_store(&self) -> Result<CredentialStore, ConfigError> {
         let mut store = match &self.registry_credential_path {
             Some(dir) => CredentialStore::load_dir(dir)
                 .map_err(|e| ConfigError::key("registry_credential_path", e.to_string()))?,
@@ -1204,7 +1204,7 @@ fn is_config_variable(name: &str) -> bool {
 }
 
 /// `500ms`, `4s`, `5m`, `24h`, or a bare number of seconds.
-pub fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let text = text.trim();
     let bad = || {
         ConfigError::key(

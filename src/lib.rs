@@ -25,4 +25,4 @@ pub mod mutate;
 pub mod registry;
 pub mod server;
 pub mod taints;
-pub mod telemetry;
+pub(crate) mod telemetry;

@@ -20,7 +20,7 @@ use crate::registry::RegistryObserver;
 /// `other`, so Pods naming random registries cannot blow up the metric's cardinality. A host
 /// earns a slot only by answering a request successfully, so made-up hosts cannot use the slots
 /// up and hide the real registries under `other`.
-pub const MAX_REGISTRY_LABELS: usize = 50;
+pub(crate) const MAX_REGISTRY_LABELS: usize = 50;
 
 /// API hosts of public registries that always have their own label.
 const WELL_KNOWN_REGISTRIES: &[&str] = &[
@@ -90,7 +90,7 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             admissions: Family::default(),
             admission_duration: latency_histogram(),
@@ -108,6 +108,12 @@ impl Metrics {
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
         };
+        // Alerts divide by these series: each outcome is shown (at zero) from the start.
+        for outcome in Outcome::ALL {
+            let _ = metrics.admissions.get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            });
+        }
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
         metrics.register_lookups(registry);
@@ -192,7 +198,7 @@ impl Metrics {
     }
 
     /// The architectures present in the cluster (bounded by what nodes exist).
-    pub fn set_architectures(&self, pools: &crate::mutate::NodePools) {
+    pub(crate) fn set_architectures(&self, pools: &crate::mutate::NodePools) {
         self.architecture_taints.clear();
         for (architecture, taints) in &pools.architectures {
             self.architecture_taints
@@ -203,7 +209,7 @@ impl Metrics {
         }
     }
 
-    pub fn admission(&self, outcome: Outcome, elapsed: Duration) {
+    pub(crate) fn admission(&self, outcome: Outcome, elapsed: Duration) {
         self.admissions
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.label(),
@@ -212,14 +218,14 @@ impl Metrics {
         self.admission_duration.observe(elapsed.as_secs_f64());
     }
 
-    pub fn observe_lookup(&self, elapsed: Duration, ok: bool) {
+    pub(crate) fn observe_lookup(&self, elapsed: Duration, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.lookup_duration
             .get_or_create(&ResultLabels { result })
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn certificate_reload(&self, ok: bool) {
+    pub(crate) fn certificate_reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.certificate_reloads
             .get_or_create(&ResultLabels { result })
@@ -227,37 +233,37 @@ impl Metrics {
     }
 
     /// Returns a guard that counts the connection as open until dropped.
-    pub fn connection_opened(self: &std::sync::Arc<Self>) -> OpenConnection {
+    pub(crate) fn connection_opened(self: &std::sync::Arc<Self>) -> OpenConnection {
         self.open_connections.inc();
         OpenConnection(self.clone())
     }
 
-    pub fn connection_refused(&self) {
+    pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
     }
 
     /// `reason` is one of a fixed set (see the metric's help).
-    pub fn connection_closed(&self, reason: &'static str) {
+    pub(crate) fn connection_closed(&self, reason: &'static str) {
         self.connections_closed
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 
     /// `reason` is one of a fixed set (see the metric's help).
-    pub fn request_refused(&self, reason: &'static str) {
+    pub(crate) fn request_refused(&self, reason: &'static str) {
         self.requests_refused
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 
-    pub fn set_cache_entries(&self, entries: u64) {
+    pub(crate) fn set_cache_entries(&self, entries: u64) {
         self.cache_entries
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     /// Gives the operator's registries (`host` or `host:port`, as configured) labels of their
     /// own, outside the capped slots.
-    pub fn name_registries<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn name_registries<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) {
         let mut reserved = self
             .registries_reserved
             .lock()
@@ -291,7 +297,7 @@ impl Metrics {
 }
 
 /// An open connection, counted in `tolerable_open_connections` while it lives.
-pub struct OpenConnection(std::sync::Arc<Metrics>);
+pub(crate) struct OpenConnection(std::sync::Arc<Metrics>);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {

@@ -3,14 +3,14 @@
 //! logging — the webhook, `tolerable review`, the fuzz harness, the benches and the table tests
 //! all call [`answer`].
 
-pub mod decision;
-pub mod explain;
-pub mod facts;
-pub mod patch;
-pub mod platform;
-pub mod pod;
-pub mod policy;
-pub mod pools;
+pub(crate) mod decision;
+pub(crate) mod explain;
+pub(crate) mod facts;
+pub(crate) mod patch;
+pub(crate) mod platform;
+pub(crate) mod pod;
+pub(crate) mod policy;
+pub(crate) mod pools;
 
 use std::collections::BTreeSet;
 
@@ -31,7 +31,7 @@ use self::pod::{ExistingConstraint, FixedPlacement};
 /// The node label the kubelet sets to the node's architecture.
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The node label the kubelet sets to the node's operating system.
-pub const OS_LABEL: &str = "kubernetes.io/os";
+pub(crate) const OS_LABEL: &str = "kubernetes.io/os";
 /// Label or annotation (`"true"`) that makes tolerable leave a Pod alone.
 pub const SKIP_KEY: &str = "tolerable.io/skip";
 /// Label or annotation naming the architecture a Pod prefers (`none` for no preference);
@@ -40,18 +40,18 @@ pub const PREFERRED_KEY: &str = "tolerable.io/preferred-architecture";
 /// Annotation tolerable writes to explain what it decided and from which platforms.
 pub const DECISION_ANNOTATION: &str = "tolerable.io/decision";
 /// Weight of the preferred-architecture term (1–100): a nudge other preferences can outweigh.
-pub const PREFERRED_WEIGHT: i32 = 50;
+pub(crate) const PREFERRED_WEIGHT: i32 = 50;
 
 /// One container's (or image volume's) image, as the Pod spec writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerImage {
-    pub container: String,
-    pub image: String,
+pub(crate) struct ContainerImage {
+    pub(crate) container: String,
+    pub(crate) image: String,
 }
 
 /// Every image of the Pod: init, regular and ephemeral containers, then image volumes. A
 /// container without an image is an error naming it.
-pub fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
+pub(crate) fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
     let Some(spec) = &pod.spec else {
         return Err("the Pod has no spec".into());
     };
@@ -86,10 +86,9 @@ pub fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
 /// and whether it is settled without lookups (skipped, or over the per-Pod limits). The shell
 /// looks up [`PodCreate::images_to_look_up`]; [`answer`] decides.
 #[derive(Clone, Debug)]
-pub struct PodCreate {
-    pub namespace: String,
-    pub pod: PodView,
-    images: Vec<ContainerImage>,
+pub(crate) struct PodCreate {
+    pub(crate) namespace: String,
+    pub(crate) pod: PodView,
     /// Each image once, in the order the Pod first names it: an image several containers use
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
@@ -106,7 +105,7 @@ enum Settled {
 impl PodCreate {
     /// `Err`: the Pod names no image tolerable could look up (a container without an image, no
     /// containers): it is left unchanged.
-    pub fn new(
+    pub(crate) fn new(
         namespace: impl Into<String>,
         pod: PodView,
         policy: &Policy,
@@ -120,19 +119,14 @@ impl PodCreate {
         Ok(Self {
             namespace,
             pod,
-            images,
             distinct,
             settled,
         })
     }
 
-    pub fn images(&self) -> &[ContainerImage] {
-        &self.images
-    }
-
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
     /// limits.
-    pub fn images_to_look_up(&self) -> &[String] {
+    pub(crate) fn images_to_look_up(&self) -> &[String] {
         match self.settled {
             Some(_) => &[],
             None => &self.distinct,
@@ -181,18 +175,18 @@ fn over_limits(images: &[ContainerImage], distinct: &[String], policy: &Policy) 
 pub struct Answer {
     pub decision: Decision,
     /// Empty unless the Pod is placed and lacks something.
-    pub patch: Vec<patch::Operation>,
+    pub(crate) patch: Vec<patch::Operation>,
 }
 
 impl Answer {
     /// Not a Pod CREATE: allowed unchanged, nothing said.
-    pub fn not_pod_create() -> Self {
+    pub(crate) fn not_pod_create() -> Self {
         Self::unchanged(Untouched::NotPodCreate, Vec::new())
     }
 
     /// An object tolerable cannot decide on: left exactly as it came, with a warning saying
     /// why (tolerable never blocks a Pod it does not understand).
-    pub fn invalid_object(reason: &str) -> Self {
+    pub(crate) fn invalid_object(reason: &str) -> Self {
         Self::unchanged(
             Untouched::InvalidObject,
             vec![explain::invalid_object(reason)],
@@ -210,18 +204,18 @@ impl Answer {
         }
     }
 
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         self.decision.outcome()
     }
 
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         self.decision.warnings()
     }
 }
 
 /// The one decision function: the Pod being created, what is known of its images, the node
 /// pools (when the node watch runs) and the policy → the answer.
-pub fn answer(
+pub(crate) fn answer(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -236,7 +230,7 @@ pub fn answer(
 }
 
 /// The decision alone (see [`answer`]).
-pub fn decide(
+pub(crate) fn decide(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,

@@ -10,12 +10,12 @@
 pub mod access;
 mod breaker;
 pub mod cache;
-pub(crate) mod challenge;
+pub mod challenge;
 pub mod client;
-pub(crate) mod clock;
-pub mod credentials;
+pub mod clock;
+pub(crate) mod credentials;
 pub mod manifest;
-pub mod reference;
+pub(crate) mod reference;
 mod resolver;
 mod turns;
 mod walk;
@@ -29,12 +29,12 @@ pub use self::breaker::BreakerSettings;
 pub use self::credentials::{Credential, CredentialStore};
 pub use self::reference::{ImageReference, ReferenceError};
 pub use self::resolver::{Resolver, ResolverSettings};
-pub(crate) use self::walk::ManifestSource;
+pub use self::walk::ManifestSource;
 pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
 pub use crate::mutate::platform::Platform;
 
 /// An index inside an index inside an index is already unusual; deeper is a loop or an attack.
-pub(crate) const MAX_INDEX_DEPTH: usize = 3;
+pub const MAX_INDEX_DEPTH: usize = 3;
 /// Most manifests one index may list (real multi-platform images list a few dozen, with their
 /// attestations); a longer one is refused rather than walked.
 pub(crate) const MAX_INDEX_ENTRIES: usize = 512;
@@ -309,7 +309,7 @@ impl FetchError {
 }
 
 /// Told about every registry request and cache lookup (metrics implement it).
-pub trait RegistryObserver: Send + Sync {
+pub(crate) trait RegistryObserver: Send + Sync {
     /// `status` is `None` when no HTTP answer came (connect error, timeout).
     fn registry_request(&self, host: &str, status: Option<u16>);
     fn cache_lookup(&self, hit: bool);

@@ -36,7 +36,7 @@ use self::tls::CertStore;
 /// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
 /// How long in-flight requests get to finish on shutdown.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Connections accepted past `max_connections` that may only ask `/healthz` and `/readyz`, so
 /// the kubelet's probes get through a flood (each lives at most [`PROBE_TIMEOUT`] idle).
 pub const PROBE_CONNECTIONS: usize = 8;
@@ -44,7 +44,7 @@ pub const PROBE_CONNECTIONS: usize = 8;
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// File descriptors kept for everything but client connections (registries, the API server,
 /// certificate files, the listener).
-pub const RESERVED_FDS: u64 = 128;
+pub(crate) const RESERVED_FDS: u64 = 128;
 /// Concurrent HTTP/2 streams per connection; each stream's body draws on the connection's
 /// memory budget anyway.
 const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
@@ -87,13 +87,13 @@ pub struct AppState {
     pub admission: Admission,
     /// The node watch, when enabled: not ready until it has synced.
     pub nodes: Option<crate::cluster::nodes::NodeWatch>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     pub metrics_registry: prometheus_client::registry::Registry,
-    pub resolver: Arc<Resolver>,
+    pub(crate) resolver: Arc<Resolver>,
     /// Ready once serving; not ready while shutting down.
     pub ready: AtomicBool,
     /// `/metrics` is served on the webhook port too (no `metrics_addr` configured).
-    pub metrics_on_webhook_port: bool,
+    pub(crate) metrics_on_webhook_port: bool,
 }
 
 type Body = Full<Bytes>;
@@ -313,7 +313,7 @@ const METRICS_CONNECTIONS: usize = 16;
 /// `metrics_addr`: plain HTTP, `GET /metrics` (and `/healthz`) only, so a NetworkPolicy can
 /// open it to the monitoring namespace alone while the webhook port stays the API server's.
 /// Bounded like the webhook port: a few connections, a header deadline, short keep-alive.
-pub async fn serve_metrics(listener: TcpListener, state: Arc<AppState>) {
+pub(crate) async fn serve_metrics(listener: TcpListener, state: Arc<AppState>) {
     let slots = Arc::new(Semaphore::new(METRICS_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -426,7 +426,7 @@ fn probe(state: &AppState, path: &str) -> Response<Body> {
 /// Raises the soft limit on open files to the hard limit, as Go's runtime does at start: the
 /// usual soft limit of 1024 would cap connections far below `max_connections`. Returns the soft
 /// limit now in force (`None`: unlimited).
-pub fn raise_fd_limit() -> std::io::Result<Option<u64>> {
+pub(crate) fn raise_fd_limit() -> std::io::Result<Option<u64>> {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut limit = getrlimit(Resource::Nofile);
     let below_hard = match (limit.current, limit.maximum) {
@@ -486,7 +486,7 @@ fn http_builder(keep_alive: bool) -> auto::Builder<TokioExecutor> {
 
 /// Serves on `listener` until `shutdown` completes, then stops accepting, reports not ready, and
 /// gives in-flight requests [`SHUTDOWN_GRACE`] to finish.
-pub async fn run(
+pub(crate) async fn run(
     listener: TcpListener,
     certs: Arc<CertStore>,
     state: Arc<AppState>,

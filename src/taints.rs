@@ -19,9 +19,9 @@ pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
 /// One taint, as `kubectl taint` writes it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TaintSpec {
-    pub key: String,
-    pub value: String,
-    pub effect: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) effect: String,
 }
 
 impl fmt::Display for TaintSpec {
@@ -79,7 +79,7 @@ pub struct TaintPolicy {
 
 impl TaintPolicy {
     /// The taints that match the decision policy's toleration templates.
-    pub fn from_policy(policy: &Policy) -> Self {
+    pub(crate) fn from_policy(policy: &Policy) -> Self {
         // A taint needs an effect; an empty toleration effect (all effects) taints NoSchedule.
         let effect_of = |effect: &str| {
             if effect.is_empty() {
@@ -138,14 +138,14 @@ impl TaintPolicy {
     }
 
     /// Whether `arch` is neither default nor supported: tainting it fences its pool off.
-    pub fn is_unplanned(&self, arch: &str) -> bool {
+    pub(crate) fn is_unplanned(&self, arch: &str) -> bool {
         !self.default_architectures.contains(arch) && !self.supported_architectures.contains(arch)
     }
 }
 
 /// Nodes of an architecture that is neither default nor supported and that already carry one
 /// of the policy's taint keys: a pool no Pod will ever get a toleration for. `serve` warns.
-pub fn fenced_off_nodes<'a>(
+pub(crate) fn fenced_off_nodes<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     policy: &TaintPolicy,
 ) -> Vec<(String, String, TaintSpec)> {
@@ -180,16 +180,16 @@ pub struct NodePlan {
     pub node: String,
     /// `None` when the node says neither by label nor by kubelet.
     pub architecture: Option<String>,
-    pub add: Vec<TaintSpec>,
-    pub remove: Vec<TaintSpec>,
+    pub(crate) add: Vec<TaintSpec>,
+    pub(crate) remove: Vec<TaintSpec>,
     /// The managed-taints annotation after the change.
     managed_after: Vec<TaintSpec>,
     managed_before: Vec<TaintSpec>,
     /// Why nothing changes, for the plan's output.
-    pub note: String,
+    pub(crate) note: String,
     /// Set when the node would need a taint for an architecture that is neither default nor
     /// supported, and the policy does not force it: why it is not tainted.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
 }
 
 impl NodePlan {
@@ -220,7 +220,7 @@ fn name(node: &Node) -> String {
 
 /// The plan that makes `node` carry exactly the taint its architecture calls for, touching only
 /// taints tolerable manages.
-pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
+pub(crate) fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
     let arch = node_architecture(node);
     let existing = taints(node);
     let managed_before = managed(node);
@@ -275,7 +275,7 @@ pub fn plan_taint(node: &Node, policy: &TaintPolicy) -> NodePlan {
 }
 
 /// The plan that removes every taint tolerable manages on `node`, and nothing else.
-pub fn plan_untaint(node: &Node) -> NodePlan {
+pub(crate) fn plan_untaint(node: &Node) -> NodePlan {
     let existing = taints(node);
     let managed_before = managed(node);
     let remove: Vec<TaintSpec> = managed_before
@@ -302,7 +302,7 @@ pub fn plan_untaint(node: &Node) -> NodePlan {
 /// A JSON Patch applying `plan` to `node`, guarded by its resourceVersion: `spec.taints` is an
 /// atomic list (a merge or apply patch would replace other owners' taints), so only the taints in
 /// the plan are added or removed, and a concurrent change makes the API server refuse the patch.
-pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Operation> {
+pub(crate) fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Operation> {
     let version = node.metadata.resource_version.clone().unwrap_or_default();
     let mut ops = vec![Operation::test(
         "/metadata/resourceVersion",
@@ -362,7 +362,7 @@ pub fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Operation> {
 }
 
 /// `ops` as the `json-patch` crate's type (what the Kubernetes client sends).
-pub fn to_json_patch(ops: &[Operation]) -> json_patch::Patch {
+pub(crate) fn to_json_patch(ops: &[Operation]) -> json_patch::Patch {
     let value = serde_json::to_value(ops).expect("operations serialize");
     serde_json::from_value(value).expect("our operations are a JSON Patch")
 }

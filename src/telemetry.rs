@@ -21,15 +21,15 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{Config, LogFormat};
 
 /// Longest log line written; the rest is replaced by `…[cut N bytes]`.
-pub const MAX_LINE_BYTES: usize = 8 << 10;
+pub(crate) const MAX_LINE_BYTES: usize = 8 << 10;
 
 /// How long the first line of a batch waits for others before the batch is written.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(10);
+pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(10);
 /// A batch this large is written at once by the thread that fills it (memory stays bounded
 /// however fast lines come).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
-pub fn init(config: &Config) {
+pub(crate) fn init(config: &Config) {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         flush();
@@ -110,7 +110,7 @@ fn write_batches() {
 }
 
 /// Writes out the lines not yet written (at exit, before a panic's message).
-pub fn flush() {
+pub(crate) fn flush() {
     let Some(batch) = BATCH.get() else {
         return;
     };
@@ -145,7 +145,7 @@ impl Write for BatchedStderr {
 }
 
 /// Writes each buffer it is given as one line: see [`one_line`].
-pub struct OneLine<W>(pub W);
+pub(crate) struct OneLine<W>(pub W);
 
 impl<W: Write> Write for OneLine<W> {
     fn write(&mut self, event: &[u8]) -> std::io::Result<usize> {
@@ -177,7 +177,7 @@ fn is_one_clean_line(event: &[u8]) -> bool {
 
 /// `event` as one line: control characters inside it escaped, cut at [`MAX_LINE_BYTES`], and
 /// ended by exactly one newline.
-pub fn one_line(event: &[u8]) -> Vec<u8> {
+pub(crate) fn one_line(event: &[u8]) -> Vec<u8> {
     let text = String::from_utf8_lossy(event);
     let body = text.strip_suffix('\n').unwrap_or(&text);
     let mut out = String::with_capacity(body.len().min(MAX_LINE_BYTES) + 32);

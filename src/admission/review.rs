@@ -21,45 +21,43 @@ use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
 /// The AdmissionReview version tolerable speaks (and echoes when asked in it).
-pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
+pub(crate) const ADMISSION_V1: &str = "admission.k8s.io/v1";
 
 /// At most this many warnings reach the client; more are dropped by the API server.
-pub const MAX_WARNINGS: usize = 16;
+pub(crate) const MAX_WARNINGS: usize = 16;
 /// Longer warnings are cut by the API server.
-pub const MAX_WARNING_LEN: usize = 256;
+pub(crate) const MAX_WARNING_LEN: usize = 256;
 
 /// A parsed AdmissionReview; the object stays raw (borrowed from the body) until asked for.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionReviewIn<'a> {
-    pub api_version: String,
-    pub kind: String,
+pub(crate) struct AdmissionReviewIn<'a> {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
     #[serde(borrow)]
-    pub request: Option<AdmissionRequest<'a>>,
+    pub(crate) request: Option<AdmissionRequest<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest<'a> {
-    pub uid: String,
-    pub kind: GroupVersionKind,
-    pub sub_resource: Option<String>,
-    pub name: Option<String>,
-    pub namespace: Option<String>,
-    pub operation: String,
-    pub dry_run: Option<bool>,
+pub(crate) struct AdmissionRequest<'a> {
+    pub(crate) uid: String,
+    pub(crate) kind: GroupVersionKind,
+    pub(crate) sub_resource: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) operation: String,
     #[serde(borrow)]
     object: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
-pub struct GroupVersionKind {
+pub(crate) struct GroupVersionKind {
     #[serde(default)]
-    pub group: String,
+    pub(crate) group: String,
     #[serde(default)]
-    pub version: String,
+    pub(crate) version: String,
     #[serde(default)]
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 /// Why a body is not an AdmissionReview we can answer at all (HTTP 400).
@@ -76,7 +74,7 @@ pub enum ReviewError {
 /// Parses a request body: the envelope now, the object when [`AdmissionRequest::pod`] asks, so
 /// a bad envelope (HTTP 400) is told from an object that is not a valid Pod (answered,
 /// unchanged, with a warning).
-pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
+pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
     let review: AdmissionReviewIn = serde_json::from_str(text).map_err(|e| {
         if e.is_syntax() || e.is_eof() {
@@ -105,7 +103,7 @@ pub fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 
 impl AdmissionRequest<'_> {
     /// Whether tolerable mutates this request: a Pod (not a subresource) being created.
-    pub fn is_pod_create(&self) -> bool {
+    pub(crate) fn is_pod_create(&self) -> bool {
         self.operation == "CREATE"
             && self.kind.group.is_empty()
             && self.kind.kind == "Pod"
@@ -113,7 +111,7 @@ impl AdmissionRequest<'_> {
     }
 
     /// The Pod in the request (see [`PodObject`]).
-    pub fn pod(&self) -> Result<PodObject, String> {
+    pub(crate) fn pod(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
         PodObject::parse(object.get())
     }
@@ -122,17 +120,17 @@ impl AdmissionRequest<'_> {
 /// A Pod object as tolerable reads it: what the decision reads, and what the shell needs to
 /// look its images up.
 #[derive(Debug)]
-pub struct PodObject {
-    pub view: PodView,
+pub(crate) struct PodObject {
+    pub(crate) view: PodView,
     /// `metadata.namespace` (the request's namespace comes first).
-    pub namespace: Option<String>,
-    pub pull_secrets: PullSecretRefs,
+    pub(crate) namespace: Option<String>,
+    pub(crate) pull_secrets: PullSecretRefs,
 }
 
 impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
-    pub fn parse(json: &str) -> Result<Self, String> {
+    pub(crate) fn parse(json: &str) -> Result<Self, String> {
         let pod: PodIn = serde_json::from_str(json)
             .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
         let meta = pod
@@ -248,46 +246,46 @@ impl SpecIn {
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionReviewOut {
     /// Echoed (v1 or v1beta1); borrowed when it is the usual one.
-    pub api_version: Cow<'static, str>,
+    pub(crate) api_version: Cow<'static, str>,
     /// Always `AdmissionReview` ([`parse`] checks it).
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     pub response: AdmissionResponse,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionResponse {
-    pub uid: String,
+    pub(crate) uid: String,
     pub allowed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
+    pub(crate) status: Option<Status>,
     /// Base64 of the JSON Patch, as the API documents it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<Base64Json>,
     /// Set exactly when `patch` is: a patch without a type is silently dropped by the API server.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch_type: Option<&'static str>,
+    pub(crate) patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub audit_annotations: BTreeMap<String, String>,
+    pub(crate) audit_annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
-pub struct Status {
-    pub code: u16,
-    pub message: String,
+pub(crate) struct Status {
+    pub(crate) code: u16,
+    pub(crate) message: String,
 }
 
 impl AdmissionReviewOut {
     /// An allowed, unchanged answer to `review`.
-    pub fn allow(review: &AdmissionReviewIn) -> Self {
+    pub(crate) fn allow(review: &AdmissionReviewIn) -> Self {
         let uid = review.request.as_ref().map(|r| r.uid.as_str());
         Self::allow_uid(&review.api_version, uid.unwrap_or_default())
     }
 
     /// An allowed, unchanged answer to request `uid` in `api_version`.
-    pub fn allow_uid(api_version: &str, uid: &str) -> Self {
+    pub(crate) fn allow_uid(api_version: &str, uid: &str) -> Self {
         Self {
             api_version: match api_version {
                 ADMISSION_V1 => Cow::Borrowed(ADMISSION_V1),
@@ -306,7 +304,7 @@ impl AdmissionReviewOut {
         }
     }
 
-    pub fn deny(mut self, message: &str) -> Self {
+    pub(crate) fn deny(mut self, message: &str) -> Self {
         self.response.allowed = false;
         self.response.status = Some(Status {
             code: 403,
@@ -316,7 +314,7 @@ impl AdmissionReviewOut {
     }
 
     /// Adds a JSON Patch; an empty one is not sent at all.
-    pub fn with_patch<T: Serialize>(mut self, operations: &[T]) -> Self {
+    pub(crate) fn with_patch<T: Serialize>(mut self, operations: &[T]) -> Self {
         if operations.is_empty() {
             return self;
         }
@@ -330,7 +328,10 @@ impl AdmissionReviewOut {
     /// Adds warnings the way the API server can show them: ASCII, one line, at most
     /// [`MAX_WARNING_LEN`] characters, at most [`MAX_WARNINGS`] of them (a warning with a newline
     /// or tab would be silently dropped).
-    pub fn with_warnings(mut self, warnings: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
+    pub(crate) fn with_warnings(
+        mut self,
+        warnings: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Self {
         for warning in warnings {
             if self.response.warnings.len() >= MAX_WARNINGS {
                 break;
@@ -370,7 +371,7 @@ impl AdmissionReviewOut {
 pub struct Base64Json(Box<RawValue>);
 
 impl Base64Json {
-    pub fn encode(bytes: &[u8]) -> Self {
+    pub(crate) fn encode(bytes: &[u8]) -> Self {
         let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
         quoted.push('"');
         base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut quoted);
@@ -379,7 +380,8 @@ impl Base64Json {
     }
 
     /// The base64 text.
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    fn as_str(&self) -> &str {
         let quoted = self.0.get();
         &quoted[1..quoted.len() - 1]
     }

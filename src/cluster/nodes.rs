@@ -68,7 +68,7 @@ impl NodeWatch {
     }
 
     /// The Nodes now (a snapshot of the cache).
-    pub fn nodes(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
         self.store.state()
     }
 
@@ -99,7 +99,7 @@ pub enum TaintError {
 }
 
 /// The MutatingWebhookConfiguration kustomize installs.
-pub const WEBHOOK_CONFIGURATION: &str = "tolerable";
+pub(crate) const WEBHOOK_CONFIGURATION: &str = "tolerable";
 
 /// Whether the webhook is registered and can be called (cert-manager injected its CA bundle).
 /// Tainting before that would keep every new Pod off the tainted nodes.
@@ -170,7 +170,7 @@ pub async fn reconcile_taints(
 }
 
 /// [`reconcile_taints`] for the given snapshot of Nodes (from a list or the node watch).
-pub async fn apply_taints(
+pub(crate) async fn apply_taints(
     client: &kube::Client,
     policy: &crate::taints::TaintPolicy,
     action: TaintAction,

@@ -9,7 +9,7 @@ use crate::cli::InspectArgs;
 use crate::config::Config;
 use crate::registry::{ImagePlatforms, ImageReference, LookupError, Resolver};
 
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     args: &InspectArgs,
     out: &mut impl Write,

@@ -10,7 +10,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::taints::NodePlan;
 
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     command: &NodesCommand,
     out: &mut impl Write,

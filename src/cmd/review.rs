@@ -17,7 +17,7 @@ use crate::mutate::{Answer, Outcome};
 use crate::registry::Resolver;
 
 /// Reads YAML or JSON: JSON first (exact), then YAML (a superset for these documents).
-pub fn parse_document(text: &str) -> anyhow::Result<Value> {
+pub(crate) fn parse_document(text: &str) -> anyhow::Result<Value> {
     if let Ok(value) = serde_json::from_str::<Value>(text) {
         return Ok(value);
     }
@@ -97,7 +97,7 @@ fn read_input(file: &str) -> anyhow::Result<String> {
     }
 }
 
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     args: &ReviewArgs,
     out: &mut impl Write,

@@ -8,7 +8,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::server;
 
-pub async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     match server::raise_fd_limit() {
         Ok(limit) => tracing::debug!(?limit, "open files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit to its hard limit"),

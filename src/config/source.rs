@@ -33,7 +33,7 @@ impl std::fmt::Display for Origin {
 
 /// The keys the file and the environment write, as dotted paths (`tolerations.effect`).
 #[derive(Debug, Default)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// Each variable's key path, with the variable's name.
     variables: Vec<(String, String)>,
     /// The file, with the key paths it writes (array items under their array's path).
@@ -42,7 +42,7 @@ pub struct Sources {
 
 impl Sources {
     /// `variables`: `TOLERABLE_*` config variables (name, value).
-    pub fn new<'a>(
+    pub(crate) fn new<'a>(
         file: Option<(&Path, &toml::Table)>,
         variables: impl IntoIterator<Item = &'a String>,
     ) -> Self {
@@ -60,7 +60,7 @@ impl Sources {
 
     /// Where `key` (or the value it lies in, or a value inside it) was written; a variable wins
     /// over the file, as it does when they are merged.
-    pub fn origin_of(&self, key: &str) -> Origin {
+    pub(crate) fn origin_of(&self, key: &str) -> Origin {
         // config-rs writes array items as `key[0]`: the file's paths have no index.
         let key: String = key.split('[').next().unwrap_or(key).to_owned();
         if let Some((_, name)) = self.variables.iter().find(|(k, _)| related(k, &key)) {
@@ -76,7 +76,7 @@ impl Sources {
 
     /// The first key written that tolerable does not know, as an error naming where it came
     /// from and the nearest known key.
-    pub fn unknown_key(&self) -> Option<super::ConfigError> {
+    pub(crate) fn unknown_key(&self) -> Option<super::ConfigError> {
         let variables = self.variables.iter().map(|(key, name)| {
             let nearest = nearest_key(key)?;
             Some(super::ConfigError::UnknownKey {
@@ -174,7 +174,7 @@ fn nearest_key(key: &str) -> Option<String> {
 
 /// Levenshtein distance: the fewest insertions, deletions and substitutions of characters that
 /// turn `a` into `b`.
-pub fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     // `row[j]`: the distance between the part of `a` seen so far and `b[..j]`.
     let mut row: Vec<usize> = (0..=b.len()).collect();
@@ -193,7 +193,7 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 /// The keys a section takes, as serde's derive names them: the derive hands a struct's field
 /// names to `deserialize_struct`, where this deserializer records them and stops. Taken from
 /// the structs themselves, the list cannot drift from them.
-pub fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+pub(crate) fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
     struct Fields<'a>(&'a mut &'static [&'static str]);
 
     impl<'de> serde::Deserializer<'de> for Fields<'_> {

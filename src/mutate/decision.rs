@@ -44,22 +44,23 @@ pub enum Untouched {
 /// The changes a Pod gets.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
-    pub tolerations: Vec<Toleration>,
+    pub(crate) tolerations: Vec<Toleration>,
     /// Pin `kubernetes.io/arch` in the nodeSelector.
-    pub node_selector: Option<String>,
+    pub(crate) node_selector: Option<String>,
     /// AND `kubernetes.io/arch In (…)` into every required nodeSelectorTerm.
-    pub required_architectures: Option<Vec<String>>,
+    pub(crate) required_architectures: Option<Vec<String>>,
     /// Add a preferred term for each of these architectures.
-    pub preferred_architectures: Vec<WeightedArchitecture>,
+    pub(crate) preferred_architectures: Vec<WeightedArchitecture>,
     /// New value of the decision annotation, when it differs from the Pod's.
-    pub annotation: Option<String>,
-    pub warnings: Vec<String>,
-    pub summary: String,
+    pub(crate) annotation: Option<String>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) summary: String,
 }
 
 impl Placement {
     /// Whether the placement changes the Pod.
-    pub fn changes_pod(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn changes_pod(&self) -> bool {
         !self.tolerations.is_empty()
             || self.node_selector.is_some()
             || self.required_architectures.is_some()
@@ -86,7 +87,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, for metrics that show each one from the start.
-    pub const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 8] = [
         Self::BadRequest,
         Self::NotPodCreate,
         Self::InvalidObject,
@@ -97,7 +98,7 @@ impl Outcome {
         Self::Denied,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",
             Self::NotPodCreate => "not_pod_create",
@@ -118,7 +119,7 @@ impl std::fmt::Display for Outcome {
 }
 
 impl Decision {
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Self::Unchanged { why, .. } => match why {
                 Untouched::NotPodCreate => Outcome::NotPodCreate,
@@ -139,7 +140,7 @@ impl Decision {
         }
     }
 
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         match self {
             Self::Unchanged { warnings, .. } | Self::Denied { warnings, .. } => warnings,
             Self::Placed(placement) => &placement.warnings,
@@ -154,7 +155,7 @@ impl Decision {
     }
 
     /// The message a denied Pod is rejected with.
-    pub fn denial(&self) -> Option<&str> {
+    pub(crate) fn denial(&self) -> Option<&str> {
         match self {
             Self::Denied { message, .. } => Some(message),
             _ => None,
@@ -162,7 +163,8 @@ impl Decision {
     }
 
     /// The changes, when the Pod is placed.
-    pub fn placement(&self) -> Option<&Placement> {
+    #[cfg(test)]
+    pub(crate) fn placement(&self) -> Option<&Placement> {
         match self {
             Self::Placed(placement) => Some(placement),
             _ => None,
@@ -170,7 +172,8 @@ impl Decision {
     }
 
     /// Whether the decision changes the Pod.
-    pub fn changes_pod(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn changes_pod(&self) -> bool {
         self.placement().is_some_and(Placement::changes_pod)
     }
 }

@@ -15,10 +15,10 @@ use super::{
 /// Longest decision summary (and so annotation, deny message and log line) written: the API
 /// server limits a Pod's annotations to 256 KiB in all, and a Pod may name many images of many
 /// platforms.
-pub const MAX_SUMMARY_BYTES: usize = 4 << 10;
+pub(crate) const MAX_SUMMARY_BYTES: usize = 4 << 10;
 
 /// `text` cut at `max` bytes (on a character boundary) with a marker saying so.
-pub fn cut(mut text: String, max: usize) -> String {
+pub(crate) fn cut(mut text: String, max: usize) -> String {
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {
@@ -32,7 +32,7 @@ pub fn cut(mut text: String, max: usize) -> String {
 }
 
 /// Items separated by commas.
-pub fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
+pub(crate) fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
     let mut out = String::new();
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
@@ -45,7 +45,7 @@ pub fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
 
 /// `key=value:effect` as `kubectl taint` writes it (`key:effect` without a value, no `:effect`
 /// for every effect): how the decision annotation names a toleration.
-pub fn toleration_text(t: &Toleration) -> String {
+pub(crate) fn toleration_text(t: &Toleration) -> String {
     let mut text = t.key.clone().unwrap_or_else(|| "*".into());
     if let Some(value) = t.value.as_deref().filter(|v| !v.is_empty()) {
         let _ = write!(text, "={value}");
@@ -58,79 +58,79 @@ pub fn toleration_text(t: &Toleration) -> String {
 
 // Before any lookup.
 
-pub fn invalid_object(reason: &str) -> String {
+pub(crate) fn invalid_object(reason: &str) -> String {
     format!("tolerable left the Pod unchanged: {reason}")
 }
 
-pub fn skipped_namespace(namespace: &str) -> String {
+pub(crate) fn skipped_namespace(namespace: &str) -> String {
     format!("namespace {namespace} is in skip_namespaces")
 }
 
-pub fn opted_out() -> String {
+pub(crate) fn opted_out() -> String {
     format!("the Pod opted out with {SKIP_KEY}=true")
 }
 
-pub fn too_many_containers(count: usize, max: usize) -> String {
+pub(crate) fn too_many_containers(count: usize, max: usize) -> String {
     format!("the Pod has {count} containers and image volumes, more than max_containers_per_pod ({max})")
 }
 
-pub fn too_many_images(count: usize, max: usize) -> String {
+pub(crate) fn too_many_images(count: usize, max: usize) -> String {
     format!("the Pod names {count} distinct images, more than max_images_per_pod ({max})")
 }
 
-pub fn not_looked_up_denial(reason: &str) -> String {
+pub(crate) fn not_looked_up_denial(reason: &str) -> String {
     format!("tolerable did not look the images up: {reason}")
 }
 
 /// The warning of every Pod left without tolerations.
-pub fn no_tolerations(reason: &str) -> String {
+pub(crate) fn no_tolerations(reason: &str) -> String {
     format!("tolerable added no tolerations: {reason}")
 }
 
 // After the lookups.
 
 /// `image: reason` for each image whose platforms are unknown.
-pub fn failed_image(image: &str, reason: &dyn Display) -> String {
+pub(crate) fn failed_image(image: &str, reason: &dyn Display) -> String {
     format!("{image}: {reason}")
 }
 
-pub fn not_looked_up(image: &str) -> String {
+pub(crate) fn not_looked_up(image: &str) -> String {
     format!("{image}: not looked up")
 }
 
-pub fn unknown_platforms_denial(detail: &str) -> String {
+pub(crate) fn unknown_platforms_denial(detail: &str) -> String {
     format!("tolerable could not determine the platforms of: {detail}")
 }
 
-pub fn unknown_platforms_warning(failed: &str) -> String {
+pub(crate) fn unknown_platforms_warning(failed: &str) -> String {
     no_tolerations(&format!("platforms unknown for {failed}"))
 }
 
-pub fn unknown_platforms_reason(detail: &str) -> String {
+pub(crate) fn unknown_platforms_reason(detail: &str) -> String {
     format!("platforms unknown ({detail})")
 }
 
-pub fn no_common_architecture(os: &str, described: &str) -> String {
+pub(crate) fn no_common_architecture(os: &str, described: &str) -> String {
     format!("no {os} architecture is common to all images: {described}")
 }
 
-pub fn denied_summary(reason: &str) -> String {
+pub(crate) fn denied_summary(reason: &str) -> String {
     format!("denied: {reason}")
 }
 
-pub fn unchanged_summary(reason: &str) -> String {
+pub(crate) fn unchanged_summary(reason: &str) -> String {
     format!("unchanged: {reason}")
 }
 
 /// A decision made on a last known answer says so: the registry may have changed since.
-pub fn stale_answer(image: &str, stale: &Staleness) -> String {
+pub(crate) fn stale_answer(image: &str, stale: &Staleness) -> String {
     format!("{image}: {stale}")
 }
 
 /// One image for the summary: `app:1 (linux/amd64,linux/arm64; credentials from secret …)`.
 /// Names where a credential came from (never what it is), so a private image's answer can be
 /// traced to the pull secret that opened it.
-pub fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
+pub(crate) fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
     if !out.is_empty() {
         out.push_str(", ");
     }
@@ -146,7 +146,7 @@ pub fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
 
 // Steering and preferences.
 
-pub fn steering(steering: Steering, common: &[String]) -> String {
+pub(crate) fn steering(steering: Steering, common: &[String]) -> String {
     match steering {
         Steering::Off => String::new(),
         Steering::NodeSelector => format!("nodeSelector {ARCH_LABEL}={}", common[0]),
@@ -154,12 +154,16 @@ pub fn steering(steering: Steering, common: &[String]) -> String {
     }
 }
 
-pub const KEPT_OWN_CONSTRAINT: &str = "kept the Pod's own kubernetes.io/arch constraint";
+pub(crate) const KEPT_OWN_CONSTRAINT: &str = "kept the Pod's own kubernetes.io/arch constraint";
 
-pub const RUNS_EVERYWHERE: &str =
+pub(crate) const RUNS_EVERYWHERE: &str =
     "no steering: the images run on every architecture the cluster has or may add";
 
-pub fn constraint_allows_more(unsupported: &[&String], common: &[String], os: &str) -> String {
+pub(crate) fn constraint_allows_more(
+    unsupported: &[&String],
+    common: &[String],
+    os: &str,
+) -> String {
     format!(
         "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
         comma_list(unsupported),
@@ -167,30 +171,30 @@ pub fn constraint_allows_more(unsupported: &[&String], common: &[String], os: &s
     )
 }
 
-pub fn no_steering(why: &str) -> String {
+pub(crate) fn no_steering(why: &str) -> String {
     format!("no steering: {why}")
 }
 
-pub fn headed_for(node: &str, arch: &str, common: &[String], os: &str) -> String {
+pub(crate) fn headed_for(node: &str, arch: &str, common: &[String], os: &str) -> String {
     format!(
         "the Pod is headed for node {node} ({arch}) but its images support only {} on {os}",
         common.join(",")
     )
 }
 
-pub fn bound_to(node: &str) -> String {
+pub(crate) fn bound_to(node: &str) -> String {
     format!("bound to node {node}")
 }
 
-pub fn owned_by_daemon_set(name: &str) -> String {
+pub(crate) fn owned_by_daemon_set(name: &str) -> String {
     format!("owned by DaemonSet {name}")
 }
 
-pub fn pinned_to(node: &str) -> String {
+pub(crate) fn pinned_to(node: &str) -> String {
     format!("pinned to node {node} by metadata.name")
 }
 
-pub fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
+pub(crate) fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
     format!(
         "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
         common.join(",")
@@ -198,7 +202,7 @@ pub fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
 }
 
 /// `; prefers arm64 (weight 80), amd64 (weight 20)`; the weight only when it says something.
-pub fn preference(preferred: &[WeightedArchitecture]) -> String {
+pub(crate) fn preference(preferred: &[WeightedArchitecture]) -> String {
     let mut note = String::from("; prefers ");
     for (i, p) in preferred.iter().enumerate() {
         if i > 0 {
@@ -214,7 +218,7 @@ pub fn preference(preferred: &[WeightedArchitecture]) -> String {
 
 /// The summary of a placed Pod:
 /// `linux architectures amd64,arm64; tolerates arm64 (templates: …); requires …; images: …`.
-pub fn placed_summary(
+pub(crate) fn placed_summary(
     os: &str,
     common: &[String],
     tolerated: &[&String],

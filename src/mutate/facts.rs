@@ -19,7 +19,7 @@ pub struct ImageFact {
     /// Which credential opened the image.
     pub credentials: Provenance,
     /// Set when this is the last known answer, used because the registry is unavailable.
-    pub stale: Option<Staleness>,
+    pub(crate) stale: Option<Staleness>,
 }
 
 /// Where the credential that opened an image came from — never the credential itself.
@@ -43,9 +43,9 @@ impl fmt::Display for Provenance {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staleness {
     /// Why the registry could not be asked (a reason safe to show).
-    pub cause: String,
+    pub(crate) cause: String,
     /// How long ago the registry gave the answer.
-    pub age: Duration,
+    pub(crate) age: Duration,
 }
 
 impl fmt::Display for Staleness {
@@ -79,7 +79,7 @@ pub enum LookupFailure {
 }
 
 impl LookupFailure {
-    pub fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         match self {
             Self::InvalidReference(reason)
             | Self::NotFound(reason)
@@ -101,7 +101,7 @@ impl fmt::Display for LookupFailure {
 pub type ImageFacts = BTreeMap<String, Result<Arc<ImageFact>, LookupFailure>>;
 
 /// `1h2m3s`, `4m0s`, `12s`: short enough for a warning.
-pub fn short_age(d: Duration) -> String {
+pub(crate) fn short_age(d: Duration) -> String {
     let s = d.as_secs();
     match (s / 3600, s / 60 % 60, s % 60) {
         (0, 0, s) => format!("{s}s"),

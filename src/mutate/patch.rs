@@ -22,18 +22,18 @@ use super::{
 
 /// One JSON Patch operation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Operation {
-    pub op: Op,
+pub(crate) struct Operation {
+    pub(crate) op: Op,
     /// Mostly a fixed path: borrowed, not allocated per admission.
-    pub path: Cow<'static, str>,
+    pub(crate) path: Cow<'static, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<PatchValue>,
+    pub(crate) value: Option<PatchValue>,
 }
 
 /// The operations tolerable writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Op {
+pub(crate) enum Op {
     Add,
     Remove,
     /// Makes the whole patch fail unless the value at the path is the one given.
@@ -41,7 +41,7 @@ pub enum Op {
 }
 
 impl Operation {
-    pub fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+    pub(crate) fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
         Self {
             op: Op::Add,
             path: path.into(),
@@ -49,7 +49,7 @@ impl Operation {
         }
     }
 
-    pub fn remove(path: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn remove(path: impl Into<Cow<'static, str>>) -> Self {
         Self {
             op: Op::Remove,
             path: path.into(),
@@ -57,7 +57,7 @@ impl Operation {
         }
     }
 
-    pub fn test(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+    pub(crate) fn test(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
         Self {
             op: Op::Test,
             path: path.into(),
@@ -69,7 +69,7 @@ impl Operation {
 /// What an operation adds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
-pub enum PatchValue {
+pub(crate) enum PatchValue {
     Tolerations(Vec<Toleration>),
     Toleration(Toleration),
     Text(String),
@@ -86,7 +86,7 @@ pub enum PatchValue {
 }
 
 /// Escapes one JSON Pointer reference token (RFC 6901: `~` → `~0`, then `/` → `~1`).
-pub fn pointer_token(s: &str) -> String {
+pub(crate) fn pointer_token(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
@@ -110,7 +110,7 @@ fn term(requirement: NodeSelectorRequirement) -> NodeSelectorTerm {
 }
 
 /// The JSON Patch operations that apply `decision` to `pod`. Empty when nothing changes.
-pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
+pub(crate) fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
     let mut ops = Vec::new();
     let spec = pod.spec.as_ref();
     if !decision.tolerations.is_empty() {

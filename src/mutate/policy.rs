@@ -38,14 +38,14 @@ pub enum TolerationOperator {
 /// value `value` or else the architecture (no value with `Exists`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TolerationTemplate {
-    pub key: String,
-    pub operator: TolerationOperator,
+    pub(crate) key: String,
+    pub(crate) operator: TolerationOperator,
     /// `None`: the architecture's name (`kubernetes.io/arch=arm64`). Per-architecture templates
     /// may name another (`arm64=true`).
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
     /// Empty means every effect.
-    pub effect: String,
-    pub toleration_seconds: Option<i64>,
+    pub(crate) effect: String,
+    pub(crate) toleration_seconds: Option<i64>,
 }
 
 impl TolerationTemplate {
@@ -54,7 +54,7 @@ impl TolerationTemplate {
         self.value.as_deref().unwrap_or(arch)
     }
 
-    pub fn for_architecture(&self, arch: &str) -> Toleration {
+    pub(crate) fn for_architecture(&self, arch: &str) -> Toleration {
         Toleration {
             key: Some(self.key.clone()),
             operator: Some(
@@ -75,7 +75,7 @@ impl TolerationTemplate {
 
     /// Whether `existing` already tolerates the taint this template stands for (Kubernetes'
     /// matching rules), so adding ours would be redundant.
-    pub fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
+    pub(crate) fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
         // A toleration that expires sooner than ours does not cover ours.
         let seconds_cover = match (existing.toleration_seconds, self.toleration_seconds) {
             (None, _) => true,
@@ -94,8 +94,8 @@ impl TolerationTemplate {
 /// A preferred architecture and its weight (1–100, as the scheduler takes them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WeightedArchitecture {
-    pub architecture: String,
-    pub weight: i32,
+    pub(crate) architecture: String,
+    pub(crate) weight: i32,
 }
 
 /// What the operator configured.
@@ -126,7 +126,7 @@ pub struct Policy {
 
 impl Policy {
     /// The toleration templates for `arch`: its own, else the default one.
-    pub fn templates_for(&self, arch: &str) -> &[TolerationTemplate] {
+    pub(crate) fn templates_for(&self, arch: &str) -> &[TolerationTemplate] {
         self.architecture_tolerations
             .get(arch)
             .map_or(std::slice::from_ref(&self.toleration), Vec::as_slice)

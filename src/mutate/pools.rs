@@ -15,13 +15,13 @@ use super::ARCH_LABEL;
 pub struct NodePools {
     pub architectures: BTreeMap<String, Vec<Taint>>,
     /// Node name → architecture.
-    pub nodes: BTreeMap<String, String>,
+    pub(crate) nodes: BTreeMap<String, String>,
 }
 
 impl NodePools {
     /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
     /// kubelet reports; only taints whose key is one of `taint_keys` count.
-    pub fn from_nodes<'a>(
+    pub(crate) fn from_nodes<'a>(
         nodes: impl IntoIterator<Item = &'a Node>,
         taint_keys: &BTreeSet<String>,
     ) -> Self {

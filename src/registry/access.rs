@@ -209,7 +209,7 @@ impl Rule {
 /// Why a host may not be contacted. The texts name the config key, never the rule: a Pod author
 /// learns that the host is refused, not how the operator's lists read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     Denylist,
     LinkLocal,
     NotAllowlisted,
@@ -254,8 +254,8 @@ fn link_local() -> Vec<Net> {
 /// A bad entry: which list, which entry, why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleError {
-    pub key: &'static str,
-    pub reason: String,
+    pub(crate) key: &'static str,
+    pub(crate) reason: String,
 }
 
 impl AccessRules {
@@ -317,7 +317,7 @@ impl AccessRules {
 
     /// Whether a host may be contacted, judged on the host as written in `url` (its port, or the
     /// scheme's). A name that passes is judged again by its addresses when it is resolved.
-    pub fn check_url(&self, url: &reqwest::Url) -> Result<(), Denied> {
+    pub(crate) fn check_url(&self, url: &reqwest::Url) -> Result<(), Denied> {
         let host = url.host_str().unwrap_or_default();
         let port = url.port_or_known_default();
         let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
@@ -354,7 +354,7 @@ impl AccessRules {
     }
 
     /// Whether `name` (already passed by [`AccessRules::check_url`]) may be reached at `ip`.
-    pub fn address_allowed(&self, name: &str, ip: IpAddr) -> Result<(), Denied> {
+    pub(crate) fn address_allowed(&self, name: &str, ip: IpAddr) -> Result<(), Denied> {
         if let Some(denied) = self.address_denied(ip) {
             return Err(denied);
         }
@@ -375,12 +375,12 @@ impl AccessRules {
 
 /// The system resolver (getaddrinfo, as reqwest's default), keeping only the addresses the rules
 /// allow: a name pointing at a denied address fails like a name that does not resolve.
-pub struct FilteringResolver {
+pub(crate) struct FilteringResolver {
     rules: Arc<AccessRules>,
 }
 
 impl FilteringResolver {
-    pub fn new(rules: Arc<AccessRules>) -> Self {
+    pub(crate) fn new(rules: Arc<AccessRules>) -> Self {
         Self { rules }
     }
 }

@@ -5,22 +5,22 @@
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Challenge {
+pub(crate) struct Challenge {
     /// Lower-cased: `bearer`, `basic`.
-    pub scheme: String,
+    pub(crate) scheme: String,
     /// Parameter names lower-cased; values unquoted.
-    pub params: BTreeMap<String, String>,
+    pub(crate) params: BTreeMap<String, String>,
 }
 
 impl Challenge {
-    pub fn param(&self, name: &str) -> Option<&str> {
+    pub(crate) fn param(&self, name: &str) -> Option<&str> {
         self.params.get(name).map(String::as_str)
     }
 }
 
 /// Parses one header value into its challenges. Malformed parts are skipped rather than failing
 /// the whole header: a registry's odd formatting must not cost a lookup.
-pub fn parse(header: &str) -> Vec<Challenge> {
+pub(crate) fn parse(header: &str) -> Vec<Challenge> {
     let mut cursor = Cursor {
         text: header.as_bytes(),
         at: 0,

@@ -77,7 +77,7 @@ pub(crate) struct RegistryClient {
 }
 
 impl RegistryClient {
-    pub fn set_observer(&mut self, observer: Arc<dyn RegistryObserver>) {
+    pub(crate) fn set_observer(&mut self, observer: Arc<dyn RegistryObserver>) {
         self.observer = Some(observer);
     }
 
@@ -87,7 +87,7 @@ impl RegistryClient {
         }
     }
 
-    pub fn new(settings: &TransportSettings) -> Result<Self, FetchError> {
+    pub(crate) fn new(settings: &TransportSettings) -> Result<Self, FetchError> {
         let mut roots = Vec::new();
         for pem in &settings.extra_roots_pem {
             roots.extend(
@@ -132,12 +132,16 @@ impl RegistryClient {
     }
 
     /// A fingerprint of a credential, for cache keys (process-local, not reversible).
-    pub fn fingerprint(&self, credential: &Credential) -> u64 {
+    pub(crate) fn fingerprint(&self, credential: &Credential) -> u64 {
         credential.fingerprint(&self.hasher)
     }
 
     /// Requests to `host` (an API host such as `registry-1.docker.io`) with `credential`.
-    pub fn source<'a>(&'a self, host: &str, credential: Option<&'a Credential>) -> HostSource<'a> {
+    pub(crate) fn source<'a>(
+        &'a self,
+        host: &str,
+        credential: Option<&'a Credential>,
+    ) -> HostSource<'a> {
         HostSource {
             client: self,
             host: host.to_owned(),

@@ -36,26 +36,26 @@ impl Credential {
     }
 
     /// [`Credential::source`], shared rather than copied.
-    pub fn shared_source(&self) -> std::sync::Arc<str> {
+    pub(crate) fn shared_source(&self) -> std::sync::Arc<str> {
         self.source.clone()
     }
 
-    pub fn user(&self) -> &str {
+    pub(crate) fn user(&self) -> &str {
         &self.user
     }
 
-    pub fn secret(&self) -> &str {
+    pub(crate) fn secret(&self) -> &str {
         &self.secret
     }
 
     /// Where the credential came from, safe to log: a file path or `secret ns/name`.
-    pub fn source(&self) -> &str {
+    pub(crate) fn source(&self) -> &str {
         &self.source
     }
 
     /// A process-local fingerprint of the user and secret, for cache keys: two lookups that
     /// present different credentials must not share an answer.
-    pub fn fingerprint(&self, state: &impl std::hash::BuildHasher) -> u64 {
+    pub(crate) fn fingerprint(&self, state: &impl std::hash::BuildHasher) -> u64 {
         let mut h = state.build_hasher();
         self.user.hash(&mut h);
         self.secret.hash(&mut h);
@@ -158,7 +158,7 @@ impl CredentialStore {
 
     /// Adds every usable entry of a Docker config document; returns a warning for each entry that
     /// could not be used.
-    pub fn add_docker_config(
+    pub(crate) fn add_docker_config(
         &mut self,
         json: &[u8],
         source_name: &str,
@@ -171,7 +171,7 @@ impl CredentialStore {
     }
 
     /// The credentials to try for `registry`, in order.
-    pub fn for_registry(&self, registry: &str) -> &[Credential] {
+    pub(crate) fn for_registry(&self, registry: &str) -> &[Credential] {
         if self.by_registry.is_empty() {
             return &[];
         }
@@ -180,7 +180,7 @@ impl CredentialStore {
             .map_or(&[], Vec::as_slice)
     }
 
-    pub fn registries(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn registries(&self) -> impl Iterator<Item = &str> {
         self.by_registry.keys().map(String::as_str)
     }
 }

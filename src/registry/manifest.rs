@@ -8,18 +8,19 @@ use serde::Deserialize;
 
 use crate::mutate::platform::Platform;
 
-pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-pub const DOCKER_SCHEMA1: &str = "application/vnd.docker.distribution.manifest.v1+json";
-pub const DOCKER_SCHEMA1_SIGNED: &str = "application/vnd.docker.distribution.manifest.v1+prettyjws";
-pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-pub const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub(crate) const DOCKER_SCHEMA1: &str = "application/vnd.docker.distribution.manifest.v1+json";
+pub(crate) const DOCKER_SCHEMA1_SIGNED: &str =
+    "application/vnd.docker.distribution.manifest.v1+prettyjws";
+pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
 
 /// Every manifest type we can read. Sending all four matters: distribution silently answers a
 /// manifest list with its linux/amd64 child when only the Docker v2 type is accepted.
-pub const ACCEPT: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
+pub(crate) const ACCEPT: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
 
 /// The static name of a media type this module accepts (so cached answers do not each carry a
 /// copy); anything else is reported as an index, the only type inferred without a name.
@@ -74,7 +75,7 @@ pub enum ParsedManifest {
 }
 
 impl ParsedManifest {
-    pub fn media_type(&self) -> &str {
+    pub(crate) fn media_type(&self) -> &str {
         match self {
             Self::Index { media_type, .. }
             | Self::Image { media_type, .. }
@@ -85,20 +86,20 @@ impl ParsedManifest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Descriptor {
-    pub media_type: String,
-    pub digest: String,
-    pub size: u64,
+    pub(crate) media_type: String,
+    pub(crate) digest: String,
+    pub(crate) size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
-    pub descriptor: Descriptor,
+    pub(crate) descriptor: Descriptor,
     /// `None` when the index does not say; the child's config must then be read.
-    pub platform: Option<Platform>,
+    pub(crate) platform: Option<Platform>,
 }
 
 impl IndexEntry {
-    pub fn is_index(&self) -> bool {
+    pub(crate) fn is_index(&self) -> bool {
         matches!(self.descriptor.media_type.as_str(), OCI_INDEX | DOCKER_LIST)
     }
 }

@@ -34,8 +34,8 @@ pub struct ImageReference {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid image reference {reference:?}: {reason}")]
 pub struct ReferenceError {
-    pub reference: String,
-    pub reason: &'static str,
+    pub(crate) reference: String,
+    pub(crate) reason: &'static str,
 }
 
 impl ImageReference {
@@ -103,7 +103,7 @@ impl ImageReference {
     }
 
     /// The registry's name as images spell it (`docker.io`, `ghcr.io`, `localhost:5000`).
-    pub fn registry(&self) -> &str {
+    pub(crate) fn registry(&self) -> &str {
         &self.registry
     }
 
@@ -116,21 +116,23 @@ impl ImageReference {
         }
     }
 
-    pub fn repository(&self) -> &str {
+    pub(crate) fn repository(&self) -> &str {
         &self.repository
     }
 
-    pub fn tag(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn tag(&self) -> Option<&str> {
         self.tag.as_deref()
     }
 
-    pub fn digest(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn digest(&self) -> Option<&str> {
         self.digest.as_deref()
     }
 
     /// What goes after `/manifests/` in the request: the digest wins over the tag, because the
     /// kubelet pulls by digest when one is given.
-    pub fn manifest_reference(&self) -> &str {
+    pub(crate) fn manifest_reference(&self) -> &str {
         self.digest
             .as_deref()
             .or(self.tag.as_deref())

@@ -62,7 +62,7 @@ impl Resolver {
     }
 
     /// Reports registry requests and cache lookups to `observer`.
-    pub fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
+    pub(crate) fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
         self.client.set_observer(observer.clone());
         self.observer = Some(observer);
         self
@@ -89,7 +89,7 @@ impl Resolver {
     /// API server times out sooner than `lookup_timeout`): a registry lookup then ends by itself
     /// within the budget, so a hung registry is still counted by its circuit breaker rather than
     /// abandoned unnoticed.
-    pub async fn resolve_within(
+    pub(crate) async fn resolve_within(
         &self,
         image: &str,
         first: &CredentialStore,
@@ -301,7 +301,7 @@ impl Resolver {
     }
 
     /// Entries currently cached (for metrics and tests).
-    pub async fn cached_entries(&self) -> u64 {
+    pub(crate) async fn cached_entries(&self) -> u64 {
         self.cache.entry_count().await
     }
 }

@@ -13,7 +13,7 @@ use super::{FetchError, Platform, MAX_INDEX_DEPTH, MAX_INDEX_ENTRIES, MAX_PLATFO
 const CHILD_FETCHES: usize = 4;
 
 /// The I/O boundary: one registry host with one credential.
-pub(crate) trait ManifestSource: Sync {
+pub trait ManifestSource: Sync {
     /// The manifest body and its digest. `reference` is a tag or a digest.
     fn manifest(
         &self,
@@ -30,11 +30,11 @@ pub(crate) trait ManifestSource: Sync {
 /// The result of walking one manifest tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Walked {
-    pub digest: String,
-    pub media_type: &'static str,
-    pub platforms: Vec<Platform>,
+    pub(crate) digest: String,
+    pub(crate) media_type: &'static str,
+    pub(crate) platforms: Vec<Platform>,
     /// The config media type of a platform-less artifact (then `platforms` is empty).
-    pub artifact: Option<String>,
+    pub(crate) artifact: Option<String>,
 }
 
 /// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one

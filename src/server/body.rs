@@ -16,29 +16,30 @@ use super::MAX_BODY_BYTES;
 
 /// Bytes of body buffers one connection may hold at once: two full-size AdmissionReviews, or
 /// many ordinary ones multiplexed on one HTTP/2 connection (the API server's way).
-pub const CONNECTION_BODY_BUDGET: usize = 2 * MAX_BODY_BYTES;
+pub(crate) const CONNECTION_BODY_BUDGET: usize = 2 * MAX_BODY_BYTES;
 /// Bytes of body buffers the whole process may hold at once, well inside the shipped
 /// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take).
-pub const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
+pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
 /// First capacity of a body that does not declare its length.
 const INITIAL_CAPACITY: usize = 16 << 10;
 
 /// A number of bytes that reservations draw from.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     used: AtomicUsize,
     limit: usize,
 }
 
 impl Budget {
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Self {
             used: AtomicUsize::new(0),
             limit,
         }
     }
 
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
 
@@ -58,13 +59,13 @@ impl Budget {
 /// Bytes held from both budgets; given back when dropped, so it must live as long as the
 /// buffer it pays for.
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     budgets: [Arc<Budget>; 2],
     bytes: usize,
 }
 
 impl Reservation {
-    pub fn new(connection: Arc<Budget>, process: Arc<Budget>) -> Self {
+    pub(crate) fn new(connection: Arc<Budget>, process: Arc<Budget>) -> Self {
         Self {
             budgets: [connection, process],
             bytes: 0,
@@ -101,7 +102,7 @@ impl Drop for Reservation {
 
 /// Why a body was not read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     TooLarge,
     /// A memory budget is exhausted: the server is busy, the client may retry.
     OverBudget,
@@ -109,7 +110,7 @@ pub enum BodyError {
 }
 
 /// Reads `body` into one buffer. `declared` is its `Content-Length`. The caller bounds the time.
-pub async fn read(
+pub(crate) async fn read(
     mut body: Incoming,
     declared: Option<u64>,
     reservation: &mut Reservation,

@@ -18,7 +18,7 @@ use super::body::Budget;
 
 /// One connection's activity.
 #[derive(Debug)]
-pub struct ConnectionState {
+pub(crate) struct ConnectionState {
     active: AtomicUsize,
     times: Mutex<Times>,
     /// Woken when the deadline may have moved.
@@ -27,7 +27,7 @@ pub struct ConnectionState {
     /// carry PINGs and window updates that are not requests.)
     track_heads: bool,
     /// Bytes of body buffers this connection holds.
-    pub bodies: Arc<Budget>,
+    pub(crate) bodies: Arc<Budget>,
 }
 
 #[derive(Debug)]
@@ -40,7 +40,7 @@ impl ConnectionState {
     /// A connection that has just been accepted. Its first request's head is due within the read
     /// timeout, as if it had started now: a client opens a connection to send a request, and one
     /// that sends nothing is only holding a file descriptor.
-    pub fn new(track_heads: bool, body_budget: usize) -> Arc<Self> {
+    pub(crate) fn new(track_heads: bool, body_budget: usize) -> Arc<Self> {
         let now = Instant::now();
         Arc::new(Self {
             active: AtomicUsize::new(0),
@@ -75,7 +75,7 @@ impl ConnectionState {
 
     /// A request has arrived (its head is read). Returns when its first byte came, if known, so
     /// the request's read deadline can count from there.
-    pub fn request_started(self: &Arc<Self>) -> (ActiveRequest, Option<Instant>) {
+    pub(crate) fn request_started(self: &Arc<Self>) -> (ActiveRequest, Option<Instant>) {
         self.active.fetch_add(1, Ordering::AcqRel);
         let head_started = self.times().head_started.take();
         self.changed.notify_one();
@@ -84,7 +84,11 @@ impl ConnectionState {
 
     /// When the connection is to be closed unless something happens first: `None` while a
     /// request is in progress (its own deadline bounds it).
-    pub fn deadline(&self, idle_timeout: Duration, read_timeout: Duration) -> Option<Instant> {
+    pub(crate) fn deadline(
+        &self,
+        idle_timeout: Duration,
+        read_timeout: Duration,
+    ) -> Option<Instant> {
         if self.active.load(Ordering::Acquire) > 0 {
             return None;
         }
@@ -97,14 +101,14 @@ impl ConnectionState {
     }
 
     /// Resolves when [`Self::deadline`] may have changed.
-    pub async fn changed(&self) {
+    pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 }
 
 /// A request in progress on a connection; the connection is idle again when the last is dropped.
 #[derive(Debug)]
-pub struct ActiveRequest(Arc<ConnectionState>);
+pub(crate) struct ActiveRequest(Arc<ConnectionState>);
 
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
@@ -116,13 +120,13 @@ impl Drop for ActiveRequest {
 }
 
 /// A stream that tells its connection's state when bytes arrive.
-pub struct Tracked<S> {
+pub(crate) struct Tracked<S> {
     inner: S,
     state: Arc<ConnectionState>,
 }
 
 impl<S> Tracked<S> {
-    pub fn new(inner: S, state: Arc<ConnectionState>) -> Self {
+    pub(crate) fn new(inner: S, state: Arc<ConnectionState>) -> Self {
         Self { inner, state }
     }
 }

@@ -20,9 +20,9 @@ use rustls::ServerConfig;
 use crate::metrics::Metrics;
 
 /// How often the certificate files are re-read.
-pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// A reload failing the same way again is logged at most this often (and counted every time).
-pub const REPEATED_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const REPEATED_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What a reload does with a certificate that does not cover every DNS name the certificate
 /// served at start covered (config key `tls_reload_name_check`).
@@ -60,7 +60,7 @@ pub enum TlsError {
 }
 
 /// The DNS names (subject alternative names) a certificate is for.
-pub fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
+pub(crate) fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
     webpki::EndEntityCert::try_from(cert)
         .map(|cert| cert.valid_dns_names().map(str::to_owned).collect())
         .unwrap_or_default()
@@ -83,7 +83,7 @@ fn covers(cert: &CertificateDer<'_>, name: &str) -> bool {
 }
 
 /// Parses a PEM certificate chain and private key into a checked pair.
-pub fn certified_key(
+pub(crate) fn certified_key(
     cert_pem: &[u8],
     key_pem: &[u8],
     cert_path: &Path,
@@ -183,7 +183,7 @@ impl CertStore {
     }
 
     /// A fixed certificate (the generated self-signed one).
-    pub fn fixed(key: CertifiedKey) -> Self {
+    pub(crate) fn fixed(key: CertifiedKey) -> Self {
         Self {
             current: ArcSwap::from_pointee(key),
             files: None,
@@ -236,7 +236,7 @@ impl CertStore {
     }
 
     /// Polls for rotations until the task is dropped.
-    pub async fn watch(self: Arc<Self>, metrics: Option<Arc<Metrics>>) {
+    pub(crate) async fn watch(self: Arc<Self>, metrics: Option<Arc<Metrics>>) {
         if self.files.is_none() {
             return;
         }
@@ -285,7 +285,7 @@ impl CertStore {
     }
 
     /// The rustls server configuration: h2 and HTTP/1.1 (the API server speaks HTTP/1.1).
-    pub fn server_config(self: &Arc<Self>) -> Arc<ServerConfig> {
+    pub(crate) fn server_config(self: &Arc<Self>) -> Arc<ServerConfig> {
         let mut config =
             ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
@@ -340,13 +340,13 @@ impl ResolvesServerCert for CertStore {
 }
 
 /// A generated certificate authority and serving certificate, for running without cert-manager.
-pub struct SelfSigned {
-    pub ca_pem: String,
-    pub key: CertifiedKey,
+pub(crate) struct SelfSigned {
+    pub(crate) ca_pem: String,
+    pub(crate) key: CertifiedKey,
 }
 
 /// Generates a CA and a serving certificate for `names` (DNS names or IP addresses).
-pub fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
+pub(crate) fn self_signed(names: &[String]) -> Result<SelfSigned, TlsError> {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
         KeyUsagePurpose,
