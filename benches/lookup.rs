@@ -71,115 +71,139 @@ fn main() {
     println!("| --- | --- |");
 
     if filter.as_deref().is_none_or(|f| "warm".contains(f)) {
-        let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
-        let image = format!("{}/fixtures/multiarch-oci:v1", registry.host);
-        runtime.block_on(async {
-            resolver.resolve(&image).await.unwrap();
-            // Warm-up, then batches; report the median batch's per-lookup time.
-            let mut per_lookup = Vec::new();
-            for _ in 0..30 {
-                const N: u32 = 20_000;
-                let started = Instant::now();
-                for _ in 0..N {
-                    std::hint::black_box(
-                        resolver
-                            .resolve(std::hint::black_box(&image))
-                            .await
-                            .unwrap(),
-                    );
-                }
-                per_lookup.push(started.elapsed() / N);
-            }
-            println!(
-                "| warm lookup (median of 30 × 20,000) | {} |",
-                fmt(percentile(&mut per_lookup, 0.5))
-            );
-        });
+        warm_lookup(&runtime, &registry.host);
     }
-
     if filter.as_deref().is_none_or(|f| "cold".contains(f)) {
-        const N: usize = 300;
-        let pusher = common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain);
-        let digest = runtime.block_on(pusher.push("bench/cold", "multiarch-oci", "v1"));
-        let index = runtime.block_on(async {
-            // Many tags, one index: every lookup below is a cache miss for one manifest GET.
-            let client = oci_client::Client::try_from(oci_client::client::ClientConfig {
-                protocol: oci_client::client::ClientProtocol::Http,
-                ..Default::default()
-            })
-            .unwrap();
-            let reference = oci_client::Reference::with_digest(
-                registry.host.clone(),
-                "bench/cold".into(),
-                digest.clone(),
-            );
-            let (body, _) = client
-                .pull_manifest_raw(
-                    &reference,
-                    &oci_client::secrets::RegistryAuth::Anonymous,
-                    &[common::fixtures::OCI_INDEX],
-                )
-                .await
-                .unwrap();
-            body
-        });
-        runtime.block_on(common::fixtures::push_index_tags(
-            &registry.host,
-            "bench/cold",
-            &index,
-            0..N,
-            1,
-        ));
+        cold_lookup(&runtime, &registry.host);
+    }
+}
 
-        let mut raw = Vec::new();
-        let connection = TcpStream::connect(&registry.host).unwrap();
-        connection.set_nodelay(true).unwrap();
-        let mut stream = BufReader::new(connection);
-        for round in 0..2 {
-            for i in 0..N {
-                let started = Instant::now();
-                raw_get(
-                    &mut stream,
-                    &registry.host,
-                    &format!("/v2/bench/cold/manifests/t{i}"),
+/// A cached lookup: warm-up, then batches; reports the median batch's per-lookup time.
+fn warm_lookup(runtime: &tokio::runtime::Runtime, host: &str) {
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
+    let image = format!("{host}/fixtures/multiarch-oci:v1");
+    runtime.block_on(async {
+        resolver.resolve(&image).await.unwrap();
+        let mut per_lookup = Vec::new();
+        for _ in 0..30 {
+            const N: u32 = 20_000;
+            let started = Instant::now();
+            for _ in 0..N {
+                std::hint::black_box(
+                    resolver
+                        .resolve(std::hint::black_box(&image))
+                        .await
+                        .unwrap(),
                 );
-                if round == 1 {
-                    raw.push(started.elapsed());
-                }
+            }
+            per_lookup.push(started.elapsed() / N);
+        }
+        println!(
+            "| warm lookup (median of 30 × 20,000) | {} |",
+            fmt(percentile(&mut per_lookup, 0.5))
+        );
+    });
+}
+
+/// Distinct tags of one index, so every cold lookup is a cache miss for one manifest GET.
+const COLD_TAGS: usize = 300;
+
+/// Uncached lookups of an index, against the registry's own time for the same GETs.
+fn cold_lookup(runtime: &tokio::runtime::Runtime, host: &str) {
+    let digest = push_cold_tags(runtime, host);
+    let mut raw = raw_manifest_gets(host);
+    let mut cold = cold_lookups(runtime, host, &digest);
+    let raw_p50 = percentile(&mut raw, 0.5);
+    let cold_p50 = percentile(&mut cold, 0.5);
+    println!(
+        "| registry's own manifest GET, raw keep-alive (p50 of {COLD_TAGS}) | {} |",
+        fmt(raw_p50)
+    );
+    println!(
+        "| cold index lookup through tolerable (p50 of {COLD_TAGS}) | {} |",
+        fmt(cold_p50)
+    );
+    println!(
+        "| cold index lookup (p90 of {COLD_TAGS}) | {} |",
+        fmt(percentile(&mut cold, 0.9))
+    );
+    println!(
+        "| cold lookup above the registry's own time (p50) | {} |",
+        fmt(cold_p50.saturating_sub(raw_p50))
+    );
+}
+
+/// Pushes the multi-arch fixture to `bench/cold` and its index as tags `t0`..; returns the
+/// index's digest.
+fn push_cold_tags(runtime: &tokio::runtime::Runtime, host: &str) -> String {
+    let pusher = common::fixtures::Pusher::for_mode(host, Mode::Plain);
+    let digest = runtime.block_on(pusher.push("bench/cold", "multiarch-oci", "v1"));
+    let index = runtime.block_on(async {
+        let client = oci_client::Client::try_from(oci_client::client::ClientConfig {
+            protocol: oci_client::client::ClientProtocol::Http,
+            ..Default::default()
+        })
+        .unwrap();
+        let reference = oci_client::Reference::with_digest(
+            host.to_owned(),
+            "bench/cold".into(),
+            digest.clone(),
+        );
+        let (body, _) = client
+            .pull_manifest_raw(
+                &reference,
+                &oci_client::secrets::RegistryAuth::Anonymous,
+                &[common::fixtures::OCI_INDEX],
+            )
+            .await
+            .unwrap();
+        body
+    });
+    runtime.block_on(common::fixtures::push_index_tags(
+        host,
+        "bench/cold",
+        &index,
+        0..COLD_TAGS,
+        1,
+    ));
+    digest
+}
+
+/// The time of each tag's manifest GET over one raw keep-alive connection, timed in the second
+/// of two rounds (the first is warm-up).
+fn raw_manifest_gets(host: &str) -> Vec<Duration> {
+    let mut raw = Vec::new();
+    let connection = TcpStream::connect(host).unwrap();
+    connection.set_nodelay(true).unwrap();
+    let mut stream = BufReader::new(connection);
+    for round in 0..2 {
+        for i in 0..COLD_TAGS {
+            let started = Instant::now();
+            raw_get(&mut stream, host, &format!("/v2/bench/cold/manifests/t{i}"));
+            if round == 1 {
+                raw.push(started.elapsed());
             }
         }
-
-        let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
-        let mut cold = Vec::new();
-        runtime.block_on(async {
-            resolver
-                .resolve(&format!("{}/bench/cold@{digest}", registry.host))
-                .await
-                .unwrap();
-            for i in 0..N {
-                let image = format!("{}/bench/cold:t{i}", registry.host);
-                let started = Instant::now();
-                resolver.resolve(&image).await.unwrap();
-                cold.push(started.elapsed());
-            }
-        });
-        let raw_p50 = percentile(&mut raw, 0.5);
-        let cold_p50 = percentile(&mut cold, 0.5);
-        println!(
-            "| registry's own manifest GET, raw keep-alive (p50 of {N}) | {} |",
-            fmt(raw_p50)
-        );
-        println!(
-            "| cold index lookup through tolerable (p50 of {N}) | {} |",
-            fmt(cold_p50)
-        );
-        println!(
-            "| cold index lookup (p90 of {N}) | {} |",
-            fmt(percentile(&mut cold, 0.9))
-        );
-        println!(
-            "| cold lookup above the registry's own time (p50) | {} |",
-            fmt(cold_p50.saturating_sub(raw_p50))
-        );
     }
+    raw
+}
+
+/// The time of each tag's lookup through a fresh resolver, after one untimed lookup of the
+/// index by digest.
+fn cold_lookups(runtime: &tokio::runtime::Runtime, host: &str, digest: &str) -> Vec<Duration> {
+    let resolver = Resolver::new(common::settings(), CredentialStore::default()).unwrap();
+    let mut cold = Vec::new();
+    runtime.block_on(async {
+        resolver
+            .resolve(&format!("{host}/bench/cold@{digest}"))
+            .await
+            .unwrap();
+        for i in 0..COLD_TAGS {
+            let image = format!("{host}/bench/cold:t{i}");
+            let started = Instant::now();
+            resolver.resolve(&image).await.unwrap();
+            cold.push(started.elapsed());
+        }
+    });
+    cold
 }

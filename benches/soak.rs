@@ -15,7 +15,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -195,10 +195,199 @@ async fn inject_faults(
 
 struct Server(Child);
 
+impl Server {
+    /// The release binary serving on `addr` with the certificate in `volume`, looking images
+    /// up in the plain-http registry at `registry_host`, tags re-checked every 5 s.
+    fn start(addr: SocketAddr, volume: &SecretVolume, registry_host: &str) -> Self {
+        Self(
+            Command::new(env!("CARGO_BIN_EXE_tolerable"))
+                .arg("serve")
+                .env_clear()
+                .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
+                .env("TOLERABLE_SSL_CERT_PATH", volume.cert_path())
+                .env("TOLERABLE_SSL_KEY_PATH", volume.key_path())
+                .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
+                .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
+                .env("TOLERABLE_CACHE_TAG_TTL", "5s")
+                .env("TOLERABLE_LOG_LEVEL", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// What the load generator's tasks share.
+struct Load {
+    addr: SocketAddr,
+    /// One review per fixture image; admission `i` sends `bodies[i % len]`.
+    bodies: Vec<Bytes>,
+    tally: Tally,
+    /// Why admissions failed (of failed admissions themselves, only the first 20).
+    failures: Mutex<Vec<String>>,
+}
+
+impl Load {
+    /// Images: every fixture in the registry that runs on Linux, so each admission names one
+    /// of a few tags.
+    fn new(addr: SocketAddr, registry_host: &str) -> Self {
+        let bodies = common::fixtures::EXPECTED
+            .iter()
+            .filter(|(_, platforms)| {
+                platforms.is_some_and(|p| p.iter().any(|p| p.starts_with("linux/")))
+            })
+            .map(|(name, _)| review_body(&format!("{registry_host}/fixtures/{name}:v1")))
+            .collect();
+        Self {
+            addr,
+            bodies,
+            tally: Tally::default(),
+            failures: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Waits (up to 10 s) for the server to accept connections, then admits every image once
+    /// (not counted), so the run starts with the cache warm.
+    async fn warm_up(&self) {
+        let started = Instant::now();
+        while connect(self.addr).await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "server never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (mut sender, _) = connect(self.addr).await.unwrap();
+        for body in self.bodies.iter() {
+            admit(&mut sender, body.clone(), &Tally::default())
+                .await
+                .unwrap();
+        }
+    }
+
+    fn fail(&self, why: String) {
+        self.tally.failed.fetch_add(1, Ordering::Relaxed);
+        self.failures.lock().unwrap().push(why);
+    }
+}
+
+/// Queue of admission numbers from the dispatcher to the workers.
+type Queue = Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<usize>>>;
+
+/// One of CONNECTIONS workers: takes admissions off the queue until it closes, on a
+/// keep-alive connection replaced every REQUESTS_PER_CONNECTION requests or after a failure.
+async fn work(load: Arc<Load>, queue: Queue) {
+    let tally = &load.tally;
+    let mut current: Option<(Sender, u64)> = None;
+    loop {
+        let Some(i) = queue.lock().await.recv().await else {
+            break;
+        };
+        if current
+            .as_ref()
+            .is_none_or(|(_, n)| *n >= REQUESTS_PER_CONNECTION)
+        {
+            tally.reconnects.fetch_add(1, Ordering::Relaxed);
+            current = match connect(load.addr).await {
+                Ok((sender, _)) => Some((sender, 0)),
+                Err(e) => {
+                    load.fail(format!("connect: {e}"));
+                    None
+                }
+            };
+        }
+        let Some((sender, used)) = current.as_mut() else {
+            continue;
+        };
+        *used += 1;
+        tally.sent.fetch_add(1, Ordering::Relaxed);
+        let body = load.bodies[i % load.bodies.len()].clone();
+        if let Err(e) = admit(sender, body, tally).await {
+            tally.failed.fetch_add(1, Ordering::Relaxed);
+            let mut f = load.failures.lock().unwrap();
+            if f.len() < 20 {
+                f.push(e);
+            }
+            current = None;
+        }
+    }
+}
+
+/// Open loop: `rate` admissions a second for `duration` from `start`, whether or not the
+/// workers keep up (a full queue is a failure). Returns the server's RSS every 10 s.
+async fn dispatch(
+    load: &Load,
+    queue: tokio::sync::mpsc::Sender<usize>,
+    start: Instant,
+    duration: Duration,
+    rate: u32,
+    pid: u32,
+) -> Vec<(Duration, u64)> {
+    let mut rss_samples = Vec::new();
+    let interval = Duration::from_secs(1) / rate;
+    let mut next_sample = start + Duration::from_secs(10);
+    let mut i = 0usize;
+    loop {
+        let due = start + interval * u32::try_from(i).unwrap();
+        if due - start >= duration {
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        if queue.try_send(i).is_err() {
+            load.fail("load generator queue full".into());
+        }
+        i += 1;
+        if Instant::now() >= next_sample {
+            rss_samples.push((start.elapsed(), common::rss_kib(pid)));
+            next_sample += Duration::from_secs(10);
+        }
+    }
+    rss_samples
+}
+
+/// What a run measured besides the tally.
+struct Run {
+    rss_start: u64,
+    rss_samples: Vec<(Duration, u64)>,
+    rotations_seen: usize,
+}
+
+/// Warms up, then runs the load and the faults side by side for `duration`.
+async fn soak(
+    load: Arc<Load>,
+    registry: Arc<Registry>,
+    volume: SecretVolume,
+    duration: Duration,
+    rate: u32,
+    pid: u32,
+) -> Run {
+    load.warm_up().await;
+    let rss_start = common::rss_kib(pid);
+    let (tx, rx) = tokio::sync::mpsc::channel::<usize>(rate as usize * 10);
+    let queue: Queue = Arc::new(tokio::sync::Mutex::new(rx));
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|_| tokio::spawn(work(load.clone(), queue.clone())))
+        .collect();
+    let start = Instant::now();
+    let faults = tokio::spawn(inject_faults(start, duration, registry, volume, load.addr));
+    let rss_samples = dispatch(&load, tx, start, duration, rate, pid).await;
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (rotations_seen, volume) = faults.await.unwrap();
+    drop(volume); // only now: the server reads it until the end
+    Run {
+        rss_start,
+        rss_samples,
+        rotations_seen,
     }
 }
 
@@ -213,156 +402,40 @@ fn main() {
     let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
         .parse()
         .unwrap();
-    let server = Server(
-        Command::new(env!("CARGO_BIN_EXE_tolerable"))
-            .arg("serve")
-            .env_clear()
-            .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-            .env("TOLERABLE_SSL_CERT_PATH", volume.cert_path())
-            .env("TOLERABLE_SSL_KEY_PATH", volume.key_path())
-            .env("TOLERABLE_INSECURE_REGISTRIES", &registry.host)
-            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
-            .env("TOLERABLE_CACHE_TAG_TTL", "5s")
-            .env("TOLERABLE_LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let server = Server::start(addr, &volume, &registry.host);
     let pid = server.0.id();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    // Images: every fixture in the registry, so each admission names one of a few tags.
-    let bodies: Arc<Vec<Bytes>> = Arc::new(
-        common::fixtures::EXPECTED
-            .iter()
-            .filter(|(_, platforms)| {
-                platforms.is_some_and(|p| p.iter().any(|p| p.starts_with("linux/")))
-            })
-            .map(|(name, _)| review_body(&format!("{}/fixtures/{name}:v1", registry.host)))
-            .collect(),
-    );
-    let tally = Arc::new(Tally::default());
-    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let (rss_start, rss_samples, rotations_seen) = runtime.block_on(async {
-        let started = Instant::now();
-        while connect(addr).await.is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "server never started"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // Warm every image once.
-        let (mut sender, _) = connect(addr).await.unwrap();
-        for body in bodies.iter() {
-            admit(&mut sender, body.clone(), &Tally::default())
-                .await
-                .unwrap();
-        }
-        let rss_start = common::rss_kib(pid);
-
-        // Open loop: `rate` dispatches per second to CONNECTIONS workers over a shared queue.
-        let (tx, rx) = tokio::sync::mpsc::channel::<usize>(rate as usize * 10);
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        let mut workers = Vec::new();
-        for _ in 0..CONNECTIONS {
-            let (rx, tally, failures, bodies) =
-                (rx.clone(), tally.clone(), failures.clone(), bodies.clone());
-            workers.push(tokio::spawn(async move {
-                let mut current: Option<(Sender, u64)> = None;
-                loop {
-                    let Some(i) = rx.lock().await.recv().await else {
-                        break;
-                    };
-                    if current
-                        .as_ref()
-                        .is_none_or(|(_, n)| *n >= REQUESTS_PER_CONNECTION)
-                    {
-                        tally.reconnects.fetch_add(1, Ordering::Relaxed);
-                        current = match connect(addr).await {
-                            Ok((sender, _)) => Some((sender, 0)),
-                            Err(e) => {
-                                tally.failed.fetch_add(1, Ordering::Relaxed);
-                                failures.lock().unwrap().push(format!("connect: {e}"));
-                                None
-                            }
-                        };
-                    }
-                    let Some((sender, used)) = current.as_mut() else {
-                        continue;
-                    };
-                    *used += 1;
-                    tally.sent.fetch_add(1, Ordering::Relaxed);
-                    if let Err(e) = admit(sender, bodies[i % bodies.len()].clone(), &tally).await {
-                        tally.failed.fetch_add(1, Ordering::Relaxed);
-                        let mut f = failures.lock().unwrap();
-                        if f.len() < 20 {
-                            f.push(e);
-                        }
-                        current = None;
-                    }
-                }
-            }));
-        }
-
-        let start = Instant::now();
-        let faults = tokio::spawn(inject_faults(
-            start,
-            duration,
-            registry.clone(),
-            volume,
-            addr,
-        ));
-        let mut rss_samples = Vec::new();
-        let interval = Duration::from_secs(1) / rate;
-        let mut next_sample = start + Duration::from_secs(10);
-        let mut i = 0usize;
-        loop {
-            let due = start + interval * u32::try_from(i).unwrap();
-            if due - start >= duration {
-                break;
-            }
-            tokio::time::sleep_until(due.into()).await;
-            if tx.try_send(i).is_err() {
-                tally.failed.fetch_add(1, Ordering::Relaxed);
-                failures
-                    .lock()
-                    .unwrap()
-                    .push("load generator queue full".into());
-            }
-            i += 1;
-            if Instant::now() >= next_sample {
-                rss_samples.push((start.elapsed(), common::rss_kib(pid)));
-                next_sample += Duration::from_secs(10);
-            }
-        }
-        drop(tx);
-        for w in workers {
-            w.await.unwrap();
-        }
-        let (rotations_seen, volume) = faults.await.unwrap();
-        drop(volume); // only now: the server reads it until the end
-        (rss_start, rss_samples, rotations_seen)
-    });
-    let t = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let load = Arc::new(Load::new(addr, &registry.host));
+    let run = runtime.block_on(soak(
+        load.clone(),
+        registry.clone(),
+        volume,
+        duration,
+        rate,
+        pid,
+    ));
     let rss_end = common::rss_kib(pid);
-    let rss_max = rss_samples.iter().map(|(_, r)| *r).max().unwrap_or(rss_end);
+    let passed = report(minutes, rate, &load, &run, rss_end);
+    drop(server);
+    if !passed {
+        std::process::exit(1);
+    }
+}
+
+/// Prints the table (and the first failures, on stderr); returns the verdict.
+fn report(minutes: f64, rate: u32, load: &Load, run: &Run, rss_end: u64) -> bool {
+    let (tally, rotations_seen) = (&load.tally, run.rotations_seen);
+    let t = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let peak = |samples: &[(Duration, u64)]| samples.iter().map(|(_, r)| *r).max();
+    let rss_max = peak(&run.rss_samples).unwrap_or(rss_end);
     // Flat: the second half of the run does not grow past the first half's peak.
-    let half = rss_samples.len() / 2;
-    let first_half_max = rss_samples[..half]
-        .iter()
-        .map(|(_, r)| *r)
-        .max()
-        .unwrap_or(0);
-    let second_half_max = rss_samples[half..]
-        .iter()
-        .map(|(_, r)| *r)
-        .max()
-        .unwrap_or(0);
+    let half = run.rss_samples.len() / 2;
+    let first_half_max = peak(&run.rss_samples[..half]).unwrap_or(0);
+    let second_half_max = peak(&run.rss_samples[half..]).unwrap_or(0);
     let mib = |k: u64| k as f64 / 1024.0;
     println!("| soak: {minutes} min at {rate} admissions/s | result |");
     println!("| --- | --- |");
@@ -387,7 +460,7 @@ fn main() {
     println!("| connections opened | {} |", t(&tally.reconnects));
     println!(
         "| RSS start / max / end | {:.1} / {:.1} / {:.1} MiB |",
-        mib(rss_start),
+        mib(run.rss_start),
         mib(rss_max),
         mib(rss_end)
     );
@@ -396,8 +469,7 @@ fn main() {
         mib(first_half_max),
         mib(second_half_max)
     );
-    let failures = failures.lock().unwrap();
-    for f in failures.iter().take(10) {
+    for f in load.failures.lock().unwrap().iter().take(10) {
         eprintln!("failure: {f}");
     }
     let passed = t(&tally.failed) == 0
@@ -405,8 +477,5 @@ fn main() {
         && rotations_seen == 3
         && second_half_max <= first_half_max + 2048;
     println!("| verdict | {} |", if passed { "PASS" } else { "FAIL" });
-    drop(server);
-    if !passed {
-        std::process::exit(1);
-    }
+    passed
 }

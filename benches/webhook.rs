@@ -402,34 +402,7 @@ fn main() {
         .unwrap();
     println!("| measurement | result |");
     println!("| --- | --- |");
-    // The decision path alone, in process: parse, warm lookup, decide, patch, encode.
-    {
-        let resolver = Arc::new(
-            tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap(),
-        );
-        let admission =
-            tolerable::admission::Admission::new(resolver, common::webhook::policy(), None);
-        let body = review_body(&format!("{}/fixtures/multiarch-oci:v1", registry.host), 0);
-        runtime.block_on(async {
-            let budget = Duration::from_secs(8);
-            let first = admission.review(&body, budget).await.unwrap();
-            assert!(first.out.response.patch.is_some());
-            let mut per = Vec::new();
-            let rounds = if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() { 200 } else { 20 };
-            for _ in 0..rounds {
-                const N: u32 = 2_000;
-                let started = Instant::now();
-                for _ in 0..N {
-                    let reviewed = admission.review(&body, budget).await.unwrap();
-                    std::hint::black_box(reviewed.out.to_json());
-                }
-                per.push(started.elapsed() / N);
-            }
-            per.sort();
-            let median = per[per.len() / 2].as_secs_f64() * 1e6;
-            println!("| in-process admission: parse, warm lookup, decide, patch, encode (median) | {median:.1} µs |");
-        });
-    }
+    in_process_admission(&runtime, &registry.host);
     if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() {
         return;
     }
@@ -462,14 +435,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
     {
         eprintln!("server pid {pid}: warm admissions for {seconds} s");
-        let call = Call {
-            post: Some(warm.clone()),
-            path: "/mutate?timeout=10s",
-        };
         let (rps, cpu) = runtime.block_on(throughput(
             server.addr,
             pid,
-            call,
+            admission(&warm),
             Duration::from_secs(seconds),
         ));
         println!("| warm admissions | {rps:.0} req/s, {cpu:.1} µs server CPU each |");
@@ -480,113 +449,119 @@ fn main() {
         ready.as_secs_f64() * 1000.0
     );
     println!("| RSS idle | {:.1} MiB |", idle_rss as f64 / 1024.0);
-    runtime.block_on(async {
-        let (health_rps, health_cpu) = throughput(server.addr, pid, Call { post: None, path: "/healthz" }, run).await;
-        let (admit_rps, admit_cpu) = throughput(
-            server.addr,
-            pid,
-            Call {
-                post: Some(warm.clone()),
-                path: "/mutate?timeout=10s",
-            },
-            run,
-        )
-        .await;
-        let mut update: serde_json::Value = serde_json::from_slice(&warm).unwrap();
-        update["request"]["operation"] = serde_json::json!("UPDATE");
-        let (update_rps, update_cpu) = throughput(
-            server.addr,
-            pid,
-            Call {
-                post: Some(Bytes::from(update.to_string())),
-                path: "/mutate?timeout=10s",
-            },
-            run,
-        )
-        .await;
-        println!("| /healthz, {CONNECTIONS} keep-alive connections | {health_rps:.0} req/s ({health_cpu:.1} µs server CPU each) |");
-        println!("| same Pod as UPDATE (read body, parse envelope, allow) | {update_rps:.0} req/s ({update_cpu:.1} µs server CPU each) |");
-        println!("| warm admissions, {CONNECTIONS} keep-alive connections | {admit_rps:.0} req/s |");
-        println!("| admissions / healthz rate | {:.0} % |", admit_rps / health_rps * 100.0);
-        println!("| server CPU per warm admission | {admit_cpu:.1} µs |");
-        for rate in [1000, 5000] {
-            let (p50, p99, max) = fixed_rate(
-                server.addr,
-                Call {
-                    post: Some(warm.clone()),
-                    path: "/mutate?timeout=10s",
-                },
-                rate,
-                Duration::from_secs(5),
-            )
-            .await;
-            println!("| latency at {rate} admissions/s (p50 / p99 / max) | {p50:.2} / {p99:.2} / {max:.2} ms |");
-        }
-    });
+    runtime.block_on(warm_throughput_and_latency(&server, &warm, run));
+    cold_lookups_and_memory(&runtime, registry, &server);
+    let size = std::fs::metadata(env!("CARGO_BIN_EXE_tolerable"))
+        .unwrap()
+        .len();
+    println!(
+        "| binary size (release, not stripped) | {:.1} MiB |",
+        size as f64 / (1 << 20) as f64
+    );
+    drop(server);
+}
 
-    // Distinct images: one index pushed under many tags, each admitted once (a cold lookup).
-    // First 10,000 (the memory target), then on to BENCH_COLD_LOOKUPS (default 100,000) in
-    // steps of 10,000, sampling RSS: once the cache is full (cache_max_entries, 20,000 by
-    // default) it must stay flat.
-    const DISTINCT: usize = 10_000;
+/// A POST of `review` to /mutate.
+fn admission(review: &Bytes) -> Call {
+    Call {
+        post: Some(review.clone()),
+        path: "/mutate?timeout=10s",
+    }
+}
+
+/// The decision path alone, in process: parse, warm lookup, decide, patch, encode.
+fn in_process_admission(runtime: &tokio::runtime::Runtime, registry_host: &str) {
+    let resolver = Arc::new(
+        tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap(),
+    );
+    let admission = tolerable::admission::Admission::new(resolver, common::webhook::policy(), None);
+    let body = review_body(&format!("{registry_host}/fixtures/multiarch-oci:v1"), 0);
+    runtime.block_on(async {
+        let budget = Duration::from_secs(8);
+        let first = admission.review(&body, budget).await.unwrap();
+        assert!(first.out.response.patch.is_some());
+        let mut per = Vec::new();
+        let rounds = if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() { 200 } else { 20 };
+        for _ in 0..rounds {
+            const N: u32 = 2_000;
+            let started = Instant::now();
+            for _ in 0..N {
+                let reviewed = admission.review(&body, budget).await.unwrap();
+                std::hint::black_box(reviewed.out.to_json());
+            }
+            per.push(started.elapsed() / N);
+        }
+        per.sort();
+        let median = per[per.len() / 2].as_secs_f64() * 1e6;
+        println!("| in-process admission: parse, warm lookup, decide, patch, encode (median) | {median:.1} µs |");
+    });
+}
+
+/// Closed-loop rates and server CPU of /healthz, the warm admission and the same Pod as an
+/// UPDATE (allowed without a lookup), then open-loop latency at fixed rates.
+async fn warm_throughput_and_latency(server: &Server, warm: &Bytes, run: Duration) {
+    let pid = server.child.id();
+    let (health_rps, health_cpu) = throughput(
+        server.addr,
+        pid,
+        Call {
+            post: None,
+            path: "/healthz",
+        },
+        run,
+    )
+    .await;
+    let (admit_rps, admit_cpu) = throughput(server.addr, pid, admission(warm), run).await;
+    let mut update: serde_json::Value = serde_json::from_slice(warm).unwrap();
+    update["request"]["operation"] = serde_json::json!("UPDATE");
+    let update = Bytes::from(update.to_string());
+    let (update_rps, update_cpu) = throughput(server.addr, pid, admission(&update), run).await;
+    println!("| /healthz, {CONNECTIONS} keep-alive connections | {health_rps:.0} req/s ({health_cpu:.1} µs server CPU each) |");
+    println!("| same Pod as UPDATE (read body, parse envelope, allow) | {update_rps:.0} req/s ({update_cpu:.1} µs server CPU each) |");
+    println!("| warm admissions, {CONNECTIONS} keep-alive connections | {admit_rps:.0} req/s |");
+    println!(
+        "| admissions / healthz rate | {:.0} % |",
+        admit_rps / health_rps * 100.0
+    );
+    println!("| server CPU per warm admission | {admit_cpu:.1} µs |");
+    for rate in [1000, 5000] {
+        let (p50, p99, max) =
+            fixed_rate(server.addr, admission(warm), rate, Duration::from_secs(5)).await;
+        println!("| latency at {rate} admissions/s (p50 / p99 / max) | {p50:.2} / {p99:.2} / {max:.2} ms |");
+    }
+}
+
+/// Distinct images admitted per cold-lookup step: the memory target.
+const DISTINCT: usize = 10_000;
+/// Cold admissions one at a time, after the steps.
+const SERIAL: usize = 500;
+
+/// What the cold-lookup steps measured.
+struct ColdRun {
+    /// Server RSS (KiB) after each step, by the number of cold lookups so far.
+    rss_by_count: Vec<(usize, u64)>,
+    /// Each admission's latency in the first step, sorted, and that step's duration.
+    first_step_latencies: Vec<Duration>,
+    first_step_elapsed: Duration,
+}
+
+/// Distinct images: one index pushed under many tags, each admitted once (a cold lookup).
+/// First 10,000 (the memory target), then on to BENCH_COLD_LOOKUPS (default 100,000) in
+/// steps of 10,000, sampling RSS: once the cache is full (cache_max_entries, 20,000 by
+/// default) it must stay flat.
+fn cold_lookups_and_memory(
+    runtime: &tokio::runtime::Runtime,
+    registry: &registry::Registry,
+    server: &Server,
+) {
     let total: usize = std::env::var("BENCH_COLD_LOOKUPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    let index = runtime.block_on(async {
-        common::fixtures::Pusher::for_mode(&registry.host, Mode::Plain)
-            .push("bench/many", "multiarch-oci", "t0")
-            .await;
-        let client =
-            tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap();
-        client
-            .resolve(&format!("{}/bench/many:t0", registry.host))
-            .await
-            .unwrap()
-            .digest
-            .clone()
-    });
-    let body = runtime.block_on(get_manifest(&registry.host, "bench/many", &index));
-    let (before_manifests, before_blobs) = runtime.block_on(registry.requests_for("bench/many"));
-    let mut rss_by_count = Vec::new();
-    let mut cold_latencies = Vec::new();
-    let mut cold_elapsed = Duration::ZERO;
-    for from in (0..total).step_by(DISTINCT) {
-        let to = (from + DISTINCT).min(total);
-        runtime.block_on(common::fixtures::push_index_tags(
-            &registry.host,
-            "bench/many",
-            &body,
-            from..to,
-            16,
-        ));
-        let started = Instant::now();
-        let latencies = runtime.block_on(cold_admissions(
-            server.addr,
-            &registry.host,
-            from,
-            to,
-            CONNECTIONS,
-        ));
-        if from == 0 {
-            cold_elapsed = started.elapsed();
-            cold_latencies = latencies;
-            let (manifests, blobs) = runtime.block_on(registry.requests_for("bench/many"));
-            println!(
-                "| registry requests per new image (OCI index with platforms) | {:.2} ({} manifest GETs, {} blob GETs for {DISTINCT} images) |",
-                (manifests - before_manifests + blobs - before_blobs) as f64 / DISTINCT as f64,
-                manifests - before_manifests,
-                blobs - before_blobs
-            );
-        }
-        let rss = common::rss_kib(pid);
-        rss_by_count.push((to, rss));
-        eprintln!("{to} cold lookups: RSS {:.1} MiB", rss as f64 / 1024.0);
-    }
-    cold_latencies.sort();
+    let body = runtime.block_on(many_index(&registry.host));
+    let cold = cold_lookups_in_steps(runtime, registry, server, &body, total);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     // One at a time: what a single new image costs, without queueing behind 31 others.
-    const SERIAL: usize = 500;
     runtime.block_on(common::fixtures::push_index_tags(
         &registry.host,
         "bench/many",
@@ -607,12 +582,88 @@ fn main() {
         ms(serial[SERIAL / 2]),
         ms(serial[SERIAL * 99 / 100])
     );
+    let latencies = &cold.first_step_latencies;
     println!(
         "| cold admissions (new image each, {CONNECTIONS} connections) | {:.0} /s; latency p50 / p99 {:.2} / {:.2} ms |",
-        DISTINCT as f64 / cold_elapsed.as_secs_f64(),
-        ms(cold_latencies[cold_latencies.len() / 2]),
-        ms(cold_latencies[cold_latencies.len() * 99 / 100]),
+        DISTINCT as f64 / cold.first_step_elapsed.as_secs_f64(),
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[latencies.len() * 99 / 100]),
     );
+    rss_rows(&cold.rss_by_count);
+}
+
+/// Pushes the multi-arch fixture as `bench/many:t0`; returns its index's manifest body.
+async fn many_index(registry_host: &str) -> Vec<u8> {
+    common::fixtures::Pusher::for_mode(registry_host, Mode::Plain)
+        .push("bench/many", "multiarch-oci", "t0")
+        .await;
+    let client =
+        tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap();
+    let index = client
+        .resolve(&format!("{registry_host}/bench/many:t0"))
+        .await
+        .unwrap()
+        .digest
+        .clone();
+    get_manifest(registry_host, "bench/many", &index).await
+}
+
+/// Pushes `body` as `total` tags, DISTINCT at a time, and admits each once over
+/// CONNECTIONS connections, sampling the server's RSS after every step. After the first
+/// step, prints the registry requests each new image cost.
+fn cold_lookups_in_steps(
+    runtime: &tokio::runtime::Runtime,
+    registry: &registry::Registry,
+    server: &Server,
+    body: &[u8],
+    total: usize,
+) -> ColdRun {
+    let pid = server.child.id();
+    let (before_manifests, before_blobs) = runtime.block_on(registry.requests_for("bench/many"));
+    let mut cold = ColdRun {
+        rss_by_count: Vec::new(),
+        first_step_latencies: Vec::new(),
+        first_step_elapsed: Duration::ZERO,
+    };
+    for from in (0..total).step_by(DISTINCT) {
+        let to = (from + DISTINCT).min(total);
+        runtime.block_on(common::fixtures::push_index_tags(
+            &registry.host,
+            "bench/many",
+            body,
+            from..to,
+            16,
+        ));
+        let started = Instant::now();
+        let latencies = runtime.block_on(cold_admissions(
+            server.addr,
+            &registry.host,
+            from,
+            to,
+            CONNECTIONS,
+        ));
+        if from == 0 {
+            cold.first_step_elapsed = started.elapsed();
+            cold.first_step_latencies = latencies;
+            let (manifests, blobs) = runtime.block_on(registry.requests_for("bench/many"));
+            println!(
+                "| registry requests per new image (OCI index with platforms) | {:.2} ({} manifest GETs, {} blob GETs for {DISTINCT} images) |",
+                (manifests - before_manifests + blobs - before_blobs) as f64 / DISTINCT as f64,
+                manifests - before_manifests,
+                blobs - before_blobs
+            );
+        }
+        let rss = common::rss_kib(pid);
+        cold.rss_by_count.push((to, rss));
+        eprintln!("{to} cold lookups: RSS {:.1} MiB", rss as f64 / 1024.0);
+    }
+    cold.first_step_latencies.sort();
+    cold
+}
+
+/// RSS with the first DISTINCT images cached, after each step, and its growth once the cache
+/// is full.
+fn rss_rows(rss_by_count: &[(usize, u64)]) {
     println!(
         "| RSS with {DISTINCT} distinct images cached | {:.1} MiB |",
         rss_by_count[0].1 as f64 / 1024.0
@@ -636,14 +687,6 @@ fn main() {
             (last.1 as f64 - full.1 as f64) / 1024.0
         );
     }
-    let size = std::fs::metadata(env!("CARGO_BIN_EXE_tolerable"))
-        .unwrap()
-        .len();
-    println!(
-        "| binary size (release, not stripped) | {:.1} MiB |",
-        size as f64 / (1 << 20) as f64
-    );
-    drop(server);
 }
 
 /// Admits one Pod per tag `t{from}`..`t{to}` over `connections` connections; each latency.

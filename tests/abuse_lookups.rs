@@ -234,6 +234,40 @@ impl HostileRegistry {
     fn start() -> Self {
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
+        let documents = HostileDocuments::new();
+        let port = common::serve_http(move |req| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            documents.answer(req.uri().path())
+        });
+        Self {
+            host: format!("127.0.0.1:{port}"),
+            requests,
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+/// What the hostile registry serves: one ordinary arm64 image (a child manifest and its
+/// config) and the indexes built on it.
+struct HostileDocuments {
+    config: String,
+    child: String,
+    child_digest: String,
+    /// `evil/fanout:v1`: 500 platform-less entries, all the one child.
+    fanout: String,
+    /// `evil/huge:v1`: 5,000 platform-less entries.
+    huge: String,
+    /// `evil/platforms:v1`: 500 entries, each an invented architecture.
+    platforms: String,
+    /// `evil/long:v1`: 600 entries, all linux/amd64.
+    long: String,
+}
+
+impl HostileDocuments {
+    fn new() -> Self {
         let config = json!({"os": "linux", "architecture": "arm64", "rootfs": {"type": "layers", "diff_ids": []}})
             .to_string();
         let config_digest = common::fixtures::sha256(config.as_bytes());
@@ -270,51 +304,42 @@ impl HostileRegistry {
                 })
                 .collect(),
         );
-        let port = common::serve(None, move |req: hyper::Request<hyper::body::Incoming>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            let path = req.uri().path().to_owned();
-            let (fanout, huge, platforms, long, child, config) = (
-                fanout.clone(),
-                huge.clone(),
-                platforms.clone(),
-                long.clone(),
-                child.clone(),
-                config.clone(),
-            );
-            let child_digest = child_digest.clone();
-            async move {
-                let (media_type, body) = match path.as_str() {
-                    "/v2/evil/fanout/manifests/v1" => (common::fixtures::OCI_INDEX, fanout),
-                    "/v2/evil/huge/manifests/v1" => (common::fixtures::OCI_INDEX, huge),
-                    "/v2/evil/platforms/manifests/v1" => (common::fixtures::OCI_INDEX, platforms),
-                    "/v2/evil/long/manifests/v1" => (common::fixtures::OCI_INDEX, long),
-                    p if p.ends_with(&format!("/manifests/{child_digest}")) => {
-                        (common::fixtures::OCI_MANIFEST, child)
-                    }
-                    p if p.contains("/blobs/") => ("application/octet-stream", config),
-                    _ => {
-                        let mut response = hyper::Response::new(Full::new(Bytes::from_static(
-                            br#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#,
-                        )));
-                        *response.status_mut() = hyper::StatusCode::NOT_FOUND;
-                        return response;
-                    }
-                };
-                let digest = common::fixtures::sha256(body.as_bytes());
-                let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
-                let headers = response.headers_mut();
-                headers.insert("content-type", media_type.parse().unwrap());
-                headers.insert("docker-content-digest", digest.parse().unwrap());
-                response
-            }
-        });
         Self {
-            host: format!("127.0.0.1:{port}"),
-            requests,
+            config,
+            child,
+            child_digest,
+            fanout,
+            huge,
+            platforms,
+            long,
         }
     }
 
-    fn requests(&self) -> usize {
-        self.requests.load(Ordering::SeqCst)
+    /// The registry's answer to a GET of `path`: a manifest or the config blob with its
+    /// digest, or the registry's 404.
+    fn answer(&self, path: &str) -> hyper::Response<Full<Bytes>> {
+        let (media_type, body) = match path {
+            "/v2/evil/fanout/manifests/v1" => (common::fixtures::OCI_INDEX, &self.fanout),
+            "/v2/evil/huge/manifests/v1" => (common::fixtures::OCI_INDEX, &self.huge),
+            "/v2/evil/platforms/manifests/v1" => (common::fixtures::OCI_INDEX, &self.platforms),
+            "/v2/evil/long/manifests/v1" => (common::fixtures::OCI_INDEX, &self.long),
+            p if p.ends_with(&format!("/manifests/{}", self.child_digest)) => {
+                (common::fixtures::OCI_MANIFEST, &self.child)
+            }
+            p if p.contains("/blobs/") => ("application/octet-stream", &self.config),
+            _ => {
+                let mut response = hyper::Response::new(Full::new(Bytes::from_static(
+                    br#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#,
+                )));
+                *response.status_mut() = hyper::StatusCode::NOT_FOUND;
+                return response;
+            }
+        };
+        let digest = common::fixtures::sha256(body.as_bytes());
+        let mut response = hyper::Response::new(Full::new(Bytes::from(body.clone())));
+        let headers = response.headers_mut();
+        headers.insert("content-type", media_type.parse().unwrap());
+        headers.insert("docker-content-digest", digest.parse().unwrap());
+        response
     }
 }

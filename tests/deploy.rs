@@ -260,52 +260,96 @@ fn toml_table(text: &str) -> toml::Table {
 fn objects_agree_with_each_other() {
     for dir in OVERLAYS {
         let docs = documents(&render(dir));
+        let overlay = Overlay::new(dir, &docs);
+        overlay.service_matches_the_webhooks_client();
+        let container_port = overlay.webhook_container_port();
+        overlay.network_policy_admits_the_webhook(container_port);
+        overlay.ports_and_probes_match_the_config(container_port);
+        overlay.selectors_match_the_pods();
+        overlay.certificate_and_mounts_match_the_config();
+        overlay.tolerable_never_depends_on_itself();
+    }
+}
+
+/// One rendered overlay and the objects most cross-checks look at.
+struct Overlay<'a> {
+    dir: &'a str,
+    docs: &'a [Value],
+    namespace: &'a str,
+    service: &'a Value,
+    /// The MutatingWebhookConfiguration's one webhook.
+    hook: &'a Value,
+    /// The Deployment's Pod template spec, its first container and its labels.
+    pod: &'a Value,
+    container: &'a Value,
+    labels: &'a Value,
+}
+
+impl<'a> Overlay<'a> {
+    fn new(dir: &'a str, docs: &'a [Value]) -> Self {
         let namespace = str_of(
-            object(&docs, "Namespace", "tolerable-system"),
+            object(docs, "Namespace", "tolerable-system"),
             "/metadata/name",
         );
+        let deployment = object(docs, "Deployment", "tolerable");
+        let pod = &deployment["spec"]["template"]["spec"];
+        Self {
+            dir,
+            docs,
+            namespace,
+            service: object(docs, "Service", "tolerable"),
+            hook: &object(docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0],
+            pod,
+            container: &pod["containers"][0],
+            labels: &deployment["spec"]["template"]["metadata"]["labels"],
+        }
+    }
 
-        // Service ↔ the webhook's clientConfig ↔ the server's route.
-        let service = object(&docs, "Service", "tolerable");
-        let hook = &object(&docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0];
-        let client = &hook["clientConfig"]["service"];
+    /// Service ↔ the webhook's clientConfig ↔ the server's route.
+    fn service_matches_the_webhooks_client(&self) {
+        let (dir, service) = (self.dir, self.service);
+        let client = &self.hook["clientConfig"]["service"];
         assert_eq!(client["name"], service["metadata"]["name"], "{dir}");
         assert_eq!(
             client["namespace"], service["metadata"]["namespace"],
             "{dir}"
         );
-        assert_eq!(service["metadata"]["namespace"], namespace);
+        assert_eq!(service["metadata"]["namespace"], self.namespace);
         assert_eq!(
             client["path"], "/mutate",
             "{dir}: the server serves POST /mutate"
         );
         let port = &service["spec"]["ports"][0];
         assert_eq!(client["port"], port["port"], "{dir}");
+    }
 
-        // Service targetPort ↔ container port ↔ listen_addr; probes on the health endpoints.
-        let deployment = object(&docs, "Deployment", "tolerable");
-        let pod = &deployment["spec"]["template"]["spec"];
-        let container = &pod["containers"][0];
-        let container_port = container["ports"]
+    /// The container port the Service's targetPort names (by name or number).
+    fn webhook_container_port(&self) -> &'a Value {
+        let target = &self.service["spec"]["ports"][0]["targetPort"];
+        self.container["ports"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["name"] == port["targetPort"] || p["containerPort"] == port["targetPort"])
+            .find(|p| p["name"] == *target || p["containerPort"] == *target)
             .unwrap_or_else(|| {
                 panic!(
-                    "{dir}: targetPort {} matches no container port",
-                    port["targetPort"]
+                    "{}: targetPort {target} matches no container port",
+                    self.dir
                 )
-            });
-        // The NetworkPolicy selects the webhook's Pods and lets the API server reach its port.
-        let policy = object(&docs, "NetworkPolicy", "tolerable");
+            })
+    }
+
+    /// The NetworkPolicy selects the webhook's Pods and lets the API server reach its port;
+    /// the metrics port is open only to the monitoring namespace.
+    fn network_policy_admits_the_webhook(&self, container_port: &Value) {
+        let dir = self.dir;
+        let policy = object(self.docs, "NetworkPolicy", "tolerable");
         let selector = policy["spec"]["podSelector"]["matchLabels"]
             .as_object()
             .unwrap();
-        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
         for (key, value) in selector {
             assert_eq!(
-                &labels[key], value,
+                &self.labels[key], value,
                 "{dir}: NetworkPolicy selects {key}={value}"
             );
         }
@@ -314,20 +358,25 @@ fn objects_agree_with_each_other() {
             allowed == container_port["name"] || allowed == container_port["containerPort"],
             "{dir}: the NetworkPolicy allows {allowed}, the webhook listens on {container_port}"
         );
-        // The metrics port: where metrics_addr says, and open only to the monitoring namespace.
         let metrics_rule = &policy["spec"]["ingress"][1];
         assert_eq!(metrics_rule["ports"][0]["port"], "metrics", "{dir}");
         assert!(
             metrics_rule["from"][0]["namespaceSelector"].is_object(),
             "{dir}: metrics open to a namespace selector only"
         );
+    }
+
+    /// The metrics port is where metrics_addr says, the webhook's where listen_addr says, and
+    /// the probes ask the health endpoints on the webhook's port.
+    fn ports_and_probes_match_the_config(&self, container_port: &Value) {
+        let (dir, container) = (self.dir, self.container);
         let metrics_port = container["ports"]
             .as_array()
             .unwrap()
             .iter()
             .find(|p| p["name"] == "metrics")
             .expect("a metrics container port");
-        let config = deployed_config(&docs);
+        let config = deployed_config(self.docs);
         assert_eq!(
             config.metrics_addr.map(|a| a.port()),
             metrics_port["containerPort"].as_u64().map(|p| p as u16),
@@ -348,24 +397,36 @@ fn objects_agree_with_each_other() {
                 "{dir} {probe}"
             );
         }
-        // The Service selects the Deployment's Pods; so does the PodDisruptionBudget.
-        let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    }
+
+    /// The Service selects the Deployment's Pods; so does the PodDisruptionBudget.
+    fn selectors_match_the_pods(&self) {
         for selector in [
-            &service["spec"]["selector"],
-            &object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["selector"]["matchLabels"],
+            &self.service["spec"]["selector"],
+            &object(self.docs, "PodDisruptionBudget", "tolerable")["spec"]["selector"]
+                ["matchLabels"],
         ] {
             for (k, v) in selector.as_object().unwrap() {
                 assert_eq!(
-                    &labels[k], v,
-                    "{dir}: selector {k}={v} does not match the Pods"
+                    &self.labels[k], v,
+                    "{}: selector {k}={v} does not match the Pods",
+                    self.dir
                 );
             }
         }
+    }
 
-        // Certificate dnsNames ↔ Service; inject-ca-from ↔ Certificate; secretName ↔ the mounted
-        // Secret ↔ ssl_cert_path / ssl_key_path in the deployed config.
-        let certificate = object(&docs, "Certificate", "tolerable-tls");
-        let service_dns = format!("{}.{}.svc", str_of(service, "/metadata/name"), namespace);
+    /// Certificate dnsNames ↔ Service; inject-ca-from ↔ Certificate; secretName ↔ the mounted
+    /// Secret ↔ ssl_cert_path / ssl_key_path in the deployed config; registry credentials
+    /// Secret ↔ registry_credential_path; config map ↔ TOLERABLE_CONFIG.
+    fn certificate_and_mounts_match_the_config(&self) {
+        let (dir, docs) = (self.dir, self.docs);
+        let certificate = object(docs, "Certificate", "tolerable-tls");
+        let service_dns = format!(
+            "{}.{}.svc",
+            str_of(self.service, "/metadata/name"),
+            self.namespace
+        );
         let dns: Vec<&str> = certificate["spec"]["dnsNames"]
             .as_array()
             .unwrap()
@@ -376,7 +437,7 @@ fn objects_agree_with_each_other() {
             dns.contains(&service_dns.as_str()),
             "{dir}: dnsNames {dns:?} lack {service_dns}"
         );
-        let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+        let mwc = object(docs, "MutatingWebhookConfiguration", "tolerable");
         assert_eq!(
             str_of(mwc, "/metadata/annotations/cert-manager.io~1inject-ca-from"),
             format!(
@@ -387,49 +448,25 @@ fn objects_agree_with_each_other() {
             "{dir}"
         );
         let secret_name = str_of(certificate, "/spec/secretName");
-        let volume = |predicate: &dyn Fn(&Value) -> bool| -> (String, String) {
-            let volume = pod["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| predicate(v))
-                .unwrap_or_else(|| panic!("{dir}: volume missing"));
-            let name = volume["name"].as_str().unwrap();
-            let mount = container["volumeMounts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|m| m["name"] == name)
-                .unwrap_or_else(|| panic!("{dir}: {name} not mounted"));
-            (
-                name.to_owned(),
-                mount["mountPath"].as_str().unwrap().to_owned(),
-            )
-        };
-        let (_, tls_mount) = volume(&|v| v["secret"]["secretName"] == secret_name);
-        let config_map = object(&docs, "ConfigMap", "tolerable-config");
+        let tls_mount = self.mount_of(|v| v["secret"]["secretName"] == secret_name);
+        let config_map = object(docs, "ConfigMap", "tolerable-config");
         let file = toml_table(str_of(config_map, "/data/tolerable.toml"));
-        assert_eq!(
-            file["ssl_cert_path"].as_str().unwrap(),
-            format!("{tls_mount}/tls.crt"),
-            "{dir}"
-        );
-        assert_eq!(
-            file["ssl_key_path"].as_str().unwrap(),
-            format!("{tls_mount}/tls.key"),
-            "{dir}"
-        );
-        // Registry credentials Secret ↔ registry_credential_path; config map ↔ TOLERABLE_CONFIG.
-        let creds = object(&docs, "Secret", "tolerable-registry-creds");
-        let (_, creds_mount) = volume(&|v| v["secret"]["secretName"] == creds["metadata"]["name"]);
+        for (key, path) in [
+            ("ssl_cert_path", format!("{tls_mount}/tls.crt")),
+            ("ssl_key_path", format!("{tls_mount}/tls.key")),
+        ] {
+            assert_eq!(file[key].as_str().unwrap(), path, "{dir}");
+        }
+        let creds = object(docs, "Secret", "tolerable-registry-creds");
+        let creds_mount = self.mount_of(|v| v["secret"]["secretName"] == creds["metadata"]["name"]);
         assert_eq!(
             file["registry_credential_path"].as_str().unwrap(),
             creds_mount,
             "{dir}"
         );
-        let (_, config_mount) =
-            volume(&|v| v["configMap"]["name"] == config_map["metadata"]["name"]);
-        let config_env = container["env"]
+        let config_mount =
+            self.mount_of(|v| v["configMap"]["name"] == config_map["metadata"]["name"]);
+        let config_env = self.container["env"]
             .as_array()
             .unwrap()
             .iter()
@@ -440,9 +477,31 @@ fn objects_agree_with_each_other() {
             format!("{config_mount}/tolerable.toml"),
             "{dir}"
         );
+    }
 
-        // tolerable's own Pods never depend on tolerable: its namespace and its Pods are excluded.
-        let excluded_namespaces = &hook["namespaceSelector"]["matchExpressions"][0];
+    /// Where the container mounts the Pod's volume that `is_it` picks.
+    fn mount_of(&self, is_it: impl Fn(&Value) -> bool) -> String {
+        let dir = self.dir;
+        let volume = self.pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| is_it(v))
+            .unwrap_or_else(|| panic!("{dir}: volume missing"));
+        let name = volume["name"].as_str().unwrap();
+        let mount = self.container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{dir}: {name} not mounted"));
+        mount["mountPath"].as_str().unwrap().to_owned()
+    }
+
+    /// tolerable's own Pods never depend on tolerable: its namespace and its Pods are excluded.
+    fn tolerable_never_depends_on_itself(&self) {
+        let dir = self.dir;
+        let excluded_namespaces = &self.hook["namespaceSelector"]["matchExpressions"][0];
         assert_eq!(excluded_namespaces["key"], "kubernetes.io/metadata.name");
         assert_eq!(excluded_namespaces["operator"], "NotIn");
         assert!(
@@ -450,14 +509,14 @@ fn objects_agree_with_each_other() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|v| v == namespace),
+                .any(|v| v == self.namespace),
             "{dir}"
         );
-        let object_selector = &hook["objectSelector"]["matchExpressions"][0];
+        let object_selector = &self.hook["objectSelector"]["matchExpressions"][0];
         assert_eq!(object_selector["key"], tolerable::mutate::SKIP_KEY);
         assert_eq!(object_selector["operator"], "NotIn");
         assert_eq!(
-            labels[tolerable::mutate::SKIP_KEY],
+            self.labels[tolerable::mutate::SKIP_KEY],
             "true",
             "{dir}: tolerable's Pods must carry the opt-out label"
         );
@@ -469,100 +528,8 @@ fn the_deployment_is_hardened() {
     for dir in OVERLAYS {
         let docs = documents(&render(dir));
         let deployment = object(&docs, "Deployment", "tolerable");
-        assert_eq!(deployment["spec"]["replicas"], 2, "{dir}");
-        let pod = &deployment["spec"]["template"]["spec"];
-        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        assert_eq!(
-            pod["securityContext"]["seccompProfile"]["type"],
-            "RuntimeDefault"
-        );
-        assert_eq!(pod["enableServiceLinks"], false);
-        assert!(pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname");
-        let container = &pod["containers"][0];
-        let security = &container["securityContext"];
-        assert_eq!(security["allowPrivilegeEscalation"], false);
-        assert_eq!(security["readOnlyRootFilesystem"], true);
-        assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
-        for kind in ["requests", "limits"] {
-            for resource in ["cpu", "memory"] {
-                assert!(
-                    container["resources"][kind][resource].is_string(),
-                    "{dir}: {kind}.{resource}"
-                );
-            }
-        }
-        assert_eq!(
-            object(&docs, "PodDisruptionBudget", "tolerable")["spec"]["minAvailable"],
-            1
-        );
-        // Least privilege: `get` on secrets and serviceaccounts when pull secrets are read,
-        // `list`/`watch` on nodes when nodes are watched, for the Deployment's own
-        // ServiceAccount; nothing at all (not even a token) when neither.
-        let config = deployed_config(&docs);
-        let rbac: Vec<&Value> = docs
-            .iter()
-            .filter(|d| {
-                matches!(
-                    d["kind"].as_str(),
-                    Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
-                )
-            })
-            .collect();
-        let mut expected = 0;
-        for (enabled, role_name, rules) in [
-            (
-                config.read_pull_secrets,
-                "tolerable-pull-secrets",
-                serde_json::json!([{"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get"]}]),
-            ),
-            (
-                config.watch_nodes,
-                "tolerable-nodes",
-                serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]),
-            ),
-            (
-                config.manage_node_taints,
-                "tolerable-node-taints",
-                serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]),
-            ),
-        ] {
-            if !enabled {
-                assert!(
-                    !rbac.iter().any(|d| d["metadata"]["name"] == role_name),
-                    "{dir}: {role_name} granted but disabled"
-                );
-                continue;
-            }
-            expected += 2;
-            let role = object(&docs, "ClusterRole", role_name);
-            assert_eq!(role["rules"], rules, "{dir}");
-            let binding = object(&docs, "ClusterRoleBinding", role_name);
-            assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-            assert_eq!(
-                binding["subjects"][0]["name"], pod["serviceAccountName"],
-                "{dir}"
-            );
-            assert_eq!(
-                binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
-                "{dir}"
-            );
-        }
-        assert_eq!(
-            rbac.len(),
-            expected,
-            "{dir}: RBAC beyond what the enabled features need"
-        );
-        if expected == 0 {
-            assert_eq!(
-                pod["automountServiceAccountToken"], false,
-                "{dir}: no API access is needed"
-            );
-        } else {
-            assert_ne!(
-                pod["automountServiceAccountToken"], false,
-                "{dir}: the API token is needed"
-            );
-        }
+        pods_are_locked_down(dir, &docs, deployment);
+        rbac_is_only_what_the_enabled_features_need(dir, &docs, deployment);
     }
     // The example overlay configures the cluster through the environment and sets the image.
     let docs = documents(&render("kustomize/overlays/example"));
@@ -580,6 +547,115 @@ fn the_deployment_is_hardened() {
     );
     let config = deployed_config(&docs);
     assert!(config.policy.supported_architectures.contains("s390x"));
+}
+
+/// Two replicas kept apart and one always available; non-root, no privilege escalation, no
+/// capabilities, a read-only root file system, and bounded resources.
+fn pods_are_locked_down(dir: &str, docs: &[Value], deployment: &Value) {
+    assert_eq!(deployment["spec"]["replicas"], 2, "{dir}");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(pod["enableServiceLinks"], false);
+    assert!(pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname");
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    for kind in ["requests", "limits"] {
+        for resource in ["cpu", "memory"] {
+            assert!(
+                container["resources"][kind][resource].is_string(),
+                "{dir}: {kind}.{resource}"
+            );
+        }
+    }
+    assert_eq!(
+        object(docs, "PodDisruptionBudget", "tolerable")["spec"]["minAvailable"],
+        1
+    );
+}
+
+/// Least privilege: `get` on secrets and serviceaccounts when pull secrets are read,
+/// `list`/`watch` on nodes when nodes are watched, `get`/`list`/`patch` when node taints are
+/// managed, for the Deployment's own ServiceAccount; nothing at all (not even a token) when
+/// none is.
+fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deployment: &Value) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let rbac: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
+            )
+        })
+        .collect();
+    let mut expected = 0;
+    for (enabled, role_name, rules) in roles_of_features(&deployed_config(docs)) {
+        if !enabled {
+            assert!(
+                !rbac.iter().any(|d| d["metadata"]["name"] == role_name),
+                "{dir}: {role_name} granted but disabled"
+            );
+            continue;
+        }
+        expected += 2;
+        let role = object(docs, "ClusterRole", role_name);
+        assert_eq!(role["rules"], rules, "{dir}");
+        let binding = object(docs, "ClusterRoleBinding", role_name);
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            binding["subjects"][0]["name"], pod["serviceAccountName"],
+            "{dir}"
+        );
+        assert_eq!(
+            binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
+            "{dir}"
+        );
+    }
+    assert_eq!(
+        rbac.len(),
+        expected,
+        "{dir}: RBAC beyond what the enabled features need"
+    );
+    if expected == 0 {
+        assert_eq!(
+            pod["automountServiceAccountToken"], false,
+            "{dir}: no API access is needed"
+        );
+    } else {
+        assert_ne!(
+            pod["automountServiceAccountToken"], false,
+            "{dir}: the API token is needed"
+        );
+    }
+}
+
+/// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
+/// binding) named for it, and the rules that role must hold.
+fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
+    [
+        (
+            config.read_pull_secrets,
+            "tolerable-pull-secrets",
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets", "serviceaccounts"], "verbs": ["get"]}]),
+        ),
+        (
+            config.watch_nodes,
+            "tolerable-nodes",
+            serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]),
+        ),
+        (
+            config.manage_node_taints,
+            "tolerable-node-taints",
+            serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]),
+        ),
+    ]
 }
 
 /// The deployed tolerable.toml is the shipped one plus the mounted paths: nothing else drifts.

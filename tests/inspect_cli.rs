@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use common::registry::{self, PASSWORD, USER};
@@ -97,6 +98,9 @@ fn human_output_and_success_status() {
     );
 }
 
+/// `Authorization: Basic` for the test registry's user: base64("testuser:testpass").
+const BASIC_AUTH: &str = "dGVzdHVzZXI6dGVzdHBhc3M=";
+
 #[test]
 fn credentials_from_files_and_docker_config_never_printed() {
     let basic = registry::basic();
@@ -106,48 +110,21 @@ fn credentials_from_files_and_docker_config_never_printed() {
     // Per-registry credential file.
     let creds = dir.path().join("creds");
     std::fs::create_dir(&creds).unwrap();
-    std::fs::write(
-        creds.join(format!("{}.toml", basic.host.replace(':', "_"))),
-        format!("user = \"{USER}\"\nsecret = \"{PASSWORD}\"\n"),
-    )
-    .unwrap();
-    let out = inspect(
-        &[&image],
-        &[
-            (
-                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
-                creds.to_str().unwrap(),
-            ),
-            ("TOLERABLE_LOG_LEVEL", "trace"),
-        ],
-    );
+    write_credential_file(&creds, &basic.host, USER, PASSWORD);
+    let out = inspect_with_credential_files(&[&image], &creds);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stdout.contains("linux/s390x"), "{stdout}");
-    assert!(
-        stderr.len() > 100,
-        "trace logging produced nothing: {stderr}"
-    );
-    let basic_header = "dGVzdHVzZXI6dGVzdHBhc3M="; // base64("testuser:testpass")
-    for shown in [&stdout, &stderr] {
-        assert!(!shown.contains(PASSWORD), "password leaked:\n{shown}");
-        assert!(
-            !shown.contains(basic_header),
-            "Authorization leaked:\n{shown}"
-        );
-    }
+    the_image_was_read_and_no_credential_shown(&out);
 
     // A docker config.json (.dockerconfigjson format).
     let docker_config = dir.path().join("config.json");
     std::fs::write(
         &docker_config,
         format!(
-            r#"{{"auths":{{"{}":{{"auth":"{basic_header}"}}}}}}"#,
+            r#"{{"auths":{{"{}":{{"auth":"{BASIC_AUTH}"}}}}}}"#,
             basic.host
         ),
     )
@@ -166,21 +143,8 @@ fn credentials_from_files_and_docker_config_never_printed() {
     );
 
     // Wrong credentials: a clear error without the secret.
-    std::fs::write(
-        creds.join(format!("{}.toml", basic.host.replace(':', "_"))),
-        "user = \"testuser\"\nsecret = \"not-the-password-123\"\n",
-    )
-    .unwrap();
-    let out = inspect(
-        &["--json", &image],
-        &[
-            (
-                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
-                creds.to_str().unwrap(),
-            ),
-            ("TOLERABLE_LOG_LEVEL", "trace"),
-        ],
-    );
+    write_credential_file(&creds, &basic.host, "testuser", "not-the-password-123");
+    let out = inspect_with_credential_files(&["--json", &image], &creds);
     assert_eq!(out.status.code(), Some(1));
     let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
@@ -199,6 +163,45 @@ fn credentials_from_files_and_docker_config_never_printed() {
         !all.contains("not-the-password-123"),
         "secret leaked:\n{all}"
     );
+}
+
+/// The per-registry credential file for `host` in `dir` (`host_port.toml`).
+fn write_credential_file(dir: &Path, host: &str, user: &str, secret: &str) {
+    std::fs::write(
+        dir.join(format!("{}.toml", host.replace(':', "_"))),
+        format!("user = \"{user}\"\nsecret = \"{secret}\"\n"),
+    )
+    .unwrap();
+}
+
+/// `inspect` with the credential files in `dir`, logging at trace so a leak would show.
+fn inspect_with_credential_files(args: &[&str], dir: &Path) -> Output {
+    inspect(
+        args,
+        &[
+            ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", dir.to_str().unwrap()),
+            ("TOLERABLE_LOG_LEVEL", "trace"),
+        ],
+    )
+}
+
+/// The s390x image's platform was printed, the trace log was written, and neither shows the
+/// password or the Authorization header made of it.
+fn the_image_was_read_and_no_credential_shown(out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("linux/s390x"), "{stdout}");
+    assert!(
+        stderr.len() > 100,
+        "trace logging produced nothing: {stderr}"
+    );
+    for shown in [&stdout, &stderr] {
+        assert!(!shown.contains(PASSWORD), "password leaked:\n{shown}");
+        assert!(
+            !shown.contains(BASIC_AUTH),
+            "Authorization leaked:\n{shown}"
+        );
+    }
 }
 
 #[test]

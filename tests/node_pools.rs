@@ -111,32 +111,7 @@ async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
     )
     .await;
 
-    let client = webhook::client();
-    let readyz = client.get(server.url("/readyz")).send().await.unwrap();
-    assert_eq!(readyz.status(), 503);
-    assert!(readyz
-        .text()
-        .await
-        .unwrap()
-        .contains("node watch not synced"));
-    let started = Instant::now();
-    loop {
-        if client
-            .get(server.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            == 200
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ready_only_once_the_node_watch_synced(&server).await;
 
     // Images for every architecture in the cluster (amd64, arm64, s390x): both tainted pools'
     // taints are tolerated, and nothing steers.
@@ -176,7 +151,42 @@ async fn not_ready_until_synced_then_tolerates_the_taints_that_exist() {
         json!(["amd64", "arm", "arm64"])
     );
 
-    let metrics = webhook::metrics_text(&server).await;
+    the_gauges_count_each_architectures_taints(&server).await;
+}
+
+/// /readyz answers 503 naming the node watch until its first list arrives, then 200.
+async fn ready_only_once_the_node_watch_synced(server: &TestServer) {
+    let client = webhook::client();
+    let readyz = client.get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    assert!(readyz
+        .text()
+        .await
+        .unwrap()
+        .contains("node watch not synced"));
+    let started = Instant::now();
+    loop {
+        if client
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `tolerable_node_architecture_taints`: one taint on arm64 and on s390x, none on amd64.
+async fn the_gauges_count_each_architectures_taints(server: &TestServer) {
+    let metrics = webhook::metrics_text(server).await;
     for arch in ["amd64\"} 0", "arm64\"} 1", "s390x\"} 1"] {
         assert!(
             metrics.contains(&format!(

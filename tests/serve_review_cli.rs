@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -152,7 +152,32 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Held to the end of the test, so serve's stdout stays open while it runs.
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let ca = read_printed_ca(&mut stdout);
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{port}");
+    wait_until_ready(&client, &url).await;
+    let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
+    let response = mutate(&client, &url, &request).await;
+    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
+    assert!(response["response"]["patch"].is_string());
+
+    metrics_are_on_their_own_port(&client, &url, metrics_port).await;
+
+    let response = mutate(&client, &url, &log_forging_admission(&request)).await;
+    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
+
+    let stderr = stop_with_sigterm(&mut child).await;
+    assert!(stderr.contains("SIGTERM received"), "{stderr}");
+    the_log_names_the_uids_and_forges_no_line(&stderr, &request);
+}
+
+/// The CA certificate `serve` prints on stdout when it made its own (within 10 s).
+fn read_printed_ca(stdout: &mut impl BufRead) -> String {
     let mut ca = String::new();
     let mut line = String::new();
     let started = Instant::now();
@@ -167,11 +192,11 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         }
         assert!(started.elapsed() < Duration::from_secs(10));
     }
-    let client = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()])
-        .build()
-        .unwrap();
-    let url = format!("https://127.0.0.1:{port}");
+    ca
+}
+
+/// Waits (up to 5 s) for the server to answer /readyz, and asserts that answer is 200.
+async fn wait_until_ready(client: &reqwest::Client, url: &str) {
     let mut ready = false;
     for _ in 0..100 {
         if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
@@ -181,18 +206,21 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "not ready");
-    let mutate = |review: &Value| {
-        client
-            .post(format!("{url}/mutate?timeout=10s"))
-            .body(review.to_string())
-            .send()
-    };
-    let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
-    let response: Value = mutate(&request).await.unwrap().json_or_text().await;
-    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
-    assert!(response["response"]["patch"].is_string());
+}
 
-    // Metrics on their own plain-HTTP port (for a NetworkPolicy), not on the webhook port.
+async fn mutate(client: &reqwest::Client, url: &str, review: &Value) -> Value {
+    client
+        .post(format!("{url}/mutate?timeout=10s"))
+        .body(review.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json_or_text()
+        .await
+}
+
+/// Metrics on their own plain-HTTP port (for a NetworkPolicy), not on the webhook port.
+async fn metrics_are_on_their_own_port(client: &reqwest::Client, url: &str, metrics_port: u16) {
     let scraped = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
         .await
         .unwrap();
@@ -204,18 +232,22 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .contains("tolerable_admissions_total"));
     let on_webhook = client.get(format!("{url}/metrics")).send().await.unwrap();
     assert_eq!(on_webhook.status(), 404);
+}
 
-    // A Pod author's image names reach the log: a newline cannot forge a line of its own, and
-    // a 1 MiB name does not make a 1 MiB line.
+/// `request` with uid `forged-uid` and image names a Pod author could use against the log:
+/// one with a newline and a forged line after it, one 1 MiB long.
+fn log_forging_admission(request: &Value) -> Value {
     let mut forged = request.clone();
     forged["request"]["uid"] = json!("forged-uid");
     forged["request"]["object"]["spec"]["containers"] = json!([
         {"name": "a", "image": "app:1\nERROR tolerable: FORGED line"},
         {"name": "b", "image": format!("huge/{}:1", "x".repeat(1 << 20))},
     ]);
-    let response: Value = mutate(&forged).await.unwrap().json_or_text().await;
-    assert_eq!(response["response"]["allowed"], json!(true), "{response}");
+    forged
+}
 
+/// Sends SIGTERM and waits (up to 10 s) for a successful exit; returns what serve logged.
+async fn stop_with_sigterm(child: &mut std::process::Child) -> String {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -249,8 +281,13 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert!(stderr.contains("SIGTERM received"), "{stderr}");
-    // The admission's log line carries the request uid.
+    stderr
+}
+
+/// Each admission's log line carries its request uid; a Pod author's image names reach the
+/// log, but a newline cannot forge a line of its own, and a 1 MiB name does not make a 1 MiB
+/// line.
+fn the_log_names_the_uids_and_forges_no_line(stderr: &str, request: &Value) {
     let uid = request["request"]["uid"].as_str().unwrap();
     assert!(
         stderr

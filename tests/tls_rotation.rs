@@ -66,58 +66,7 @@ async fn wait_until_served(server: &TestServer, expected: &[u8]) -> Duration {
 async fn symlink_swap_rotation_under_load_loses_no_request() {
     let mut server = TestServer::start(webhook::policy(), common::settings()).await;
     let body = recorded("pod-create-simple.v1.json", &registry::plain().host).to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let ok = Arc::new(AtomicUsize::new(0));
-    let failed = Arc::new(AtomicUsize::new(0));
-
-    // Load: keep-alive clients, and clients that open a new connection (and handshake) for
-    // every request, so rotations happen between and during handshakes.
-    let mut load = Vec::new();
-    for worker in 0..6 {
-        let (url, body, stop, ok, failed) = (
-            server.url("/mutate?timeout=10s"),
-            body.clone(),
-            stop.clone(),
-            ok.clone(),
-            failed.clone(),
-        );
-        load.push(tokio::spawn(async move {
-            let keep_alive = worker % 2 == 0;
-            let mut client = webhook::client();
-            while !stop.load(Ordering::Relaxed) {
-                if !keep_alive {
-                    client = webhook::client_builder()
-                        .pool_max_idle_per_host(0)
-                        .build()
-                        .unwrap();
-                }
-                let result = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await;
-                let answered = match result {
-                    Ok(r) if r.status() == 200 => match r.bytes().await {
-                        Ok(b) => b.starts_with(b"{\"apiVersion\""),
-                        Err(e) => {
-                            eprintln!("failed reading: {e}");
-                            false
-                        }
-                    },
-                    other => {
-                        eprintln!("failed request: {other:?}");
-                        false
-                    }
-                };
-                if answered {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
-    }
+    let load = Load::start(&server.url("/mutate?timeout=10s"), &body);
 
     let first = der(&std::fs::read_to_string(server.volume.cert_path()).unwrap());
     assert_eq!(served_certificate(server.addr).await, first);
@@ -129,20 +78,9 @@ async fn symlink_swap_rotation_under_load_loses_no_request() {
         assert!(took < Duration::from_secs(3), "rotation took {took:?}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    for task in load {
-        task.await.unwrap();
-    }
-    assert_eq!(
-        failed.load(Ordering::Relaxed),
-        0,
-        "requests lost during rotation"
-    );
-    assert!(
-        ok.load(Ordering::Relaxed) > 50,
-        "too little load: {}",
-        ok.load(Ordering::Relaxed)
-    );
+    let (ok, failed) = load.stop().await;
+    assert_eq!(failed, 0, "requests lost during rotation");
+    assert!(ok > 50, "too little load: {ok}");
 
     let metrics = webhook::metrics_text(&server).await;
     assert!(
@@ -150,6 +88,86 @@ async fn symlink_swap_rotation_under_load_loses_no_request() {
         "{metrics}"
     );
     server.shutdown().await;
+}
+
+/// Admission requests sent by six tasks until stopped: keep-alive clients, and clients that
+/// open a new connection (and handshake) for every request, so rotations happen between and
+/// during handshakes.
+struct Load {
+    counts: Arc<LoadCounts>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct LoadCounts {
+    stop: AtomicBool,
+    ok: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl Load {
+    fn start(url: &str, body: &str) -> Self {
+        let counts = Arc::new(LoadCounts::default());
+        let tasks = (0..6)
+            .map(|worker| {
+                let keep_alive = worker % 2 == 0;
+                let (url, body, counts) = (url.to_owned(), body.to_owned(), counts.clone());
+                tokio::spawn(async move {
+                    let mut client = webhook::client();
+                    while !counts.stop.load(Ordering::Relaxed) {
+                        if !keep_alive {
+                            client = webhook::client_builder()
+                                .pool_max_idle_per_host(0)
+                                .build()
+                                .unwrap();
+                        }
+                        let counter = if answered(&client, &url, &body).await {
+                            &counts.ok
+                        } else {
+                            &counts.failed
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Self { counts, tasks }
+    }
+
+    /// Stops the load once every task's request in flight is done: (answered, failed).
+    async fn stop(self) -> (usize, usize) {
+        self.counts.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        (
+            self.counts.ok.load(Ordering::Relaxed),
+            self.counts.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Whether one admission request got its AdmissionReview back (failures are printed).
+async fn answered(client: &reqwest::Client, url: &str, body: &str) -> bool {
+    let result = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await;
+    match result {
+        Ok(r) if r.status() == 200 => match r.bytes().await {
+            Ok(b) => b.starts_with(b"{\"apiVersion\""),
+            Err(e) => {
+                eprintln!("failed reading: {e}");
+                false
+            }
+        },
+        other => {
+            eprintln!("failed request: {other:?}");
+            false
+        }
+    }
 }
 
 #[tokio::test]

@@ -347,36 +347,47 @@ impl Pusher {
                 )
                 .await,
             ),
-            "nested-index" => {
-                let inner = self.index(repo, OCI_INDEX, &three, true, true).await;
-                self.manifest(repo, &sha256(&inner), OCI_INDEX, &inner)
-                    .await;
-                let s390x = self.image(repo, "linux", "s390x", None, false).await;
-                let mut s390x_entry = descriptor(s390x.media_type, &s390x.body);
-                s390x_entry["platform"] = platform("linux", "s390x", None);
-                let body = serde_json::to_vec_pretty(&json!({
-                    "schemaVersion": 2, "mediaType": OCI_INDEX,
-                    "manifests": [descriptor(OCI_INDEX, &inner), s390x_entry],
-                }))
-                .unwrap();
-                (OCI_INDEX, body)
-            }
-            "helm-artifact" => {
-                let config = br#"{"name":"fixture","version":"0.1.0","apiVersion":"v2"}"#;
-                let chart = b"chart archive bytes";
-                self.blob(repo, config).await;
-                self.blob(repo, chart).await;
-                let body = serde_json::to_vec_pretty(&json!({
-                    "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                    "config": descriptor(HELM_CONFIG, config),
-                    "layers": [descriptor(HELM_LAYER, chart)],
-                }))
-                .unwrap();
-                (OCI_MANIFEST, body)
-            }
+            "nested-index" => (OCI_INDEX, self.nested_index(repo, &three).await),
+            "helm-artifact" => (OCI_MANIFEST, self.helm_artifact(repo).await),
             other => panic!("unknown fixture {other}"),
         };
         self.manifest(repo, tag, media_type, &body).await
+    }
+
+    /// An index naming another index (of `inner_platforms`, pushed by digest) beside a
+    /// linux/s390x image: the resolver must descend into the inner one.
+    async fn nested_index(
+        &self,
+        repo: &str,
+        inner_platforms: &[(&str, &str, Option<&str>)],
+    ) -> Vec<u8> {
+        let inner = self
+            .index(repo, OCI_INDEX, inner_platforms, true, true)
+            .await;
+        self.manifest(repo, &sha256(&inner), OCI_INDEX, &inner)
+            .await;
+        let s390x = self.image(repo, "linux", "s390x", None, false).await;
+        let mut s390x_entry = descriptor(s390x.media_type, &s390x.body);
+        s390x_entry["platform"] = platform("linux", "s390x", None);
+        serde_json::to_vec_pretty(&json!({
+            "schemaVersion": 2, "mediaType": OCI_INDEX,
+            "manifests": [descriptor(OCI_INDEX, &inner), s390x_entry],
+        }))
+        .unwrap()
+    }
+
+    /// A Helm chart pushed as an OCI artifact: a manifest whose config names no platform.
+    async fn helm_artifact(&self, repo: &str) -> Vec<u8> {
+        let config = br#"{"name":"fixture","version":"0.1.0","apiVersion":"v2"}"#;
+        let chart = b"chart archive bytes";
+        self.blob(repo, config).await;
+        self.blob(repo, chart).await;
+        serde_json::to_vec_pretty(&json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": descriptor(HELM_CONFIG, config),
+            "layers": [descriptor(HELM_LAYER, chart)],
+        }))
+        .unwrap()
     }
 }
 

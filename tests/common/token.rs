@@ -154,19 +154,8 @@ fn issue(
             serde_json::json!({"error": "not found"}),
         );
     }
-    let mut scopes = Vec::new();
-    for pair in req.uri().query().unwrap_or("").split('&') {
-        if let Some(("scope", value)) = pair.split_once('=') {
-            scopes.push(percent_decode(value));
-        }
-    }
-    let user = req
-        .headers()
-        .get("authorization")
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Basic "))
-        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-        .and_then(|raw| String::from_utf8(raw).ok());
+    let scopes = requested_scopes(req);
+    let user = basic_credentials(req);
     let name = user
         .as_deref()
         .map_or("", |u| u.split(':').next().unwrap_or(""));
@@ -184,7 +173,41 @@ fn issue(
             )
         }
     };
-    let access: Vec<serde_json::Value> = scopes
+    let access = granted_access(&scopes, subject, may_push);
+    let token = signer.token(subject, ttl, access);
+    let body = if access_token_only {
+        serde_json::json!({"access_token": token, "expires_in": ttl})
+    } else {
+        serde_json::json!({"token": token, "access_token": token, "expires_in": ttl})
+    };
+    json_response(StatusCode::OK, body)
+}
+
+/// The `scope` query parameters, decoded (each may hold several scopes, space-separated).
+fn requested_scopes(req: &Request<hyper::body::Incoming>) -> Vec<String> {
+    let mut scopes = Vec::new();
+    for pair in req.uri().query().unwrap_or("").split('&') {
+        if let Some(("scope", value)) = pair.split_once('=') {
+            scopes.push(percent_decode(value));
+        }
+    }
+    scopes
+}
+
+/// `user:password` from a Basic `Authorization` header; None for an anonymous caller.
+fn basic_credentials(req: &Request<hyper::body::Incoming>) -> Option<String> {
+    req.headers()
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|raw| String::from_utf8(raw).ok())
+}
+
+/// The token's `access` claim: for each `type:name:actions` scope, the actions granted.
+/// Anyone may pull except anonymous callers from `private/`; only `may_push` users push.
+fn granted_access(scopes: &[String], subject: &str, may_push: bool) -> Vec<serde_json::Value> {
+    scopes
         .iter()
         .flat_map(|s| s.split(' '))
         .filter_map(|scope| {
@@ -200,33 +223,33 @@ fn issue(
                 .collect();
             Some(serde_json::json!({"type": kind, "name": name, "actions": granted}))
         })
-        .collect();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let claims = serde_json::json!({
-        "iss": ISSUER, "sub": if subject.is_empty() { "anonymous" } else { subject }, "aud": SERVICE,
-        "exp": now + ttl, "nbf": now - 5, "iat": now, "jti": format!("{now}-{}", rand_id()),
-        "access": access,
-    });
-    let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "kid": signer.kid});
-    let signing_input = format!(
-        "{}.{}",
-        b64url(header.to_string().as_bytes()),
-        b64url(claims.to_string().as_bytes())
-    );
-    let signature = signer
-        .key
-        .sign(&SystemRandom::new(), signing_input.as_bytes())
-        .unwrap();
-    let token = format!("{signing_input}.{}", b64url(signature.as_ref()));
-    let body = if access_token_only {
-        serde_json::json!({"access_token": token, "expires_in": ttl})
-    } else {
-        serde_json::json!({"token": token, "access_token": token, "expires_in": ttl})
-    };
-    json_response(StatusCode::OK, body)
+        .collect()
+}
+
+impl Signer {
+    /// An ES256 JWT for `subject` ("" for anonymous), valid `ttl` seconds from now.
+    fn token(&self, subject: &str, ttl: u64, access: Vec<serde_json::Value>) -> String {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = serde_json::json!({
+            "iss": ISSUER, "sub": if subject.is_empty() { "anonymous" } else { subject }, "aud": SERVICE,
+            "exp": now + ttl, "nbf": now - 5, "iat": now, "jti": format!("{now}-{}", rand_id()),
+            "access": access,
+        });
+        let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "kid": self.kid});
+        let signing_input = format!(
+            "{}.{}",
+            b64url(header.to_string().as_bytes()),
+            b64url(claims.to_string().as_bytes())
+        );
+        let signature = self
+            .key
+            .sign(&SystemRandom::new(), signing_input.as_bytes())
+            .unwrap();
+        format!("{signing_input}.{}", b64url(signature.as_ref()))
+    }
 }
 
 fn rand_id() -> u64 {
