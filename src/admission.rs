@@ -37,6 +37,8 @@ pub struct Reviewed {
 pub(crate) struct PodAnswer {
     pub(crate) answer: Answer,
     pub(crate) shell_warnings: Vec<String>,
+    /// What the answer is based on (for reports; the webhook drops it).
+    pub(crate) facts: ImageFacts,
 }
 
 pub struct Admission {
@@ -83,6 +85,7 @@ impl Admission {
         let PodAnswer {
             answer,
             shell_warnings,
+            ..
         } = match read_request(request, &self.policy) {
             Asked::Decide(pod, pull_secrets) => self.answer(&pod, &pull_secrets, budget).await,
             Asked::Answered(answer) => answer.into(),
@@ -103,6 +106,7 @@ impl Admission {
         PodAnswer {
             answer: mutate::answer(pod, &facts, pools.as_ref(), &self.policy),
             shell_warnings,
+            facts,
         }
     }
 
@@ -247,6 +251,7 @@ impl From<Answer> for PodAnswer {
         Self {
             answer,
             shell_warnings: Vec::new(),
+            facts: ImageFacts::new(),
         }
     }
 }

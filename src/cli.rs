@@ -27,8 +27,10 @@ pub(crate) enum Command {
     /// Taint nodes by architecture (the other half of the scheme), or undo it.
     #[command(subcommand)]
     Nodes(NodesCommand),
-    /// Decide offline for a Pod manifest or an AdmissionReview (YAML or JSON): print the
-    /// decision, the JSON Patch and the patched Pod. Exit status 1 when the Pod would be denied.
+    /// Decide offline for manifests: every workload (Pod, Deployment, StatefulSet, DaemonSet,
+    /// Job, CronJob, any kind with a Pod template) in a table, or one Pod / AdmissionReview with
+    /// its JSON Patch and patched Pod. Exit status 1 when a workload's images share no
+    /// architecture or it would be denied.
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
     Inspect(InspectArgs),
@@ -47,13 +49,22 @@ pub(crate) struct InspectArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReviewArgs {
-    /// Print one JSON object for machines.
+    /// Print JSON for machines.
     #[arg(long)]
     pub(crate) json: bool,
 
-    /// A Pod or AdmissionReview file, or `-` for standard input.
-    #[arg(value_name = "FILE")]
-    pub(crate) file: String,
+    /// Show each workload's JSON Patch and patched Pod (what one Pod or AdmissionReview shows).
+    #[arg(long)]
+    pub(crate) patch: bool,
+
+    /// Read the directories named, and the directories in them.
+    #[arg(short = 'R', long)]
+    pub(crate) recursive: bool,
+
+    /// Manifests (YAML, several documents, or JSON; Lists opened), directories of them, or `-`
+    /// for standard input.
+    #[arg(value_name = "FILE", required = true)]
+    pub(crate) files: Vec<String>,
 }
 
 #[derive(Debug, Args)]

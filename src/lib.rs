@@ -26,3 +26,4 @@ pub mod registry;
 pub mod server;
 pub mod taints;
 pub(crate) mod telemetry;
+pub(crate) mod workload;

@@ -1,3 +1,4 @@
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -9,9 +10,21 @@ fn main() -> ExitCode {
     let cli = tolerable::cli::Cli::parse();
     match tolerable::cmd::run(cli) {
         Ok(code) => code,
+        // A reader that stopped reading (`tolerable review f | head`) is not an error: the
+        // output ends quietly, as other command-line tools' do.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tolerable: {e:#}");
+            // Not eprintln!: it panics when standard error is closed too (`2>&1 | head`).
+            let _ = writeln!(std::io::stderr(), "tolerable: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -229,6 +229,22 @@ pub(crate) fn answer(
     Answer { decision, patch }
 }
 
+/// The architectures every image of `request` supports on its OS (as the decision sees them):
+/// `None` when the Pod needs no lookups or some image's platforms are unknown. For reports
+/// (`tolerable review`, `audit`) that show what the decision is based on.
+pub(crate) fn architectures_in_common(
+    request: &PodCreate,
+    facts: &ImageFacts,
+    pools: Option<&NodePools>,
+    policy: &Policy,
+) -> Option<Vec<String>> {
+    if request.settled.is_some() {
+        return None;
+    }
+    let known = known_facts(&request.distinct, facts).ok()?;
+    Some(common_architectures(&request.pod.os(), &known, policy, pools).0)
+}
+
 /// The decision alone (see [`answer`]).
 pub(crate) fn decide(
     request: &PodCreate,

@@ -120,9 +120,9 @@ fn review_bad_input_is_a_clear_error() {
         ("key: [unclosed", "neither JSON nor YAML"),
         (
             "apiVersion: apps/v1\nkind: Deployment\nspec: {}\n",
-            "got kind Deployment",
+            "no workload",
         ),
-        ("just a string", "expected a Pod"),
+        ("just a string", "expected a Kubernetes object"),
     ] {
         let out = review(&["-"], Some(input));
         assert_eq!(out.status.code(), Some(2), "{input}");

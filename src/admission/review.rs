@@ -28,6 +28,29 @@ pub(crate) const MAX_WARNINGS: usize = 16;
 /// Longer warnings are cut by the API server.
 pub(crate) const MAX_WARNING_LEN: usize = 256;
 
+/// `warning` as one ASCII line of at most [`MAX_WARNING_LEN`] bytes, ending with `…` (three
+/// bytes, the one non-ASCII character) when it was cut.
+pub(crate) fn cut_warning(warning: &str) -> String {
+    const MORE: char = '…';
+    let ascii = |c: char| {
+        if c.is_ascii() && !c.is_ascii_control() {
+            c
+        } else {
+            ' '
+        }
+    };
+    if warning.chars().count() <= MAX_WARNING_LEN {
+        return warning.chars().map(ascii).collect();
+    }
+    let mut out: String = warning
+        .chars()
+        .take(MAX_WARNING_LEN - MORE.len_utf8())
+        .map(ascii)
+        .collect();
+    out.push(MORE);
+    out
+}
+
 /// A parsed AdmissionReview; the object stays raw (borrowed from the body) until asked for.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -326,8 +349,9 @@ impl AdmissionReviewOut {
     }
 
     /// Adds warnings the way the API server can show them: ASCII, one line, at most
-    /// [`MAX_WARNING_LEN`] characters, at most [`MAX_WARNINGS`] of them (a warning with a newline
-    /// or tab would be silently dropped).
+    /// [`MAX_WARNING_LEN`] bytes, at most [`MAX_WARNINGS`] of them (a warning with a newline or
+    /// tab would be silently dropped). A longer warning is cut and ends with `…`, so a reader
+    /// knows there was more.
     pub(crate) fn with_warnings(
         mut self,
         warnings: impl IntoIterator<Item = impl AsRef<str>>,
@@ -336,18 +360,7 @@ impl AdmissionReviewOut {
             if self.response.warnings.len() >= MAX_WARNINGS {
                 break;
             }
-            let clean: String = warning
-                .as_ref()
-                .chars()
-                .map(|c| {
-                    if c.is_ascii() && !c.is_ascii_control() {
-                        c
-                    } else {
-                        ' '
-                    }
-                })
-                .take(MAX_WARNING_LEN)
-                .collect();
+            let clean = cut_warning(warning.as_ref());
             if !clean.trim().is_empty() {
                 self.response.warnings.push(clean);
             }
@@ -463,7 +476,14 @@ mod tests {
             .response
             .warnings
             .iter()
-            .all(|w| w.len() == MAX_WARNING_LEN));
+            .all(|w| w.len() == MAX_WARNING_LEN && w.ends_with('…')));
+        let exact = "y".repeat(MAX_WARNING_LEN);
+        assert_eq!(
+            cut_warning(&exact),
+            exact,
+            "a warning that fits is kept whole"
+        );
+        assert_eq!(cut_warning("a\tb\u{e9}"), "a b ");
     }
 
     #[test]

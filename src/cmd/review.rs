@@ -1,7 +1,10 @@
 //! `tolerable review FILE|-`: the webhook's decision, offline, for a Pod manifest or an
 //! AdmissionReview — for operators debugging and for CI pipelines.
 
+mod report;
+
 use std::io::{Read as _, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,16 +16,9 @@ use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
 use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::config::Config;
-use crate::mutate::{Answer, Outcome};
+use crate::mutate::Answer;
 use crate::registry::Resolver;
-
-/// Reads YAML or JSON: JSON first (exact), then YAML (a superset for these documents).
-pub(crate) fn parse_document(text: &str) -> anyhow::Result<Value> {
-    if let Ok(value) = serde_json::from_str::<Value>(text) {
-        return Ok(value);
-    }
-    serde_yaml_ng::from_str::<Value>(text).context("input is neither JSON nor YAML")
-}
+use crate::workload::{self, Found};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
 /// the object the patch applies to.
@@ -60,6 +56,7 @@ async fn review_document(
             let PodAnswer {
                 answer,
                 shell_warnings,
+                ..
             } = match PodObject::parse(&document.to_string()) {
                 Err(reason) => Answer::invalid_object(&reason).into(),
                 Ok(object) => match admission::read_pod(None, object, admission.policy()) {
@@ -85,15 +82,72 @@ async fn review_document(
 /// The uid of the response `review` shows for a Pod manifest (there is no request).
 const REVIEW_UID: &str = "tolerable-review";
 
-fn read_input(file: &str) -> anyhow::Result<String> {
-    if file == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {file}"))
+/// Every document of the inputs, each with where it was read: files, the `.yaml`/`.yml`/`.json`
+/// files of directories (and of theirs with `recursive`), `-` for standard input.
+fn read_inputs(names: &[String], recursive: bool) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut texts = Vec::new();
+    for name in names {
+        if name == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading standard input")?;
+            texts.push((name.clone(), text));
+        } else {
+            read_path(Path::new(name), recursive, true, &mut texts)?;
+        }
+    }
+    let mut documents = Vec::new();
+    for (source, text) in texts {
+        let found = workload::documents(&text).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+        documents.extend(found.into_iter().map(|d| (source.clone(), d)));
+    }
+    Ok(documents)
+}
+
+/// Reads `path`: a file as named, a directory's manifests in name order (`kubectl -f DIR`'s
+/// rule: its own files only unless `recursive`).
+fn read_path(
+    path: &Path,
+    recursive: bool,
+    named: bool,
+    texts: &mut Vec<(String, String)>,
+) -> anyhow::Result<()> {
+    let shown = path.display().to_string();
+    if path.is_dir() {
+        if !named && !recursive {
+            return Ok(());
+        }
+        let mut entries: Vec<_> = std::fs::read_dir(path)
+            .with_context(|| format!("reading {shown}"))?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {shown}"))?;
+        entries.sort();
+        for entry in entries {
+            let manifest = entry
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json");
+            if manifest || entry.is_dir() {
+                read_path(&entry, recursive, false, texts)?;
+            }
+        }
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
+    texts.push((shown, text));
+    Ok(())
+}
+
+/// One Pod or AdmissionReview: shown with its JSON Patch and patched object, as the webhook
+/// would answer it.
+fn is_single_object(documents: &[(String, Value)]) -> bool {
+    match documents {
+        [(_, document)] => matches!(
+            document.get("kind").and_then(Value::as_str),
+            Some("Pod" | "AdmissionReview")
+        ),
+        _ => false,
     }
 }
 
@@ -102,14 +156,38 @@ pub(crate) async fn run(
     args: &ReviewArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let document = parse_document(&read_input(&args.file)?)?;
+    let documents = read_inputs(&args.files, args.recursive)?;
     let resolver = Arc::new(Resolver::new(
         config.resolver.clone(),
         config.credential_store()?,
     )?);
     let admission = Admission::new(resolver, config.policy.clone(), None);
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
-    let reviewed = review_document(&admission, document, budget).await?;
+    if is_single_object(&documents) {
+        let (_, document) = documents.into_iter().next().expect("one document");
+        let reviewed = review_document(&admission, document, budget).await?;
+        return write_one(out, &reviewed, args.json);
+    }
+    let mut found = Found::default();
+    for (source, document) in documents {
+        found.add(document, &source).map_err(anyhow::Error::msg)?;
+    }
+    if found.workloads.is_empty() {
+        bail!(
+            "no workload (an object with a Pod template) in the input; {} object(s) without one",
+            found.skipped.len()
+        );
+    }
+    if args.patch {
+        return write_each(&admission, &found, budget, args.json, out).await;
+    }
+    let reports = report::review_all(&admission, &found.workloads, budget).await;
+    report::write(out, &reports, &found.skipped, args.json)?;
+    Ok(report::exit_status(reports.iter().map(|r| r.outcome)))
+}
+
+/// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.
+fn write_one(out: &mut impl Write, reviewed: &Reviewed, json: bool) -> anyhow::Result<ExitCode> {
     // The object as it would be stored: the request's object with the patch applied.
     let mut patched = reviewed.object.clone();
     if !reviewed.answer.patch.is_empty() && reviewed.out.response.allowed {
@@ -117,16 +195,37 @@ pub(crate) async fn run(
             serde_json::from_value(serde_json::to_value(&reviewed.answer.patch)?)?;
         json_patch::patch(&mut patched, &patch).context("applying the patch")?;
     }
-    if args.json {
-        write_json(out, &reviewed, &patched)?;
+    if json {
+        write_json(out, reviewed, &patched)?;
     } else {
-        write_text(out, &reviewed, &patched)?;
+        write_text(out, reviewed, &patched)?;
     }
-    // One exit status per outcome: only a denial fails.
-    Ok(match reviewed.answer.outcome() {
-        Outcome::Denied => ExitCode::FAILURE,
-        _ => ExitCode::SUCCESS,
-    })
+    Ok(report::exit_status([reviewed.answer.outcome()]))
+}
+
+/// `--patch` for several workloads: each one's Pod in detail, under a heading naming it.
+async fn write_each(
+    admission: &Admission,
+    found: &Found,
+    budget: Duration,
+    json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let reviews = found
+        .workloads
+        .iter()
+        .map(|w| review_document(admission, w.pod.clone(), budget));
+    let reviews = futures_util::future::join_all(reviews).await;
+    let mut outcomes = Vec::new();
+    for (workload, reviewed) in found.workloads.iter().zip(reviews) {
+        let reviewed = reviewed?;
+        if !json {
+            writeln!(out, "# {} ({})", workload.label(), workload.source)?;
+        }
+        write_one(out, &reviewed, json)?;
+        outcomes.push(reviewed.answer.outcome());
+    }
+    Ok(report::exit_status(outcomes))
 }
 
 fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@ use std::fmt::{Display, Write as _};
 
 use k8s_openapi::api::core::v1::Toleration;
 
+use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
 use super::{
     Steering, WeightedArchitecture, ARCH_LABEL, PREFERRED_KEY, PREFERRED_WEIGHT, SKIP_KEY,
@@ -142,6 +143,30 @@ pub(crate) fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
         let _ = write!(out, "; credentials from {source}");
     }
     out.push(')');
+}
+
+/// What a placement adds to the Pod, one item each: `toleration kubernetes.io/arch=arm64:NoSchedule`,
+/// `nodeSelector kubernetes.io/arch=arm64`, `requires kubernetes.io/arch in (amd64,arm64)`,
+/// `prefers arm64`; empty when the Pod already has all of it.
+pub(crate) fn additions(placement: &Placement) -> Vec<String> {
+    let mut out: Vec<String> = placement
+        .tolerations
+        .iter()
+        .map(|t| format!("toleration {}", toleration_text(t)))
+        .collect();
+    if let Some(arch) = &placement.node_selector {
+        out.push(format!("nodeSelector {ARCH_LABEL}={arch}"));
+    }
+    if let Some(architectures) = &placement.required_architectures {
+        out.push(format!(
+            "requires {ARCH_LABEL} in ({})",
+            architectures.join(",")
+        ));
+    }
+    if !placement.preferred_architectures.is_empty() {
+        out.push(preference(&placement.preferred_architectures)["; ".len()..].to_owned());
+    }
+    out
 }
 
 // Steering and preferences.

@@ -1,0 +1,225 @@
+//! `tolerable review` over workloads: each one's images and platforms, the architectures they
+//! share and what the webhook would add when the controller creates its Pods; a table for
+//! people, JSON for machines, and an exit status a CI gate can use.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::admission::review::{cut_warning, PodObject};
+use crate::admission::{self, Admission, Asked, PodAnswer};
+use crate::mutate::{self, explain, Answer, Decision, Outcome};
+use crate::workload::{Skipped, Workload};
+
+/// What `review` reports of one workload.
+#[derive(Debug, Serialize)]
+pub(super) struct WorkloadReport {
+    kind: String,
+    name: String,
+    namespace: Option<String>,
+    source: String,
+    /// Each image and its platforms (`linux/arm64/v8`), or why they are unknown.
+    images: BTreeMap<String, ImageReport>,
+    /// The architectures every image supports; `None` when some are unknown (or the Pod is
+    /// skipped).
+    architectures: Option<Vec<String>>,
+    #[serde(serialize_with = "outcome_label")]
+    pub(super) outcome: Outcome,
+    summary: String,
+    /// What the webhook would add to the Pods (tolerations, steering).
+    adds: Vec<String>,
+    /// Why it would be denied.
+    denied: Option<String>,
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+enum ImageReport {
+    Platforms(Vec<String>),
+    Unknown(String),
+}
+
+fn outcome_label<S: serde::Serializer>(outcome: &Outcome, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(outcome.label())
+}
+
+/// Reviews every workload at once: the same image in several workloads is looked up once (the
+/// resolver's cache joins concurrent lookups of one image).
+pub(super) async fn review_all(
+    admission: &Admission,
+    workloads: &[Workload],
+    budget: Duration,
+) -> Vec<WorkloadReport> {
+    let reviews = workloads.iter().map(|w| review(admission, w, budget));
+    futures_util::future::join_all(reviews).await
+}
+
+async fn review(admission: &Admission, workload: &Workload, budget: Duration) -> WorkloadReport {
+    let policy = admission.policy();
+    let (pod_answer, architectures) = match PodObject::parse(&workload.pod.to_string()) {
+        Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
+        Ok(object) => match admission::read_pod(None, object, policy) {
+            Asked::Decide(pod, pull_secrets) => {
+                let answered = admission.answer(&pod, &pull_secrets, budget).await;
+                let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
+                (answered, common)
+            }
+            Asked::Answered(answer) => (answer.into(), None),
+        },
+    };
+    let PodAnswer {
+        answer,
+        shell_warnings,
+        facts,
+    } = pod_answer;
+    let images = facts
+        .into_iter()
+        .map(|(image, fact)| {
+            let report = match fact {
+                Ok(fact) => {
+                    ImageReport::Platforms(fact.platforms.iter().map(|p| p.to_string()).collect())
+                }
+                Err(failure) => ImageReport::Unknown(failure.to_string()),
+            };
+            (image, report)
+        })
+        .collect();
+    let adds = match &answer.decision {
+        Decision::Placed(placement) => explain::additions(placement),
+        _ => Vec::new(),
+    };
+    WorkloadReport {
+        kind: workload.kind.clone(),
+        name: workload.name.clone(),
+        namespace: workload.namespace.clone(),
+        source: workload.source.clone(),
+        images,
+        architectures,
+        outcome: answer.outcome(),
+        summary: answer.decision.summary().to_owned(),
+        adds,
+        denied: answer.decision.denial().map(str::to_owned),
+        warnings: answer
+            .warnings()
+            .iter()
+            .chain(&shell_warnings)
+            .map(|w| cut_warning(w))
+            .collect(),
+    }
+}
+
+/// Failure when any workload could not run anywhere its images do, or would be denied: a gate
+/// for a GitOps repository.
+pub(super) fn exit_status(outcomes: impl IntoIterator<Item = Outcome>) -> ExitCode {
+    let failed = outcomes
+        .into_iter()
+        .any(|o| matches!(o, Outcome::NoCommonArchitecture | Outcome::Denied));
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+pub(super) fn write(
+    out: &mut impl Write,
+    reports: &[WorkloadReport],
+    skipped: &[Skipped],
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        let report = serde_json::json!({
+            "workloads": reports,
+            "skipped": skipped.iter().map(|s| serde_json::json!({
+                "kind": s.kind, "name": s.name, "source": s.source,
+            })).collect::<Vec<_>>(),
+            "summary": summary(reports, skipped),
+        });
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    write_table(out, reports)?;
+    for report in reports {
+        for warning in report.warnings.iter().chain(&report.denied) {
+            writeln!(out, "warning: {}: {warning}", label(report))?;
+        }
+    }
+    writeln!(out, "{}", summary(reports, skipped))?;
+    Ok(())
+}
+
+fn label(report: &WorkloadReport) -> String {
+    match &report.namespace {
+        Some(namespace) => format!("{}/{namespace}/{}", report.kind, report.name),
+        None => format!("{}/{}", report.kind, report.name),
+    }
+}
+
+/// `WORKLOAD  ARCHITECTURES  OUTCOME  WOULD ADD`, columns as wide as their widest cell.
+fn write_table(out: &mut impl Write, reports: &[WorkloadReport]) -> std::io::Result<()> {
+    let rows: Vec<[String; 4]> = reports
+        .iter()
+        .map(|r| {
+            let architectures = match &r.architectures {
+                Some(common) if common.is_empty() => "none".to_owned(),
+                Some(common) => common.join(","),
+                None => "?".to_owned(),
+            };
+            let adds = if r.adds.is_empty() {
+                "-".to_owned()
+            } else {
+                r.adds.join("; ")
+            };
+            [label(r), architectures, r.outcome.label().to_owned(), adds]
+        })
+        .collect();
+    let header = ["WORKLOAD", "ARCHITECTURES", "OUTCOME", "WOULD ADD"].map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:width$}  ");
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+/// `3 workloads: 2 decided, 1 no_common_architecture; 1 object without a Pod template skipped`.
+fn summary(reports: &[WorkloadReport], skipped: &[Skipped]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for report in reports {
+        *counts.entry(report.outcome.label()).or_default() += 1;
+    }
+    let counts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
+    let mut line = format!(
+        "{} workload{}: {}",
+        reports.len(),
+        if reports.len() == 1 { "" } else { "s" },
+        counts.join(", ")
+    );
+    if !skipped.is_empty() {
+        let _ = write!(
+            line,
+            "; {} object{} without a Pod template skipped",
+            skipped.len(),
+            if skipped.len() == 1 { "" } else { "s" }
+        );
+    }
+    line
+}

@@ -1,0 +1,358 @@
+//! `tolerable review` over the manifests operators keep in Git: every kind with a Pod template,
+//! multi-document files, Lists, directories, kustomize output on standard input, against the
+//! real test registry; the per-workload answers, the table, and the exit status a CI gate uses.
+
+mod common;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::fixtures::Pusher;
+use common::registry::{self, Mode};
+use serde_json::Value;
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/workloads");
+
+fn tolerable() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host)
+        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x")
+        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .current_dir(std::env::temp_dir());
+    command
+}
+
+fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = tolerable()
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// The corpus copied to a temporary directory, `REGISTRY` replaced by `host`.
+fn corpus(host: &str) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path, host: &str) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let target = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy(&path, &target, host);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap();
+                std::fs::write(target, text.replace("REGISTRY", host)).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(Path::new(CORPUS), dir.path(), host);
+    dir
+}
+
+fn json_report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The report of the workload `kind/name`.
+fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
+    report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == kind && w["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name} in {report:#}"))
+}
+
+#[track_caller]
+fn strings(value: &Value) -> Vec<&str> {
+    let Some(items) = value.as_array() else {
+        panic!("not a list: {value}")
+    };
+    items.iter().map(|v| v.as_str().unwrap()).collect()
+}
+
+#[test]
+fn every_kind_in_a_directory_with_its_answer_and_a_failing_exit_status() {
+    let dir = corpus(&registry::plain().host);
+    let out = review(&["--json", dir.path().to_str().unwrap()], None);
+    // mixed.yaml's images share no architecture: the gate fails.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out);
+
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(web["namespace"], "shop");
+    assert_eq!(web["outcome"], "decided");
+    assert_eq!(strings(&web["architectures"]), ["amd64", "arm", "arm64"]);
+    assert_eq!(
+        strings(&web["adds"]),
+        [
+            "toleration kubernetes.io/arch=arm64:NoSchedule",
+            "requires kubernetes.io/arch in (amd64,arm,arm64)"
+        ]
+    );
+    let image = format!("{}/fixtures/multiarch-oci:v1", registry::plain().host);
+    assert_eq!(
+        strings(&web["images"][&image]["platforms"]),
+        ["linux/amd64", "linux/arm/v7", "linux/arm64"]
+    );
+
+    // An init container's image narrows the set as a container's does.
+    let db = workload(&report, "StatefulSet", "db");
+    assert_eq!(strings(&db["architectures"]), ["amd64", "arm64"]);
+    let agent = workload(&report, "DaemonSet", "agent");
+    assert_eq!(strings(&agent["architectures"]), ["amd64"]);
+    assert_eq!(
+        strings(&agent["adds"]),
+        ["requires kubernetes.io/arch in (amd64)"],
+        "no toleration: amd64 is a default architecture"
+    );
+    let migrate = workload(&report, "Job", "migrate");
+    assert_eq!(strings(&migrate["architectures"]), ["arm64"]);
+    let nightly = workload(&report, "CronJob", "nightly");
+    assert_eq!(nightly["outcome"], "decided");
+    assert!(nightly["adds"][0].as_str().unwrap().contains("arm64"));
+    // From the List: a Pod and a custom kind shaped like a Deployment.
+    assert_eq!(workload(&report, "Pod", "debug")["outcome"], "decided");
+    assert_eq!(workload(&report, "Rollout", "canary")["outcome"], "decided");
+
+    let mixed = workload(&report, "Deployment", "mixed");
+    // Denied: the shipped on_no_common_architecture.
+    assert_eq!(mixed["outcome"], "denied");
+    assert!(strings(&mixed["architectures"]).is_empty());
+    assert!(
+        mixed["denied"].as_str().unwrap().contains("s390x"),
+        "{mixed:#}"
+    );
+
+    // Top-level files only without -R: 8 workloads; the Service, ConfigMap and Secret counted.
+    assert_eq!(report["workloads"].as_array().unwrap().len(), 8);
+    let skipped: Vec<_> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, ["Service", "ConfigMap", "Secret"]);
+}
+
+#[test]
+fn recursive_reads_nested_directories_and_the_table_says_what_would_change() {
+    let dir = corpus(&registry::plain().host);
+    let legacy = dir.path().join("legacy");
+    let flat = review(&["--json", legacy.to_str().unwrap()], None);
+    let names: Vec<_> = json_report(&flat)["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["old-web", "old-api"]);
+
+    let out = review(&["-R", legacy.to_str().unwrap()], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("WORKLOAD") && lines[0].ends_with("WOULD ADD"),
+        "{text}"
+    );
+    let row = |name: &str| {
+        *lines
+            .iter()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no row for {name}: {text}"))
+    };
+    assert!(
+        row("ReplicationController/legacy/old-web").contains("amd64,arm64"),
+        "{text}"
+    );
+    assert!(
+        row("ReplicaSet/legacy/old-api").contains("toleration kubernetes.io/arch=s390x:NoSchedule"),
+        "{text}"
+    );
+    assert!(
+        row("PodTemplate/legacy/worker").contains("decided"),
+        "{text}"
+    );
+    assert_eq!(lines.last().unwrap(), &"3 workloads: 3 decided", "{text}");
+}
+
+#[test]
+fn kustomize_output_on_standard_input() {
+    let dir = corpus(&registry::plain().host);
+    let rendered = Command::new("kubectl")
+        .args(["kustomize", dir.path().join("kustomize").to_str().unwrap()])
+        .output()
+        .expect("kubectl (installed by scripts/install-test-deps.sh)");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let out = review(&["--json", "-"], Some(&rendered.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let api = workload(&json_report(&out), "Deployment", "api").clone();
+    assert_eq!(api["namespace"], "kustomized");
+    assert_eq!(strings(&api["architectures"]), ["amd64", "arm", "arm64"]);
+}
+
+/// All images of all documents are looked up concurrently, each once.
+#[tokio::test]
+async fn an_image_in_many_workloads_is_looked_up_once() {
+    let registry = registry::plain();
+    Pusher::for_mode(&registry.host, Mode::Plain)
+        .push("review-once/app", "multiarch-oci", "v1")
+        .await;
+    let mut yaml = String::new();
+    for i in 0..6 {
+        yaml.push_str(&format!(
+            "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: d{i}}}\nspec:\n  template:\n    spec:\n      containers: [{{name: c, image: '{}/review-once/app:v1'}}]\n",
+            registry.host
+        ));
+    }
+    let out = tokio::task::spawn_blocking(move || review(&["--json", "-"], Some(yaml.as_bytes())))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_report(&out)["workloads"].as_array().unwrap().len(), 6);
+    // The index names the platforms: one manifest request in all, for six workloads.
+    assert_eq!(registry.requests_for("review-once/app").await, (1, 0));
+}
+
+#[test]
+fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
+    let dir = corpus(&registry::plain().host);
+    let out = review(
+        &["--patch", dir.path().join("batch.yaml").to_str().unwrap()],
+        None,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("# Job/shop/migrate ("), "{text}");
+    assert!(text.contains("# CronJob/shop/nightly ("), "{text}");
+    assert_eq!(text.matches("# JSON Patch").count(), 2, "{text}");
+    assert_eq!(text.matches("# Patched Pod").count(), 2, "{text}");
+
+    let list = std::fs::read_to_string(dir.path().join("list.json")).unwrap();
+    let list: Value = serde_json::from_str(&list).unwrap();
+    let pod = serde_yaml_ng::to_string(&list["items"][0]).unwrap();
+    let out = review(&["-"], Some(pod.as_bytes()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("decision: allowed"), "{text}");
+}
+
+#[test]
+fn no_workload_and_unreadable_documents_are_clear_errors() {
+    for (input, want) in [
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+            "no workload",
+        ),
+        (
+            "---\nkind: Pod\n---\n- a list\n",
+            "expected a Kubernetes object, got a list",
+        ),
+        ("metadata: {name: x}\nspec: {}\n", "without a kind"),
+    ] {
+        let out = review(&["-"], Some(input.as_bytes()));
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{input}: {stderr}");
+    }
+}
+
+/// `tolerable review … | head`: a reader that stops reading ends the output quietly.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let mut yaml = String::new();
+    for i in 0..2000 {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec:\n  containers: [{{name: c, image: 'not a reference {i}'}}]\n"
+        ));
+    }
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let mut child = tolerable()
+        .args(["review", file.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close both ends before the output is written, as `2>&1 | head -1` does once it has a line.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "no panic (101), no error (2)");
+}
+
+/// The gate fails on images that share no architecture whether the webhook would deny the Pod
+/// or only warn, and on a lookup failure only when configured to deny.
+#[test]
+fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
+    let dir = corpus(&registry::plain().host);
+    let mixed = dir.path().join("mixed.yaml");
+    let out = tolerable()
+        .env("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "warn")
+        .args(["review", "--json", mixed.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report = json_report(&out);
+    assert_eq!(
+        workload(&report, "Deployment", "mixed")["outcome"],
+        "no_common_architecture"
+    );
+
+    let missing = format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  template:\n    spec:\n      containers: [{{name: c, image: '{}/fixtures/does-not-exist:v1'}}]\n",
+        registry::plain().host
+    );
+    let file = dir.path().join("missing.yaml");
+    std::fs::write(&file, missing).unwrap();
+    for (policy, code, outcome) in [("allow", 0, "lookup_failed"), ("deny", 1, "denied")] {
+        let out = tolerable()
+            .env("TOLERABLE_ON_LOOKUP_FAILURE", policy)
+            .args(["review", "--json", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{policy}");
+        assert_eq!(workload(&json_report(&out), "Job", "j")["outcome"], outcome);
+    }
+}
