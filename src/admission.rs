@@ -240,7 +240,7 @@ pub(crate) fn respond(
     shell_warnings: &[String],
 ) -> AdmissionReviewOut {
     let out = allowed.with_warnings(answer.warnings().iter().chain(shell_warnings));
-    match answer.decision.denial() {
+    match answer.denial() {
         Some(message) => out.deny(message),
         None => out.with_patch(&answer.patch),
     }

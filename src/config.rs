@@ -306,6 +306,7 @@ struct RawConfig {
     on_lookup_failure: Word<OnLookupFailure>,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
+    enforce: bool,
     read_pull_secrets: bool,
     watch_nodes: bool,
     default_architectures: List,
@@ -354,6 +355,7 @@ impl Default for RawConfig {
             on_lookup_failure: Word::Known(OnLookupFailure::Allow),
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,
+            enforce: true,
             read_pull_secrets: true,
             watch_nodes: true,
             default_architectures: List(vec!["amd64".into()]),
@@ -1025,6 +1027,7 @@ fn validate_policy(raw: &RawConfig) -> Result<Policy, ConfigError> {
         skip_namespaces: raw.skip_namespaces.0.iter().cloned().collect(),
         max_containers_per_pod: at_least_one("max_containers_per_pod", raw.max_containers_per_pod)?,
         max_images_per_pod: at_least_one("max_images_per_pod", raw.max_images_per_pod)?,
+        enforce: raw.enforce,
     })
 }
 

@@ -41,6 +41,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WouldLabels {
+    would: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -69,6 +74,7 @@ struct RegistryLabels {
 pub struct Metrics {
     admissions: Family<OutcomeLabels, Counter>,
     admission_duration: Histogram,
+    not_enforced: Family<WouldLabels, Counter>,
     lookup_duration: Family<ResultLabels, Histogram>,
     registry_requests: Family<RegistryLabels, Counter>,
     cache_lookups: Family<ResultLabels, Counter>,
@@ -94,6 +100,7 @@ impl Metrics {
         let metrics = Self {
             admissions: Family::default(),
             admission_duration: latency_histogram(),
+            not_enforced: Family::default(),
             lookup_duration: Family::new_with_constructor(latency_histogram),
             registry_requests: Family::default(),
             cache_lookups: Family::default(),
@@ -113,6 +120,9 @@ impl Metrics {
             let _ = metrics.admissions.get_or_create(&OutcomeLabels {
                 outcome: outcome.label(),
             });
+        }
+        for would in ["change", "deny"] {
+            let _ = metrics.not_enforced.get_or_create(&WouldLabels { would });
         }
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
@@ -150,6 +160,11 @@ impl Metrics {
             "tolerable_admissions",
             "AdmissionReviews answered, by outcome",
             self.admissions.clone(),
+        );
+        registry.register(
+            "tolerable_admissions_not_enforced",
+            "Pods let through unchanged but for the decision annotation (enforce = false), by what tolerable would have done: change (add tolerations or steering) or deny",
+            self.not_enforced.clone(),
         );
         registry.register(
             "tolerable_admission_duration_seconds",
@@ -216,6 +231,14 @@ impl Metrics {
             })
             .inc();
         self.admission_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Under `enforce = false`: a Pod tolerable would have denied (`true`) or changed.
+    pub(crate) fn not_enforced(&self, would_deny: bool) {
+        let would = if would_deny { "deny" } else { "change" };
+        self.not_enforced
+            .get_or_create(&WouldLabels { would })
+            .inc();
     }
 
     pub(crate) fn observe_lookup(&self, elapsed: Duration, ok: bool) {

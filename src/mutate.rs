@@ -176,6 +176,9 @@ pub struct Answer {
     pub decision: Decision,
     /// Empty unless the Pod is placed and lacks something.
     pub(crate) patch: Vec<patch::Operation>,
+    /// `false` under `enforce = false`: the patch only writes the annotation saying what the
+    /// decision would have done, and a denial is not carried out.
+    pub(crate) enforced: bool,
 }
 
 impl Answer {
@@ -201,15 +204,36 @@ impl Answer {
                 warnings,
             },
             patch: Vec::new(),
+            enforced: true,
         }
     }
 
+    /// What was decided (also under `enforce = false`, where nothing of it is carried out but
+    /// the annotation).
     pub(crate) fn outcome(&self) -> Outcome {
         self.decision.outcome()
     }
 
     pub(crate) fn warnings(&self) -> &[String] {
         self.decision.warnings()
+    }
+
+    /// The message the Pod is rejected with, when it is (never under `enforce = false`).
+    pub(crate) fn denial(&self) -> Option<&str> {
+        self.decision.denial().filter(|_| self.enforced)
+    }
+
+    /// Under `enforce = false`: whether the decision would have changed the Pod (`Some(false)`)
+    /// or denied it (`Some(true)`).
+    pub(crate) fn not_enforced(&self) -> Option<bool> {
+        if self.enforced {
+            return None;
+        }
+        match &self.decision {
+            Decision::Denied { .. } => Some(true),
+            Decision::Placed(placement) if !explain::additions(placement).is_empty() => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -222,11 +246,49 @@ pub(crate) fn answer(
     policy: &Policy,
 ) -> Answer {
     let decision = decide(request, facts, pools, policy);
+    if !policy.enforce {
+        return report_only(&request.pod, decision);
+    }
     let patch = match &decision {
         Decision::Placed(placement) => patch::operations(&request.pod, placement),
         _ => Vec::new(),
     };
-    Answer { decision, patch }
+    Answer {
+        decision,
+        patch,
+        enforced: true,
+    }
+}
+
+/// `enforce = false`: the decision is written into the annotation, as what tolerable would
+/// have added or why it would have denied the Pod, and nothing else changes.
+fn report_only(pod: &PodView, decision: Decision) -> Answer {
+    let would = match &decision {
+        Decision::Placed(placement) => Some(explain::would_add(
+            &explain::additions(placement),
+            &placement.summary,
+        )),
+        Decision::Denied { message, .. } => Some(explain::would_deny(message)),
+        Decision::Unchanged { .. } => None,
+    };
+    let annotation = would.and_then(|text| {
+        pod::annotation_update(pod, explain::cut(text, explain::MAX_SUMMARY_BYTES))
+    });
+    let patch = match annotation {
+        Some(annotation) => patch::operations(
+            pod,
+            &Placement {
+                annotation: Some(annotation),
+                ..Placement::default()
+            },
+        ),
+        None => Vec::new(),
+    };
+    Answer {
+        decision,
+        patch,
+        enforced: false,
+    }
 }
 
 /// The architectures every image of `request` supports on its OS (as the decision sees them):

@@ -270,6 +270,9 @@ async fn mutate(
                 "{summary}"
             );
             state.metrics.admission(outcome, started.elapsed());
+            if let Some(would_deny) = reviewed.answer.not_enforced() {
+                state.metrics.not_enforced(would_deny);
+            }
             respond(StatusCode::OK, "application/json", reviewed.out.to_json())
         }
         Err(e) => {

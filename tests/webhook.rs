@@ -427,3 +427,46 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
     assert_eq!(body["response"]["allowed"], true);
     server.shutdown().await;
 }
+
+/// `enforce = false` (the first roll-out): the Pod gets only the decision annotation saying what
+/// tolerable would have added, and the metric counts it; the config's environment variable
+/// turns it off as the README says.
+#[tokio::test]
+async fn report_only_annotates_and_counts_without_changing_the_pod() {
+    let overridden = tolerable::config::Config::load(
+        None,
+        vec![("TOLERABLE_ENFORCE".to_owned(), "false".to_owned())],
+    )
+    .unwrap();
+    assert!(!overridden.policy.enforce);
+    let policy = tolerable::mutate::Policy {
+        enforce: false,
+        ..webhook::policy()
+    };
+    let server = TestServer::start(policy, common::settings()).await;
+    let request = recorded("pod-create-simple.v1.json", &registry::plain().host);
+    let (status, response) = post(&server, "/mutate?timeout=10s", request.to_string()).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["response"]["allowed"], true);
+    let patched = apply(&request, &response).expect("the annotation");
+    assert_eq!(
+        patched["spec"], request["request"]["object"]["spec"],
+        "the spec is untouched"
+    );
+    let note = patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("report only (enforce = false): would add toleration kubernetes.io/arch=arm64:NoSchedule"),
+        "{note}"
+    );
+    let metrics = webhook::metrics_text(&server).await;
+    assert!(
+        metrics.contains("tolerable_admissions_not_enforced_total{would=\"change\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tolerable_admissions_not_enforced_total{would=\"deny\"} 0"),
+        "{metrics}"
+    );
+}

@@ -169,6 +169,23 @@ pub(crate) fn additions(placement: &Placement) -> Vec<String> {
     out
 }
 
+/// The annotation under `enforce = false` for a placed Pod.
+pub(crate) fn would_add(additions: &[String], summary: &str) -> String {
+    let additions = if additions.is_empty() {
+        "nothing".to_owned()
+    } else {
+        additions.join("; ")
+    };
+    format!("{REPORT_ONLY}: would add {additions}; {summary}")
+}
+
+/// The annotation under `enforce = false` for a Pod the decision denies.
+pub(crate) fn would_deny(message: &str) -> String {
+    format!("{REPORT_ONLY}: would deny: {message}")
+}
+
+const REPORT_ONLY: &str = "report only (enforce = false)";
+
 // Steering and preferences.
 
 pub(crate) fn steering(steering: Steering, common: &[String]) -> String {

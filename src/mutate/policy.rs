@@ -122,6 +122,9 @@ pub struct Policy {
     pub max_containers_per_pod: usize,
     /// Most distinct images looked up for one Pod.
     pub max_images_per_pod: usize,
+    /// `false`: report only. The Pod gets the decision annotation saying what tolerable would
+    /// have added or why it would have denied it, and nothing else (a first roll-out).
+    pub enforce: bool,
 }
 
 impl Policy {
@@ -177,6 +180,7 @@ impl Default for Policy {
             skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,
+            enforce: true,
         }
     }
 }

@@ -98,7 +98,9 @@ struct Outcome {
 /// patched Pod changes nothing.
 fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     let created = request(pod_json, policy);
-    let Answer { decision, patch } = answer(&created, facts, None, policy);
+    let Answer {
+        decision, patch, ..
+    } = answer(&created, facts, None, policy);
     let ops: Vec<Value> = patch
         .iter()
         .map(|op| serde_json::to_value(op).unwrap())
@@ -688,7 +690,9 @@ fn run_with_pools(
     policy: &Policy,
     pools: &NodePools,
 ) -> (Decision, Value) {
-    let Answer { decision, patch } = answer(&request(pod_json, policy), facts, Some(pools), policy);
+    let Answer {
+        decision, patch, ..
+    } = answer(&request(pod_json, policy), facts, Some(pools), policy);
     let ops: Vec<Value> = patch
         .iter()
         .map(|op| serde_json::to_value(op).unwrap())
@@ -1241,4 +1245,80 @@ fn distinct_images_keep_first_order_and_limits_apply() {
     p.on_lookup_failure = OnLookupFailure::Deny;
     let d = decide_pod("apps", &pod, &ImageFacts::new(), &p);
     assert!(d.denial().unwrap().contains("did not look the images up"));
+}
+
+/// `enforce = false`: the Pod gets the annotation saying what tolerable would have done, and
+/// nothing else; a Pod that would be denied is let through; reinvocation changes nothing.
+#[test]
+fn report_only_writes_the_would_be_decision_into_the_annotation_alone() {
+    let report_only = Policy {
+        enforce: false,
+        ..policy()
+    };
+    let policy = &report_only;
+    let multi = pod(&["app:1"], json!({}));
+    let f = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let out = run(&multi, &f, policy);
+    assert_eq!(out.ops.len(), 1, "{:#?}", out.ops);
+    assert_eq!(out.ops[0]["path"], "/metadata/annotations");
+    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("report only (enforce = false): would add toleration kubernetes.io/arch=arm64:NoSchedule; requires kubernetes.io/arch in (amd64,arm64); linux architectures amd64,arm64"),
+        "{note}"
+    );
+    assert!(out.patched["spec"].get("tolerations").is_none());
+    assert!(out.patched["spec"].get("affinity").is_none());
+    let answered = answer(&request(&multi, policy), &f, None, policy);
+    assert_eq!(answered.outcome(), super::Outcome::Decided);
+    assert_eq!(answered.not_enforced(), Some(false));
+
+    let mixed = pod(&["x86:1", "z:1"], json!({}));
+    let f = facts(&[
+        ("x86:1", Ok(&["linux/amd64"])),
+        ("z:1", Ok(&["linux/s390x"])),
+    ]);
+    let answered = answer(&request(&mixed, policy), &f, None, policy);
+    assert_eq!(
+        answered.outcome(),
+        super::Outcome::Denied,
+        "what was decided"
+    );
+    assert_eq!(answered.denial(), None, "but not carried out");
+    assert_eq!(answered.not_enforced(), Some(true));
+    let out = run(&mixed, &f, policy);
+    let note = out.patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("report only (enforce = false): would deny: "),
+        "{note}"
+    );
+
+    // An amd64-only Pod would be steered to amd64; a lookup failure reports nothing.
+    let amd = pod(&["x86:1"], json!({}));
+    let answered = answer(&request(&amd, policy), &f, None, policy);
+    assert_eq!(answered.not_enforced(), Some(false));
+    let failed = facts(&[("x86:1", Err("gone"))]);
+    assert_eq!(
+        answer(&request(&amd, policy), &failed, None, policy).not_enforced(),
+        None
+    );
+    assert!(answer(&request(&amd, policy), &failed, None, policy)
+        .patch
+        .is_empty());
+    // Enforced, the same Pod gets its tolerations.
+    let enforced = super::Policy {
+        enforce: true,
+        ..report_only.clone()
+    };
+    let answered = answer(
+        &request(&multi, &enforced),
+        &facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]),
+        None,
+        &enforced,
+    );
+    assert_eq!(answered.not_enforced(), None);
+    assert!(answered.patch.len() > 1);
 }

@@ -103,7 +103,7 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         outcome: answer.outcome(),
         summary: answer.decision.summary().to_owned(),
         adds,
-        denied: answer.decision.denial().map(str::to_owned),
+        denied: answer.denial().map(str::to_owned),
         warnings: answer
             .warnings()
             .iter()
