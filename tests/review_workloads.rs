@@ -356,3 +356,24 @@ fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
         assert_eq!(workload(&json_report(&out), "Job", "j")["outcome"], outcome);
     }
 }
+
+/// Without a cluster, the pull secrets a workload names are not read: the warning names them.
+#[test]
+fn unread_pull_secrets_are_named() {
+    let yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: private, namespace: shop}}\nspec:\n  template:\n    spec:\n      imagePullSecrets: [{{name: regcred}}]\n      containers: [{{name: c, image: '{}/fixtures/multiarch-oci:v1'}}]\n",
+        registry::plain().host
+    );
+    let out = review(&["--json", "-"], Some(yaml.as_bytes()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out);
+    let warnings = strings(&workload(&report, "Deployment", "private")["warnings"]).join("\n");
+    assert!(
+        warnings.contains("image pull secrets not read: shop/regcred"),
+        "{warnings}"
+    );
+}

@@ -15,8 +15,9 @@ use serde_json::{json, Value};
 use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
 use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
+use crate::cluster::PullSecretRefs;
 use crate::config::Config;
-use crate::mutate::Answer;
+use crate::mutate::{Answer, PodCreate};
 use crate::registry::Resolver;
 use crate::workload::{self, Found};
 
@@ -61,7 +62,11 @@ async fn review_document(
                 Err(reason) => Answer::invalid_object(&reason).into(),
                 Ok(object) => match admission::read_pod(None, object, admission.policy()) {
                     Asked::Decide(pod, pull_secrets) => {
-                        admission.answer(&pod, &pull_secrets, budget).await
+                        let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
+                        answered
+                            .shell_warnings
+                            .extend(unread_pull_secrets(&pod, &pull_secrets));
+                        answered
                     }
                     Asked::Answered(answer) => answer.into(),
                 },
@@ -77,6 +82,23 @@ async fn review_document(
         Some(other) => bail!("expected a Pod or an AdmissionReview, got kind {other}"),
         None => bail!("expected a Pod or an AdmissionReview (no kind, no spec)"),
     }
+}
+
+/// `review` reads no cluster: the pull secrets a Pod names are not read, and its warnings say so
+/// by name rather than leave a bare "refused access (tried: anonymous)" unexplained.
+pub(crate) fn unread_pull_secrets(pod: &PodCreate, refs: &PullSecretRefs) -> Option<String> {
+    if refs.secrets.is_empty() || pod.images_to_look_up().is_empty() {
+        return None;
+    }
+    let names: Vec<String> = refs
+        .secrets
+        .iter()
+        .map(|name| format!("{}/{name}", pod.namespace))
+        .collect();
+    Some(format!(
+        "review reads no cluster: image pull secrets not read: {}; images behind them need a credential file or docker_config_path",
+        names.join(", ")
+    ))
 }
 
 /// The uid of the response `review` shows for a Pod manifest (there is no request).

@@ -65,7 +65,10 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
         Ok(object) => match admission::read_pod(None, object, policy) {
             Asked::Decide(pod, pull_secrets) => {
-                let answered = admission.answer(&pod, &pull_secrets, budget).await;
+                let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
+                answered
+                    .shell_warnings
+                    .extend(super::unread_pull_secrets(&pod, &pull_secrets));
                 let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
                 (answered, common)
             }
