@@ -570,8 +570,9 @@ fn the_deployment_is_hardened() {
         .unwrap()
         .iter()
         .any(|e| e["name"] == "TOLERABLE_SUPPORTED_ARCHITECTURES"));
-    assert!(
-        container["image"].as_str().unwrap().contains(":v"),
+    // The overlay's image replaces the base's placeholder.
+    assert_eq!(
+        container["image"], "registry.example.com/platform/tolerable:v0.1.0",
         "{}",
         container["image"]
     );
@@ -599,5 +600,50 @@ fn deployed_config_file_matches_the_shipped_one() {
     assert_eq!(
         deployed, shipped,
         "kustomize/base/tolerable.toml drifted from tolerable.toml"
+    );
+}
+
+/// The example overlay copied out of the repository, as its comments say to: its base pointed
+/// at the checkout's kustomize/base by a relative path, the image set to the operator's own.
+#[test]
+fn the_example_overlay_works_when_copied_elsewhere() {
+    let copy = tempfile::tempdir().unwrap();
+    let example = root().join("kustomize/overlays/example");
+    let base = root().join("kustomize/base");
+    // The relative path from the copy to the base: up to /, then down.
+    let up = "../".repeat(copy.path().components().count() - 1);
+    let relative = format!("{up}{}", base.strip_prefix("/").unwrap().display());
+    let kustomization = std::fs::read_to_string(example.join("kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("  - ../../base\n"));
+    assert!(kustomization
+        .contains("kustomize edit set image registry.example.com/tolerable/tolerable="));
+    let kustomization = kustomization
+        .replace("  - ../../base\n", &format!("  - {relative}\n"))
+        .replace(
+            "newName: registry.example.com/platform/tolerable",
+            "newName: registry.example.com/other/tolerable",
+        );
+    std::fs::write(copy.path().join("kustomization.yaml"), kustomization).unwrap();
+    std::fs::copy(
+        example.join("environment.yaml"),
+        copy.path().join("environment.yaml"),
+    )
+    .unwrap();
+    let out = tools::command("kubectl")
+        .arg("kustomize")
+        .arg(copy.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = documents(&String::from_utf8(out.stdout).unwrap());
+    let container =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/other/tolerable:v0.1.0"
     );
 }
