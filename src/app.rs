@@ -74,6 +74,19 @@ impl Webhook {
             ),
             None => (admission, None),
         };
+        if nodes.is_some() {
+            metrics.register_node_watch(&mut metrics_registry);
+        }
+        metrics.set_certificate_expiry(certs.not_after());
+        metrics.set_registry_ca_expiry(
+            config
+                .resolver
+                .transport
+                .extra_roots_pem
+                .iter()
+                .filter_map(|pem| crate::x509::earliest_not_after(pem))
+                .min(),
+        );
         let state = Arc::new(AppState {
             admission,
             nodes,

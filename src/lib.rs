@@ -26,3 +26,4 @@ pub mod registry;
 pub mod server;
 pub mod taints;
 pub mod telemetry;
+mod x509;
