@@ -23,7 +23,7 @@ fn root() -> PathBuf {
     tools::root()
 }
 
-fn render(dir: &str) -> String {
+fn render(dir: impl AsRef<Path>) -> String {
     tools::render(dir)
 }
 
@@ -634,17 +634,7 @@ fn the_example_overlay_works_when_copied_elsewhere() {
         copy.path().join("environment.yaml"),
     )
     .unwrap();
-    let out = tools::command("kubectl")
-        .arg("kustomize")
-        .arg(copy.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs = documents(&String::from_utf8(out.stdout).unwrap());
+    let docs = documents(&render(copy.path()));
     let container =
         &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(

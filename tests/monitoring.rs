@@ -66,19 +66,25 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
         .collect()
 }
 
-/// `promtool ARGS` in `dir`: success, and what it printed.
-fn promtool(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = tools::command("promtool")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
+/// `promtool ARGS` in `dir` (reading `stdin`, a file in `dir`, if given): success, and what it
+/// printed.
+fn promtool_with(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    let mut command = tools::command("promtool");
+    command.args(args).current_dir(dir);
+    if let Some(file) = stdin {
+        command.stdin(std::fs::File::open(dir.join(file)).unwrap());
+    }
+    let out = command.output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+fn promtool(dir: &Path, args: &[&str]) -> (bool, String) {
+    promtool_with(dir, args, None)
 }
 
 /// A Prometheus rule file holding `groups`.
@@ -449,17 +455,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
     let check = |text: &str| {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("metrics.txt"), text).unwrap();
-        let out = tools::command("promtool")
-            .args(["check", "metrics"])
-            .stdin(std::fs::File::open(dir.path().join("metrics.txt")).unwrap())
-            .output()
-            .unwrap();
-        let report = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success() && report.trim().is_empty(), "{report}");
+        let (ok, report) = promtool_with(dir.path(), &["check", "metrics"], Some("metrics.txt"));
+        assert!(ok && report.trim().is_empty(), "{report}");
     };
     check(&text);
     // The latency histogram has a bucket above the alert's threshold, so p99 can exceed it.

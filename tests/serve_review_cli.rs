@@ -64,6 +64,13 @@ async fn review_the_shipped_example_pod() {
         .env("TOLERABLE_REGISTRY_ALLOWLIST", "127.0.0.1")
         .output()
         .unwrap();
+    let pod = allowed_tolerating_arm64(&out);
+    assert_eq!(pod["metadata"]["name"], "web");
+    assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:1.27");
+}
+
+/// `review`'s output says allowed, tolerating arm64, with its JSON Patch; the patched Pod.
+fn allowed_tolerating_arm64(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -72,10 +79,9 @@ async fn review_the_shipped_example_pod() {
     );
     assert!(text.starts_with("decision: allowed"), "{text}");
     assert!(text.contains("tolerates arm64"), "{text}");
+    assert!(text.contains("# JSON Patch"), "{text}");
     let patched = text.split("# Patched Pod\n").nth(1).unwrap();
-    let pod: Value = serde_yaml_ng::from_str(patched).unwrap();
-    assert_eq!(pod["metadata"]["name"], "web");
-    assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:1.27");
+    serde_yaml_ng::from_str(patched).unwrap()
 }
 
 #[test]
@@ -89,18 +95,8 @@ fn review_a_pod_manifest_in_yaml() {
     )
     .unwrap();
     let out = review(&[file.to_str().unwrap()], None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.starts_with("decision: allowed"), "{text}");
-    assert!(text.contains("tolerates arm64"), "{text}");
-    assert!(text.contains("# JSON Patch"), "{text}");
     // The patched Pod, in YAML.
-    let patched = text.split("# Patched Pod\n").nth(1).unwrap();
-    let pod: Value = serde_yaml_ng::from_str(patched).unwrap();
+    let pod = allowed_tolerating_arm64(&out);
     assert_eq!(pod["spec"]["tolerations"][0]["value"], "arm64");
     assert_eq!(pod["metadata"]["name"], "web");
 }

@@ -41,15 +41,19 @@ pub fn python_script(script: &str) -> Command {
     command
 }
 
-/// `kubectl kustomize DIR` (DIR relative to the repository root): the rendered YAML.
-pub fn render(dir: &str) -> String {
+/// `kubectl kustomize DIR` (DIR relative to the repository root, or absolute): the rendered
+/// YAML.
+pub fn render(dir: impl AsRef<std::path::Path>) -> String {
+    let dir = root().join(dir);
     let out = command("kubectl")
-        .args(["kustomize", &root().join(dir).to_string_lossy()])
+        .arg("kustomize")
+        .arg(&dir)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "kubectl kustomize {dir}: {}",
+        "kubectl kustomize {}: {}",
+        dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
