@@ -1,19 +1,22 @@
 # One task runner. `make` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help run inspect test test-deps fmt lint unit bench fuzz soak
+.PHONY: help run install inspect test test-deps fmt lint unit bench fuzz soak
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 run: ## build release and run the webhook (tolerable serve; self-signed without certificates)
 	$(CARGO) run --release --locked -- serve
 
+install: ## install the tolerable binary into ~/.cargo/bin (cargo install), for `tolerable inspect`, `tolerable nodes …`
+	$(CARGO) install --locked --path .
+
 inspect: ## platforms of images (IMAGES="nginx ghcr.io/org/app:1")
 	$(CARGO) run --release --locked -- inspect $(or $(IMAGES),nginx)
 
 test: test-deps fmt lint unit ## everything CI runs: install test deps, fmt check, clippy, all tests
 
-test-deps: ## install the registry server and htpasswd when missing (apt)
+test-deps: ## install what the tests need when missing: apt packages; kubectl, promtool and the Python validators in .test-tools/
 	./scripts/install-test-deps.sh
 
 fmt: ## check formatting

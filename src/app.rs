@@ -74,6 +74,19 @@ impl Webhook {
             ),
             None => (admission, None),
         };
+        if nodes.is_some() {
+            metrics.register_node_watch(&mut metrics_registry);
+        }
+        metrics.set_certificate_expiry(certs.not_after());
+        metrics.set_registry_ca_expiry(
+            config
+                .resolver
+                .transport
+                .extra_roots_pem
+                .iter()
+                .filter_map(|pem| crate::x509::earliest_not_after(pem))
+                .min(),
+        );
         let state = Arc::new(AppState {
             admission,
             nodes,
@@ -133,17 +146,31 @@ fn resolver(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Resolver>
     Ok(Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()))
 }
 
+/// Where `serve` writes the CA of its self-signed certificate, in its working directory.
+pub(crate) const SELF_SIGNED_CA_FILE: &str = "tolerable-ca.pem";
+
 /// The serving certificate: the configured files (reloaded as they change), else — for a first
-/// run without cert-manager — a fresh CA, printed so a client can trust it.
+/// run without cert-manager — a fresh CA, printed and written to [`SELF_SIGNED_CA_FILE`] so a
+/// client can trust it.
 fn certificates(config: &Config) -> anyhow::Result<CertStore> {
     if let Some((cert, key)) = &config.tls_files {
         return Ok(CertStore::from_files(cert, key)?.with_name_check(config.tls_reload_name_check));
     }
     let names = ["localhost", "127.0.0.1", "::1"].map(String::from);
     let generated = tls::self_signed(&names)?;
+    let saved = match std::fs::write(SELF_SIGNED_CA_FILE, &generated.ca_pem) {
+        Ok(()) => format!(
+            "written to {} (curl --cacert {SELF_SIGNED_CA_FILE})",
+            std::env::current_dir()
+                .map(|dir| dir.join(SELF_SIGNED_CA_FILE))
+                .unwrap_or_else(|_| SELF_SIGNED_CA_FILE.into())
+                .display()
+        ),
+        Err(e) => format!("not written to {SELF_SIGNED_CA_FILE}: {e}; save it from here"),
+    };
     println!(
         "No ssl_cert_path/ssl_key_path configured: serving a self-signed certificate for {}.\n\
-         Trust this CA to call the webhook (e.g. curl --cacert ca.pem):\n{}",
+         Trust this CA to call the webhook; it is {saved}:\n{}",
         names.join(", "),
         generated.ca_pem
     );

@@ -27,3 +27,4 @@ pub mod server;
 pub mod taints;
 pub(crate) mod telemetry;
 pub(crate) mod workload;
+mod x509;

@@ -2,8 +2,9 @@
 //! value comes from a bounded set (registry hosts are capped, see [`MAX_REGISTRY_LABELS`]).
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::mutate::Outcome;
+use crate::mutate::{Outcome, Untouched};
 use crate::registry::RegistryObserver;
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
@@ -56,6 +57,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ArchitectureLabels {
     architecture: String,
 }
@@ -71,10 +77,37 @@ struct RegistryLabels {
     status: String,
 }
 
+/// Why a Pod was denied: the two policies that deny (`on_lookup_failure`,
+/// `on_no_common_architecture`).
+const DENIAL_REASONS: [&str; 2] = ["lookup_failed", "no_common_architecture"];
+
+/// `tolerable_requests_refused_total`'s reasons.
+const REFUSAL_REASONS: [&str; 4] = [
+    "requests_in_flight",
+    "body_memory",
+    "read_timeout",
+    "too_many_connections",
+];
+
+/// A gauge holding a point in time, in seconds since the Unix epoch (0: none).
+type Timestamp = Gauge<f64, AtomicU64>;
+
+/// Seconds since the Unix epoch.
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 pub struct Metrics {
     admissions: Family<OutcomeLabels, Counter>,
+    denials: Family<ReasonLabels, Counter>,
     admission_duration: Histogram,
     not_enforced: Family<WouldLabels, Counter>,
+    ready: Gauge,
+    certificate_expiry: Timestamp,
+    registry_ca_expiry: Timestamp,
+    node_watch_synced: Timestamp,
+    build_info: Family<VersionLabels, Gauge>,
     lookup_duration: Family<ResultLabels, Histogram>,
     registry_requests: Family<RegistryLabels, Counter>,
     cache_lookups: Family<ResultLabels, Counter>,
@@ -91,16 +124,22 @@ pub struct Metrics {
 }
 
 fn latency_histogram() -> Histogram {
-    // 100 µs … ~1.6 s
-    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+    // 100 µs … ~13 s: past the webhook's timeoutSeconds (10 in the base), so a p99 near it shows.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
 impl Metrics {
     pub(crate) fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             admissions: Family::default(),
+            denials: Family::default(),
             admission_duration: latency_histogram(),
             not_enforced: Family::default(),
+            ready: Gauge::default(),
+            certificate_expiry: Timestamp::default(),
+            registry_ca_expiry: Timestamp::default(),
+            node_watch_synced: Timestamp::default(),
+            build_info: Family::default(),
             lookup_duration: Family::new_with_constructor(latency_histogram),
             registry_requests: Family::default(),
             cache_lookups: Family::default(),
@@ -115,19 +154,117 @@ impl Metrics {
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
         };
-        // Alerts divide by these series: each outcome is shown (at zero) from the start.
+        metrics.register_connections(registry);
+        metrics.register_admissions(registry);
+        metrics.register_health(registry);
+        metrics.register_lookups(registry);
+        metrics.create_series();
+        metrics
+    }
+
+    /// Every series of a bounded label set exists from the start, at zero, so alerts and
+    /// `rate()` see the first event (a series born at 1 looks like no increase).
+    fn create_series(&self) {
         for outcome in Outcome::ALL {
-            let _ = metrics.admissions.get_or_create(&OutcomeLabels {
+            let _ = self.admissions.get_or_create(&OutcomeLabels {
                 outcome: outcome.label(),
             });
         }
-        for would in ["change", "deny"] {
-            let _ = metrics.not_enforced.get_or_create(&WouldLabels { would });
+        for reason in DENIAL_REASONS {
+            let _ = self.denials.get_or_create(&ReasonLabels { reason });
         }
-        metrics.register_connections(registry);
-        metrics.register_admissions(registry);
-        metrics.register_lookups(registry);
-        metrics
+        for would in ["change", "deny"] {
+            let _ = self.not_enforced.get_or_create(&WouldLabels { would });
+        }
+        for reason in REFUSAL_REASONS {
+            let _ = self
+                .requests_refused
+                .get_or_create(&ReasonLabels { reason });
+        }
+        let _ = self
+            .connections_closed
+            .get_or_create(&ReasonLabels { reason: "idle" });
+        for result in ["ok", "error"] {
+            let _ = self.lookup_duration.get_or_create(&ResultLabels { result });
+            let _ = self
+                .certificate_reloads
+                .get_or_create(&ResultLabels { result });
+        }
+        for result in ["hit", "miss", "stale"] {
+            let _ = self.cache_lookups.get_or_create(&ResultLabels { result });
+        }
+        for host in WELL_KNOWN_REGISTRIES {
+            let _ = self.circuits_opened.get_or_create(&CircuitLabels {
+                registry: (*host).to_owned(),
+            });
+        }
+        self.build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+    }
+
+    /// Health an operator alerts on: readiness, certificate expiry, the build.
+    fn register_health(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_ready",
+            "1 when /readyz answers 200 (serving, and the node watch synced when enabled), else 0",
+            self.ready.clone(),
+        );
+        registry.register(
+            "tolerable_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate served now, in seconds since the Unix epoch",
+            self.certificate_expiry.clone(),
+        );
+        registry.register(
+            "tolerable_registry_ca_expiry_timestamp_seconds",
+            "Earliest notAfter of the certificates in registry_ca_path, in seconds since the Unix epoch; 0 when none is configured",
+            self.registry_ca_expiry.clone(),
+        );
+        registry.register(
+            "tolerable_build_info",
+            "The running build: version label, value 1",
+            self.build_info.clone(),
+        );
+    }
+
+    /// The node watch's health; registered only when the node watch feeds decisions.
+    pub(crate) fn register_node_watch(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_node_watch_last_sync_timestamp_seconds",
+            "Until when the node watch was known in sync with the API server (now while it is; when it failed, else), in seconds since the Unix epoch; 0 before the first full list",
+            self.node_watch_synced.clone(),
+        );
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// The serving certificate's `notAfter` (seconds since the Unix epoch).
+    pub(crate) fn set_certificate_expiry(&self, not_after: Option<i64>) {
+        self.certificate_expiry
+            .set(not_after.map_or(0.0, |t| t as f64));
+    }
+
+    /// The registry CA bundle's earliest `notAfter` (seconds since the Unix epoch).
+    pub(crate) fn set_registry_ca_expiry(&self, not_after: Option<i64>) {
+        self.registry_ca_expiry
+            .set(not_after.map_or(0.0, |t| t as f64));
+    }
+
+    pub(crate) fn set_node_watch_synced(&self, at: Option<SystemTime>) {
+        self.node_watch_synced.set(at.map_or(0.0, unix_seconds));
+    }
+
+    /// A Pod denied (counted besides its `denied` outcome), by why.
+    pub(crate) fn denied(&self, why: Untouched) {
+        let reason = match why {
+            Untouched::NoCommonArchitecture => DENIAL_REASONS[1],
+            _ => DENIAL_REASONS[0],
+        };
+        self.denials.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// The server's connections and refused requests.
@@ -165,6 +302,11 @@ impl Metrics {
             "tolerable_admissions_not_enforced",
             "Pods let through unchanged but for the decision annotation (enforce = false), by what tolerable would have done: change (add tolerations or steering) or deny",
             self.not_enforced.clone(),
+        );
+        registry.register(
+            "tolerable_admission_denials",
+            "Pods denied, by reason: lookup_failed (on_lookup_failure = deny), no_common_architecture (on_no_common_architecture = deny)",
+            self.denials.clone(),
         );
         registry.register(
             "tolerable_admission_duration_seconds",
@@ -285,13 +427,19 @@ impl Metrics {
     }
 
     /// Gives the operator's registries (`host` or `host:port`, as configured) labels of their
-    /// own, outside the capped slots.
+    /// own, outside the capped slots, and their circuit breaker series from the start.
     pub(crate) fn name_registries<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) {
         let mut reserved = self
             .registries_reserved
             .lock()
             .expect("metrics lock poisoned");
-        reserved.extend(hosts.into_iter().map(str::to_ascii_lowercase));
+        for host in hosts {
+            let host = host.to_ascii_lowercase();
+            let _ = self.circuits_opened.get_or_create(&CircuitLabels {
+                registry: host.clone(),
+            });
+            reserved.insert(host);
+        }
     }
 
     /// The label for `host`; `answered` when it just answered a request successfully (which
@@ -359,7 +507,7 @@ impl RegistryObserver for Metrics {
     }
 }
 
-/// The text exposition of `registry`.
+/// The text exposition of `registry` (OpenMetrics).
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry)
@@ -367,9 +515,77 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
+/// The exposition of `registry` in the Prometheus text format (0.0.4), for scrapers that do not
+/// ask for OpenMetrics: the same samples, with a counter's HELP and TYPE under its `_total`
+/// sample name (OpenMetrics names the family without it), no `# UNIT` and no `# EOF`.
+pub(crate) fn encode_text_format(registry: &Registry) -> String {
+    let open_metrics = encode(registry);
+    let mut out = String::with_capacity(open_metrics.len());
+    let mut lines = open_metrics.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or_default();
+            if lines.peek() == Some(&format!("# TYPE {name} counter").as_str()) {
+                out.push_str(&format!("# HELP {name}_total{}\n", &rest[name.len()..]));
+                continue;
+            }
+        } else if let Some(name) = line
+            .strip_prefix("# TYPE ")
+            .and_then(|rest| rest.strip_suffix(" counter"))
+        {
+            out.push_str(&format!("# TYPE {name}_total counter\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_format_declares_every_sample_under_its_own_name() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics.denied(Untouched::NoCommonArchitecture);
+        let text = encode_text_format(&registry);
+        for expected in [
+            "# HELP tolerable_admission_denials_total Pods denied, by reason",
+            "# TYPE tolerable_admission_denials_total counter\n",
+            "tolerable_admission_denials_total{reason=\"no_common_architecture\"} 1\n",
+            "tolerable_admission_denials_total{reason=\"lookup_failed\"} 0\n",
+            "# TYPE tolerable_admission_duration_seconds histogram\n",
+            "tolerable_build_info{version=\"",
+        ] {
+            assert!(text.contains(expected), "{expected}:\n{text}");
+        }
+        assert!(!text.contains("# EOF"), "{text}");
+        for sample in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = sample.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    let family = name.strip_suffix(suffix)?;
+                    text.contains(&format!("# TYPE {family} histogram\n"))
+                        .then_some(family)
+                })
+                .unwrap_or(name);
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "{sample} has no TYPE line:\n{text}"
+            );
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "{sample} has no HELP line"
+            );
+        }
+    }
 
     #[test]
     fn made_up_registries_cannot_take_the_label_slots() {

@@ -689,6 +689,7 @@ fn deny_or_leave(
 ) -> Decision {
     match deny {
         Some(message) => Decision::Denied {
+            why,
             message,
             summary: explain::denied_summary(reason),
             warnings: Vec::new(),

@@ -270,8 +270,11 @@ async fn mutate(
                 "{summary}"
             );
             state.metrics.admission(outcome, started.elapsed());
+            // Under enforce = false nothing is denied: counted as what would have been.
             if let Some(would_deny) = reviewed.answer.not_enforced() {
                 state.metrics.not_enforced(would_deny);
+            } else if let crate::mutate::Decision::Denied { why, .. } = &reviewed.answer.decision {
+                state.metrics.denied(*why);
             }
             respond(StatusCode::OK, "application/json", reviewed.out.to_json())
         }
@@ -295,19 +298,39 @@ struct Server {
     bodies: Arc<Budget>,
 }
 
-/// The Prometheus exposition, with the gauges read at scrape time brought up to date.
-async fn metrics(state: &AppState) -> Response<Body> {
+/// The Prometheus exposition, with the gauges read at scrape time brought up to date:
+/// OpenMetrics when the scraper asks for it (Prometheus does), else the Prometheus text format
+/// (curl, `promtool check metrics`).
+async fn metrics(state: &AppState, req: &Request<Incoming>) -> Response<Body> {
     state
         .metrics
         .set_cache_entries(state.resolver.cached_entries().await);
-    if let Some(pools) = state.nodes.as_ref().and_then(|n| n.pools()) {
-        state.metrics.set_architectures(&pools);
+    state.metrics.set_ready(readiness(state).is_ok());
+    if let Some(nodes) = &state.nodes {
+        state.metrics.set_node_watch_synced(nodes.last_synced());
+        if let Some(pools) = nodes.pools() {
+            state.metrics.set_architectures(&pools);
+        }
     }
-    respond(
-        StatusCode::OK,
-        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        crate::metrics::encode(&state.metrics_registry),
-    )
+    let open_metrics = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|accept| accept.contains("application/openmetrics-text"));
+    if open_metrics {
+        respond(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            crate::metrics::encode(&state.metrics_registry),
+        )
+    } else {
+        respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::encode_text_format(&state.metrics_registry),
+        )
+    }
 }
 
 /// Scrapers served at once on the metrics port; more wait for the next accept.
@@ -337,7 +360,7 @@ pub(crate) async fn serve_metrics(listener: TcpListener, state: Arc<AppState>) {
                 let state = state.clone();
                 async move {
                     Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
-                        (&Method::GET, "/metrics") => metrics(&state).await,
+                        (&Method::GET, "/metrics") => metrics(&state, &req).await,
                         (&Method::GET, "/healthz") => respond(StatusCode::OK, "text/plain", "ok\n"),
                         _ => json_error(
                             StatusCode::NOT_FOUND,
@@ -382,7 +405,7 @@ async fn route(
             )
         }
         (&Method::POST, "/mutate") => mutate(&server, &connection, read_deadline, req).await,
-        (&Method::GET, "/metrics") if state.metrics_on_webhook_port => metrics(state).await,
+        (&Method::GET, "/metrics") if state.metrics_on_webhook_port => metrics(state, &req).await,
         (&Method::GET, "/metrics") => json_error(
             StatusCode::NOT_FOUND,
             "not found: metrics are served on metrics_addr",
@@ -403,26 +426,25 @@ async fn route(
     Ok(response)
 }
 
+/// Whether the webhook is ready (serving, and the node watch synced when enabled); else why not.
+fn readiness(state: &AppState) -> Result<(), &'static str> {
+    if !state.ready.load(Ordering::Relaxed) {
+        Err("not ready: shutting down\n")
+    } else if !state.nodes.as_ref().is_none_or(|n| n.is_synced()) {
+        Err("not ready: node watch not synced\n")
+    } else {
+        Ok(())
+    }
+}
+
 /// `/healthz` (alive) and `/readyz` (serving and synced).
 fn probe(state: &AppState, path: &str) -> Response<Body> {
     if path == "/healthz" {
         return respond(StatusCode::OK, "text/plain", "ok\n");
     }
-    let nodes_synced = state.nodes.as_ref().is_none_or(|n| n.is_synced());
-    if !state.ready.load(Ordering::Relaxed) {
-        respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "not ready: shutting down\n",
-        )
-    } else if !nodes_synced {
-        respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "not ready: node watch not synced\n",
-        )
-    } else {
-        respond(StatusCode::OK, "text/plain", "ok\n")
+    match readiness(state) {
+        Ok(()) => respond(StatusCode::OK, "text/plain", "ok\n"),
+        Err(why) => respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why),
     }
 }
 

@@ -22,6 +22,7 @@ const SHELL_MODULES: &[&str] = &[
     "server",
     "taints",
     "telemetry",
+    "x509",
 ];
 
 /// Crates and std modules that do I/O, keep time or log.

@@ -209,16 +209,9 @@ fn recursive_reads_nested_directories_and_the_table_says_what_would_change() {
 #[test]
 fn kustomize_output_on_standard_input() {
     let dir = corpus(&registry::plain().host);
-    let rendered = Command::new("kubectl")
-        .args(["kustomize", dir.path().join("kustomize").to_str().unwrap()])
-        .output()
-        .expect("kubectl (installed by scripts/install-test-deps.sh)");
-    assert!(
-        rendered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let out = review(&["--json", "-"], Some(&rendered.stdout));
+    // The test tools' kubectl (scripts/install-test-deps.sh), not whatever PATH has.
+    let rendered = common::tools::render(dir.path().join("kustomize"));
+    let out = review(&["--json", "-"], Some(rendered.as_bytes()));
     assert!(
         out.status.success(),
         "{}",

@@ -46,6 +46,44 @@ fn pod_yaml(images: &[&str]) -> String {
     yaml
 }
 
+/// The README's example manifest, `examples/pod.yaml`, reviewed as the README shows: its Docker
+/// Hub images come from a mirror on 127.0.0.1 (Docker Hub itself is refused: only loopback).
+#[tokio::test]
+async fn review_the_shipped_example_pod() {
+    let host = registry::plain().host.clone();
+    let pusher = common::fixtures::Pusher::for_mode(&host, registry::Mode::Plain);
+    pusher.push("library/nginx", "multiarch-oci", "1.27").await;
+    pusher
+        .push("library/busybox", "multiarch-oci", "1.36")
+        .await;
+    let example = common::tools::root().join("examples/pod.yaml");
+    let out = tolerable()
+        .arg("review")
+        .arg(&example)
+        .env("TOLERABLE_REGISTRY_MIRRORS", format!("docker.io={host}"))
+        .env("TOLERABLE_REGISTRY_ALLOWLIST", "127.0.0.1")
+        .output()
+        .unwrap();
+    let pod = allowed_tolerating_arm64(&out);
+    assert_eq!(pod["metadata"]["name"], "web");
+    assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:1.27");
+}
+
+/// `review`'s output says allowed, tolerating arm64, with its JSON Patch; the patched Pod.
+fn allowed_tolerating_arm64(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(text.contains("tolerates arm64"), "{text}");
+    assert!(text.contains("# JSON Patch"), "{text}");
+    let patched = text.split("# Patched Pod\n").nth(1).unwrap();
+    serde_yaml_ng::from_str(patched).unwrap()
+}
+
 #[test]
 fn review_a_pod_manifest_in_yaml() {
     let host = &registry::plain().host;
@@ -57,18 +95,8 @@ fn review_a_pod_manifest_in_yaml() {
     )
     .unwrap();
     let out = review(&[file.to_str().unwrap()], None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.starts_with("decision: allowed"), "{text}");
-    assert!(text.contains("tolerates arm64"), "{text}");
-    assert!(text.contains("# JSON Patch"), "{text}");
     // The patched Pod, in YAML.
-    let patched = text.split("# Patched Pod\n").nth(1).unwrap();
-    let pod: Value = serde_yaml_ng::from_str(patched).unwrap();
+    let pod = allowed_tolerating_arm64(&out);
     assert_eq!(pod["spec"]["tolerations"][0]["value"], "arm64");
     assert_eq!(pod["metadata"]["name"], "web");
 }
@@ -141,7 +169,9 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     common::init();
     let port = common::free_port();
     let metrics_port = common::free_port();
+    let cwd = tempfile::tempdir().unwrap();
     let mut child = tolerable()
+        .current_dir(cwd.path())
         .arg("serve")
         .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env(
@@ -155,8 +185,11 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     // Held to the end of the test, so serve's stdout stays open while it runs.
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let ca = read_printed_ca(&mut stdout);
+    // The CA is also in a file in the working directory, for `curl --cacert`.
+    let saved = std::fs::read_to_string(cwd.path().join("tolerable-ca.pem")).unwrap();
+    assert_eq!(saved.trim(), ca.trim());
     let client = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).unwrap()])
+        .tls_certs_only([reqwest::Certificate::from_pem(saved.as_bytes()).unwrap()])
         .build()
         .unwrap();
     let url = format!("https://127.0.0.1:{port}");

@@ -2,7 +2,8 @@
 //! architectures the cluster has and which taints each architecture's nodes carry.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
@@ -22,6 +23,53 @@ pub struct NodeWatch {
     synced: tokio::sync::watch::Receiver<bool>,
     /// The toleration templates' keys: only taints under these describe a pool.
     taint_keys: Arc<BTreeSet<String>>,
+    /// Whether the view is in sync with the API server, for the sync metric.
+    sync: Arc<Mutex<SyncState>>,
+}
+
+/// Whether the node watch is in sync: after a full list and while no error has been reported
+/// since (kube-runtime's watcher reports every failed watch or list, and lists again).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct SyncState {
+    /// In sync now.
+    in_sync: bool,
+    /// When it last stopped being in sync; `None` before the first full list.
+    until: Option<SystemTime>,
+    /// A full list has arrived.
+    listed: bool,
+}
+
+impl SyncState {
+    /// An event from the watch (`Ok`: an object or a list's end; `Err`: the watch or list
+    /// failed), at `now`.
+    fn event(&mut self, event: Result<&watcher::Event<Node>, ()>, now: SystemTime) {
+        match event {
+            Ok(watcher::Event::InitDone) => {
+                self.listed = true;
+                self.in_sync = true;
+            }
+            // A re-list in progress: the view is the old one until it is done.
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                self.in_sync = self.listed;
+            }
+            Err(()) => {
+                if self.in_sync {
+                    self.until = Some(now);
+                }
+                self.in_sync = false;
+            }
+        }
+    }
+
+    /// Until when the view was known in sync: `now` while it is.
+    fn last_synced(&self, now: SystemTime) -> Option<SystemTime> {
+        if self.in_sync {
+            Some(now)
+        } else {
+            self.until
+        }
+    }
 }
 
 impl NodeWatch {
@@ -31,14 +79,20 @@ impl NodeWatch {
         let (store, writer) = reflector::store();
         let api: Api<Node> = Api::all(client);
         let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
+            .default_backoff();
+        let sync = Arc::new(Mutex::new(SyncState::default()));
+        let state = sync.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
-                if let Err(e) = event {
+                if let Err(e) = &event {
                     tracing::warn!(error = %e, "node watch failed; retrying");
                 }
+                // Plain data: still consistent if a holder panicked.
+                state
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .event(event.as_ref().map_err(|_| ()), SystemTime::now());
             }
         });
         let (flag, synced) = tokio::sync::watch::channel(false);
@@ -53,7 +107,18 @@ impl NodeWatch {
             store,
             synced,
             taint_keys: Arc::new(taint_keys),
+            sync,
         }
+    }
+
+    /// Until when the view was known in sync with the API server: now while it is (a full list
+    /// arrived and no error since), the moment it failed while it is not, `None` before the
+    /// first full list.
+    pub(crate) fn last_synced(&self) -> Option<SystemTime> {
+        self.sync
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .last_synced(SystemTime::now())
     }
 
     /// Whether the first full list has arrived (until then the pools are unknown).
@@ -257,5 +322,43 @@ pub async fn keep_nodes_tainted(
         if let Err(e) = apply_taints(&client, &policy, TaintAction::Taint, pending).await {
             tracing::warn!(error = %e, "could not keep node taints up to date; retrying");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn in_sync_after_a_full_list_until_an_error_then_again_after_the_next_event() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let node = Node::default();
+        let mut sync = SyncState::default();
+        assert_eq!(sync.last_synced(t(1)), None, "before the first list");
+        sync.event(Ok(&watcher::Event::Init), t(1));
+        sync.event(Ok(&watcher::Event::InitApply(node.clone())), t(1));
+        assert_eq!(sync.last_synced(t(2)), None, "the list is not done");
+        sync.event(Ok(&watcher::Event::Apply(node.clone())), t(2));
+        assert_eq!(sync.last_synced(t(2)), None, "an object is no list");
+        sync.event(Ok(&watcher::Event::InitDone), t(3));
+        assert_eq!(sync.last_synced(t(100)), Some(t(100)), "in sync: now");
+        sync.event(Err(()), t(200));
+        assert_eq!(sync.last_synced(t(900)), Some(t(200)), "since the failure");
+        sync.event(Err(()), t(300));
+        assert_eq!(
+            sync.last_synced(t(900)),
+            Some(t(200)),
+            "the first failure counts"
+        );
+        // The watcher re-lists: not in sync until the list is done.
+        sync.event(Ok(&watcher::Event::Init), t(400));
+        assert_eq!(sync.last_synced(t(900)), Some(t(200)));
+        sync.event(Ok(&watcher::Event::InitDone), t(500));
+        assert_eq!(sync.last_synced(t(901)), Some(t(901)));
+        // Or the watch resumes without a list: its next event says so.
+        sync.event(Err(()), t(1000));
+        sync.event(Ok(&watcher::Event::Delete(node)), t(1010));
+        assert_eq!(sync.last_synced(t(1020)), Some(t(1020)));
     }
 }

@@ -18,6 +18,8 @@ pub enum Decision {
     },
     /// The Pod is rejected with `message`.
     Denied {
+        /// What would have left it unchanged had the policy not said deny.
+        why: Untouched,
         message: String,
         summary: String,
         warnings: Vec<String>,

@@ -260,6 +260,13 @@ fn no_common_architecture_denies_naming_each_image_or_warns() {
         "{message}"
     );
     assert_eq!(d.outcome(), super::Outcome::Denied);
+    assert!(matches!(
+        d,
+        Decision::Denied {
+            why: super::Untouched::NoCommonArchitecture,
+            ..
+        }
+    ));
     assert!(answer(&request(&p, &policy()), &f, None, &policy())
         .patch
         .is_empty());
@@ -314,6 +321,13 @@ fn lookup_failure_changes_nothing_but_explains_or_denies() {
     let pod: Pod = serde_json::from_value(p).unwrap();
     let d = decide_pod("apps", &pod, &f, &deny);
     assert!(d.denial().unwrap().contains("gone:1: not found"));
+    assert!(matches!(
+        d,
+        Decision::Denied {
+            why: super::Untouched::LookupFailed,
+            ..
+        }
+    ));
 }
 
 #[test]

@@ -177,6 +177,12 @@ impl CertStore {
         self
     }
 
+    /// `notAfter` of the certificate served now, in seconds since the Unix epoch.
+    pub(crate) fn not_after(&self) -> Option<i64> {
+        let current = self.current.load();
+        crate::x509::not_after(current.end_entity_cert().ok()?)
+    }
+
     /// The DNS names every reloaded certificate must cover.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -280,6 +286,7 @@ impl CertStore {
             };
             if let Some(m) = &metrics {
                 m.certificate_reload(ok);
+                m.set_certificate_expiry(self.not_after());
             }
         }
     }

@@ -10,6 +10,7 @@ pub mod fixtures;
 pub mod kube_api;
 pub mod registry;
 pub mod token;
+pub mod tools;
 pub mod webhook;
 
 use std::sync::Once;
