@@ -34,6 +34,37 @@ pub(crate) enum Command {
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
     Inspect(InspectArgs),
+    /// Audit the cluster as it runs (read-only): per workload misplaced (a Pod on a node its
+    /// images cannot run on), movable (could run on the other pools), ready, pinned or unknown.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// Kubeconfig file. Default: in-cluster, else $KUBECONFIG, else ~/.kube/config.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Only this namespace.
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
+    pub(crate) namespace: Option<String>,
+
+    /// Every namespace (the default).
+    #[arg(short = 'A', long)]
+    pub(crate) all_namespaces: bool,
+
+    /// Only workloads (and Pods) with these labels (`app=web,tier!=db`).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub(crate) selector: Option<String>,
+
+    /// Print one JSON object for machines.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

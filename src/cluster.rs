@@ -117,6 +117,22 @@ impl Cluster {
         kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
+    /// A client from a kubeconfig file (its current context), for `tolerable audit --kubeconfig`.
+    pub(crate) async fn client_from_kubeconfig(
+        path: &std::path::Path,
+    ) -> Result<kube::Client, String> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        config.connect_timeout = Some(Duration::from_secs(5));
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+
     /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each
     /// Secret's entries in the order the Secret lists them.
     pub(crate) async fn pull_credentials(

@@ -1,5 +1,6 @@
 //! Subcommands: thin wiring from the CLI to the library.
 
+pub(crate) mod audit;
 pub(crate) mod inspect;
 pub(crate) mod nodes;
 pub(crate) mod review;
@@ -26,6 +27,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => runtime.block_on(serve::run(&config, &args)),
         Command::Nodes(command) => {
             runtime.block_on(nodes::run(&config, &command, &mut std::io::stdout()))
+        }
+        Command::Audit(args) => {
+            runtime.block_on(audit::run(&config, &args, &mut std::io::stdout()))
         }
         Command::Review(args) => {
             runtime.block_on(review::run(&config, &args, &mut std::io::stdout()))

@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod app;
+pub(crate) mod audit;
 pub mod budget;
 pub mod cli;
 pub mod cluster;

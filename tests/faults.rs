@@ -164,12 +164,22 @@ async fn registry_killed_and_restarted_stale_if_error_and_circuit_breaker() {
         "{metrics}"
     );
 
-    // Never seen: nothing to fall back on; a couple of failures open the circuit, after which
-    // the registry is not asked at all.
+    unseen_images_open_the_circuit(&server, &registry.host).await;
+
+    registry.restart();
+    tokio::time::sleep(Duration::from_millis(1100)).await; // the cooldown passes
+    let (recovered, _) = admit(&server, &admission_for(&seen)).await;
+    assert_eq!(recovered["patch"], fresh_patch);
+    assert!(warnings(&recovered).is_empty(), "{recovered}");
+}
+
+/// Images never seen while the registry is down: nothing to fall back on; a couple of failures
+/// open the circuit, after which the registry is not asked at all.
+async fn unseen_images_open_the_circuit(server: &TestServer, registry_host: &str) {
     let mut warned_open = false;
     for tag in 0..4 {
-        let image = format!("{}/fixtures/multiarch-oci:t{tag}", registry.host);
-        let (response, elapsed) = admit(&server, &admission_for(&image)).await;
+        let image = format!("{}/fixtures/multiarch-oci:t{tag}", registry_host);
+        let (response, elapsed) = admit(server, &admission_for(&image)).await;
         assert!(elapsed < DEADLINE);
         assert_eq!(response["allowed"], true);
         assert!(response.get("patch").is_none(), "{response}");
@@ -178,7 +188,7 @@ async fn registry_killed_and_restarted_stale_if_error_and_circuit_breaker() {
             .any(|w| w.contains("not asking registry"));
     }
     assert!(warned_open, "the circuit never opened");
-    let metrics = webhook::metrics_text(&server).await;
+    let metrics = webhook::metrics_text(server).await;
     // The series exist from the start (at 0): the counts must have moved.
     let count = |series: &str| -> u64 {
         metrics
@@ -191,7 +201,7 @@ async fn registry_killed_and_restarted_stale_if_error_and_circuit_breaker() {
     assert!(
         count(&format!(
             "tolerable_registry_circuit_opened_total{{registry=\"{}\"}}",
-            registry.host
+            registry_host
         )) >= 1,
         "{metrics}"
     );
@@ -199,12 +209,6 @@ async fn registry_killed_and_restarted_stale_if_error_and_circuit_breaker() {
         count("tolerable_cache_lookups_total{result=\"stale\"}") >= 1,
         "{metrics}"
     );
-
-    registry.restart();
-    tokio::time::sleep(Duration::from_millis(1100)).await; // the cooldown passes
-    let (recovered, _) = admit(&server, &admission_for(&seen)).await;
-    assert_eq!(recovered["patch"], fresh_patch);
-    assert!(warnings(&recovered).is_empty(), "{recovered}");
 }
 
 /// A registry answering 500 is asked `failures` times, then left alone for the cooldown, then

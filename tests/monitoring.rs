@@ -386,18 +386,31 @@ fn value(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
     let docs = documents(&render(OVERLAY));
+    let used = metrics_used(&docs);
+    assert!(used.len() >= 15, "{used:?}");
+    let started = SystemTime::now();
+    let (server, _api) = ready_server_with_node_watch().await;
+    let text = webhook::metrics_text(&server).await;
+    series_at_start(&text, &used, started, &docs);
+    after_a_denial(&server, &used).await;
+    open_metrics_when_asked(&server).await;
+}
+
+/// Every metric name the alerts and the dashboard's queries read.
+fn metrics_used(docs: &[Value]) -> BTreeSet<String> {
     let mut used = BTreeSet::new();
-    for alert in alerts(&groups(&docs)) {
+    for alert in alerts(&groups(docs)) {
         used.extend(metric_names(alert["expr"].as_str().unwrap()));
     }
-    for query in dashboard_queries(&dashboard(&docs)) {
+    for query in dashboard_queries(&dashboard(docs)) {
         used.extend(metric_names(&query));
     }
-    assert!(used.len() >= 15, "{used:?}");
+    used
+}
 
-    // The server as `serve` runs it in a cluster: the node watch on (a fake API server), the
-    // test registries trusted through registry_ca_path's CA.
-    let started = SystemTime::now();
+/// The server as `serve` runs it in a cluster: the node watch on (a fake API server), the test
+/// registries trusted through registry_ca_path's CA; once ready.
+async fn ready_server_with_node_watch() -> (TestServer, FakeApiServer) {
     let api = FakeApiServer::start(RegistryHosts {
         basic: registry::basic().host.clone(),
         token: registry::token().host.clone(),
@@ -418,26 +431,29 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // Before any admission: every series an alert or panel reads exists, except the registry
-    // requests, labelled by the status a registry answered.
-    let text = webhook::metrics_text(&server).await;
-    for name in &used {
+    (server, api)
+}
+
+/// Before any admission: every series an alert or panel reads exists, except the registry
+/// requests, labelled by the status a registry answered.
+fn series_at_start(text: &str, used: &BTreeSet<String>, started: SystemTime, docs: &[Value]) {
+    for name in used {
         if name != "tolerable_registry_requests_total" {
             assert!(
-                has_sample(&text, name),
+                has_sample(text, name),
                 "{name} not exposed at start:\n{text}"
             );
         }
     }
-    assert_eq!(value(&text, "tolerable_ready"), 1.0);
+    assert_eq!(value(text, "tolerable_ready"), 1.0);
     // The test certificates are rcgen's default validity: until 4096-01-01.
     for series in [
         "tolerable_certificate_expiry_timestamp_seconds",
         "tolerable_registry_ca_expiry_timestamp_seconds",
     ] {
-        assert_eq!(value(&text, series), 67_090_118_400.0, "{series}");
+        assert_eq!(value(text, series), 67_090_118_400.0, "{series}");
     }
-    let synced = value(&text, "tolerable_node_watch_last_sync_timestamp_seconds");
+    let synced = value(text, "tolerable_node_watch_last_sync_timestamp_seconds");
     let since_epoch = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap();
     assert!(
         synced >= since_epoch(started).as_secs_f64() - 1.0
@@ -450,26 +466,29 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
         "tolerable_cache_lookups_total{result=\"stale\"}",
         "tolerable_certificate_reloads_total{result=\"error\"}",
     ] {
-        assert_eq!(value(&text, zero), 0.0, "{zero}");
+        assert_eq!(value(text, zero), 0.0, "{zero}");
     }
-    let check = |text: &str| {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("metrics.txt"), text).unwrap();
-        let (ok, report) = promtool_with(dir.path(), &["check", "metrics"], Some("metrics.txt"));
-        assert!(ok && report.trim().is_empty(), "{report}");
-    };
-    check(&text);
+    promtool_check_metrics(text);
     // The latency histogram has a bucket above the alert's threshold, so p99 can exceed it.
-    let (threshold, _) = latency_alert(&docs);
+    let (threshold, _) = latency_alert(docs);
     let above = text
         .lines()
         .filter_map(|l| l.strip_prefix("tolerable_admission_duration_seconds_bucket{le=\""))
         .filter_map(|l| l.split('"').next()?.parse::<f64>().ok())
         .any(|le| le > threshold && le.is_finite());
     assert!(above, "no bucket above {threshold}s:\n{text}");
+}
 
-    // One admission of two images from a test registry that share no architecture: now the
-    // registry requests are there too, and the denial is counted by its reason.
+fn promtool_check_metrics(text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("metrics.txt"), text).unwrap();
+    let (ok, report) = promtool_with(dir.path(), &["check", "metrics"], Some("metrics.txt"));
+    assert!(ok && report.trim().is_empty(), "{report}");
+}
+
+/// One admission of two images from a test registry that share no architecture: now the
+/// registry requests are there too, and the denial is counted by its reason.
+async fn after_a_denial(server: &TestServer, used: &BTreeSet<String>) {
     let host = &registry::plain().host;
     let pusher = common::fixtures::Pusher::for_mode(host, registry::Mode::Plain);
     pusher.push("monitoring/amd64", "buildx-single", "v1").await;
@@ -479,10 +498,10 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
         {"name": "a", "image": format!("{host}/monitoring/amd64:v1")},
         {"name": "b", "image": format!("{host}/monitoring/s390x:v1")},
     ]);
-    let (response, _) = webhook::admit(&server, &request, Duration::from_secs(10)).await;
+    let (response, _) = webhook::admit(server, &request, Duration::from_secs(10)).await;
     assert_eq!(response["allowed"], false, "{response}");
-    let text = webhook::metrics_text(&server).await;
-    for name in &used {
+    let text = webhook::metrics_text(server).await;
+    for name in used {
         assert!(has_sample(&text, name), "{name} not exposed:\n{text}");
     }
     assert_eq!(
@@ -492,9 +511,11 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exposed_from_the_start() {
         ),
         1.0
     );
-    check(&text);
+    promtool_check_metrics(&text);
+}
 
-    // Prometheus asks for OpenMetrics and gets it.
+/// Prometheus asks for OpenMetrics and gets it.
+async fn open_metrics_when_asked(server: &TestServer) {
     let open_metrics = webhook::client()
         .get(server.url("/metrics"))
         .header(

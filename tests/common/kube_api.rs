@@ -262,6 +262,23 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
     }
 }
 
+/// TLS as an API server serves it: a certificate for 127.0.0.1 from the test CA, HTTP/1.1.
+pub fn api_tls() -> tokio_rustls::TlsAcceptor {
+    let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
+    let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+}
+
 impl FakeApiServer {
     pub fn start(hosts: RegistryHosts) -> Self {
         Self::start_with(hosts, Duration::ZERO)
@@ -295,19 +312,7 @@ impl FakeApiServer {
 
     fn start_state(hosts: RegistryHosts, state: State) -> Self {
         super::init();
-        let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
-        let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
-        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let acceptor = api_tls();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         let hosts = Arc::new(hosts);

@@ -12,6 +12,7 @@ pub mod registry;
 pub mod token;
 pub mod tools;
 pub mod webhook;
+pub mod workloads_api;
 
 use std::sync::Once;
 use std::time::Duration;

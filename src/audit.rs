@@ -1,0 +1,262 @@
+//! `tolerable audit`'s judgement of one running workload, from what is already known: the
+//! architectures its images share, what the webhook would add to its Pods, and the nodes its
+//! Pods sit on. Pure, so every status is a plain table test; `cmd/audit.rs` gathers the facts.
+
+use serde::Serialize;
+
+/// One status per workload ([`judge`] says which applies first); declared in the order
+/// reports list them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Status {
+    /// A running Pod sits on a node whose architecture its images do not support (it is
+    /// crash-looping, or will on its next restart).
+    Misplaced,
+    /// Multi-architecture, and tolerable would add tolerations or steering: it can move to the
+    /// other pools (the savings candidates).
+    Movable,
+    /// Multi-architecture and already tolerated / steered as tolerable would.
+    Ready,
+    /// Some image is single-architecture: the workload can run on one architecture only.
+    Pinned,
+    /// Some image could not be resolved.
+    Unknown,
+}
+
+impl Status {
+    pub(crate) const ALL: [Self; 5] = [
+        Self::Misplaced,
+        Self::Movable,
+        Self::Ready,
+        Self::Pinned,
+        Self::Unknown,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Misplaced => "misplaced",
+            Self::Unknown => "unknown",
+            Self::Pinned => "pinned",
+            Self::Movable => "movable",
+            Self::Ready => "ready",
+        }
+    }
+}
+
+/// Where one of the workload's Pods runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) pod: String,
+    pub(crate) node: String,
+    /// The node's `kubernetes.io/arch`; `None` when the node is gone or unlabelled.
+    pub(crate) architecture: Option<String>,
+}
+
+/// What is known of one workload.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Known {
+    /// The architectures all its images support; `None` when some image is unknown.
+    pub(crate) common: Option<Vec<String>>,
+    /// Why images are unknown (`image: reason`).
+    pub(crate) unknown: Vec<String>,
+    /// Images with a single platform (`image (linux/amd64)`).
+    pub(crate) single_architecture: Vec<String>,
+    /// What the webhook would add to its Pods (tolerations, steering), as `review` shows it.
+    pub(crate) additions: Vec<String>,
+    /// Its Pods that are on a node and not finished.
+    pub(crate) running: Vec<Placed>,
+}
+
+/// The workload's status and the reasons for it.
+pub(crate) fn judge(known: &Known) -> (Status, Vec<String>) {
+    let Some(common) = &known.common else {
+        return (Status::Unknown, known.unknown.clone());
+    };
+    let misplaced: Vec<String> = known
+        .running
+        .iter()
+        .filter_map(|p| {
+            let arch = p.architecture.as_deref()?;
+            (!common.iter().any(|c| c == arch)).then(|| {
+                format!(
+                    "Pod {} runs on {} ({arch}); its images support {}",
+                    p.pod,
+                    p.node,
+                    arch_list(common)
+                )
+            })
+        })
+        .collect();
+    if !misplaced.is_empty() {
+        return (Status::Misplaced, misplaced);
+    }
+    if common.len() <= 1 {
+        let mut reasons = vec![match common.first() {
+            Some(only) => format!("images share only {only}"),
+            None => "images share no architecture".to_owned(),
+        }];
+        reasons.extend(
+            known
+                .single_architecture
+                .iter()
+                .map(|image| format!("single-architecture image {image}")),
+        );
+        return (Status::Pinned, reasons);
+    }
+    let runs_on = runs_on(&known.running);
+    if known.additions.is_empty() {
+        return (
+            Status::Ready,
+            vec![format!(
+                "images support {}; already tolerated and steered{runs_on}",
+                arch_list(common)
+            )],
+        );
+    }
+    (
+        Status::Movable,
+        vec![format!(
+            "images support {}{runs_on}; tolerable would add {}",
+            arch_list(common),
+            known.additions.join("; ")
+        )],
+    )
+}
+
+fn arch_list(architectures: &[String]) -> String {
+    if architectures.is_empty() {
+        "no common architecture".to_owned()
+    } else {
+        architectures.join(",")
+    }
+}
+
+/// `; runs on amd64 (2 Pods)` — the architectures its Pods run on now.
+fn runs_on(running: &[Placed]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for p in running {
+        *counts
+            .entry(p.architecture.as_deref().unwrap_or("unknown"))
+            .or_default() += 1;
+    }
+    if counts.is_empty() {
+        return String::new();
+    }
+    let on: Vec<String> = counts
+        .iter()
+        .map(|(arch, n)| format!("{arch} ({n} Pod{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    format!("; runs on {}", on.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archs(list: &[&str]) -> Option<Vec<String>> {
+        Some(list.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    fn on(pod: &str, arch: &str) -> Placed {
+        Placed {
+            pod: pod.into(),
+            node: format!("{arch}-node"),
+            architecture: Some(arch.into()),
+        }
+    }
+
+    #[test]
+    fn each_status_in_order() {
+        let unknown = Known {
+            common: None,
+            unknown: vec!["app:1: not found".into()],
+            running: vec![on("p", "s390x")],
+            ..Known::default()
+        };
+        assert_eq!(
+            judge(&unknown),
+            (Status::Unknown, vec!["app:1: not found".into()])
+        );
+
+        let misplaced = Known {
+            common: archs(&["amd64"]),
+            running: vec![on("a", "amd64"), on("z", "s390x")],
+            ..Known::default()
+        };
+        let (status, reasons) = judge(&misplaced);
+        assert_eq!(status, Status::Misplaced);
+        assert_eq!(
+            reasons,
+            ["Pod z runs on s390x-node (s390x); its images support amd64"]
+        );
+
+        let pinned = Known {
+            common: archs(&["amd64"]),
+            single_architecture: vec!["db:16 (linux/amd64)".into()],
+            running: vec![on("a", "amd64")],
+            ..Known::default()
+        };
+        assert_eq!(
+            judge(&pinned),
+            (
+                Status::Pinned,
+                vec![
+                    "images share only amd64".into(),
+                    "single-architecture image db:16 (linux/amd64)".into()
+                ]
+            )
+        );
+
+        let movable = Known {
+            common: archs(&["amd64", "arm64"]),
+            additions: vec!["toleration kubernetes.io/arch=arm64:NoSchedule".into()],
+            running: vec![on("a", "amd64"), on("b", "amd64")],
+            ..Known::default()
+        };
+        assert_eq!(
+            judge(&movable),
+            (
+                Status::Movable,
+                vec!["images support amd64,arm64; runs on amd64 (2 Pods); tolerable would add toleration kubernetes.io/arch=arm64:NoSchedule".into()]
+            )
+        );
+
+        let ready = Known {
+            additions: Vec::new(),
+            ..movable.clone()
+        };
+        assert_eq!(judge(&ready).0, Status::Ready);
+    }
+
+    #[test]
+    fn a_pod_on_an_unknown_node_is_not_called_misplaced() {
+        let known = Known {
+            common: archs(&["amd64", "arm64"]),
+            running: vec![Placed {
+                pod: "p".into(),
+                node: "gone".into(),
+                architecture: None,
+            }],
+            ..Known::default()
+        };
+        assert_eq!(judge(&known).0, Status::Ready);
+    }
+
+    #[test]
+    fn images_sharing_nothing_make_any_running_pod_misplaced_and_else_pinned() {
+        let known = Known {
+            common: archs(&[]),
+            running: vec![on("p", "amd64")],
+            ..Known::default()
+        };
+        assert_eq!(judge(&known).0, Status::Misplaced);
+        let idle = Known {
+            running: Vec::new(),
+            ..known
+        };
+        assert_eq!(
+            judge(&idle),
+            (Status::Pinned, vec!["images share no architecture".into()])
+        );
+    }
+}

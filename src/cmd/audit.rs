@@ -1,0 +1,295 @@
+//! `tolerable audit`: the cluster as it runs. Reads the workloads, their Pods and the Nodes
+//! (read-only: list and get), resolves every image once with the workloads' pull secrets as the
+//! webhook does, and judges each workload ([`crate::audit::judge`]): misplaced, movable, ready,
+//! pinned or unknown.
+
+mod read;
+mod requests;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::admission::review::PodObject;
+use crate::admission::{self, Admission, Asked, PodAnswer};
+use crate::audit::{judge, Known, Status};
+use crate::cli::AuditArgs;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::mutate::{self, explain, Answer, Decision, Policy};
+use crate::registry::Resolver;
+use crate::workload::Workload;
+
+use self::read::{ClusterState, Running};
+use self::requests::Requests;
+
+/// What `audit` reports of one workload.
+#[derive(Debug, Serialize)]
+struct WorkloadAudit {
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    status: Status,
+    reasons: Vec<String>,
+    architectures: Option<Vec<String>>,
+    /// Each image and its platforms, or why they are unknown.
+    images: BTreeMap<String, Result<Vec<String>, String>>,
+    pods: Vec<PodPlacement>,
+    /// What its Pods request in all (the template's containers × replicas).
+    requests: Requests,
+}
+
+#[derive(Debug, Serialize)]
+struct PodPlacement {
+    name: String,
+    node: String,
+    architecture: Option<String>,
+}
+
+pub(crate) async fn run(
+    config: &Config,
+    args: &AuditArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let client = match &args.kubeconfig {
+        Some(path) => Cluster::client_from_kubeconfig(path).await,
+        None => Cluster::client_from_environment().await,
+    }
+    .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
+    let namespace = args.namespace.as_deref();
+    let state = read::cluster(&client, namespace, args.selector.as_deref()).await?;
+    let images: std::collections::BTreeSet<&str> = state
+        .workloads
+        .iter()
+        .flat_map(|(w, _)| read::images_of(&w.pod))
+        .collect();
+    progress(&format!(
+        "read {} workloads, {} nodes and {} running Pods; resolving {} images",
+        state.workloads.len(),
+        state.node_architectures.len(),
+        state.running_pods(),
+        images.len()
+    ));
+    let resolver = Arc::new(Resolver::new(
+        config.resolver.clone(),
+        config.credential_store()?,
+    )?);
+    let admission = Admission::new(resolver, audit_policy(&config.policy), None)
+        .with_cluster(Arc::new(Cluster::new(client)));
+    let budget = crate::budget::for_review(config.resolver.lookup_timeout);
+    let audits = futures_util::future::join_all(
+        state
+            .workloads
+            .iter()
+            .map(|(workload, replicas)| audit(&admission, &state, workload, *replicas, budget)),
+    )
+    .await;
+    progress("done");
+    if args.json {
+        let report = serde_json::json!({
+            "summary": summary_counts(&audits),
+            "workloads": audits,
+        });
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        write_table(out, &audits)?;
+        writeln!(out, "{}", summary_line(&audits))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The webhook's policy as the audit applies it: every namespace looked at (the webhook may skip
+/// some, the audit reports on them all), and enforced (what tolerable would add is the point).
+fn audit_policy(policy: &Policy) -> Policy {
+    Policy {
+        skip_namespaces: Default::default(),
+        enforce: true,
+        ..policy.clone()
+    }
+}
+
+/// Progress for big clusters, on standard error as kubectl writes it.
+fn progress(text: &str) {
+    let _ = writeln!(std::io::stderr(), "tolerable audit: {text}");
+}
+
+async fn audit(
+    admission: &Admission,
+    state: &ClusterState,
+    workload: &Workload,
+    replicas: u32,
+    budget: Duration,
+) -> WorkloadAudit {
+    let policy = admission.policy();
+    let (answered, common) = match PodObject::parse(&workload.pod.to_string()) {
+        Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
+        Ok(object) => match admission::read_pod(None, object, policy) {
+            Asked::Decide(pod, pull_secrets) => {
+                let answered = admission.answer(&pod, &pull_secrets, budget).await;
+                let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
+                (answered, common)
+            }
+            Asked::Answered(answer) => (answer.into(), None),
+        },
+    };
+    let running = state.running_for(workload);
+    let known = known(&answered, common, &running);
+    let (status, reasons) = judge(&known);
+    WorkloadAudit {
+        kind: workload.kind.clone(),
+        namespace: workload.namespace.clone(),
+        name: workload.name.clone(),
+        status,
+        reasons,
+        architectures: known.common,
+        images: answered
+            .facts
+            .iter()
+            .map(|(image, fact)| {
+                let platforms = match fact {
+                    Ok(fact) => Ok(fact.platforms.iter().map(|p| p.to_string()).collect()),
+                    Err(failure) => Err(failure.to_string()),
+                };
+                (image.clone(), platforms)
+            })
+            .collect(),
+        pods: running
+            .iter()
+            .map(|r| PodPlacement {
+                name: r.placed.pod.clone(),
+                node: r.placed.node.clone(),
+                architecture: r.placed.architecture.clone(),
+            })
+            .collect(),
+        requests: Requests::of_template(&workload.pod).times(replicas),
+    }
+}
+
+/// What the judgement needs, from the answer the webhook would give the workload's Pod.
+fn known(answered: &PodAnswer, common: Option<Vec<String>>, running: &[Running]) -> Known {
+    let mut unknown = Vec::new();
+    let mut single_architecture = Vec::new();
+    for (image, fact) in &answered.facts {
+        match fact {
+            Err(failure) => unknown.push(format!("{image}: {failure}")),
+            Ok(fact) if fact.artifact.is_none() => {
+                let linux: Vec<_> = fact
+                    .platforms
+                    .iter()
+                    .filter(|p| &*p.os == "linux")
+                    .collect();
+                if let [only] = linux[..] {
+                    single_architecture.push(format!("{image} ({only})"));
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    if common.is_none() && unknown.is_empty() {
+        unknown.push(answered.answer.decision.summary().to_owned());
+    }
+    let additions = match &answered.answer.decision {
+        Decision::Placed(placement) => explain::additions(placement),
+        _ => Vec::new(),
+    };
+    Known {
+        common,
+        unknown,
+        single_architecture,
+        additions,
+        running: running.iter().map(|r| r.placed.clone()).collect(),
+    }
+}
+
+fn label(audit: &WorkloadAudit) -> String {
+    match &audit.namespace {
+        Some(namespace) => format!("{}/{namespace}/{}", audit.kind, audit.name),
+        None => format!("{}/{}", audit.kind, audit.name),
+    }
+}
+
+/// `WORKLOAD  STATUS  ARCHITECTURES  REASON`, columns as wide as their widest cell; misplaced
+/// first.
+fn write_table(out: &mut impl Write, audits: &[WorkloadAudit]) -> std::io::Result<()> {
+    let mut sorted: Vec<&WorkloadAudit> = audits.iter().collect();
+    sorted.sort_by_key(|a| (a.status, label(a)));
+    let rows: Vec<[String; 4]> = sorted
+        .iter()
+        .map(|a| {
+            let architectures = match &a.architectures {
+                Some(common) if common.is_empty() => "none".to_owned(),
+                Some(common) => common.join(","),
+                None => "?".to_owned(),
+            };
+            [
+                label(a),
+                a.status.label().to_owned(),
+                architectures,
+                a.reasons.join("; "),
+            ]
+        })
+        .collect();
+    let header = ["WORKLOAD", "STATUS", "ARCHITECTURES", "REASON"].map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:width$}  ");
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+fn summary_counts(audits: &[WorkloadAudit]) -> serde_json::Value {
+    let mut counts = serde_json::Map::new();
+    for status in Status::ALL {
+        let n = audits.iter().filter(|a| a.status == status).count();
+        counts.insert(status.label().to_owned(), n.into());
+    }
+    let movable = movable_requests(audits);
+    serde_json::json!({
+        "workloads": audits.len(),
+        "statuses": counts,
+        "movableRequests": movable,
+    })
+}
+
+fn movable_requests(audits: &[WorkloadAudit]) -> Requests {
+    audits
+        .iter()
+        .filter(|a| a.status == Status::Movable)
+        .fold(Requests::default(), |sum, a| sum.plus(&a.requests))
+}
+
+/// `7 workloads: 1 misplaced, 3 movable, …; movable requests: cpu 1250m, memory 640Mi`.
+fn summary_line(audits: &[WorkloadAudit]) -> String {
+    let counts: Vec<String> = Status::ALL
+        .iter()
+        .map(|s| {
+            let n = audits.iter().filter(|a| a.status == *s).count();
+            format!("{n} {}", s.label())
+        })
+        .collect();
+    format!(
+        "{} workloads: {}; requests that could move: {}",
+        audits.len(),
+        counts.join(", "),
+        movable_requests(audits)
+    )
+}

@@ -1,0 +1,220 @@
+//! `tolerable audit` against a thin fake API server serving the responses recorded from a real
+//! kube-apiserver (`tests/data/kube-api/workloads/`), with the workloads' images in the real test
+//! registry: every status (misplaced, movable, ready, pinned, unknown), the summary, namespaces,
+//! label selectors, and a cluster that cannot be read.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::fixtures::Pusher;
+use common::registry::{self, Mode};
+use common::workloads_api::WorkloadsApi;
+use serde_json::Value;
+
+/// The recorded cluster's images, pushed as: multi-architecture (amd64, arm/v7, arm64) or
+/// amd64 only. `batch/once:1` is left out: it cannot be resolved.
+const IMAGES: &[(&str, &str, &str)] = &[
+    ("team-a/web", "1.4", "multiarch-oci"),
+    ("team-a/migrate", "7", "multiarch-oci"),
+    ("team-a/api", "2.0", "multiarch-oci"),
+    ("library/nginx", "1.25", "multiarch-oci"),
+    ("team-a/postgres", "16", "amd64-docker"),
+    ("team-b/agent", "3", "amd64-docker"),
+    ("library/busybox", "1.36", "multiarch-oci"),
+    ("batch/report", "5", "multiarch-oci"),
+];
+
+/// The fake API server, once per test binary, after the images are pushed.
+fn cluster() -> &'static WorkloadsApi {
+    static CLUSTER: std::sync::OnceLock<WorkloadsApi> = std::sync::OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let host = registry::plain().host.clone();
+        common::block_on_own_thread({
+            let host = host.clone();
+            async move {
+                let pusher = Pusher::for_mode(&host, Mode::Plain);
+                for (repository, tag, fixture) in IMAGES {
+                    pusher.push(repository, fixture, tag).await;
+                }
+            }
+        });
+        WorkloadsApi::start(&host)
+    })
+}
+
+fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
+    let kubeconfig = api.kubeconfig(token);
+    let host = &registry::plain().host;
+    Command::new(env!("CARGO_BIN_EXE_tolerable"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TOLERABLE_INSECURE_REGISTRIES", host)
+        // docker.io/library/nginx and busybox come from the test registry.
+        .env("TOLERABLE_REGISTRY_MIRRORS", format!("docker.io={host}"))
+        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .current_dir(std::env::temp_dir())
+        .arg("audit")
+        .arg("--kubeconfig")
+        .arg(kubeconfig.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn report(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
+    let found = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == kind && w["name"] == name);
+    let Some(found) = found else {
+        panic!("no {kind}/{name} in {report:#}")
+    };
+    found
+}
+
+#[test]
+fn every_status_of_the_recorded_cluster() {
+    let out = audit(cluster(), "admintoken", &["--json"]);
+    let report = report(&out);
+    // The DaemonSet's image is amd64 only; three of its Pods run on arm64 and s390x nodes (the
+    // one on z-1 is the recorded CrashLoopBackOff).
+    let agent = workload(&report, "DaemonSet", "agent");
+    assert_eq!(agent["status"], "misplaced", "{agent:#}");
+    let reasons = agent["reasons"].to_string();
+    for pod in [
+        "agent-c9v5t runs on arm-1 (arm64)",
+        "agent-h4r2w runs on arm-2 (arm64)",
+        "agent-zt6ls runs on z-1 (s390x)",
+    ] {
+        assert!(reasons.contains(pod), "{reasons}");
+    }
+    assert!(
+        !reasons.contains("agent-2xk8p"),
+        "the amd64 Pods are where they belong: {reasons}"
+    );
+
+    // Multi-architecture, running on amd64, no toleration yet: movable; its two replicas'
+    // requests count.
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(web["status"], "movable", "{web:#}");
+    assert_eq!(web["requests"]["cpuMillis"], 500);
+    assert_eq!(web["requests"]["memoryBytes"], 2 * 128 * 1024 * 1024);
+    assert!(web["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("runs on amd64 (2 Pods)"));
+    assert_eq!(workload(&report, "CronJob", "nightly")["status"], "movable");
+    assert_eq!(workload(&report, "Pod", "debug")["status"], "movable");
+
+    // Already tolerates arm64 and pins its own architectures: nothing to add.
+    let api = workload(&report, "Deployment", "api");
+    assert_eq!(api["status"], "ready", "{api:#}");
+    assert_eq!(
+        api["images"].as_object().unwrap().len(),
+        3,
+        "init container included"
+    );
+
+    let db = workload(&report, "StatefulSet", "db");
+    assert_eq!(db["status"], "pinned", "{db:#}");
+    assert!(db["reasons"]
+        .to_string()
+        .contains("postgres:16 (linux/amd64)"));
+
+    let once = workload(&report, "Job", "once");
+    assert_eq!(once["status"], "unknown", "{once:#}");
+    assert!(once["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("batch/once:1"));
+
+    // The ReplicaSets and the CronJob's Job are not workloads of their own.
+    assert_eq!(
+        report["workloads"].as_array().unwrap().len(),
+        7,
+        "{report:#}"
+    );
+    let summary = &report["summary"];
+    assert_eq!(summary["statuses"]["movable"], 3);
+    assert_eq!(summary["statuses"]["misplaced"], 1);
+    // web's two replicas and nightly's 100m; debug requests nothing.
+    assert_eq!(summary["movableRequests"]["cpuMillis"], 600);
+}
+
+#[test]
+fn the_table_and_summary_line_for_people() {
+    let out = audit(cluster(), "admintoken", &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("WORKLOAD") && lines[0].contains("STATUS"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("DaemonSet/team-b/agent") && lines[1].contains("misplaced"),
+        "misplaced first: {text}"
+    );
+    assert_eq!(
+        *lines.last().unwrap(),
+        "7 workloads: 1 misplaced, 3 movable, 1 ready, 1 pinned, 1 unknown; requests that could move: cpu 600m, memory 256Mi",
+        "{text}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("read 7 workloads, 5 nodes and 10 running Pods; resolving 9 images"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn namespace_and_label_selector_narrow_what_is_read() {
+    let api = cluster();
+    let report_in = report(&audit(api, "admintoken", &["--json", "-n", "team-a"]));
+    let mut names: Vec<&str> = report_in["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["api", "db", "web"]);
+    let web_only = report(&audit(
+        api,
+        "admintoken",
+        &["--json", "-n", "team-a", "-l", "app=web"],
+    ));
+    let workloads = web_only["workloads"].as_array().unwrap();
+    assert_eq!(workloads.len(), 1);
+    assert_eq!(workloads[0]["pods"].as_array().unwrap().len(), 2);
+    assert!(api.requests().iter().any(|r| r
+        .starts_with("/apis/apps/v1/namespaces/team-a/deployments?")
+        && r.contains("labelSelector=app%3Dweb")));
+}
+
+/// Read-only, but reading is needed: a cluster that refuses the list ends with exit status 2
+/// and the API server's reason.
+#[test]
+fn a_cluster_that_cannot_be_read_is_an_error() {
+    let out = audit(cluster(), "nobodytoken", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("could not list deployments"), "{stderr}");
+    assert!(stderr.contains("forbidden"), "{stderr}");
+}

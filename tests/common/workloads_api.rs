@@ -1,0 +1,188 @@
+//! A thin fake of the Kubernetes API server for `tolerable audit`: HTTPS on 127.0.0.1 serving the
+//! list responses recorded from a real kube-apiserver v1.26 in `tests/data/kube-api/workloads/`
+//! (a mixed cluster: amd64, arm64 and s390x nodes; Deployments, a StatefulSet, a DaemonSet with a
+//! crash-looping Pod on s390x, Jobs, a CronJob, a bare Pod). The recorded image host
+//! `registry.test:5000` is replaced by this run's test registry. A namespaced list, a label
+//! selector and a ServiceAccount GET are answered from the recorded cluster-wide lists, as the
+//! API server would; `nobodytoken` gets the recorded 403.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::{certs, kube_api};
+
+pub struct WorkloadsApi {
+    pub port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+fn recording(name: &str, registry_host: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kube-api/workloads")
+        .join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace("registry.test:5000", registry_host)
+}
+
+fn respond(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
+fn not_found(what: &str) -> Response<Full<Bytes>> {
+    respond(
+        StatusCode::NOT_FOUND,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": format!("{what} not found"), "reason": "NotFound", "code": 404})
+        .to_string(),
+    )
+}
+
+/// The recorded cluster-wide list of `plural`.
+fn list_file(plural: &str) -> Option<&'static str> {
+    Some(match plural {
+        "deployments" => "deployment-list.body.json",
+        "statefulsets" => "statefulset-list.body.json",
+        "daemonsets" => "daemonset-list.body.json",
+        "replicasets" => "replicaset-list.body.json",
+        "jobs" => "job-list.body.json",
+        "cronjobs" => "cronjob-list.body.json",
+        "pods" => "pod-list.body.json",
+        "nodes" => "node-list.body.json",
+        "serviceaccounts" => "sa-list.body.json",
+        _ => return None,
+    })
+}
+
+/// `app%3Dweb,tier%3Dfront` → the label pairs an item must carry.
+fn selector(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("labelSelector="))
+        .flat_map(|s| {
+            s.replace("%3D", "=")
+                .replace("%2C", ",")
+                .split(',')
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// The recorded list, narrowed to `namespace` and the selector's labels.
+fn list(plural: &str, namespace: Option<&str>, query: &str, host: &str) -> Option<String> {
+    let mut list: Value = serde_json::from_str(&recording(list_file(plural)?, host)).unwrap();
+    let wanted = selector(query);
+    list["items"].as_array_mut().unwrap().retain(|item| {
+        let meta = &item["metadata"];
+        namespace.is_none_or(|ns| meta["namespace"] == ns)
+            && wanted.iter().all(|(k, v)| meta["labels"][k] == v.as_str())
+    });
+    Some(list.to_string())
+}
+
+/// A ServiceAccount by name, from the recorded list (a GET by name carries kind and apiVersion).
+fn service_account(namespace: &str, name: &str, host: &str) -> Response<Full<Bytes>> {
+    let list: Value = serde_json::from_str(&recording("sa-list.body.json", host)).unwrap();
+    let found = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|sa| sa["metadata"]["namespace"] == namespace && sa["metadata"]["name"] == name);
+    match found {
+        Some(sa) => {
+            let mut sa = sa.clone();
+            sa["kind"] = json!("ServiceAccount");
+            sa["apiVersion"] = json!("v1");
+            respond(StatusCode::OK, sa.to_string())
+        }
+        None => not_found(&format!("serviceaccounts \"{name}\"")),
+    }
+}
+
+fn answer(path: &str, query: &str, token: Option<&str>, host: &str) -> Response<Full<Bytes>> {
+    match token {
+        Some("admintoken") => {}
+        Some("nobodytoken") => {
+            return respond(
+                StatusCode::FORBIDDEN,
+                recording("deployment-list-403.body.json", host),
+            )
+        }
+        _ => return respond(StatusCode::UNAUTHORIZED, "{}".into()),
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (namespace, rest) = match parts[..] {
+        ["api", "v1", "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
+        ["apis", _, _, "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
+        ["api", "v1", ref rest @ ..] | ["apis", _, _, ref rest @ ..] => (None, rest),
+        _ => return not_found(path),
+    };
+    match (namespace, rest) {
+        (Some(ns), ["serviceaccounts", name]) => service_account(ns, name, host),
+        (Some(_), ["secrets", name]) => not_found(&format!("secrets \"{name}\"")),
+        (namespace, [plural]) => match list(plural, namespace, query, host) {
+            Some(body) => respond(StatusCode::OK, body),
+            None => not_found(path),
+        },
+        _ => not_found(path),
+    }
+}
+
+impl WorkloadsApi {
+    pub fn start(registry_host: &str) -> Self {
+        super::init();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let host = Arc::new(registry_host.to_owned());
+        let port = super::serve(
+            Some(kube_api::api_tls()),
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let path = req.uri().path().to_owned();
+                let query = req.uri().query().unwrap_or("").to_owned();
+                seen.lock().unwrap().push(format!("{path}?{query}"));
+                let token = req
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_owned);
+                let host = host.clone();
+                async move { answer(&path, &query, token.as_deref(), &host) }
+            },
+        );
+        Self { port, requests }
+    }
+
+    /// A kubeconfig for this server with `token`, as `kubectl config view --raw` writes one.
+    pub fn kubeconfig(&self, token: &str) -> tempfile::NamedTempFile {
+        let ca = base64::engine::general_purpose::STANDARD.encode(&certs::ca().ca_pem);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
+            self.port
+        );
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    /// Paths (with queries) requested so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
