@@ -64,6 +64,11 @@ impl Admission {
         &self.policy
     }
 
+    /// Whether pull secrets are read from a cluster.
+    pub(crate) fn reads_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// Decides with the cluster's node pools (once the watch has synced).
     pub(crate) fn with_nodes(mut self, nodes: NodeWatch) -> Self {
         self.nodes = Some(nodes);

@@ -92,6 +92,16 @@ pub(crate) struct ReviewArgs {
     #[arg(short = 'R', long)]
     pub(crate) recursive: bool,
 
+    /// Read the workloads' image pull secrets (and their ServiceAccounts') from the cluster of
+    /// this kubeconfig, as the webhook does.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Read pull secrets from the cluster the environment names: in-cluster, $KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub(crate) cluster: bool,
+
     /// Manifests (YAML, several documents, or JSON; Lists opened), directories of them, or `-`
     /// for standard input.
     #[arg(value_name = "FILE", required = true)]

@@ -370,3 +370,48 @@ fn unread_pull_secrets_are_named() {
         "{warnings}"
     );
 }
+
+/// With `--kubeconfig`, the workloads' pull secrets are read from the cluster as the webhook
+/// reads them: an image behind htpasswd opens with the namespace's `regcred`.
+#[test]
+fn pull_secrets_from_the_cluster_with_a_kubeconfig() {
+    use common::kube_api::{kubeconfig, FakeApiServer, RegistryHosts};
+    let api = FakeApiServer::start(RegistryHosts {
+        basic: registry::basic().host.clone(),
+        token: registry::token().host.clone(),
+    });
+    let config = kubeconfig(api.port, "admintoken");
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), &common::certs::ca().ca_pem).unwrap();
+    let yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: private, namespace: team-a}}\nspec:\n  template:\n    spec:\n      imagePullSecrets: [{{name: regcred}}]\n      containers: [{{name: c, image: '{}/fixtures/arm64-oci:v1'}}]\n",
+        registry::basic().host
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let out = tolerable()
+        .env("TOLERABLE_REGISTRY_CA_PATH", ca.path())
+        .args(["review", "--json", "--kubeconfig"])
+        .arg(config.path())
+        .arg(file.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out);
+    let private = workload(&report, "Deployment", "private");
+    assert_eq!(strings(&private["architectures"]), ["arm64"], "{private:#}");
+    assert!(
+        private["summary"]
+            .as_str()
+            .unwrap()
+            .contains("credentials from secret team-a/regcred"),
+        "{private:#}"
+    );
+    assert!(api
+        .requests()
+        .contains(&"/api/v1/namespaces/team-a/secrets/regcred".to_owned()));
+}

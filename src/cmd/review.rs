@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
 use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
-use crate::cluster::PullSecretRefs;
+use crate::cluster::{Cluster, PullSecretRefs};
 use crate::config::Config;
 use crate::mutate::{Answer, PodCreate};
 use crate::registry::Resolver;
@@ -63,9 +63,11 @@ async fn review_document(
                 Ok(object) => match admission::read_pod(None, object, admission.policy()) {
                     Asked::Decide(pod, pull_secrets) => {
                         let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-                        answered
-                            .shell_warnings
-                            .extend(unread_pull_secrets(&pod, &pull_secrets));
+                        answered.shell_warnings.extend(unread_pull_secrets(
+                            admission,
+                            &pod,
+                            &pull_secrets,
+                        ));
                         answered
                     }
                     Asked::Answered(answer) => answer.into(),
@@ -84,10 +86,15 @@ async fn review_document(
     }
 }
 
-/// `review` reads no cluster: the pull secrets a Pod names are not read, and its warnings say so
-/// by name rather than leave a bare "refused access (tried: anonymous)" unexplained.
-pub(crate) fn unread_pull_secrets(pod: &PodCreate, refs: &PullSecretRefs) -> Option<String> {
-    if refs.secrets.is_empty() || pod.images_to_look_up().is_empty() {
+/// Without `--kubeconfig` / `--cluster`, `review` reads no cluster: the pull secrets a Pod names
+/// are not read, and its warnings say so by name rather than leave a bare "refused access
+/// (tried: anonymous)" unexplained.
+pub(crate) fn unread_pull_secrets(
+    admission: &Admission,
+    pod: &PodCreate,
+    refs: &PullSecretRefs,
+) -> Option<String> {
+    if admission.reads_cluster() || refs.secrets.is_empty() || pod.images_to_look_up().is_empty() {
         return None;
     }
     let names: Vec<String> = refs
@@ -183,7 +190,10 @@ pub(crate) async fn run(
         config.resolver.clone(),
         config.credential_store()?,
     )?);
-    let admission = Admission::new(resolver, config.policy.clone(), None);
+    let mut admission = Admission::new(resolver, config.policy.clone(), None);
+    if let Some(cluster) = cluster(args).await? {
+        admission = admission.with_cluster(Arc::new(cluster));
+    }
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     if is_single_object(&documents) {
         let (_, document) = documents.into_iter().next().expect("one document");
@@ -206,6 +216,17 @@ pub(crate) async fn run(
     let reports = report::review_all(&admission, &found.workloads, budget).await;
     report::write(out, &reports, &found.skipped, args.json)?;
     Ok(report::exit_status(reports.iter().map(|r| r.outcome)))
+}
+
+/// The cluster pull secrets are read from, when asked for.
+async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
+    let client = match (&args.kubeconfig, args.cluster) {
+        (Some(path), _) => Cluster::client_from_kubeconfig(path).await,
+        (None, true) => Cluster::client_from_environment().await,
+        (None, false) => return Ok(None),
+    };
+    let client = client.map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
+    Ok(Some(Cluster::new(client)))
 }
 
 /// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.

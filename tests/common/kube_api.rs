@@ -262,6 +262,18 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
     }
 }
 
+/// A kubeconfig for an API server on 127.0.0.1:`port` with `token`, as `kubectl config view
+/// --raw` writes one.
+pub fn kubeconfig(port: u16, token: &str) -> tempfile::NamedTempFile {
+    let ca = base64::engine::general_purpose::STANDARD.encode(&certs::ca().ca_pem);
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n"
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
 /// TLS as an API server serves it: a certificate for 127.0.0.1 from the test CA, HTTP/1.1.
 pub fn api_tls() -> tokio_rustls::TlsAcceptor {
     let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);

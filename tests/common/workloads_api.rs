@@ -9,13 +9,12 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::{certs, kube_api};
+use super::kube_api;
 
 pub struct WorkloadsApi {
     pub port: u16,
@@ -169,16 +168,9 @@ impl WorkloadsApi {
         Self { port, requests }
     }
 
-    /// A kubeconfig for this server with `token`, as `kubectl config view --raw` writes one.
+    /// A kubeconfig for this server with `token`.
     pub fn kubeconfig(&self, token: &str) -> tempfile::NamedTempFile {
-        let ca = base64::engine::general_purpose::STANDARD.encode(&certs::ca().ca_pem);
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n",
-            self.port
-        );
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), text).unwrap();
-        file
+        kube_api::kubeconfig(self.port, token)
     }
 
     /// Paths (with queries) requested so far.

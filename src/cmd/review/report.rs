@@ -66,9 +66,11 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         Ok(object) => match admission::read_pod(None, object, policy) {
             Asked::Decide(pod, pull_secrets) => {
                 let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-                answered
-                    .shell_warnings
-                    .extend(super::unread_pull_secrets(&pod, &pull_secrets));
+                answered.shell_warnings.extend(super::unread_pull_secrets(
+                    admission,
+                    &pod,
+                    &pull_secrets,
+                ));
                 let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
                 (answered, common)
             }
