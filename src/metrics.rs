@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::mutate::Outcome;
-use crate::registry::RegistryObserver;
+use crate::registry::{RateLimit, RegistryObserver, RequestMethod};
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -63,6 +63,7 @@ struct CircuitLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
     registry: String,
+    method: &'static str,
     status: String,
 }
 
@@ -76,6 +77,8 @@ pub struct Metrics {
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
+    rate_limit: Family<CircuitLabels, Gauge>,
+    rate_limit_remaining: Family<CircuitLabels, Gauge>,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -101,6 +104,8 @@ impl Metrics {
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
+            rate_limit: Family::default(),
+            rate_limit_remaining: Family::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -177,7 +182,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_registry_requests",
-            "HTTP requests to registries and token services, by registry host and status",
+            "HTTP requests to registries and token services, by registry host, method (GET, HEAD) and status",
             self.registry_requests.clone(),
         );
         registry.register(
@@ -194,6 +199,16 @@ impl Metrics {
             "tolerable_registry_circuit_opened",
             "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
             self.circuits_opened.clone(),
+        );
+        registry.register(
+            "tolerable_registry_rate_limit",
+            "Requests per window the registry allows this client, as its last answer said (Docker Hub's ratelimit-limit)",
+            self.rate_limit.clone(),
+        );
+        registry.register(
+            "tolerable_registry_rate_limit_remaining",
+            "Requests left in the registry's window, as its last answer said (Docker Hub's ratelimit-remaining)",
+            self.rate_limit_remaining.clone(),
         );
     }
 
@@ -306,12 +321,30 @@ impl Drop for OpenConnection {
 }
 
 impl RegistryObserver for Metrics {
-    fn registry_request(&self, host: &str, status: Option<u16>) {
+    fn registry_request(&self, host: &str, method: RequestMethod, status: Option<u16>) {
         let labels = RegistryLabels {
             registry: self.registry_label(host, status.is_some_and(|s| (200..300).contains(&s))),
+            method: method.label(),
             status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
         };
         self.registry_requests.get_or_create(&labels).inc();
+    }
+
+    fn rate_limit(&self, host: &str, limit: RateLimit) {
+        let labels = CircuitLabels {
+            registry: self.registry_label(host, false),
+        };
+        let gauges = [
+            (&self.rate_limit, limit.limit),
+            (&self.rate_limit_remaining, limit.remaining),
+        ];
+        for (gauge, value) in gauges {
+            if let Some(value) = value {
+                gauge
+                    .get_or_create(&labels)
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     fn cache_lookup(&self, hit: bool) {
@@ -348,6 +381,8 @@ pub fn encode(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
+    const GET: RequestMethod = RequestMethod::Get;
+
     #[test]
     fn made_up_registries_cannot_take_the_label_slots() {
         let mut registry = prometheus_client::registry::Registry::default();
@@ -355,13 +390,13 @@ mod tests {
         metrics.name_registries(["Mirror.Example.com:5000"]);
         // A flood of references to hosts that do not exist or do not answer 2xx.
         for i in 0..500 {
-            metrics.registry_request(&format!("10.0.0.{i}:5000"), None);
-            metrics.registry_request(&format!("evil{i}.example"), Some(404));
+            metrics.registry_request(&format!("10.0.0.{i}:5000"), GET, None);
+            metrics.registry_request(&format!("evil{i}.example"), GET, Some(404));
         }
         // Real registries answering afterwards still get labels of their own.
-        metrics.registry_request("registry.example.org", Some(200));
-        metrics.registry_request("mirror.example.com:5000", Some(500));
-        metrics.registry_request("ghcr.io", Some(401));
+        metrics.registry_request("registry.example.org", GET, Some(200));
+        metrics.registry_request("mirror.example.com:5000", GET, Some(500));
+        metrics.registry_request("ghcr.io", RequestMethod::Head, Some(401));
         let text = encode(&registry);
         for host in ["registry.example.org", "mirror.example.com:5000", "ghcr.io"] {
             assert!(
@@ -373,5 +408,46 @@ mod tests {
         assert!(text.contains("registry=\"other\""));
         let named = metrics.registries_named.lock().unwrap().len();
         assert_eq!(named, 1, "only the registry that answered 2xx took a slot");
+        assert!(
+            text.contains(r#"tolerable_registry_requests_total{registry="ghcr.io",method="HEAD",status="401"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rate_limits_are_gauges_per_registry() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let hub = "registry-1.docker.io";
+        for remaining in [76, 75] {
+            metrics.rate_limit(
+                hub,
+                RateLimit {
+                    limit: Some(100),
+                    remaining: Some(remaining),
+                },
+            );
+        }
+        // A later answer naming only what is left keeps the limit.
+        metrics.rate_limit(
+            hub,
+            RateLimit {
+                limit: None,
+                remaining: Some(74),
+            },
+        );
+        let text = encode(&registry);
+        assert!(
+            text.contains(&format!(
+                "tolerable_registry_rate_limit{{registry=\"{hub}\"}} 100"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "tolerable_registry_rate_limit_remaining{{registry=\"{hub}\"}} 74"
+            )),
+            "{text}"
+        );
     }
 }

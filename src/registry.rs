@@ -308,10 +308,38 @@ impl FetchError {
     }
 }
 
+/// The HTTP method of a registry request: a manifest GET counts against Docker Hub's pull rate
+/// limit, a HEAD does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RequestMethod {
+    Get,
+    #[allow(dead_code)] // sent once tags are revalidated by HEAD (the next step)
+    Head,
+}
+
+impl RequestMethod {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+        }
+    }
+}
+
+/// What a registry said of its rate limit (Docker Hub's `ratelimit-limit` and
+/// `ratelimit-remaining`, e.g. `100;w=21600`): requests per window, and those left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RateLimit {
+    pub(crate) limit: Option<u64>,
+    pub(crate) remaining: Option<u64>,
+}
+
 /// Told about every registry request and cache lookup (metrics implement it).
 pub(crate) trait RegistryObserver: Send + Sync {
     /// `status` is `None` when no HTTP answer came (connect error, timeout).
-    fn registry_request(&self, host: &str, status: Option<u16>);
+    fn registry_request(&self, host: &str, method: RequestMethod, status: Option<u16>);
+    /// `host` answered with rate-limit headers.
+    fn rate_limit(&self, _host: &str, _limit: RateLimit) {}
     fn cache_lookup(&self, hit: bool);
     /// The circuit breaker stopped asking `host` (it failed repeatedly or asked to back off).
     fn circuit_opened(&self, _host: &str) {}
