@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::mutate::Outcome;
-use crate::registry::{RateLimit, RegistryObserver, RequestMethod};
+use crate::registry::{RateLimit, RegistryObserver, RequestMethod, Revalidation};
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -79,6 +79,7 @@ pub struct Metrics {
     circuits_opened: Family<CircuitLabels, Counter>,
     rate_limit: Family<CircuitLabels, Gauge>,
     rate_limit_remaining: Family<CircuitLabels, Gauge>,
+    revalidations: Family<ResultLabels, Counter>,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -106,6 +107,7 @@ impl Metrics {
             circuits_opened: Family::default(),
             rate_limit: Family::default(),
             rate_limit_remaining: Family::default(),
+            revalidations: Family::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -192,7 +194,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_cache_entries",
-            "Images in the lookup cache",
+            "Answers in the lookup cache (a tag's answer counts twice: by tag and by digest)",
             self.cache_entries.clone(),
         );
         registry.register(
@@ -209,6 +211,11 @@ impl Metrics {
             "tolerable_registry_rate_limit_remaining",
             "Requests left in the registry's window, as its last answer said (Docker Hub's ratelimit-remaining)",
             self.rate_limit_remaining.clone(),
+        );
+        registry.register(
+            "tolerable_registry_revalidations",
+            "Tags no longer fresh revalidated with a HEAD, by result: unchanged and known_digest saved a manifest GET; changed (a new digest) and no_digest (the registry named none) did not",
+            self.revalidations.clone(),
         );
     }
 
@@ -358,6 +365,14 @@ impl RegistryObserver for Metrics {
         self.circuits_opened
             .get_or_create(&CircuitLabels {
                 registry: self.registry_label(host, false),
+            })
+            .inc();
+    }
+
+    fn revalidated(&self, outcome: Revalidation) {
+        self.revalidations
+            .get_or_create(&ResultLabels {
+                result: outcome.label(),
             })
             .inc();
     }

@@ -313,7 +313,6 @@ impl FetchError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum RequestMethod {
     Get,
-    #[allow(dead_code)] // sent once tags are revalidated by HEAD (the next step)
     Head,
 }
 
@@ -334,6 +333,30 @@ pub(crate) struct RateLimit {
     pub(crate) remaining: Option<u64>,
 }
 
+/// What revalidating a tag's answer with a HEAD found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Revalidation {
+    /// The same digest: the answer renewed, no GET.
+    Unchanged,
+    /// The tag moved to a digest whose answer was known: no GET.
+    KnownDigest,
+    /// The tag moved to a new digest: its manifest was fetched.
+    Changed,
+    /// The registry named no digest: the tag was fetched with a GET (and is from now on).
+    NoDigest,
+}
+
+impl Revalidation {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Unchanged => "unchanged",
+            Self::KnownDigest => "known_digest",
+            Self::Changed => "changed",
+            Self::NoDigest => "no_digest",
+        }
+    }
+}
+
 /// Told about every registry request and cache lookup (metrics implement it).
 pub(crate) trait RegistryObserver: Send + Sync {
     /// `status` is `None` when no HTTP answer came (connect error, timeout).
@@ -345,6 +368,8 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn circuit_opened(&self, _host: &str) {}
     /// A last known answer was served because its registry is unavailable.
     fn stale_answer(&self) {}
+    /// A tag's answer was revalidated with a HEAD.
+    fn revalidated(&self, _outcome: Revalidation) {}
 }
 
 #[cfg(test)]

@@ -500,6 +500,45 @@ impl HostSource<'_> {
     }
 }
 
+impl HostSource<'_> {
+    /// The digest the registry names for manifest `reference` (a tag), from a HEAD: no body,
+    /// and no count against Docker Hub's pull rate limit. `None` when the registry sends no
+    /// (usable) `Docker-Content-Digest`.
+    pub(crate) async fn head_digest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<String>, FetchError> {
+        let accept = MANIFEST_TYPES.join(", ");
+        let path = Path {
+            repository,
+            kind: "manifests",
+            reference,
+        };
+        let response = self
+            .request(RequestMethod::Head, &path, Some(&accept))
+            .await?;
+        Ok(response
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .filter(|digest| is_digest(digest))
+            .map(str::to_owned))
+    }
+}
+
+/// `sha256:<64 hex>` or `sha512:<128 hex>`: a digest a manifest can be fetched and checked by.
+fn is_digest(text: &str) -> bool {
+    let hex_of = |hex: &str, len: usize| {
+        hex.len() == len && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    match text.split_once(':') {
+        Some(("sha256", hex)) => hex_of(hex, 64),
+        Some(("sha512", hex)) => hex_of(hex, 128),
+        _ => false,
+    }
+}
+
 impl ManifestSource for HostSource<'_> {
     async fn manifest(
         &self,
@@ -841,6 +880,26 @@ mod tests {
             ring::digest::digest(&ring::digest::SHA512, b"x").as_ref(),
         );
         verify_digest(&sha512, b"x").unwrap();
+    }
+
+    #[test]
+    fn only_real_digests_are_taken_from_a_head() {
+        assert!(is_digest(&sha256_digest(b"x")));
+        let sha512 = hex_digest(
+            "sha512",
+            ring::digest::digest(&ring::digest::SHA512, b"x").as_ref(),
+        );
+        assert!(is_digest(&sha512));
+        for bad in [
+            "",
+            "sha256:",
+            "sha256:abc",
+            "md5:d41d8cd98f00b204e9800998ecf8427e",
+            &format!("sha256:{}", "A".repeat(64)),
+            &format!("sha256:{}/../x", "a".repeat(64)),
+        ] {
+            assert!(!is_digest(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -143,6 +143,16 @@ impl ImageReference {
     pub(crate) fn is_immutable(&self) -> bool {
         self.digest.is_some()
     }
+
+    /// The same repository pinned to `digest` (no tag): where answers by digest are kept.
+    pub(crate) fn with_digest(&self, digest: &str) -> Self {
+        Self {
+            registry: self.registry.clone(),
+            repository: self.repository.clone(),
+            tag: None,
+            digest: Some(digest.to_owned()),
+        }
+    }
 }
 
 /// The normalised form `registry/repository:tag@digest` (the cache key's form too).

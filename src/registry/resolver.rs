@@ -1,20 +1,23 @@
 //! The resolver: parses the reference, picks the registry host (a mirror first, then the
 //! origin), takes a lookup turn, asks the host's circuit breaker, tries each credential in
-//! order, walks the manifest tree, and caches the answer.
+//! order, revalidates a tag's last answer with a HEAD or walks the manifest tree, and caches
+//! the answer (a tag's also under its digest).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::breaker::{BreakerSettings, CircuitBreakers};
-use super::cache::{CacheKey, CacheSettings, LookupCache};
-use super::client::{RegistryClient, TransportSettings};
+use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
+use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
 use super::turns::LookupTurns;
-use super::walk::walk;
+use super::walk::{walk, Walked};
 use super::{
     Credential, CredentialStore, FetchError, ImageFact, ImagePlatforms, ImageReference,
-    LookupError, Provenance, RegistryObserver,
+    LookupError, Provenance, RegistryObserver, Revalidation, MAX_TRACKED_HOSTS,
 };
 
 /// Everything the resolver needs, resolved from config at start-up.
@@ -37,7 +40,38 @@ pub struct Resolver {
     cache: LookupCache,
     breakers: CircuitBreakers,
     turns: LookupTurns,
+    /// Hosts whose HEAD answers name no digest: their tags are revalidated with a GET.
+    no_head_digest: Mutex<HashSet<String>>,
     observer: Option<Arc<dyn RegistryObserver>>,
+}
+
+/// One image as asked for: the reference, the credentials to try in order, and their
+/// fingerprints (the identity every cache key of the lookup carries).
+struct Asked {
+    reference: ImageReference,
+    chain: Vec<Credential>,
+    identity: Vec<u64>,
+}
+
+impl Asked {
+    /// Where the answer for `digest` of the same repository is kept.
+    fn digest_key(&self, digest: &str) -> CacheKey {
+        CacheKey::new(&self.reference.with_digest(digest), self.identity.clone())
+    }
+}
+
+/// The time a lookup has: its deadline, and the timeout it was derived from (for messages).
+#[derive(Clone, Copy)]
+struct Budget {
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// What one host answered for one credential.
+enum Fetched {
+    Walked(Walked),
+    /// An answer already known: the tag's last one (same digest), or its new digest's.
+    Known(Arc<ImagePlatforms>),
 }
 
 impl Resolver {
@@ -55,6 +89,7 @@ impl Resolver {
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
             breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
             turns: LookupTurns::default(),
+            no_head_digest: Mutex::default(),
             settings,
             credentials,
             observer: None,
@@ -113,7 +148,12 @@ impl Resolver {
             self.observe(true, &fresh);
             return fresh;
         }
-        Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+        let asked = Asked {
+            identity: key.credentials().to_vec(),
+            reference,
+            chain,
+        };
+        Box::pin(self.resolve_uncached(key, asked, timeout)).await
     }
 
     /// Counts a lookup's cache outcome, and an answer served from the last known result.
@@ -129,51 +169,58 @@ impl Resolver {
         }
     }
 
-    /// The cache had no fresh answer: ask the registry (once, however many callers wait).
+    /// The cache had no fresh answer: ask the registry (once, however many callers wait). A
+    /// tag's answer is also kept under its digest.
     async fn resolve_uncached(
         &self,
         key: CacheKey,
-        reference: ImageReference,
-        chain: Vec<Credential>,
+        asked: Asked,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         // Another caller may be asking the registry for the same key: then this one waited for
         // its answer (a hit), and `resolve` never ran.
         let mut asked_registry = false;
+        let (asked, flag) = (&asked, &mut asked_registry);
         let result = self
             .cache
-            .get_or_resolve(key, async {
-                asked_registry = true;
-                let deadline = tokio::time::Instant::now() + timeout;
-                self.lookup(&reference, &chain, deadline, timeout).await
+            .get_or_resolve(key, |last| async move {
+                *flag = true;
+                let budget = Budget {
+                    deadline: Instant::now() + timeout,
+                    timeout,
+                };
+                let found = self.lookup(asked, last.as_ref(), budget).await?;
+                if !asked.reference.is_immutable() {
+                    let key = asked.digest_key(&found.digest);
+                    self.cache.remember(key, found.clone()).await;
+                }
+                Ok(Learned::from(found))
             })
             .await;
         self.observe(!asked_registry, &result);
         result
     }
 
-    /// Uncached lookup: the mirror (if any) first, then the origin, all before `deadline`.
+    /// Uncached lookup: the mirror (if any) first, then the origin, all within `budget`. `last`
+    /// is the tag's last answer, to revalidate.
     async fn lookup(
         &self,
-        reference: &ImageReference,
-        chain: &[Credential],
-        deadline: tokio::time::Instant,
-        timeout: Duration,
+        asked: &Asked,
+        last: Option<&Arc<ImagePlatforms>>,
+        budget: Budget,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let reference = &asked.reference;
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
             let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
             // A hung mirror gets half the time, so the origin still gets its chance.
-            let now = tokio::time::Instant::now();
-            let mirror_deadline =
-                now + crate::budget::mirror_share(deadline.saturating_duration_since(now));
+            let now = Instant::now();
+            let mirror_budget = Budget {
+                deadline: now
+                    + crate::budget::mirror_share(budget.deadline.saturating_duration_since(now)),
+                timeout: crate::budget::mirror_share(budget.timeout),
+            };
             match self
-                .lookup_at(
-                    reference,
-                    mirror,
-                    &mirror_chain,
-                    mirror_deadline,
-                    crate::budget::mirror_share(timeout),
-                )
+                .lookup_at(asked, (mirror, &mirror_chain), last, mirror_budget)
                 .await
             {
                 Ok(found) => return Ok(found),
@@ -183,19 +230,19 @@ impl Resolver {
                 ),
             }
         }
-        self.lookup_at(reference, reference.api_host(), chain, deadline, timeout)
+        self.lookup_at(asked, (reference.api_host(), &asked.chain), last, budget)
             .await
     }
 
-    /// One registry host, through its circuit breaker and within `deadline`.
+    /// One registry host with its credentials, through its circuit breaker and within `budget`.
     async fn lookup_at(
         &self,
-        reference: &ImageReference,
-        host: &str,
-        chain: &[Credential],
-        deadline: tokio::time::Instant,
-        timeout: Duration,
+        asked: &Asked,
+        (host, chain): (&str, &[Credential]),
+        last: Option<&Arc<ImagePlatforms>>,
+        Budget { deadline, timeout }: Budget,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let reference = &asked.reference;
         // Our own bound first: a lookup that never got its turn is no failure of the registry's,
         // and must not take the breaker's half-open probe slot either.
         let Ok(_turn) = tokio::time::timeout_at(deadline, self.turns.take(host)).await else {
@@ -212,9 +259,9 @@ impl Resolver {
                 cause: open.cause,
             });
         }
-        let turn_started = tokio::time::Instant::now();
+        let turn_started = Instant::now();
         let attempt =
-            tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
+            tokio::time::timeout_at(deadline, self.try_credentials(asked, (host, chain), last));
         let result = match attempt.await {
             Ok(result) => result,
             // The registry had less than half the budget because this lookup waited its turn
@@ -252,11 +299,11 @@ impl Resolver {
     /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
     async fn try_credentials(
         &self,
-        reference: &ImageReference,
-        host: &str,
-        chain: &[Credential],
+        asked: &Asked,
+        (host, chain): (&str, &[Credential]),
+        last: Option<&Arc<ImagePlatforms>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let shown = reference.to_string();
+        let shown = asked.reference.to_string();
         let attempts = chain.iter().map(Some).chain(std::iter::once(None));
         let mut tried = Vec::new();
         for credential in attempts {
@@ -265,17 +312,17 @@ impl Resolver {
                 .to_owned();
             tried.push(label.clone());
             let source = self.client.source(host, credential);
-            match walk(
-                &source,
-                reference.repository(),
-                reference.manifest_reference(),
-            )
-            .await
-            {
-                Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
+            let provenance = credential.map_or(Provenance::Anonymous, |c| {
+                Provenance::Credential(c.shared_source())
+            });
+            match self.fetch(&source, asked, host, last).await {
+                Ok(Fetched::Known(found)) => return Ok(opened_by(found, provenance)),
+                Ok(Fetched::Walked(walked))
+                    if walked.platforms.is_empty() && walked.artifact.is_none() =>
+                {
                     return Err(LookupError::NoPlatforms { reference: shown });
                 }
-                Ok(walked) => {
+                Ok(Fetched::Walked(walked)) => {
                     tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
                     return Ok(Arc::new(ImagePlatforms {
                         digest: walked.digest,
@@ -284,9 +331,7 @@ impl Resolver {
                         fact: Arc::new(ImageFact {
                             platforms: walked.platforms,
                             artifact: walked.artifact,
-                            credentials: credential.map_or(Provenance::Anonymous, |c| {
-                                Provenance::Credential(c.shared_source())
-                            }),
+                            credentials: provenance,
                             stale: None,
                         }),
                     }));
@@ -300,8 +345,85 @@ impl Resolver {
         Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
     }
 
+    /// The image's platforms from one host with one credential. A tag with a last answer is
+    /// revalidated with a HEAD: the same digest keeps the answer, a digest whose answer is known
+    /// gives that one, and only a new digest is fetched (by digest, so the answer is the one the
+    /// HEAD named). Anything else — a digest reference, a tag seen for the first time, a host
+    /// that names no digest on HEAD — walks the manifest tree.
+    async fn fetch(
+        &self,
+        source: &HostSource<'_>,
+        asked: &Asked,
+        host: &str,
+        last: Option<&Arc<ImagePlatforms>>,
+    ) -> Result<Fetched, FetchError> {
+        let repository = asked.reference.repository();
+        let reference = asked.reference.manifest_reference();
+        let revalidate = !asked.reference.is_immutable() && self.names_digests_on_head(host);
+        let Some(last) = last.filter(|_| revalidate) else {
+            return Ok(Fetched::Walked(walk(source, repository, reference).await?));
+        };
+        let named = match source.head_digest(repository, reference).await {
+            // A registry that does not do HEAD (405, 501…) is treated as one naming no digest.
+            Err(FetchError::Status { code, .. }) if code != 429 && code != 503 => None,
+            named => named?,
+        };
+        let (outcome, fetched) = match named {
+            Some(digest) if digest == last.digest => {
+                (Revalidation::Unchanged, Fetched::Known(last.clone()))
+            }
+            Some(digest) => match self.cache.known(&asked.digest_key(&digest)).await {
+                Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
+                None => {
+                    let walked = walk(source, repository, &digest).await?;
+                    (Revalidation::Changed, Fetched::Walked(walked))
+                }
+            },
+            None => {
+                self.remember_no_head_digest(host);
+                let walked = walk(source, repository, reference).await?;
+                (Revalidation::NoDigest, Fetched::Walked(walked))
+            }
+        };
+        if let Some(observer) = &self.observer {
+            observer.revalidated(outcome);
+        }
+        Ok(fetched)
+    }
+
+    fn names_digests_on_head(&self, host: &str) -> bool {
+        !self
+            .no_head_digest
+            .lock()
+            .expect("not poisoned")
+            .contains(host)
+    }
+
+    /// `host` sent no digest on a HEAD: its tags are revalidated with a GET from now on.
+    fn remember_no_head_digest(&self, host: &str) {
+        let mut hosts = self.no_head_digest.lock().expect("not poisoned");
+        if hosts.len() < MAX_TRACKED_HOSTS && hosts.insert(host.to_owned()) {
+            tracing::info!(registry = ?host, "registry names no Docker-Content-Digest on HEAD: its tags are revalidated with a GET");
+        }
+    }
+
     /// Entries currently cached (for metrics and tests).
     pub(crate) async fn cached_entries(&self) -> u64 {
         self.cache.entry_count().await
     }
+}
+
+/// `found`, as opened by `provenance` now (and no longer stale, since the registry answered).
+fn opened_by(found: Arc<ImagePlatforms>, provenance: Provenance) -> Arc<ImagePlatforms> {
+    if found.fact.credentials == provenance && found.fact.stale.is_none() {
+        return found;
+    }
+    Arc::new(ImagePlatforms {
+        fact: Arc::new(ImageFact {
+            credentials: provenance,
+            stale: None,
+            ..(*found.fact).clone()
+        }),
+        ..(*found).clone()
+    })
 }
