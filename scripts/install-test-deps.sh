@@ -3,6 +3,7 @@
 # - Debian's docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1)
 # - htpasswd (apache2-utils, for the Basic-auth registry)
 # - kubectl (renders kustomize/; Debian's package is kubernetes-client)
+# - redis-server (the shared-cache tests start one on 127.0.0.1)
 # - kubernetes-validate and cloudcoil-models-cert-manager from PyPI (offline manifest validation)
 # Does nothing for what is already there.
 set -euo pipefail
@@ -10,6 +11,7 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

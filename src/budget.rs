@@ -7,8 +7,10 @@
 //! │ lookups: the budget = timeout − margin (a fifth, ≥ 300 ms)  │ margin    │
 //! │ ├ pull secrets: at most a third of the budget                          │
 //! │ └ each lookup ends itself a twentieth before the budget ends (and is   │
-//! │   then counted by the circuit breaker); a mirror gets half of what is  │
-//! │   left, so a hung mirror leaves time for the origin                    │
+//! │   then counted by the circuit breaker); the shared cache gets a tenth  │
+//! │   of a lookup's time (≤ 250 ms) for a read and as much for a write; a  │
+//! │   mirror gets half of what is left, so a hung mirror leaves time for   │
+//! │   the origin                                                           │
 //! ```
 
 use std::time::Duration;
@@ -54,6 +56,16 @@ pub(crate) fn lookup_margin(budget: Duration) -> Duration {
     budget / 20
 }
 
+/// The most one request to the shared cache may take.
+const MAX_SHARED_CACHE_WAIT: Duration = Duration::from_millis(250);
+
+/// The shared cache's share of a lookup that may take `timeout`, per request (a read before the
+/// registry, a write after it): a tenth, at most [`MAX_SHARED_CACHE_WAIT`]. A cache slower than
+/// that is treated as down, and the in-memory cache and the registry answer alone.
+pub(crate) fn shared_cache_share(timeout: Duration) -> Duration {
+    (timeout / 10).min(MAX_SHARED_CACHE_WAIT)
+}
+
 /// A mirror's share of what is left: a hung mirror leaves the origin the other half.
 pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
@@ -79,6 +91,11 @@ mod tests {
         assert_eq!(for_pull_secrets(budget), Duration::from_secs(2));
         assert_eq!(lookup_margin(budget), Duration::from_millis(300));
         assert_eq!(mirror_share(budget), Duration::from_secs(3));
+        assert_eq!(shared_cache_share(budget), Duration::from_millis(250));
+        assert_eq!(
+            shared_cache_share(Duration::from_secs(1)),
+            Duration::from_millis(100)
+        );
         assert_eq!(
             for_review(Duration::from_secs(5)),
             Duration::from_millis(5500)

@@ -80,6 +80,9 @@ pub struct Metrics {
     rate_limit: Family<CircuitLabels, Gauge>,
     rate_limit_remaining: Family<CircuitLabels, Gauge>,
     revalidations: Family<ResultLabels, Counter>,
+    shared_cache_lookups: Family<ResultLabels, Counter>,
+    shared_cache_writes: Family<ResultLabels, Counter>,
+    shared_cache_up: Gauge,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -108,6 +111,9 @@ impl Metrics {
             rate_limit: Family::default(),
             rate_limit_remaining: Family::default(),
             revalidations: Family::default(),
+            shared_cache_lookups: Family::default(),
+            shared_cache_writes: Family::default(),
+            shared_cache_up: Gauge::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -124,7 +130,27 @@ impl Metrics {
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
         metrics.register_lookups(registry);
+        metrics.register_shared_cache(registry);
         metrics
+    }
+
+    /// The shared cache (`cache_url`).
+    fn register_shared_cache(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_shared_cache_lookups",
+            "In-memory cache misses asked of the shared cache, by result: hit, miss, error (failed or too slow), skipped (it failed under a second ago)",
+            self.shared_cache_lookups.clone(),
+        );
+        registry.register(
+            "tolerable_shared_cache_writes",
+            "Registry answers written to the shared cache, by result: ok, error, skipped",
+            self.shared_cache_writes.clone(),
+        );
+        registry.register(
+            "tolerable_shared_cache_up",
+            "1 when the shared cache answered the last request, 0 when it failed (or none was made)",
+            self.shared_cache_up.clone(),
+        );
     }
 
     /// The server's connections and refused requests.
@@ -375,6 +401,22 @@ impl RegistryObserver for Metrics {
                 result: outcome.label(),
             })
             .inc();
+    }
+
+    fn shared_cache_lookup(&self, result: &'static str) {
+        self.shared_cache_lookups
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn shared_cache_write(&self, result: &'static str) {
+        self.shared_cache_writes
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn shared_cache_up(&self, up: bool) {
+        self.shared_cache_up.set(i64::from(up));
     }
 
     fn stale_answer(&self) {

@@ -17,6 +17,7 @@ pub(crate) mod credentials;
 pub mod manifest;
 pub(crate) mod reference;
 mod resolver;
+mod shared;
 mod turns;
 mod walk;
 
@@ -29,6 +30,7 @@ pub use self::breaker::BreakerSettings;
 pub use self::credentials::{Credential, CredentialStore};
 pub use self::reference::{ImageReference, ReferenceError};
 pub use self::resolver::{Resolver, ResolverSettings};
+pub use self::shared::SharedCacheSettings;
 pub use self::walk::ManifestSource;
 pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
 pub use crate::mutate::platform::Platform;
@@ -370,6 +372,13 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn stale_answer(&self) {}
     /// A tag's answer was revalidated with a HEAD.
     fn revalidated(&self, _outcome: Revalidation) {}
+    /// The shared cache was asked for a lookup: `hit`, `miss`, `error` (it failed or took too
+    /// long) or `skipped` (it failed a moment ago, and is left alone for a while).
+    fn shared_cache_lookup(&self, _result: &'static str) {}
+    /// A registry's answer was written to the shared cache: `ok`, `error` or `skipped`.
+    fn shared_cache_write(&self, _result: &'static str) {}
+    /// Whether the shared cache answered the last request.
+    fn shared_cache_up(&self, _up: bool) {}
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ const IO_PATHS: &[&str] = &[
     "rustls",
     "tracing",
     "moka",
+    "redis",
     "std::fs",
     "std::net",
     "std::process",

@@ -528,7 +528,7 @@ impl HostSource<'_> {
 }
 
 /// `sha256:<64 hex>` or `sha512:<128 hex>`: a digest a manifest can be fetched and checked by.
-fn is_digest(text: &str) -> bool {
+pub(crate) fn is_digest(text: &str) -> bool {
     let hex_of = |hex: &str, len: usize| {
         hex.len() == len && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     };

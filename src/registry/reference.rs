@@ -125,7 +125,6 @@ impl ImageReference {
         self.tag.as_deref()
     }
 
-    #[cfg(test)]
     pub(crate) fn digest(&self) -> Option<&str> {
         self.digest.as_deref()
     }

@@ -13,6 +13,7 @@ use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
 use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
+use super::shared::{Shared, SharedCache, SharedCacheSettings};
 use super::turns::LookupTurns;
 use super::walk::{walk, Walked};
 use super::{
@@ -30,6 +31,8 @@ pub struct ResolverSettings {
     pub lookup_timeout: Duration,
     pub cache: CacheSettings,
     pub breaker: BreakerSettings,
+    /// The shared cache behind the in-memory one (`cache_url`), if any.
+    pub shared_cache: Option<SharedCacheSettings>,
 }
 
 /// Resolves images to platforms: mirrors, credentials, cache.
@@ -38,6 +41,7 @@ pub struct Resolver {
     credentials: CredentialStore,
     client: RegistryClient,
     cache: LookupCache,
+    shared: Option<SharedCache>,
     breakers: CircuitBreakers,
     turns: LookupTurns,
     /// Hosts whose HEAD answers name no digest: their tags are revalidated with a GET.
@@ -84,8 +88,16 @@ impl Resolver {
             .map_err(|e| e.into_lookup("registry client", "-", ""))?;
         // One clock for the cache and the breakers, so their notions of "now" agree.
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let shared = match &settings.shared_cache {
+            Some(shared) => Some(
+                SharedCache::new(shared.clone(), clock.clone())
+                    .map_err(|e| FetchError::Transport(e).into_lookup("shared cache", "-", ""))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             client,
+            shared,
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
             breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
             turns: LookupTurns::default(),
@@ -99,6 +111,9 @@ impl Resolver {
     /// Reports registry requests and cache lookups to `observer`.
     pub(crate) fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
         self.client.set_observer(observer.clone());
+        if let Some(shared) = &mut self.shared {
+            shared.set_observer(observer.clone());
+        }
         self.observer = Some(observer);
         self
     }
@@ -185,20 +200,60 @@ impl Resolver {
             .cache
             .get_or_resolve(key, |last| async move {
                 *flag = true;
-                let budget = Budget {
-                    deadline: Instant::now() + timeout,
-                    timeout,
-                };
-                let found = self.lookup(asked, last.as_ref(), budget).await?;
-                if !asked.reference.is_immutable() {
-                    let key = asked.digest_key(&found.digest);
-                    self.cache.remember(key, found.clone()).await;
-                }
-                Ok(Learned::from(found))
+                self.learn(asked, last.as_ref(), timeout).await
             })
             .await;
         self.observe(!asked_registry, &result);
         result
+    }
+
+    /// Learns the image's platforms within `timeout`: from the shared cache if it knows them,
+    /// else from the registry (`last`, the tag's last answer, to revalidate), and then tells the
+    /// shared cache. A tag's answer is also kept under its digest.
+    async fn learn(
+        &self,
+        asked: &Asked,
+        last: Option<&Arc<ImagePlatforms>>,
+        timeout: Duration,
+    ) -> Result<Learned, LookupError> {
+        let budget = Budget {
+            deadline: Instant::now() + timeout,
+            timeout,
+        };
+        let share = crate::budget::shared_cache_share(timeout);
+        let shared = self.shared.as_ref().map(|shared| {
+            let keys = shared.keys(&asked.reference, &asked.chain, &asked.identity);
+            (shared, keys)
+        });
+        if let Some((shared, keys)) = &shared {
+            let known =
+                |digest: String| async move { self.cache.known(&asked.digest_key(&digest)).await };
+            match shared.get(keys, &asked.reference, known, share).await {
+                Shared::Found(learned) => {
+                    self.remember_by_digest(asked, &learned.found).await;
+                    return Ok(learned);
+                }
+                Shared::Failed(error) => return Err(error),
+                Shared::Miss => {}
+            }
+        }
+        let result = self.lookup(asked, last, budget).await;
+        if let Some((shared, keys)) = &shared {
+            let left = budget.deadline.saturating_duration_since(Instant::now());
+            let cache = &self.settings.cache;
+            shared.put(keys, &result, cache, share.min(left)).await;
+        }
+        let found = result?;
+        self.remember_by_digest(asked, &found).await;
+        Ok(Learned::from(found))
+    }
+
+    /// Keeps a tag's answer under its digest too.
+    async fn remember_by_digest(&self, asked: &Asked, found: &Arc<ImagePlatforms>) {
+        if !asked.reference.is_immutable() {
+            let key = asked.digest_key(&found.digest);
+            self.cache.remember(key, found.clone()).await;
+        }
     }
 
     /// Uncached lookup: the mirror (if any) first, then the origin, all within `budget`. `last`
