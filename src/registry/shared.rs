@@ -112,7 +112,7 @@ impl SharedCacheSettings {
     }
 
     /// The URL as logs may show it (it never holds the password).
-    pub(crate) fn shown(&self) -> &str {
+    pub fn url(&self) -> &str {
         &self.url
     }
 
@@ -514,7 +514,7 @@ impl SharedCache {
                 .set_max_delay(RETRY_AFTER);
             ConnectionManager::new_lazy_with_config(self.client.clone(), config)
                 .map_err(|e| {
-                    tracing::warn!(cache_url = %self.settings.shown(), error = %self.clean(&e.to_string()), "shared cache not usable: using the in-memory cache alone");
+                    tracing::warn!(cache_url = %self.settings.url(), error = %self.clean(&e.to_string()), "shared cache not usable: using the in-memory cache alone");
                 })
                 .ok()
         });
@@ -529,7 +529,7 @@ impl SharedCache {
     fn succeeded(&self) {
         let mut health = self.health.lock().expect("not poisoned");
         if !health.up {
-            tracing::info!(cache_url = %self.settings.shown(), "shared cache reachable again");
+            tracing::info!(cache_url = %self.settings.url(), "shared cache reachable again");
         }
         health.up = true;
         health.retry_at = None;
@@ -542,7 +542,7 @@ impl SharedCache {
         let mut health = self.health.lock().expect("not poisoned");
         if health.up {
             tracing::warn!(
-                cache_url = %self.settings.shown(), error = %self.clean(error),
+                cache_url = %self.settings.url(), error = %self.clean(error),
                 "shared cache unavailable: using the in-memory cache alone until it answers again"
             );
         }
@@ -609,7 +609,7 @@ mod tests {
             SharedCacheSettings::new("redis://user:s3cr%40t@cache.example:6380/2", None, None)
                 .unwrap();
         assert_eq!(settings.password.as_deref(), Some("s3cr@t"));
-        assert_eq!(settings.shown(), "redis://user@cache.example:6380/2");
+        assert_eq!(settings.url(), "redis://user@cache.example:6380/2");
         assert!(!format!("{settings:?}").contains("s3cr"), "{settings:?}");
         let configured =
             SharedCacheSettings::new("rediss://cache.example", Some("pw".into()), None).unwrap();
