@@ -713,7 +713,17 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
 
-    let policy = object(&docs, "NetworkPolicy", "valkey");
+    only_tolerable_reaches_valkey(&docs, labels, container);
+
+    let without = documents(&render("kustomize"));
+    assert!(deployed_config(&without).resolver.shared_cache.is_none());
+    assert!(!without.iter().any(|d| d["metadata"]["name"] == "valkey"));
+}
+
+/// The Valkey NetworkPolicy covers the Valkey Pod (`labels`), admits tolerable's Pods alone on
+/// the container's port, and lets Valkey reach nothing.
+fn only_tolerable_reaches_valkey(docs: &[Value], labels: &Value, container: &Value) {
+    let policy = object(docs, "NetworkPolicy", "valkey");
     for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
         .as_object()
         .unwrap()
@@ -734,7 +744,7 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
     assert_eq!(from.len(), 1, "one peer: tolerable's Pods");
     assert!(from[0].get("namespaceSelector").is_none() && from[0].get("ipBlock").is_none());
     let tolerable_pods =
-        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
     for (key, value) in from[0]["podSelector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(&tolerable_pods[key], value, "the peer is tolerable's Pods");
     }
@@ -742,10 +752,6 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
         ingress[0]["ports"][0]["port"],
         container["ports"][0]["name"]
     );
-
-    let without = documents(&render("kustomize"));
-    assert!(deployed_config(&without).resolver.shared_cache.is_none());
-    assert!(!without.iter().any(|d| d["metadata"]["name"] == "valkey"));
 }
 
 /// The deployed tolerable.toml is the shipped one plus the mounted paths: nothing else drifts.

@@ -13,7 +13,7 @@ use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
 use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
-use super::shared::{Shared, SharedCache, SharedCacheSettings};
+use super::shared::{Keys, Shared, SharedCache, SharedCacheSettings};
 use super::turns::LookupTurns;
 use super::walk::{walk, Walked};
 use super::{
@@ -55,6 +55,8 @@ struct Asked {
     reference: ImageReference,
     chain: Vec<Credential>,
     identity: Vec<u64>,
+    /// Its keys in the shared cache, when there is one.
+    shared_keys: Option<Keys>,
 }
 
 impl Asked {
@@ -163,10 +165,15 @@ impl Resolver {
             self.observe(true, &fresh);
             return fresh;
         }
+        let shared_keys = self
+            .shared
+            .as_ref()
+            .map(|shared| shared.keys(&reference, &chain, key.credentials()));
         let asked = Asked {
             identity: key.credentials().to_vec(),
             reference,
             chain,
+            shared_keys,
         };
         Box::pin(self.resolve_uncached(key, asked, timeout)).await
     }
@@ -221,11 +228,8 @@ impl Resolver {
             timeout,
         };
         let share = crate::budget::shared_cache_share(timeout);
-        let shared = self.shared.as_ref().map(|shared| {
-            let keys = shared.keys(&asked.reference, &asked.chain, &asked.identity);
-            (shared, keys)
-        });
-        if let Some((shared, keys)) = &shared {
+        let shared = self.shared.as_ref().zip(asked.shared_keys.as_ref());
+        if let Some((shared, keys)) = shared {
             let known =
                 |digest: String| async move { self.cache.known(&asked.digest_key(&digest)).await };
             match shared.get(keys, &asked.reference, known, share).await {
@@ -238,7 +242,7 @@ impl Resolver {
             }
         }
         let result = self.lookup(asked, last, budget).await;
-        if let Some((shared, keys)) = &shared {
+        if let Some((shared, keys)) = shared {
             let left = budget.deadline.saturating_duration_since(Instant::now());
             let cache = &self.settings.cache;
             shared.put(keys, &result, cache, share.min(left)).await;
@@ -401,10 +405,12 @@ impl Resolver {
     }
 
     /// The image's platforms from one host with one credential. A tag with a last answer is
-    /// revalidated with a HEAD: the same digest keeps the answer, a digest whose answer is known
-    /// gives that one, and only a new digest is fetched (by digest, so the answer is the one the
-    /// HEAD named). Anything else — a digest reference, a tag seen for the first time, a host
-    /// that names no digest on HEAD — walks the manifest tree.
+    /// revalidated with a HEAD (and, with a shared cache, any tag is asked for its digest
+    /// first): the same digest keeps the answer, a digest whose answer is known (here or in the
+    /// shared cache) gives that one, and only a new digest is fetched (by digest, so the answer
+    /// is the one the HEAD named). Anything else — a digest reference, a tag seen for the first
+    /// time without a shared cache, a host that names no digest on HEAD — walks the manifest
+    /// tree.
     async fn fetch(
         &self,
         source: &HostSource<'_>,
@@ -414,36 +420,73 @@ impl Resolver {
     ) -> Result<Fetched, FetchError> {
         let repository = asked.reference.repository();
         let reference = asked.reference.manifest_reference();
-        let revalidate = !asked.reference.is_immutable() && self.names_digests_on_head(host);
-        let Some(last) = last.filter(|_| revalidate) else {
+        let head_first = !asked.reference.is_immutable()
+            && (last.is_some() || asked.shared_keys.is_some())
+            && self.names_digests_on_head(host);
+        if !head_first {
             return Ok(Fetched::Walked(walk(source, repository, reference).await?));
-        };
+        }
         let named = match source.head_digest(repository, reference).await {
             // A registry that does not do HEAD (405, 501…) is treated as one naming no digest.
             Err(FetchError::Status { code, .. }) if code != 429 && code != 503 => None,
             named => named?,
         };
-        let (outcome, fetched) = match named {
-            Some(digest) if digest == last.digest => {
+        let (outcome, fetched) = match (named, last) {
+            (Some(digest), Some(last)) if digest == last.digest => {
                 (Revalidation::Unchanged, Fetched::Known(last.clone()))
             }
-            Some(digest) => match self.cache.known(&asked.digest_key(&digest)).await {
+            (Some(digest), _) => match self.known_answer(asked, &digest).await {
                 Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
-                None => {
-                    let walked = walk(source, repository, &digest).await?;
-                    (Revalidation::Changed, Fetched::Walked(walked))
-                }
+                None => match self.fetched_elsewhere(asked, &digest).await {
+                    Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
+                    None => {
+                        let walked = walk(source, repository, &digest).await?;
+                        (Revalidation::Changed, Fetched::Walked(walked))
+                    }
+                },
             },
-            None => {
+            (None, _) => {
                 self.remember_no_head_digest(host);
                 let walked = walk(source, repository, reference).await?;
                 (Revalidation::NoDigest, Fetched::Walked(walked))
             }
         };
-        if let Some(observer) = &self.observer {
+        if let Some(observer) = self.observer.as_ref().filter(|_| last.is_some()) {
             observer.revalidated(outcome);
         }
         Ok(fetched)
+    }
+
+    /// With a shared cache, one replica fetches a digest new to all: it claims the fetch, and
+    /// the others wait for its answer (`budget::shared_fetch_wait` at most, then fetch it
+    /// themselves). `None`: this replica is to fetch it.
+    async fn fetched_elsewhere(&self, asked: &Asked, digest: &str) -> Option<Arc<ImagePlatforms>> {
+        let (shared, keys) = self.shared.as_ref().zip(asked.shared_keys.as_ref())?;
+        let timeout = self.settings.lookup_timeout;
+        let share = crate::budget::shared_cache_share(timeout);
+        if shared.claim(keys, digest, timeout, share).await {
+            return None;
+        }
+        let wait = crate::budget::shared_fetch_wait(timeout);
+        let found = Arc::new(shared.wait_for(keys, digest, wait, share).await?);
+        self.cache
+            .remember(asked.digest_key(digest), found.clone())
+            .await;
+        Some(found)
+    }
+
+    /// The answer for `digest` of the asked repository, from the in-memory cache or else the
+    /// shared one (then kept in memory too).
+    async fn known_answer(&self, asked: &Asked, digest: &str) -> Option<Arc<ImagePlatforms>> {
+        let key = asked.digest_key(digest);
+        if let Some(found) = self.cache.known(&key).await {
+            return Some(found);
+        }
+        let (shared, keys) = self.shared.as_ref().zip(asked.shared_keys.as_ref())?;
+        let share = crate::budget::shared_cache_share(self.settings.lookup_timeout);
+        let found = Arc::new(shared.get_digest(keys, digest, share).await?);
+        self.cache.remember(key, found.clone()).await;
+        Some(found)
     }
 
     fn names_digests_on_head(&self, host: &str) -> bool {

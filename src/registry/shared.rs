@@ -38,6 +38,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 const MAX_VALUE_BYTES: usize = 64 << 10;
 /// Key prefix; the version changes with the values' format.
 const PREFIX: &str = "tolerable:v1:";
+/// How often a replica waiting for another's fetch looks for its answer.
+const POLL: Duration = Duration::from_millis(20);
 /// Credential identities remembered per process (each costs a key derivation to compute).
 const MAX_IDENTITIES: usize = 4096;
 /// PBKDF2 rounds for a credential's identity: a few milliseconds once per credential, and as
@@ -195,6 +197,8 @@ pub(crate) struct Keys {
     tag: Option<String>,
     /// `digest:<registry/repository>@` … `#<identities>`: the digest goes between.
     digest_prefix: String,
+    /// `fetching:<registry/repository>@` …: a replica fetching that digest now.
+    claim_prefix: String,
     identities: String,
     /// The answer by digest for a digest reference.
     pinned: Option<String>,
@@ -204,6 +208,10 @@ pub(crate) struct Keys {
 impl Keys {
     fn digest(&self, digest: &str) -> String {
         format!("{}{digest}{}", self.digest_prefix, self.identities)
+    }
+
+    fn claim(&self, digest: &str) -> String {
+        format!("{}{digest}{}", self.claim_prefix, self.identities)
     }
 }
 
@@ -276,6 +284,7 @@ impl SharedCache {
                 .is_none()
                 .then(|| format!("{PREFIX}tag:{shown}{identities}")),
             digest_prefix: format!("{PREFIX}digest:{repository}@"),
+            claim_prefix: format!("{PREFIX}fetching:{repository}@"),
             failure: format!("{PREFIX}failure:{shown}{identities}"),
             pinned,
             identities,
@@ -415,6 +424,92 @@ impl SharedCache {
                 }
             }
             Lookup::Tagged { .. } => Shared::Miss,
+        }
+    }
+
+    /// The answer for `digest` (of the lookup's repository), if the shared cache has it.
+    pub(crate) async fn get_digest(
+        &self,
+        keys: &Keys,
+        digest: &str,
+        within: Duration,
+    ) -> Option<ImagePlatforms> {
+        let (result, found) = match self.read_digest(keys, digest, within).await {
+            Outcome::Done(Some(found)) => ("hit", Some(found)),
+            Outcome::Done(None) => ("miss", None),
+            Outcome::Skipped => ("skipped", None),
+            Outcome::Failed => ("error", None),
+        };
+        self.counted(result, Shared::Miss);
+        found
+    }
+
+    async fn read_digest(
+        &self,
+        keys: &Keys,
+        digest: &str,
+        within: Duration,
+    ) -> Outcome<Option<ImagePlatforms>> {
+        let key = keys.digest(digest);
+        let read = self.ask(within, |mut connection| async move {
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Option<Vec<u8>>>(&mut connection)
+                .await
+        });
+        match read.await {
+            Outcome::Done(value) => Outcome::Done(
+                value
+                    .and_then(|v| value::answer(&v))
+                    .filter(|found| found.digest == digest),
+            ),
+            Outcome::Skipped => Outcome::Skipped,
+            Outcome::Failed => Outcome::Failed,
+        }
+    }
+
+    /// Claims the fetch of `digest` for this replica for `hold` (`SET NX`): false when another
+    /// replica is fetching it. A shared cache that cannot be asked never stops a fetch.
+    pub(crate) async fn claim(
+        &self,
+        keys: &Keys,
+        digest: &str,
+        hold: Duration,
+        within: Duration,
+    ) -> bool {
+        let key = keys.claim(digest);
+        let set = self.ask(within, |mut connection| async move {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(px(hold))
+                .query_async::<Option<String>>(&mut connection)
+                .await
+        });
+        !matches!(set.await, Outcome::Done(None))
+    }
+
+    /// Waits up to `wait` for the answer for `digest` another replica is fetching.
+    pub(crate) async fn wait_for(
+        &self,
+        keys: &Keys,
+        digest: &str,
+        wait: Duration,
+        within: Duration,
+    ) -> Option<ImagePlatforms> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            match self.read_digest(keys, digest, within).await {
+                Outcome::Done(Some(found)) => {
+                    self.counted("hit", Shared::Miss);
+                    return Some(found);
+                }
+                Outcome::Done(None) if tokio::time::Instant::now() + POLL < until => {}
+                _ => return None,
+            }
+            tokio::time::sleep(POLL).await;
         }
     }
 
