@@ -29,9 +29,10 @@ lint: ## clippy, warnings are errors; and the binary alone (without test-only cr
 unit: ## every test (starts real registries on 127.0.0.1)
 	$(CARGO) test --locked
 
-bench: test-deps ## benchmarks: release build, real registry, `tolerable serve`; prints tables (results go in BENCHMARKS.md)
+bench: test-deps ## benchmarks: release build, real registry (and redis-server), `tolerable serve`; prints tables (results go in BENCHMARKS.md)
 	$(CARGO) bench --locked --bench lookup
 	$(CARGO) bench --locked --bench webhook
+	$(CARGO) bench --locked --bench cluster
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

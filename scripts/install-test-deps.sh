@@ -2,7 +2,8 @@
 # Installs what the test suite needs and a fresh Debian/Ubuntu machine lacks (`make test` runs
 # it; it needs root or sudo only when an apt package is missing):
 # - apt: docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1),
-#   apache2-utils (htpasswd, for the Basic-auth registry), python3-venv (for the tools below);
+#   apache2-utils (htpasswd, for the Basic-auth registry), redis-server (the shared-cache tests
+#   start one on 127.0.0.1), python3-venv (for the tools below);
 # - promtool, unpacked from Debian's prometheus package into .test-tools/bin (the package is not
 #   installed: no service, no user, nothing started or enabled);
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
@@ -33,6 +34,7 @@ apt_update() {
 missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ -z "$python" ]; then
   missing+=(python3 python3-venv)
   python=/usr/bin/python3

@@ -143,6 +143,9 @@ fn resolver(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Resolver>
             .chain(transport.insecure_registries.iter().map(String::as_str))
             .chain(credentials.registries()),
     );
+    if let Some(shared) = &config.resolver.shared_cache {
+        tracing::info!(cache_url = %shared.url(), "shared cache behind the in-memory one (cache_url)");
+    }
     Ok(Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()))
 }
 

@@ -7,8 +7,11 @@
 //! │ lookups: the budget = timeout − margin (a fifth, ≥ 300 ms)  │ margin    │
 //! │ ├ pull secrets: at most a third of the budget                          │
 //! │ └ each lookup ends itself a twentieth before the budget ends (and is   │
-//! │   then counted by the circuit breaker); a mirror gets half of what is  │
-//! │   left, so a hung mirror leaves time for the origin                    │
+//! │   then counted by the circuit breaker); the shared cache gets a tenth  │
+//! │   of a lookup's time (≤ 250 ms) per read or write, and a replica waits │
+//! │   a quarter of it for another one fetching the same digest; a mirror   │
+//! │   gets half of what is left, so a hung mirror leaves time for the      │
+//! │   origin                                                               │
 //! ```
 
 use std::time::Duration;
@@ -54,6 +57,22 @@ pub(crate) fn lookup_margin(budget: Duration) -> Duration {
     budget / 20
 }
 
+/// The most one request to the shared cache may take.
+const MAX_SHARED_CACHE_WAIT: Duration = Duration::from_millis(250);
+
+/// The shared cache's share of a lookup that may take `timeout`, per request (a read before the
+/// registry, a write after it): a tenth, at most [`MAX_SHARED_CACHE_WAIT`]. A cache slower than
+/// that is treated as down, and the in-memory cache and the registry answer alone.
+pub(crate) fn shared_cache_share(timeout: Duration) -> Duration {
+    (timeout / 10).min(MAX_SHARED_CACHE_WAIT)
+}
+
+/// How long a replica waits for another to fetch a digest new to both (the shared cache's
+/// single flight): a quarter of the lookup's time; then it fetches the digest itself.
+pub(crate) fn shared_fetch_wait(timeout: Duration) -> Duration {
+    timeout / 4
+}
+
 /// A mirror's share of what is left: a hung mirror leaves the origin the other half.
 pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
@@ -79,6 +98,12 @@ mod tests {
         assert_eq!(for_pull_secrets(budget), Duration::from_secs(2));
         assert_eq!(lookup_margin(budget), Duration::from_millis(300));
         assert_eq!(mirror_share(budget), Duration::from_secs(3));
+        assert_eq!(shared_cache_share(budget), Duration::from_millis(250));
+        assert_eq!(shared_fetch_wait(budget), Duration::from_millis(1500));
+        assert_eq!(
+            shared_cache_share(Duration::from_secs(1)),
+            Duration::from_millis(100)
+        );
         assert_eq!(
             for_review(Duration::from_secs(5)),
             Duration::from_millis(5500)

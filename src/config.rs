@@ -24,7 +24,7 @@ use crate::registry::access::{AccessRules, LINK_LOCAL};
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
 use crate::registry::credentials::normalize_registry_key;
-use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings};
+use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings, SharedCacheSettings};
 use crate::server::tls::NameCheck;
 use crate::server::ServerLimits;
 pub use source::Origin;
@@ -335,6 +335,22 @@ struct RawConfig {
     circuit_breaker_cooldown: String,
     registry_allowlist: List,
     registry_denylist: List,
+    cache_url: String,
+    cache_password_file: Option<PathBuf>,
+    cache_password: Option<Password>,
+    cache_ca_path: Option<PathBuf>,
+}
+
+/// The shared cache's password as written (only an environment variable may write it): never
+/// shown, not even by `Debug`.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+struct Password(String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 impl Default for RawConfig {
@@ -384,6 +400,10 @@ impl Default for RawConfig {
             circuit_breaker_cooldown: "30s".into(),
             registry_allowlist: List::default(),
             registry_denylist: List(LINK_LOCAL.map(String::from).to_vec()),
+            cache_url: String::new(),
+            cache_password_file: None,
+            cache_password: None,
+            cache_ca_path: None,
         }
     }
 }
@@ -658,6 +678,15 @@ impl Config {
             .build()
             .and_then(config::Config::try_deserialize)
             .map_err(|e| ConfigError::from_merge(e).located(&sources))?;
+        if raw.cache_password.is_some() {
+            if let origin @ Origin::File(_) = sources.origin_of("cache_password") {
+                return Err(ConfigError::Key {
+                    key: "cache_password".into(),
+                    origin,
+                    reason: "a password does not belong in the config file: set TOLERABLE_CACHE_PASSWORD (from a Secret) or cache_password_file".into(),
+                });
+            }
+        }
         Self::validate(raw).map_err(|e| e.located(&sources))
     }
 
@@ -808,13 +837,14 @@ fn validate_registries(raw: &RawConfig) -> Result<ResolverSettings, ConfigError>
         ));
     }
     let cache = validate_cache(raw)?;
+    let shared_cache = validate_shared_cache(raw)?;
     let breaker = validate_breaker(raw)?;
     let insecure_registries = validate_insecure_registries(&raw.insecure_registries)?;
     let access = AccessRules::new(&raw.registry_allowlist.0, &raw.registry_denylist.0)
         .map_err(|e| ConfigError::key(e.key, e.reason))?;
     let mirrors = validate_mirrors(&raw.registry_mirrors)?;
     let extra_roots_pem = match &raw.registry_ca_path {
-        Some(path) => vec![read_ca_bundle(path)?],
+        Some(path) => vec![read_ca_bundle("registry_ca_path", path)?],
         None => Vec::new(),
     };
     Ok(ResolverSettings {
@@ -829,7 +859,59 @@ fn validate_registries(raw: &RawConfig) -> Result<ResolverSettings, ConfigError>
         lookup_timeout,
         cache,
         breaker,
+        shared_cache,
     })
+}
+
+/// `cache_url` and its password (a file, or `TOLERABLE_CACHE_PASSWORD`) and CA. Errors never
+/// repeat the password, in the URL or elsewhere.
+fn validate_shared_cache(raw: &RawConfig) -> Result<Option<SharedCacheSettings>, ConfigError> {
+    if raw.cache_url.trim().is_empty() {
+        let stray = [
+            ("cache_password_file", raw.cache_password_file.is_some()),
+            ("cache_password", raw.cache_password.is_some()),
+            ("cache_ca_path", raw.cache_ca_path.is_some()),
+        ];
+        return match stray.into_iter().find(|(_, set)| *set) {
+            Some((key, _)) => Err(ConfigError::key(key, "is set, but cache_url is not")),
+            None => Ok(None),
+        };
+    }
+    let password = match (&raw.cache_password_file, &raw.cache_password) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::key(
+                "cache_password_file",
+                "and cache_password are both set: give the password once",
+            ))
+        }
+        (Some(path), None) => Some(read_password(path)?),
+        (None, password) => password.clone().map(|p| p.0),
+    };
+    let ca_pem = match &raw.cache_ca_path {
+        Some(path) => Some(read_ca_bundle("cache_ca_path", path)?),
+        None => None,
+    };
+    let settings = SharedCacheSettings::new(&raw.cache_url, password, ca_pem)
+        .map_err(|reason| ConfigError::key("cache_url", reason))?;
+    settings
+        .check()
+        .map_err(|reason| ConfigError::key("cache_url", reason))?;
+    Ok(Some(settings))
+}
+
+/// The password in `path` (one line; surrounding whitespace dropped), read once at start-up.
+fn read_password(path: &Path) -> Result<String, ConfigError> {
+    let key = "cache_password_file";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
+    let password = text.trim();
+    if password.is_empty() {
+        return Err(ConfigError::key(
+            key,
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(password.to_owned())
 }
 
 fn validate_cache(raw: &RawConfig) -> Result<CacheSettings, ConfigError> {
@@ -1230,10 +1312,9 @@ pub(crate) fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigEr
     Ok(duration)
 }
 
-fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, ConfigError> {
+fn read_ca_bundle(key: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::CertificateDer;
-    let key = "registry_ca_path";
     let pem = std::fs::read(path)
         .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
     let certs = CertificateDer::pem_slice_iter(&pem)

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::mutate::{Outcome, Untouched};
-use crate::registry::RegistryObserver;
+use crate::registry::{RateLimit, RegistryObserver, RequestMethod, Revalidation};
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -74,6 +74,7 @@ struct CircuitLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
     registry: String,
+    method: &'static str,
     status: String,
 }
 
@@ -115,6 +116,12 @@ pub struct Metrics {
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
+    rate_limit: Family<CircuitLabels, Gauge>,
+    rate_limit_remaining: Family<CircuitLabels, Gauge>,
+    revalidations: Family<ResultLabels, Counter>,
+    shared_cache_lookups: Family<ResultLabels, Counter>,
+    shared_cache_writes: Family<ResultLabels, Counter>,
+    shared_cache_up: Gauge,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -147,6 +154,12 @@ impl Metrics {
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
+            rate_limit: Family::default(),
+            rate_limit_remaining: Family::default(),
+            revalidations: Family::default(),
+            shared_cache_lookups: Family::default(),
+            shared_cache_writes: Family::default(),
+            shared_cache_up: Gauge::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -158,6 +171,7 @@ impl Metrics {
         metrics.register_admissions(registry);
         metrics.register_health(registry);
         metrics.register_lookups(registry);
+        metrics.register_shared_cache(registry);
         metrics.create_series();
         metrics
     }
@@ -267,6 +281,25 @@ impl Metrics {
         self.denials.get_or_create(&ReasonLabels { reason }).inc();
     }
 
+    /// The shared cache (`cache_url`).
+    fn register_shared_cache(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_shared_cache_lookups",
+            "In-memory cache misses asked of the shared cache, by result: hit, miss, error (failed or too slow), skipped (it failed under a second ago)",
+            self.shared_cache_lookups.clone(),
+        );
+        registry.register(
+            "tolerable_shared_cache_writes",
+            "Registry answers written to the shared cache, by result: ok, error, skipped",
+            self.shared_cache_writes.clone(),
+        );
+        registry.register(
+            "tolerable_shared_cache_up",
+            "1 when the shared cache answered the last request, 0 when it failed (or none was made)",
+            self.shared_cache_up.clone(),
+        );
+    }
+
     /// The server's connections and refused requests.
     fn register_connections(&self, registry: &mut Registry) {
         registry.register(
@@ -334,7 +367,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_registry_requests",
-            "HTTP requests to registries and token services, by registry host and status",
+            "HTTP requests to registries and token services, by registry host, method (GET, HEAD) and status",
             self.registry_requests.clone(),
         );
         registry.register(
@@ -344,13 +377,28 @@ impl Metrics {
         );
         registry.register(
             "tolerable_cache_entries",
-            "Images in the lookup cache",
+            "Answers in the lookup cache (a tag's answer counts twice: by tag and by digest)",
             self.cache_entries.clone(),
         );
         registry.register(
             "tolerable_registry_circuit_opened",
             "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
             self.circuits_opened.clone(),
+        );
+        registry.register(
+            "tolerable_registry_rate_limit",
+            "Requests per window the registry allows this client, as its last answer said (Docker Hub's ratelimit-limit)",
+            self.rate_limit.clone(),
+        );
+        registry.register(
+            "tolerable_registry_rate_limit_remaining",
+            "Requests left in the registry's window, as its last answer said (Docker Hub's ratelimit-remaining)",
+            self.rate_limit_remaining.clone(),
+        );
+        registry.register(
+            "tolerable_registry_revalidations",
+            "Tags no longer fresh revalidated with a HEAD, by result: unchanged and known_digest saved a manifest GET; changed (a new digest) and no_digest (the registry named none) did not",
+            self.revalidations.clone(),
         );
     }
 
@@ -477,12 +525,30 @@ impl Drop for OpenConnection {
 }
 
 impl RegistryObserver for Metrics {
-    fn registry_request(&self, host: &str, status: Option<u16>) {
+    fn registry_request(&self, host: &str, method: RequestMethod, status: Option<u16>) {
         let labels = RegistryLabels {
             registry: self.registry_label(host, status.is_some_and(|s| (200..300).contains(&s))),
+            method: method.label(),
             status: status.map_or_else(|| "error".to_owned(), |s| s.to_string()),
         };
         self.registry_requests.get_or_create(&labels).inc();
+    }
+
+    fn rate_limit(&self, host: &str, limit: RateLimit) {
+        let labels = CircuitLabels {
+            registry: self.registry_label(host, false),
+        };
+        let gauges = [
+            (&self.rate_limit, limit.limit),
+            (&self.rate_limit_remaining, limit.remaining),
+        ];
+        for (gauge, value) in gauges {
+            if let Some(value) = value {
+                gauge
+                    .get_or_create(&labels)
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     fn cache_lookup(&self, hit: bool) {
@@ -498,6 +564,30 @@ impl RegistryObserver for Metrics {
                 registry: self.registry_label(host, false),
             })
             .inc();
+    }
+
+    fn revalidated(&self, outcome: Revalidation) {
+        self.revalidations
+            .get_or_create(&ResultLabels {
+                result: outcome.label(),
+            })
+            .inc();
+    }
+
+    fn shared_cache_lookup(&self, result: &'static str) {
+        self.shared_cache_lookups
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn shared_cache_write(&self, result: &'static str) {
+        self.shared_cache_writes
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn shared_cache_up(&self, up: bool) {
+        self.shared_cache_up.set(i64::from(up));
     }
 
     fn stale_answer(&self) {
@@ -549,6 +639,8 @@ pub(crate) fn encode_text_format(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
+    const GET: RequestMethod = RequestMethod::Get;
+
     #[test]
     fn the_text_format_declares_every_sample_under_its_own_name() {
         let mut registry = prometheus_client::registry::Registry::default();
@@ -594,13 +686,13 @@ mod tests {
         metrics.name_registries(["Mirror.Example.com:5000"]);
         // A flood of references to hosts that do not exist or do not answer 2xx.
         for i in 0..500 {
-            metrics.registry_request(&format!("10.0.0.{i}:5000"), None);
-            metrics.registry_request(&format!("evil{i}.example"), Some(404));
+            metrics.registry_request(&format!("10.0.0.{i}:5000"), GET, None);
+            metrics.registry_request(&format!("evil{i}.example"), GET, Some(404));
         }
         // Real registries answering afterwards still get labels of their own.
-        metrics.registry_request("registry.example.org", Some(200));
-        metrics.registry_request("mirror.example.com:5000", Some(500));
-        metrics.registry_request("ghcr.io", Some(401));
+        metrics.registry_request("registry.example.org", GET, Some(200));
+        metrics.registry_request("mirror.example.com:5000", GET, Some(500));
+        metrics.registry_request("ghcr.io", RequestMethod::Head, Some(401));
         let text = encode(&registry);
         for host in ["registry.example.org", "mirror.example.com:5000", "ghcr.io"] {
             assert!(
@@ -612,5 +704,46 @@ mod tests {
         assert!(text.contains("registry=\"other\""));
         let named = metrics.registries_named.lock().unwrap().len();
         assert_eq!(named, 1, "only the registry that answered 2xx took a slot");
+        assert!(
+            text.contains(r#"tolerable_registry_requests_total{registry="ghcr.io",method="HEAD",status="401"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rate_limits_are_gauges_per_registry() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let hub = "registry-1.docker.io";
+        for remaining in [76, 75] {
+            metrics.rate_limit(
+                hub,
+                RateLimit {
+                    limit: Some(100),
+                    remaining: Some(remaining),
+                },
+            );
+        }
+        // A later answer naming only what is left keeps the limit.
+        metrics.rate_limit(
+            hub,
+            RateLimit {
+                limit: None,
+                remaining: Some(74),
+            },
+        );
+        let text = encode(&registry);
+        assert!(
+            text.contains(&format!(
+                "tolerable_registry_rate_limit{{registry=\"{hub}\"}} 100"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "tolerable_registry_rate_limit_remaining{{registry=\"{hub}\"}} 74"
+            )),
+            "{text}"
+        );
     }
 }

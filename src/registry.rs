@@ -17,6 +17,7 @@ pub(crate) mod credentials;
 pub mod manifest;
 pub(crate) mod reference;
 mod resolver;
+mod shared;
 mod turns;
 mod walk;
 
@@ -29,6 +30,7 @@ pub use self::breaker::BreakerSettings;
 pub use self::credentials::{Credential, CredentialStore};
 pub use self::reference::{ImageReference, ReferenceError};
 pub use self::resolver::{Resolver, ResolverSettings};
+pub use self::shared::SharedCacheSettings;
 pub use self::walk::ManifestSource;
 pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
 pub use crate::mutate::platform::Platform;
@@ -308,15 +310,75 @@ impl FetchError {
     }
 }
 
+/// The HTTP method of a registry request: a manifest GET counts against Docker Hub's pull rate
+/// limit, a HEAD does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RequestMethod {
+    Get,
+    Head,
+}
+
+impl RequestMethod {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+        }
+    }
+}
+
+/// What a registry said of its rate limit (Docker Hub's `ratelimit-limit` and
+/// `ratelimit-remaining`, e.g. `100;w=21600`): requests per window, and those left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RateLimit {
+    pub(crate) limit: Option<u64>,
+    pub(crate) remaining: Option<u64>,
+}
+
+/// What revalidating a tag's answer with a HEAD found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Revalidation {
+    /// The same digest: the answer renewed, no GET.
+    Unchanged,
+    /// The tag moved to a digest whose answer was known: no GET.
+    KnownDigest,
+    /// The tag moved to a new digest: its manifest was fetched.
+    Changed,
+    /// The registry named no digest: the tag was fetched with a GET (and is from now on).
+    NoDigest,
+}
+
+impl Revalidation {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Unchanged => "unchanged",
+            Self::KnownDigest => "known_digest",
+            Self::Changed => "changed",
+            Self::NoDigest => "no_digest",
+        }
+    }
+}
+
 /// Told about every registry request and cache lookup (metrics implement it).
 pub(crate) trait RegistryObserver: Send + Sync {
     /// `status` is `None` when no HTTP answer came (connect error, timeout).
-    fn registry_request(&self, host: &str, status: Option<u16>);
+    fn registry_request(&self, host: &str, method: RequestMethod, status: Option<u16>);
+    /// `host` answered with rate-limit headers.
+    fn rate_limit(&self, _host: &str, _limit: RateLimit) {}
     fn cache_lookup(&self, hit: bool);
     /// The circuit breaker stopped asking `host` (it failed repeatedly or asked to back off).
     fn circuit_opened(&self, _host: &str) {}
     /// A last known answer was served because its registry is unavailable.
     fn stale_answer(&self) {}
+    /// A tag's answer was revalidated with a HEAD.
+    fn revalidated(&self, _outcome: Revalidation) {}
+    /// The shared cache was asked for a lookup: `hit`, `miss`, `error` (it failed or took too
+    /// long) or `skipped` (it failed a moment ago, and is left alone for a while).
+    fn shared_cache_lookup(&self, _result: &'static str) {}
+    /// A registry's answer was written to the shared cache: `ok`, `error` or `skipped`.
+    fn shared_cache_write(&self, _result: &'static str) {}
+    /// Whether the shared cache answered the last request.
+    fn shared_cache_up(&self, _up: bool) {}
 }
 
 #[cfg(test)]

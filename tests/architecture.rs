@@ -35,6 +35,7 @@ const IO_PATHS: &[&str] = &[
     "rustls",
     "tracing",
     "moka",
+    "redis",
     "std::fs",
     "std::net",
     "std::process",

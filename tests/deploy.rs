@@ -17,6 +17,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/no-cluster-access",
     "kustomize/overlays/manage-node-taints",
     "kustomize/overlays/monitoring",
+    "kustomize/overlays/shared-cache",
 ];
 
 fn root() -> PathBuf {
@@ -659,6 +660,101 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
             serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]),
         ),
     ]
+}
+
+/// The shared-cache component: tolerable's `cache_url` names the Valkey Service, the Service
+/// reaches the Valkey Pod's port, only tolerable's Pods may connect to it (and it connects to
+/// nothing), it keeps nothing on disk, is as locked down as tolerable's Pods, and never goes
+/// through tolerable. Without the component, no `cache_url`.
+#[test]
+fn the_shared_cache_is_reachable_by_tolerable_alone() {
+    let docs = documents(&render("kustomize/overlays/shared-cache"));
+    let shared = deployed_config(&docs)
+        .resolver
+        .shared_cache
+        .expect("cache_url is set");
+    let url = reqwest::Url::parse(shared.url()).unwrap();
+    let service = object(&docs, "Service", "valkey");
+    let namespace = str_of(service, "/metadata/namespace");
+    let service_name = str_of(service, "/metadata/name");
+    assert_eq!(
+        url.host_str().unwrap(),
+        format!("{service_name}.{namespace}.svc")
+    );
+    assert_eq!(
+        Some(url.port().unwrap()),
+        service["spec"]["ports"][0]["port"]
+            .as_u64()
+            .map(|p| p as u16)
+    );
+    let deployment = object(&docs, "Deployment", "valkey");
+    let pod = &deployment["spec"]["template"];
+    let labels = &pod["metadata"]["labels"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&labels[key], value, "the Service selects the Valkey Pod");
+    }
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["ports"][0]["name"], service["spec"]["ports"][0]["targetPort"],
+        "the Service reaches the container's port"
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for pair in [["--save", ""], ["--appendonly", "no"]] {
+        assert!(args.windows(2).any(|w| w == pair), "{args:?}");
+    }
+    assert!(args.contains(&"--maxmemory"), "memory bounded: {args:?}");
+    assert_eq!(labels["tolerable.io/skip"], "true");
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+
+    only_tolerable_reaches_valkey(&docs, labels, container);
+
+    let without = documents(&render("kustomize"));
+    assert!(deployed_config(&without).resolver.shared_cache.is_none());
+    assert!(!without.iter().any(|d| d["metadata"]["name"] == "valkey"));
+}
+
+/// The Valkey NetworkPolicy covers the Valkey Pod (`labels`), admits tolerable's Pods alone on
+/// the container's port, and lets Valkey reach nothing.
+fn only_tolerable_reaches_valkey(docs: &[Value], labels: &Value, container: &Value) {
+    let policy = object(docs, "NetworkPolicy", "valkey");
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&labels[key], value, "the policy covers the Valkey Pod");
+    }
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    assert!(
+        policy["spec"].get("egress").is_none(),
+        "Valkey reaches nothing"
+    );
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1);
+    let from = ingress[0]["from"].as_array().unwrap();
+    assert_eq!(from.len(), 1, "one peer: tolerable's Pods");
+    assert!(from[0].get("namespaceSelector").is_none() && from[0].get("ipBlock").is_none());
+    let tolerable_pods =
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in from[0]["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&tolerable_pods[key], value, "the peer is tolerable's Pods");
+    }
+    assert_eq!(
+        ingress[0]["ports"][0]["port"],
+        container["ports"][0]["name"]
+    );
 }
 
 /// The deployed tolerable.toml is the shipped one plus the mounted paths: nothing else drifts.

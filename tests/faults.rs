@@ -274,6 +274,31 @@ async fn circuit_breaker_stops_hammering_a_failing_registry() {
     assert!(found.is_ok(), "{found:?}");
 }
 
+/// Docker Hub's rate-limit headers become gauges per registry, and the requests are counted by
+/// method.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_headers_are_read_into_gauges() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.add_header("ratelimit-limit", "100;w=21600");
+    proxy.add_header("ratelimit-remaining", "42;w=21600");
+    let server = TestServer::start(webhook::policy(), settings(&[&proxy.host])).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    let (response, _) = admit(&server, &admission_for(&image)).await;
+    assert!(response.get("patch").is_some(), "{response}");
+    let metrics = webhook::metrics_text(&server).await;
+    let host = &proxy.host;
+    for needle in [
+        format!("tolerable_registry_rate_limit{{registry=\"{host}\"}} 100\n"),
+        format!("tolerable_registry_rate_limit_remaining{{registry=\"{host}\"}} 42\n"),
+        // The manifest and its config blob: two GETs, nothing else.
+        format!(
+            "tolerable_registry_requests_total{{registry=\"{host}\",method=\"GET\",status=\"200\"}} 2\n"
+        ),
+    ] {
+        assert!(metrics.contains(&needle), "{needle} missing:\n{metrics}");
+    }
+}
+
 /// 429 with `Retry-After`: not asked again before the registry said so, even below the
 /// failure threshold.
 #[tokio::test]

@@ -202,6 +202,7 @@ fn settings(insecure: &[&str], deny: &[&str]) -> ResolverSettings {
             failures: 0,
             cooldown: Duration::from_secs(1),
         },
+        shared_cache: None,
     }
 }
 

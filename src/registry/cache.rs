@@ -2,7 +2,13 @@
 //! answers by tag for a TTL, failures only briefly. Concurrent lookups of one key share one
 //! registry round trip. Bounded in entries.
 //!
-//! Stale-if-error (RFC 5861's idea, for registries): a tag's answer is kept for `stale_ttl`
+//! Revalidation: a tag's answer that is no longer fresh is handed to the lookup that refreshes
+//! it (which asks the registry for the tag's digest with a HEAD, and keeps the answer when the
+//! digest is the same), so it is kept as long as an answer by digest would be. Answers by tag
+//! are also kept under their digest ([`LookupCache::remember`]), so a tag moving to a digest
+//! already known needs no manifest GET.
+//!
+//! Stale-if-error (RFC 5861's idea, for registries): a tag's answer may stand in for `stale_ttl`
 //! after it stops being fresh. When refreshing it fails because the registry is unavailable
 //! (down, hung, 5xx, rate limited), that last known answer is served instead, marked stale, and
 //! the refresh is retried after `failure_ttl`. An authoritative "no" (not found, unauthorized)
@@ -59,15 +65,39 @@ impl CacheKey {
             credentials: credentials.into_boxed_slice(),
         }
     }
+
+    /// The fingerprints of the credentials tried, in order.
+    pub(crate) fn credentials(&self) -> &[u64] {
+        &self.credentials
+    }
 }
 
-/// One cached answer and its two horizons.
+/// What a lookup learned: an answer, fresh for the tag TTL unless `fresh_for` says less (an
+/// answer another replica learned earlier, through the shared cache).
+#[derive(Debug, Clone)]
+pub(crate) struct Learned {
+    pub(crate) found: Arc<ImagePlatforms>,
+    pub(crate) fresh_for: Option<Duration>,
+}
+
+impl From<Arc<ImagePlatforms>> for Learned {
+    fn from(found: Arc<ImagePlatforms>) -> Self {
+        Self {
+            found,
+            fresh_for: None,
+        }
+    }
+}
+
+/// One cached answer and its horizons.
 #[derive(Debug)]
 struct Slot {
     result: Result<Arc<ImagePlatforms>, LookupError>,
     /// Until then the answer is served without asking the registry.
     fresh_until: Instant,
-    /// Until then it is kept (as a stale fallback after `fresh_until`); then evicted.
+    /// Until then it may stand in while the registry is unavailable (stale-if-error).
+    stale_until: Instant,
+    /// Until then it is kept (to revalidate, or as a stale fallback); then evicted.
     keep_until: Instant,
     /// When the registry last really gave this answer (for the staleness warning).
     answered_at: Instant,
@@ -164,16 +194,36 @@ impl LookupCache {
         (self.clock.now() < failed.fresh_until).then(|| failed.result.clone())
     }
 
+    /// The answer kept for `key`, fresh or not (an answer by digest is the same until evicted).
+    pub(crate) async fn known(&self, key: &CacheKey) -> Option<Arc<ImagePlatforms>> {
+        let slot = self.entries.get(key).await?;
+        slot.result
+            .as_ref()
+            .ok()
+            .filter(|found| found.fact.stale.is_none())
+            .cloned()
+    }
+
+    /// Keeps `found` under `key` as an answer by digest (a tag's answer, under its digest).
+    pub(crate) async fn remember(&self, key: CacheKey, found: Arc<ImagePlatforms>) {
+        let slot = self.next_slot(true, None, Ok(found.into()));
+        self.entries.insert(key, Arc::new(slot)).await;
+    }
+
     /// The cached answer for `key`, or the result of `resolve`, which runs at most once at a
-    /// time per key however many callers wait for it. When `resolve` fails because the registry
-    /// is unavailable and an earlier answer is still kept, that answer is returned, marked stale.
-    /// It takes the key's turn even for a fresh answer: callers on a hot path ask [`Self::fresh`]
-    /// first (the resolver does), so only misses come here.
-    pub(crate) async fn get_or_resolve(
+    /// time per key however many callers wait for it, and is given the last answer kept (to
+    /// revalidate). When `resolve` fails because the registry is unavailable and an earlier
+    /// answer may still stand in, that answer is returned, marked stale. It takes the key's
+    /// turn even for a fresh answer: callers on a hot path ask [`Self::fresh`] first (the
+    /// resolver does), so only misses come here.
+    pub(crate) async fn get_or_resolve<F>(
         &self,
         key: CacheKey,
-        resolve: impl Future<Output = Result<Arc<ImagePlatforms>, LookupError>>,
-    ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        resolve: impl FnOnce(Option<Arc<ImagePlatforms>>) -> F,
+    ) -> Result<Arc<ImagePlatforms>, LookupError>
+    where
+        F: Future<Output = Result<Learned, LookupError>>,
+    {
         let immutable = key.immutable;
         // What this call answers when the entry itself is not it (a failure, kept apart).
         let answered = std::sync::Mutex::new(None);
@@ -197,7 +247,10 @@ impl LookupCache {
                         return Op::Nop;
                     }
                 }
-                let result = resolve.await;
+                let last = current
+                    .as_ref()
+                    .and_then(|s| s.result.as_ref().ok().cloned());
+                let result = resolve(last).await;
                 if let Err(e @ LookupError::Throttled { .. }) = &result {
                     *answered.lock().expect("not poisoned") = Some(Err(e.clone()));
                     return Op::Nop;
@@ -232,44 +285,53 @@ impl LookupCache {
     }
 
     /// What to keep after a lookup that gave `result`, `previous` being what was kept before.
+    /// A tag's answer is kept as long as a digest's (at least to the end of its stale window),
+    /// so that however rarely it is asked for, a HEAD can revalidate it.
     fn next_slot(
         &self,
         immutable: bool,
         previous: Option<&Slot>,
-        result: Result<Arc<ImagePlatforms>, LookupError>,
+        result: Result<Learned, LookupError>,
     ) -> Slot {
         let now = self.clock.now();
         let s = &self.settings;
         match result {
-            Ok(found) if immutable => Slot {
-                result: Ok(found),
-                fresh_until: now + s.digest_ttl,
-                keep_until: now + s.digest_ttl,
-                answered_at: now,
-            },
-            Ok(found) => Slot {
-                result: Ok(found),
-                fresh_until: now + s.tag_ttl,
-                keep_until: now + s.tag_ttl + s.stale_ttl,
-                answered_at: now,
-            },
+            Ok(learned) => {
+                let ttl = if immutable { s.digest_ttl } else { s.tag_ttl };
+                let fresh_until = now + learned.fresh_for.map_or(ttl, |d| d.min(ttl));
+                let stale_until = fresh_until
+                    + if immutable {
+                        Duration::ZERO
+                    } else {
+                        s.stale_ttl
+                    };
+                Slot {
+                    result: Ok(learned.found),
+                    fresh_until,
+                    stale_until,
+                    keep_until: stale_until.max(now + s.digest_ttl),
+                    answered_at: now,
+                }
+            }
             Err(error) => {
                 let last_known = previous
                     .filter(|_| error.is_unavailable())
                     .and_then(|p| Some((p, p.result.as_ref().ok()?)));
                 match last_known {
-                    Some((previous, found)) if now < previous.keep_until => Slot {
+                    Some((previous, found)) if now < previous.stale_until => Slot {
                         result: Ok(Arc::new(found.as_stale(
                             &error,
                             now.saturating_duration_since(previous.answered_at),
                         ))),
                         fresh_until: now + s.failure_ttl,
+                        stale_until: previous.stale_until,
                         keep_until: previous.keep_until,
                         answered_at: previous.answered_at,
                     },
                     _ => Slot {
                         result: Err(error),
                         fresh_until: now + s.failure_ttl,
+                        stale_until: now,
                         keep_until: now + s.failure_ttl,
                         answered_at: now,
                     },
@@ -335,26 +397,26 @@ mod tests {
         let cache = cache_on_system_clock(&settings(Duration::from_secs(1)));
         let calls = AtomicUsize::new(0);
         let lookups = (0..20).map(|_| {
-            cache.get_or_resolve(key("app:1"), async {
+            cache.get_or_resolve(key("app:1"), |_| async {
                 calls.fetch_add(1, Ordering::SeqCst);
                 // Still in flight when the other callers arrive.
                 tokio::task::yield_now().await;
-                Ok(answer())
+                Ok(answer().into())
             })
         });
         let results = futures_util::future::join_all(lookups).await;
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         cache
-            .get_or_resolve(key("app:1"), async { panic!("must be cached") })
+            .get_or_resolve(key("app:1"), |_| async { panic!("must be cached") })
             .await
             .unwrap();
         // Another credential is another key.
         let other = CacheKey::new(&ImageReference::parse("app:1").unwrap(), vec![7]);
         cache
-            .get_or_resolve(other, async {
+            .get_or_resolve(other, |_| async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Ok(answer())
+                Ok(answer().into())
             })
             .await
             .unwrap();
@@ -369,16 +431,19 @@ mod tests {
                 reference: "x".into(),
             })
         };
-        assert!(cache.get_or_resolve(key("app:2"), fail()).await.is_err());
+        assert!(cache
+            .get_or_resolve(key("app:2"), |_| fail())
+            .await
+            .is_err());
         // Remembered for a moment: an outage is not hammered...
         assert!(cache
-            .get_or_resolve(key("app:2"), async { Ok(answer()) })
+            .get_or_resolve(key("app:2"), |_| async { Ok(answer().into()) })
             .await
             .is_err());
         // ...but not forever.
         clock.advance(Duration::from_millis(400));
         assert!(cache
-            .get_or_resolve(key("app:2"), async { Ok(answer()) })
+            .get_or_resolve(key("app:2"), |_| async { Ok(answer().into()) })
             .await
             .is_ok());
     }
@@ -391,7 +456,7 @@ mod tests {
         let pinned = format!("app@sha256:{}", "a".repeat(64));
         for image in ["app:3", pinned.as_str()] {
             cache
-                .get_or_resolve(key(image), async { Ok(answer()) })
+                .get_or_resolve(key(image), |_| async { Ok(answer().into()) })
                 .await
                 .unwrap();
         }
@@ -399,9 +464,9 @@ mod tests {
         let calls = AtomicUsize::new(0);
         for image in ["app:3", pinned.as_str()] {
             cache
-                .get_or_resolve(key(image), async {
+                .get_or_resolve(key(image), |_| async {
                     calls.fetch_add(1, Ordering::SeqCst);
-                    Ok(answer())
+                    Ok(answer().into())
                 })
                 .await
                 .unwrap();
@@ -416,7 +481,7 @@ mod tests {
         s.tag_ttl = Duration::from_secs(60);
         let (cache, clock) = cache_on_clock(&s);
         cache
-            .get_or_resolve(key("app:7"), async { Ok(answer()) })
+            .get_or_resolve(key("app:7"), |_| async { Ok(answer().into()) })
             .await
             .unwrap();
         clock.advance(Duration::from_secs(60) - Duration::from_nanos(1));
@@ -429,11 +494,73 @@ mod tests {
                 reference: "app:8".into(),
             })
         };
-        let _ = cache.get_or_resolve(key("app:8"), missing()).await;
+        let _ = cache.get_or_resolve(key("app:8"), |_| missing()).await;
         clock.advance(Duration::from_millis(99));
         assert!(cache.fresh(&key("app:8")).await.is_some_and(|r| r.is_err()));
         clock.advance(Duration::from_millis(1));
         assert!(cache.fresh(&key("app:8")).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_tag_no_longer_fresh_is_handed_its_last_answer_even_without_stale_if_error() {
+        let mut s = settings(Duration::from_millis(100));
+        s.tag_ttl = Duration::from_secs(60);
+        s.stale_ttl = Duration::ZERO;
+        let (cache, clock) = cache_on_clock(&s);
+        let first = cache.get_or_resolve(key("app:9"), |last| async move {
+            assert!(last.is_none());
+            Ok(answer().into())
+        });
+        first.await.unwrap();
+        // An hour later the tag's answer is still there to revalidate...
+        clock.advance(Duration::from_secs(3600));
+        let revalidated = cache.get_or_resolve(key("app:9"), |last| async move {
+            assert_eq!(last.expect("the last answer").digest, "d");
+            Ok(answer().into())
+        });
+        assert!(revalidated.await.unwrap().fact.stale.is_none());
+        // ...but with stale-if-error off, an outage is reported as it is.
+        clock.advance(Duration::from_secs(61));
+        let down = cache.get_or_resolve(key("app:9"), |last| async move {
+            assert!(last.is_some());
+            Err(unavailable())
+        });
+        assert!(matches!(down.await, Err(LookupError::Unreachable { .. })));
+        // The answer outlives the outage, for the next revalidation.
+        clock.advance(Duration::from_secs(1));
+        let again = cache.get_or_resolve(key("app:9"), |last| async move {
+            assert!(last.is_some());
+            Ok(answer().into())
+        });
+        again.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn answers_by_digest_are_remembered_and_a_shared_answer_is_fresh_as_long_as_it_said() {
+        let (cache, clock) = cache_on_clock(&settings(Duration::from_secs(1)));
+        let pinned = key(&format!("app@sha256:{}", "b".repeat(64)));
+        assert!(cache.known(&pinned).await.is_none());
+        cache.remember(pinned.clone(), answer()).await;
+        assert_eq!(cache.known(&pinned).await.unwrap().digest, "d");
+        assert!(
+            cache.fresh(&pinned).await.is_some(),
+            "a digest's answer is fresh"
+        );
+        let other = key(&format!("app@sha256:{}", "c".repeat(64)));
+        assert!(cache.known(&other).await.is_none());
+
+        let learned = Learned {
+            found: answer(),
+            fresh_for: Some(Duration::from_secs(10)),
+        };
+        cache
+            .get_or_resolve(key("app:10"), |_| async { Ok(learned) })
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(10) - Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:10")).await.is_some());
+        clock.advance(Duration::from_nanos(1));
+        assert!(cache.fresh(&key("app:10")).await.is_none());
     }
 
     #[tokio::test]
@@ -443,7 +570,7 @@ mod tests {
         let cache = cache_on_system_clock(&s);
         for i in 0..100 {
             cache
-                .get_or_resolve(key(&format!("app:{i}")), async { Ok(answer()) })
+                .get_or_resolve(key(&format!("app:{i}")), |_| async { Ok(answer().into()) })
                 .await
                 .unwrap();
         }
@@ -466,7 +593,7 @@ mod tests {
         s.stale_ttl = Duration::from_secs(60);
         let (cache, clock) = cache_on_clock(&s);
         cache
-            .get_or_resolve(key("app:4"), async { Ok(answer()) })
+            .get_or_resolve(key("app:4"), |_| async { Ok(answer().into()) })
             .await
             .unwrap();
         clock.advance(Duration::from_millis(150));
@@ -476,7 +603,10 @@ mod tests {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(unavailable())
         };
-        let stale = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        let stale = cache
+            .get_or_resolve(key("app:4"), |_| down())
+            .await
+            .unwrap();
         let why = stale.fact.stale.as_ref().expect("marked stale").to_string();
         assert!(why.contains("connection refused"), "{why}");
         assert_eq!(stale.digest, "d");
@@ -486,11 +616,17 @@ mod tests {
             Duration::from_millis(150)
         );
         // The failed refresh is remembered briefly: the next lookups do not ask again...
-        cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        cache
+            .get_or_resolve(key("app:4"), |_| down())
+            .await
+            .unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // ...then ask again, and a recovered registry gives a fresh answer.
         clock.advance(Duration::from_millis(250));
-        let older = cache.get_or_resolve(key("app:4"), down()).await.unwrap();
+        let older = cache
+            .get_or_resolve(key("app:4"), |_| down())
+            .await
+            .unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(
             older.fact.stale.as_ref().unwrap().age,
@@ -498,7 +634,7 @@ mod tests {
         );
         clock.advance(Duration::from_millis(250));
         let fresh = cache
-            .get_or_resolve(key("app:4"), async { Ok(answer()) })
+            .get_or_resolve(key("app:4"), |_| async { Ok(answer().into()) })
             .await
             .unwrap();
         assert!(fresh.fact.stale.is_none());
@@ -512,14 +648,14 @@ mod tests {
         let (cache, clock) = cache_on_clock(&s);
         for image in ["app:5", "app:6"] {
             cache
-                .get_or_resolve(key(image), async { Ok(answer()) })
+                .get_or_resolve(key(image), |_| async { Ok(answer().into()) })
                 .await
                 .unwrap();
         }
         clock.advance(Duration::from_millis(80));
         // The tag was deleted: "not found" is the registry's answer, not an outage.
         let gone = cache
-            .get_or_resolve(key("app:5"), async {
+            .get_or_resolve(key("app:5"), |_| async {
                 Err(LookupError::NotFound {
                     reference: "app:5".into(),
                 })
@@ -529,7 +665,7 @@ mod tests {
         // Past the stale window the outage is reported as it is.
         clock.advance(Duration::from_millis(300));
         let down = cache
-            .get_or_resolve(key("app:6"), async { Err(unavailable()) })
+            .get_or_resolve(key("app:6"), |_| async { Err(unavailable()) })
             .await;
         assert!(matches!(down, Err(LookupError::Unreachable { .. })));
     }
@@ -541,13 +677,13 @@ mod tests {
         let cache = cache_on_system_clock(&s);
         for i in 0..20 {
             cache
-                .get_or_resolve(key(&format!("hot:{i}")), async { Ok(answer()) })
+                .get_or_resolve(key(&format!("hot:{i}")), |_| async { Ok(answer().into()) })
                 .await
                 .unwrap();
         }
         for i in 0..2000 {
             let failed = cache
-                .get_or_resolve(key(&format!("junk{i}:1")), async {
+                .get_or_resolve(key(&format!("junk{i}:1")), |_| async {
                     Err(LookupError::NotFound {
                         reference: "junk".into(),
                     })
@@ -587,7 +723,7 @@ mod tests {
         for i in 0..50 {
             let big = big.clone();
             cache
-                .get_or_resolve(key(&format!("big:{i}")), async move { Ok(big) })
+                .get_or_resolve(key(&format!("big:{i}")), |_| async move { Ok(big.into()) })
                 .await
                 .unwrap();
         }
@@ -602,7 +738,7 @@ mod tests {
         let calls = AtomicUsize::new(0);
         for _ in 0..2 {
             let throttled = cache
-                .get_or_resolve(key("busy:1"), async {
+                .get_or_resolve(key("busy:1"), |_| async {
                     calls.fetch_add(1, Ordering::SeqCst);
                     Err(LookupError::Throttled {
                         reference: "busy:1".into(),

@@ -22,7 +22,7 @@ use super::access::{AccessRules, FilteringResolver};
 use super::challenge::{self, Challenge};
 use super::credentials::Credential;
 use super::manifest::ACCEPT as MANIFEST_TYPES;
-use super::{FetchError, ManifestSource, RegistryObserver};
+use super::{FetchError, ManifestSource, RateLimit, RegistryObserver, RequestMethod};
 
 /// Manifests are small; the OCI distribution spec asks registries to accept up to 4 MiB.
 pub(crate) const MAX_MANIFEST_BYTES: usize = 4 << 20;
@@ -81,9 +81,13 @@ impl RegistryClient {
         self.observer = Some(observer);
     }
 
-    fn observe(&self, host: &str, status: Option<u16>) {
+    /// Counts a request, and reads the registry's rate-limit headers from its answer.
+    fn observe(&self, host: &str, method: RequestMethod, response: Option<&reqwest::Response>) {
         if let Some(observer) = &self.observer {
-            observer.registry_request(host, status);
+            observer.registry_request(host, method, response.map(|r| r.status().as_u16()));
+            if let Some(limit) = response.and_then(|r| rate_limit_of(r.headers())) {
+                observer.rate_limit(host, limit);
+            }
         }
     }
 
@@ -304,7 +308,7 @@ impl HostSource<'_> {
         );
     }
 
-    /// GET `/v2/<repository>/<kind>/<reference>`, answering one auth challenge if needed.
+    /// GET `/v2/<repository>/<kind>/<reference>`: the body (at most `max_bytes`) and headers.
     async fn get(
         &self,
         repository: &str,
@@ -313,6 +317,29 @@ impl HostSource<'_> {
         accept: Option<&str>,
         max_bytes: usize,
     ) -> Result<(Bytes, HeaderMap), FetchError> {
+        let path = Path {
+            repository,
+            kind,
+            reference,
+        };
+        let response = self.request(RequestMethod::Get, &path, accept).await?;
+        let headers = response.headers().clone();
+        let body = read_capped(response, max_bytes).await?;
+        Ok((body, headers))
+    }
+
+    /// `method` `/v2/<repository>/<kind>/<reference>`, answering one auth challenge if needed:
+    /// the 200 answer, or the error any other status means.
+    async fn request(
+        &self,
+        method: RequestMethod,
+        &Path {
+            repository,
+            kind,
+            reference,
+        }: &Path<'_>,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, FetchError> {
         let url = format!(
             "{}://{}/v2/{repository}/{kind}/{reference}",
             self.client.scheme_for(&self.host),
@@ -324,7 +351,7 @@ impl HostSource<'_> {
             .permit(&parsed, &format!("registry {}", self.host))?;
         let cached = self.cached_authorization(repository);
         let had_cached = cached.is_some();
-        let mut response = self.send(&url, accept, cached).await?;
+        let mut response = self.send(method, &url, accept, cached).await?;
         if response.status() == StatusCode::UNAUTHORIZED {
             // A cached token may have been revoked, or this is the first request: answer the
             // challenge once.
@@ -341,24 +368,26 @@ impl HostSource<'_> {
             let Some(authorization) = self.answer(repository, &challenges).await? else {
                 return Err(FetchError::Unauthorized);
             };
-            response = self.send(&url, accept, Some(authorization)).await?;
+            response = self.send(method, &url, accept, Some(authorization)).await?;
         }
         let status = response.status();
         if status != StatusCode::OK {
             return Err(status_error(status, response).await);
         }
-        let headers = response.headers().clone();
-        let body = read_capped(response, max_bytes).await?;
-        Ok((body, headers))
+        Ok(response)
     }
 
     async fn send(
         &self,
+        method: RequestMethod,
         url: &str,
         accept: Option<&str>,
         authorization: Option<HeaderValue>,
     ) -> Result<reqwest::Response, FetchError> {
-        let mut request = self.client.http.get(url);
+        let mut request = match method {
+            RequestMethod::Get => self.client.http.get(url),
+            RequestMethod::Head => self.client.http.head(url),
+        };
         if let Some(accept) = accept {
             request = request.header(ACCEPT, accept);
         }
@@ -367,14 +396,12 @@ impl HostSource<'_> {
         }
         let started = Instant::now();
         let result = request.send().await;
-        self.client.observe(
-            &self.host,
-            result.as_ref().ok().map(|r| r.status().as_u16()),
-        );
+        self.client
+            .observe(&self.host, method, result.as_ref().ok());
         if let Ok(response) = &result {
             tracing::debug!(
-                host = %self.host, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64,
-                "registry request"
+                host = %self.host, method = method.label(), status = response.status().as_u16(),
+                elapsed_us = started.elapsed().as_micros() as u64, "registry request"
             );
         }
         result.map_err(|e| transport_error(&e, &self.host, CONNECTION_FAILED))
@@ -448,10 +475,8 @@ impl HostSource<'_> {
             request = request.header(AUTHORIZATION, basic_authorization(credential));
         }
         let response = request.send().await;
-        self.client.observe(
-            &realm_host,
-            response.as_ref().ok().map(|r| r.status().as_u16()),
-        );
+        self.client
+            .observe(&realm_host, RequestMethod::Get, response.as_ref().ok());
         let response = response
             .map_err(|e| transport_error(&e, &realm_host, "token service: connection failed"))?;
         match response.status() {
@@ -472,6 +497,45 @@ impl HostSource<'_> {
         }
         let body = read_capped(response, 1 << 20).await?;
         parse_token_response(&body)
+    }
+}
+
+impl HostSource<'_> {
+    /// The digest the registry names for manifest `reference` (a tag), from a HEAD: no body,
+    /// and no count against Docker Hub's pull rate limit. `None` when the registry sends no
+    /// (usable) `Docker-Content-Digest`.
+    pub(crate) async fn head_digest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<String>, FetchError> {
+        let accept = MANIFEST_TYPES.join(", ");
+        let path = Path {
+            repository,
+            kind: "manifests",
+            reference,
+        };
+        let response = self
+            .request(RequestMethod::Head, &path, Some(&accept))
+            .await?;
+        Ok(response
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .filter(|digest| is_digest(digest))
+            .map(str::to_owned))
+    }
+}
+
+/// `sha256:<64 hex>` or `sha512:<128 hex>`: a digest a manifest can be fetched and checked by.
+pub(crate) fn is_digest(text: &str) -> bool {
+    let hex_of = |hex: &str, len: usize| {
+        hex.len() == len && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    match text.split_once(':') {
+        Some(("sha256", hex)) => hex_of(hex, 64),
+        Some(("sha512", hex)) => hex_of(hex, 128),
+        _ => false,
     }
 }
 
@@ -516,6 +580,29 @@ impl ManifestSource for HostSource<'_> {
         verify_digest(digest, &body)?;
         Ok(body)
     }
+}
+
+/// The path of a distribution API request: `/v2/<repository>/<kind>/<reference>`.
+struct Path<'a> {
+    repository: &'a str,
+    kind: &'a str,
+    reference: &'a str,
+}
+
+/// Docker Hub's rate-limit headers (`ratelimit-limit: 100;w=21600`, `ratelimit-remaining:
+/// 76;w=21600`), as numbers; `None` when the answer carries neither.
+fn rate_limit_of(headers: &HeaderMap) -> Option<RateLimit> {
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next()?.trim().parse::<u64>().ok())
+    };
+    let limit = RateLimit {
+        limit: number("ratelimit-limit"),
+        remaining: number("ratelimit-remaining"),
+    };
+    (limit != RateLimit::default()).then_some(limit)
 }
 
 fn basic_authorization(credential: &Credential) -> HeaderValue {
@@ -796,6 +883,26 @@ mod tests {
     }
 
     #[test]
+    fn only_real_digests_are_taken_from_a_head() {
+        assert!(is_digest(&sha256_digest(b"x")));
+        let sha512 = hex_digest(
+            "sha512",
+            ring::digest::digest(&ring::digest::SHA512, b"x").as_ref(),
+        );
+        assert!(is_digest(&sha512));
+        for bad in [
+            "",
+            "sha256:",
+            "sha256:abc",
+            "md5:d41d8cd98f00b204e9800998ecf8427e",
+            &format!("sha256:{}", "A".repeat(64)),
+            &format!("sha256:{}/../x", "a".repeat(64)),
+        ] {
+            assert!(!is_digest(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn only_manifest_and_blob_requests_are_redirected() {
         for path in [
             "/v2/app/manifests/v1",
@@ -852,6 +959,40 @@ mod tests {
         );
         assert_eq!(error_codes(br#"{"errors":[{"code":"SECRET"}]}"#), None);
         assert_eq!(error_codes(b"<html>secret</html>"), None);
+    }
+
+    #[test]
+    fn rate_limit_headers_as_docker_hub_sends_them() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        let hub = headers(&[
+            ("ratelimit-limit", "100;w=21600"),
+            ("ratelimit-remaining", "76;w=21600"),
+            ("docker-ratelimit-source", "192.0.2.1"),
+        ]);
+        assert_eq!(
+            rate_limit_of(&hub),
+            Some(RateLimit {
+                limit: Some(100),
+                remaining: Some(76)
+            })
+        );
+        let plain = headers(&[("RateLimit-Remaining", " 0 ")]);
+        assert_eq!(
+            rate_limit_of(&plain),
+            Some(RateLimit {
+                limit: None,
+                remaining: Some(0)
+            })
+        );
+        assert_eq!(rate_limit_of(&headers(&[])), None);
+        let junk = headers(&[("ratelimit-limit", "lots"), ("ratelimit-remaining", "-1")]);
+        assert_eq!(rate_limit_of(&junk), None);
     }
 
     #[test]

@@ -125,7 +125,6 @@ impl ImageReference {
         self.tag.as_deref()
     }
 
-    #[cfg(test)]
     pub(crate) fn digest(&self) -> Option<&str> {
         self.digest.as_deref()
     }
@@ -142,6 +141,16 @@ impl ImageReference {
     /// Whether the answer can never change (pinned by digest).
     pub(crate) fn is_immutable(&self) -> bool {
         self.digest.is_some()
+    }
+
+    /// The same repository pinned to `digest` (no tag): where answers by digest are kept.
+    pub(crate) fn with_digest(&self, digest: &str) -> Self {
+        Self {
+            registry: self.registry.clone(),
+            repository: self.repository.clone(),
+            tag: None,
+            digest: Some(digest.to_owned()),
+        }
     }
 }
 

@@ -1,20 +1,24 @@
 //! The resolver: parses the reference, picks the registry host (a mirror first, then the
 //! origin), takes a lookup turn, asks the host's circuit breaker, tries each credential in
-//! order, walks the manifest tree, and caches the answer.
+//! order, revalidates a tag's last answer with a HEAD or walks the manifest tree, and caches
+//! the answer (a tag's also under its digest).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::breaker::{BreakerSettings, CircuitBreakers};
-use super::cache::{CacheKey, CacheSettings, LookupCache};
-use super::client::{RegistryClient, TransportSettings};
+use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
+use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
+use super::shared::{Keys, Shared, SharedCache, SharedCacheSettings};
 use super::turns::LookupTurns;
-use super::walk::walk;
+use super::walk::{walk, Walked};
 use super::{
     Credential, CredentialStore, FetchError, ImageFact, ImagePlatforms, ImageReference,
-    LookupError, Provenance, RegistryObserver,
+    LookupError, Provenance, RegistryObserver, Revalidation, MAX_TRACKED_HOSTS,
 };
 
 /// Everything the resolver needs, resolved from config at start-up.
@@ -27,6 +31,8 @@ pub struct ResolverSettings {
     pub lookup_timeout: Duration,
     pub cache: CacheSettings,
     pub breaker: BreakerSettings,
+    /// The shared cache behind the in-memory one (`cache_url`), if any.
+    pub shared_cache: Option<SharedCacheSettings>,
 }
 
 /// Resolves images to platforms: mirrors, credentials, cache.
@@ -35,9 +41,43 @@ pub struct Resolver {
     credentials: CredentialStore,
     client: RegistryClient,
     cache: LookupCache,
+    shared: Option<SharedCache>,
     breakers: CircuitBreakers,
     turns: LookupTurns,
+    /// Hosts whose HEAD answers name no digest: their tags are revalidated with a GET.
+    no_head_digest: Mutex<HashSet<String>>,
     observer: Option<Arc<dyn RegistryObserver>>,
+}
+
+/// One image as asked for: the reference, the credentials to try in order, and their
+/// fingerprints (the identity every cache key of the lookup carries).
+struct Asked {
+    reference: ImageReference,
+    chain: Vec<Credential>,
+    identity: Vec<u64>,
+    /// Its keys in the shared cache, when there is one.
+    shared_keys: Option<Keys>,
+}
+
+impl Asked {
+    /// Where the answer for `digest` of the same repository is kept.
+    fn digest_key(&self, digest: &str) -> CacheKey {
+        CacheKey::new(&self.reference.with_digest(digest), self.identity.clone())
+    }
+}
+
+/// The time a lookup has: its deadline, and the timeout it was derived from (for messages).
+#[derive(Clone, Copy)]
+struct Budget {
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// What one host answered for one credential.
+enum Fetched {
+    Walked(Walked),
+    /// An answer already known: the tag's last one (same digest), or its new digest's.
+    Known(Arc<ImagePlatforms>),
 }
 
 impl Resolver {
@@ -50,11 +90,20 @@ impl Resolver {
             .map_err(|e| e.into_lookup("registry client", "-", ""))?;
         // One clock for the cache and the breakers, so their notions of "now" agree.
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let shared = match &settings.shared_cache {
+            Some(shared) => Some(
+                SharedCache::new(shared.clone(), clock.clone())
+                    .map_err(|e| FetchError::Transport(e).into_lookup("shared cache", "-", ""))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             client,
+            shared,
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
             breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
             turns: LookupTurns::default(),
+            no_head_digest: Mutex::default(),
             settings,
             credentials,
             observer: None,
@@ -64,6 +113,9 @@ impl Resolver {
     /// Reports registry requests and cache lookups to `observer`.
     pub(crate) fn with_observer(mut self, observer: Arc<dyn RegistryObserver>) -> Self {
         self.client.set_observer(observer.clone());
+        if let Some(shared) = &mut self.shared {
+            shared.set_observer(observer.clone());
+        }
         self.observer = Some(observer);
         self
     }
@@ -113,7 +165,17 @@ impl Resolver {
             self.observe(true, &fresh);
             return fresh;
         }
-        Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+        let shared_keys = self
+            .shared
+            .as_ref()
+            .map(|shared| shared.keys(&reference, &chain, key.credentials()));
+        let asked = Asked {
+            identity: key.credentials().to_vec(),
+            reference,
+            chain,
+            shared_keys,
+        };
+        Box::pin(self.resolve_uncached(key, asked, timeout)).await
     }
 
     /// Counts a lookup's cache outcome, and an answer served from the last known result.
@@ -129,51 +191,95 @@ impl Resolver {
         }
     }
 
-    /// The cache had no fresh answer: ask the registry (once, however many callers wait).
+    /// The cache had no fresh answer: ask the registry (once, however many callers wait). A
+    /// tag's answer is also kept under its digest.
     async fn resolve_uncached(
         &self,
         key: CacheKey,
-        reference: ImageReference,
-        chain: Vec<Credential>,
+        asked: Asked,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         // Another caller may be asking the registry for the same key: then this one waited for
         // its answer (a hit), and `resolve` never ran.
         let mut asked_registry = false;
+        let (asked, flag) = (&asked, &mut asked_registry);
         let result = self
             .cache
-            .get_or_resolve(key, async {
-                asked_registry = true;
-                let deadline = tokio::time::Instant::now() + timeout;
-                self.lookup(&reference, &chain, deadline, timeout).await
+            .get_or_resolve(key, |last| async move {
+                *flag = true;
+                self.learn(asked, last.as_ref(), timeout).await
             })
             .await;
         self.observe(!asked_registry, &result);
         result
     }
 
-    /// Uncached lookup: the mirror (if any) first, then the origin, all before `deadline`.
+    /// Learns the image's platforms within `timeout`: from the shared cache if it knows them,
+    /// else from the registry (`last`, the tag's last answer, to revalidate), and then tells the
+    /// shared cache. A tag's answer is also kept under its digest.
+    async fn learn(
+        &self,
+        asked: &Asked,
+        last: Option<&Arc<ImagePlatforms>>,
+        timeout: Duration,
+    ) -> Result<Learned, LookupError> {
+        let budget = Budget {
+            deadline: Instant::now() + timeout,
+            timeout,
+        };
+        let share = crate::budget::shared_cache_share(timeout);
+        let shared = self.shared.as_ref().zip(asked.shared_keys.as_ref());
+        if let Some((shared, keys)) = shared {
+            let known =
+                |digest: String| async move { self.cache.known(&asked.digest_key(&digest)).await };
+            match shared.get(keys, &asked.reference, known, share).await {
+                Shared::Found(learned) => {
+                    self.remember_by_digest(asked, &learned.found).await;
+                    return Ok(learned);
+                }
+                Shared::Failed(error) => return Err(error),
+                Shared::Miss => {}
+            }
+        }
+        let result = self.lookup(asked, last, budget).await;
+        if let Some((shared, keys)) = shared {
+            let left = budget.deadline.saturating_duration_since(Instant::now());
+            let cache = &self.settings.cache;
+            shared.put(keys, &result, cache, share.min(left)).await;
+        }
+        let found = result?;
+        self.remember_by_digest(asked, &found).await;
+        Ok(Learned::from(found))
+    }
+
+    /// Keeps a tag's answer under its digest too.
+    async fn remember_by_digest(&self, asked: &Asked, found: &Arc<ImagePlatforms>) {
+        if !asked.reference.is_immutable() {
+            let key = asked.digest_key(&found.digest);
+            self.cache.remember(key, found.clone()).await;
+        }
+    }
+
+    /// Uncached lookup: the mirror (if any) first, then the origin, all within `budget`. `last`
+    /// is the tag's last answer, to revalidate.
     async fn lookup(
         &self,
-        reference: &ImageReference,
-        chain: &[Credential],
-        deadline: tokio::time::Instant,
-        timeout: Duration,
+        asked: &Asked,
+        last: Option<&Arc<ImagePlatforms>>,
+        budget: Budget,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let reference = &asked.reference;
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
             let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
             // A hung mirror gets half the time, so the origin still gets its chance.
-            let now = tokio::time::Instant::now();
-            let mirror_deadline =
-                now + crate::budget::mirror_share(deadline.saturating_duration_since(now));
+            let now = Instant::now();
+            let mirror_budget = Budget {
+                deadline: now
+                    + crate::budget::mirror_share(budget.deadline.saturating_duration_since(now)),
+                timeout: crate::budget::mirror_share(budget.timeout),
+            };
             match self
-                .lookup_at(
-                    reference,
-                    mirror,
-                    &mirror_chain,
-                    mirror_deadline,
-                    crate::budget::mirror_share(timeout),
-                )
+                .lookup_at(asked, (mirror, &mirror_chain), last, mirror_budget)
                 .await
             {
                 Ok(found) => return Ok(found),
@@ -183,19 +289,19 @@ impl Resolver {
                 ),
             }
         }
-        self.lookup_at(reference, reference.api_host(), chain, deadline, timeout)
+        self.lookup_at(asked, (reference.api_host(), &asked.chain), last, budget)
             .await
     }
 
-    /// One registry host, through its circuit breaker and within `deadline`.
+    /// One registry host with its credentials, through its circuit breaker and within `budget`.
     async fn lookup_at(
         &self,
-        reference: &ImageReference,
-        host: &str,
-        chain: &[Credential],
-        deadline: tokio::time::Instant,
-        timeout: Duration,
+        asked: &Asked,
+        (host, chain): (&str, &[Credential]),
+        last: Option<&Arc<ImagePlatforms>>,
+        Budget { deadline, timeout }: Budget,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
+        let reference = &asked.reference;
         // Our own bound first: a lookup that never got its turn is no failure of the registry's,
         // and must not take the breaker's half-open probe slot either.
         let Ok(_turn) = tokio::time::timeout_at(deadline, self.turns.take(host)).await else {
@@ -212,9 +318,9 @@ impl Resolver {
                 cause: open.cause,
             });
         }
-        let turn_started = tokio::time::Instant::now();
+        let turn_started = Instant::now();
         let attempt =
-            tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
+            tokio::time::timeout_at(deadline, self.try_credentials(asked, (host, chain), last));
         let result = match attempt.await {
             Ok(result) => result,
             // The registry had less than half the budget because this lookup waited its turn
@@ -252,11 +358,11 @@ impl Resolver {
     /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
     async fn try_credentials(
         &self,
-        reference: &ImageReference,
-        host: &str,
-        chain: &[Credential],
+        asked: &Asked,
+        (host, chain): (&str, &[Credential]),
+        last: Option<&Arc<ImagePlatforms>>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let shown = reference.to_string();
+        let shown = asked.reference.to_string();
         let attempts = chain.iter().map(Some).chain(std::iter::once(None));
         let mut tried = Vec::new();
         for credential in attempts {
@@ -265,17 +371,17 @@ impl Resolver {
                 .to_owned();
             tried.push(label.clone());
             let source = self.client.source(host, credential);
-            match walk(
-                &source,
-                reference.repository(),
-                reference.manifest_reference(),
-            )
-            .await
-            {
-                Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
+            let provenance = credential.map_or(Provenance::Anonymous, |c| {
+                Provenance::Credential(c.shared_source())
+            });
+            match self.fetch(&source, asked, host, last).await {
+                Ok(Fetched::Known(found)) => return Ok(opened_by(found, provenance)),
+                Ok(Fetched::Walked(walked))
+                    if walked.platforms.is_empty() && walked.artifact.is_none() =>
+                {
                     return Err(LookupError::NoPlatforms { reference: shown });
                 }
-                Ok(walked) => {
+                Ok(Fetched::Walked(walked)) => {
                     tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
                     return Ok(Arc::new(ImagePlatforms {
                         digest: walked.digest,
@@ -284,9 +390,7 @@ impl Resolver {
                         fact: Arc::new(ImageFact {
                             platforms: walked.platforms,
                             artifact: walked.artifact,
-                            credentials: credential.map_or(Provenance::Anonymous, |c| {
-                                Provenance::Credential(c.shared_source())
-                            }),
+                            credentials: provenance,
                             stale: None,
                         }),
                     }));
@@ -300,8 +404,124 @@ impl Resolver {
         Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
     }
 
+    /// The image's platforms from one host with one credential. A tag with a last answer is
+    /// revalidated with a HEAD (and, with a shared cache, any tag is asked for its digest
+    /// first): the same digest keeps the answer, a digest whose answer is known (here or in the
+    /// shared cache) gives that one, and only a new digest is fetched (by digest, so the answer
+    /// is the one the HEAD named). Anything else — a digest reference, a tag seen for the first
+    /// time without a shared cache, a host that names no digest on HEAD — walks the manifest
+    /// tree.
+    async fn fetch(
+        &self,
+        source: &HostSource<'_>,
+        asked: &Asked,
+        host: &str,
+        last: Option<&Arc<ImagePlatforms>>,
+    ) -> Result<Fetched, FetchError> {
+        let repository = asked.reference.repository();
+        let reference = asked.reference.manifest_reference();
+        let head_first = !asked.reference.is_immutable()
+            && (last.is_some() || asked.shared_keys.is_some())
+            && self.names_digests_on_head(host);
+        if !head_first {
+            return Ok(Fetched::Walked(walk(source, repository, reference).await?));
+        }
+        let named = match source.head_digest(repository, reference).await {
+            // A registry that does not do HEAD (405, 501…) is treated as one naming no digest.
+            Err(FetchError::Status { code, .. }) if code != 429 && code != 503 => None,
+            named => named?,
+        };
+        let (outcome, fetched) = match (named, last) {
+            (Some(digest), Some(last)) if digest == last.digest => {
+                (Revalidation::Unchanged, Fetched::Known(last.clone()))
+            }
+            (Some(digest), _) => match self.known_answer(asked, &digest).await {
+                Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
+                None => match self.fetched_elsewhere(asked, &digest).await {
+                    Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
+                    None => {
+                        let walked = walk(source, repository, &digest).await?;
+                        (Revalidation::Changed, Fetched::Walked(walked))
+                    }
+                },
+            },
+            (None, _) => {
+                self.remember_no_head_digest(host);
+                let walked = walk(source, repository, reference).await?;
+                (Revalidation::NoDigest, Fetched::Walked(walked))
+            }
+        };
+        if let Some(observer) = self.observer.as_ref().filter(|_| last.is_some()) {
+            observer.revalidated(outcome);
+        }
+        Ok(fetched)
+    }
+
+    /// With a shared cache, one replica fetches a digest new to all: it claims the fetch, and
+    /// the others wait for its answer (`budget::shared_fetch_wait` at most, then fetch it
+    /// themselves). `None`: this replica is to fetch it.
+    async fn fetched_elsewhere(&self, asked: &Asked, digest: &str) -> Option<Arc<ImagePlatforms>> {
+        let (shared, keys) = self.shared.as_ref().zip(asked.shared_keys.as_ref())?;
+        let timeout = self.settings.lookup_timeout;
+        let share = crate::budget::shared_cache_share(timeout);
+        if shared.claim(keys, digest, timeout, share).await {
+            return None;
+        }
+        let wait = crate::budget::shared_fetch_wait(timeout);
+        let found = Arc::new(shared.wait_for(keys, digest, wait, share).await?);
+        self.cache
+            .remember(asked.digest_key(digest), found.clone())
+            .await;
+        Some(found)
+    }
+
+    /// The answer for `digest` of the asked repository, from the in-memory cache or else the
+    /// shared one (then kept in memory too).
+    async fn known_answer(&self, asked: &Asked, digest: &str) -> Option<Arc<ImagePlatforms>> {
+        let key = asked.digest_key(digest);
+        if let Some(found) = self.cache.known(&key).await {
+            return Some(found);
+        }
+        let (shared, keys) = self.shared.as_ref().zip(asked.shared_keys.as_ref())?;
+        let share = crate::budget::shared_cache_share(self.settings.lookup_timeout);
+        let found = Arc::new(shared.get_digest(keys, digest, share).await?);
+        self.cache.remember(key, found.clone()).await;
+        Some(found)
+    }
+
+    fn names_digests_on_head(&self, host: &str) -> bool {
+        !self
+            .no_head_digest
+            .lock()
+            .expect("not poisoned")
+            .contains(host)
+    }
+
+    /// `host` sent no digest on a HEAD: its tags are revalidated with a GET from now on.
+    fn remember_no_head_digest(&self, host: &str) {
+        let mut hosts = self.no_head_digest.lock().expect("not poisoned");
+        if hosts.len() < MAX_TRACKED_HOSTS && hosts.insert(host.to_owned()) {
+            tracing::info!(registry = ?host, "registry names no Docker-Content-Digest on HEAD: its tags are revalidated with a GET");
+        }
+    }
+
     /// Entries currently cached (for metrics and tests).
     pub(crate) async fn cached_entries(&self) -> u64 {
         self.cache.entry_count().await
     }
+}
+
+/// `found`, as opened by `provenance` now (and no longer stale, since the registry answered).
+fn opened_by(found: Arc<ImagePlatforms>, provenance: Provenance) -> Arc<ImagePlatforms> {
+    if found.fact.credentials == provenance && found.fact.stale.is_none() {
+        return found;
+    }
+    Arc::new(ImagePlatforms {
+        fact: Arc::new(ImageFact {
+            credentials: provenance,
+            stale: None,
+            ..(*found.fact).clone()
+        }),
+        ..(*found).clone()
+    })
 }

@@ -30,12 +30,17 @@ pub enum Fault {
     MalformedManifest,
     /// Manifests are answered 200 with this many bytes, streamed without a Content-Length.
     OversizedManifest(usize),
+    /// Forwarded, but a manifest HEAD's answer loses its `Docker-Content-Digest` (some
+    /// registries and proxies send none).
+    NoDigestOnHead,
 }
 
 pub struct FaultProxy {
     /// `127.0.0.1:PORT`, plain http.
     pub host: String,
     fault: Arc<Mutex<Fault>>,
+    /// Added to every forwarded answer (a registry's rate-limit headers, say).
+    headers: Arc<Mutex<Vec<(&'static str, String)>>>,
     requests: Arc<AtomicUsize>,
     /// Requests being answered now, and the most there ever were at once.
     in_flight: Arc<(AtomicUsize, AtomicUsize)>,
@@ -47,14 +52,21 @@ impl FaultProxy {
     /// A proxy to the plain-http registry at `upstream` (`host:port`).
     pub fn start(upstream: &str) -> Self {
         let fault = Arc::new(Mutex::new(Fault::None));
+        let headers: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
         let requests = Arc::new(AtomicUsize::new(0));
         let upstream = format!("http://{upstream}");
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let in_flight = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
-        let (f, r, n) = (fault.clone(), requests.clone(), in_flight.clone());
+        let (f, h, r, n) = (
+            fault.clone(),
+            headers.clone(),
+            requests.clone(),
+            in_flight.clone(),
+        );
         let port = super::serve(None, move |req| {
-            let (f, r, n, client, upstream) = (
+            let (f, h, r, n, client, upstream) = (
                 f.clone(),
+                h.clone(),
                 r.clone(),
                 n.clone(),
                 client.clone(),
@@ -65,7 +77,10 @@ impl FaultProxy {
                 let now = n.0.fetch_add(1, Ordering::SeqCst) + 1;
                 n.1.fetch_max(now, Ordering::SeqCst);
                 let fault = f.lock().unwrap().clone();
-                let response = answer(fault, req, &client, &upstream).await;
+                let mut response = answer(fault, req, &client, &upstream).await;
+                for (name, value) in h.lock().unwrap().iter() {
+                    response.headers_mut().insert(*name, value.parse().unwrap());
+                }
                 n.0.fetch_sub(1, Ordering::SeqCst);
                 response
             }
@@ -73,6 +88,7 @@ impl FaultProxy {
         Self {
             host: format!("127.0.0.1:{port}"),
             fault,
+            headers,
             requests,
             in_flight,
         }
@@ -85,6 +101,11 @@ impl FaultProxy {
 
     pub fn set(&self, fault: Fault) {
         *self.fault.lock().unwrap() = fault;
+    }
+
+    /// Every answer from now on carries this header too.
+    pub fn add_header(&self, name: &'static str, value: &str) {
+        self.headers.lock().unwrap().push((name, value.to_owned()));
     }
 
     /// Requests received so far (whatever was answered).
@@ -110,6 +131,7 @@ async fn answer(
     upstream: &str,
 ) -> Response<Body> {
     let is_manifest = req.uri().path().contains("/manifests/");
+    let is_head = req.method() == hyper::Method::HEAD;
     match fault {
         Fault::None => {}
         Fault::Slow(delay) => tokio::time::sleep(delay).await,
@@ -157,7 +179,12 @@ async fn answer(
             );
             return response;
         }
-        Fault::MalformedManifest | Fault::OversizedManifest(_) => {}
+        Fault::NoDigestOnHead if is_manifest && is_head => {
+            let mut response = forward(req, client, upstream).await;
+            response.headers_mut().remove("docker-content-digest");
+            return response;
+        }
+        Fault::MalformedManifest | Fault::OversizedManifest(_) | Fault::NoDigestOnHead => {}
     }
     forward(req, client, upstream).await
 }

@@ -8,6 +8,7 @@ pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod kube_api;
+pub mod redis;
 pub mod registry;
 pub mod token;
 pub mod tools;
@@ -76,6 +77,7 @@ pub fn settings() -> ResolverSettings {
             failures: 5,
             cooldown: Duration::from_secs(30),
         },
+        shared_cache: None,
     }
 }
 

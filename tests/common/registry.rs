@@ -27,6 +27,14 @@ pub enum Mode {
     Token,
 }
 
+/// Requests for one repository, as the registry's access log shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Requests {
+    pub manifest_gets: usize,
+    pub manifest_heads: usize,
+    pub blob_gets: usize,
+}
+
 pub struct Registry {
     pub mode: Mode,
     /// `127.0.0.1:PORT`, as image references and `insecure_registries` name it.
@@ -224,6 +232,16 @@ impl Registry {
     /// (manifest requests, blob requests). Waits for the access log to catch up by sending a
     /// marker request and waiting until it is logged.
     pub async fn requests_for(&self, repository: &str) -> (usize, usize) {
+        let counts = self.requests_by_method(repository).await;
+        (
+            counts.manifest_gets + counts.manifest_heads,
+            counts.blob_gets,
+        )
+    }
+
+    /// Registry requests for `repository` made by tolerable, by method, from the registry's
+    /// own access log (after it has caught up, as [`Registry::requests_for`]).
+    pub async fn requests_by_method(&self, repository: &str) -> Requests {
         let marker = format!("marker-{}", super::free_port());
         let _ = fixtures::Pusher::for_mode(&self.host, self.mode)
             .probe(repository, &marker)
@@ -241,15 +259,24 @@ impl Registry {
         let ours = log
             .lines()
             .filter(|l| l.contains("\"tolerable/") && !l.contains(&marker));
-        let (mut manifests, mut blobs) = (0, 0);
+        let mut counts = Requests::default();
         for line in ours {
-            if line.contains(&format!("/v2/{repository}/manifests/")) {
-                manifests += 1;
-            } else if line.contains(&format!("/v2/{repository}/blobs/")) {
-                blobs += 1;
-            }
+            let (manifest, blob) = (
+                format!(" /v2/{repository}/manifests/"),
+                format!(" /v2/{repository}/blobs/"),
+            );
+            let count = if line.contains(&format!("\"GET{manifest}")) {
+                &mut counts.manifest_gets
+            } else if line.contains(&format!("\"HEAD{manifest}")) {
+                &mut counts.manifest_heads
+            } else if line.contains(&format!("\"GET{blob}")) {
+                &mut counts.blob_gets
+            } else {
+                continue;
+            };
+            *count += 1;
         }
-        (manifests, blobs)
+        counts
     }
 
     /// Stops the registry process (the shell wrapper kills it when stdin closes).
