@@ -14,7 +14,7 @@ use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
 use crate::metrics::Metrics;
 use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
-use crate::registry::Resolver;
+use crate::registry::{Checked, LookupError, Resolver};
 
 use self::review::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
 
@@ -97,6 +97,24 @@ impl Admission {
         };
         let out = respond(AdmissionReviewOut::allow(&review), &answer, &shell_warnings);
         Ok(Reviewed { out, answer })
+    }
+
+    /// For `audit --verify`: each of the Pod's images, its index's platforms checked against
+    /// their image configs, with the Pod's pull secrets as a lookup uses them.
+    pub(crate) async fn verify(
+        &self,
+        pod: &PodCreate,
+        pull_secrets: &PullSecretRefs,
+        budget: Duration,
+    ) -> Vec<(String, Result<Vec<Checked>, LookupError>)> {
+        let pull = self
+            .pull_credentials(&pod.namespace, pull_secrets, budget)
+            .await;
+        let checks = pod.images_to_look_up().iter().map(|image| async {
+            let checked = self.resolver.verify(image, &pull.credentials, budget).await;
+            (image.clone(), checked)
+        });
+        futures_util::future::join_all(checks).await
     }
 
     /// Gathers the facts for one Pod being created, within `budget`, and asks the core.

@@ -65,6 +65,11 @@ pub(crate) struct AuditArgs {
     /// Print one JSON object for machines.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Also read each image's platform configs and report mislabelled ones (one blob GET per
+    /// platform).
+    #[arg(long)]
+    pub(crate) verify: bool,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +77,11 @@ pub(crate) struct InspectArgs {
     /// Print one JSON array, one object per image, in argument order.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Also read each platform's image config and report where the index says one
+    /// architecture and the config another (one blob GET per platform). Exit status 1 then.
+    #[arg(long)]
+    pub(crate) verify: bool,
 
     /// Image references as a Pod spec would name them (nginx, ghcr.io/org/app:1.2@sha256:…).
     #[arg(required = true, value_name = "IMAGE")]

@@ -31,6 +31,7 @@ pub use self::credentials::{Credential, CredentialStore};
 pub use self::reference::{ImageReference, ReferenceError};
 pub use self::resolver::{Resolver, ResolverSettings};
 pub use self::shared::SharedCacheSettings;
+pub(crate) use self::walk::Checked;
 pub use self::walk::ManifestSource;
 pub use crate::mutate::facts::{ImageFact, Provenance, Staleness};
 pub use crate::mutate::platform::Platform;

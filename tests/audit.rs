@@ -12,8 +12,8 @@ use common::registry::{self, Mode};
 use common::workloads_api::WorkloadsApi;
 use serde_json::Value;
 
-/// The recorded cluster's images, pushed as: multi-architecture (amd64, arm/v7, arm64) or
-/// amd64 only. `batch/once:1` is left out: it cannot be resolved.
+/// The recorded cluster's images, pushed as: multi-architecture (amd64, arm/v7, arm64),
+/// amd64 only, or mislabelled. `batch/once:1` is left out: it cannot be resolved.
 const IMAGES: &[(&str, &str, &str)] = &[
     ("team-a/web", "1.4", "multiarch-oci"),
     ("team-a/migrate", "7", "multiarch-oci"),
@@ -22,7 +22,8 @@ const IMAGES: &[(&str, &str, &str)] = &[
     ("team-a/postgres", "16", "amd64-docker"),
     ("team-b/agent", "3", "amd64-docker"),
     ("library/busybox", "1.36", "multiarch-oci"),
-    ("batch/report", "5", "multiarch-oci"),
+    // Claims amd64 and arm64; the arm64 entry is an amd64 image (found by `--verify`).
+    ("batch/report", "5", "mislabelled"),
 ];
 
 /// The fake API server, once per test binary, after the images are pushed.
@@ -217,4 +218,25 @@ fn a_cluster_that_cannot_be_read_is_an_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("could not list deployments"), "{stderr}");
     assert!(stderr.contains("forbidden"), "{stderr}");
+}
+
+/// `--verify` reads each platform's image config: the CronJob's image claims arm64 but is an
+/// amd64 image, and its reasons say so; without `--verify` nothing is read beyond manifests.
+#[test]
+fn verify_finds_a_mislabelled_image() {
+    let verified = report(&audit(cluster(), "admintoken", &["--json", "--verify"]));
+    let nightly = workload(&verified, "CronJob", "nightly");
+    let mislabelled = nightly["mislabelled"].as_array().unwrap();
+    assert_eq!(mislabelled.len(), 1, "{nightly:#}");
+    let note = mislabelled[0].as_str().unwrap();
+    assert!(
+        note.contains("batch/report:5: the index says linux/arm64, its config linux/amd64"),
+        "{note}"
+    );
+    assert!(nightly["reasons"].to_string().contains("mislabelled"));
+    let web = workload(&verified, "Deployment", "web");
+    assert!(web["mislabelled"].as_array().unwrap().is_empty(), "{web:#}");
+
+    let plain = report(&audit(cluster(), "admintoken", &["--json"]));
+    assert!(workload(&plain, "CronJob", "nightly").get("mislabelled").is_none());
 }

@@ -253,3 +253,40 @@ fn bad_config_refuses_to_start_naming_the_key() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// `--verify` reads each platform's image config: an index that claims arm64 for an amd64
+/// image is reported, and fails the exit status; an honest one passes.
+#[tokio::test]
+async fn verify_reports_an_index_that_mislabels_a_platform() {
+    let host = registry::plain().host.clone();
+    common::fixtures::Pusher::for_mode(&host, registry::Mode::Plain)
+        .push("verify/mislabelled", "mislabelled", "v1")
+        .await;
+    let mislabelled = format!("{host}/verify/mislabelled:v1");
+    let honest = format!("{host}/fixtures/multiarch-oci:v1");
+    let (text_out, json_out) = tokio::task::spawn_blocking({
+        let (mislabelled, honest) = (mislabelled.clone(), honest.clone());
+        move || {
+            (
+                inspect(&["--verify", &mislabelled], &[]),
+                inspect(&["--verify", "--json", &mislabelled, &honest], &[]),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(text_out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&text_out.stdout);
+    assert!(
+        text.contains(
+            "verified:   linux/amd64 ok, linux/arm64 MISLABELLED: its config says linux/amd64"
+        ),
+        "{text}"
+    );
+    let items: serde_json::Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(items[0]["verified"][1]["mislabelled"], true, "{items:#}");
+    assert_eq!(items[0]["verified"][1]["config"], "linux/amd64");
+    let honest_checks = items[1]["verified"].as_array().unwrap();
+    assert_eq!(honest_checks.len(), 3, "{items:#}");
+    assert!(honest_checks.iter().all(|c| c["mislabelled"] == false));
+}

@@ -22,7 +22,7 @@ use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::mutate::{self, explain, Answer, Decision, Policy};
-use crate::registry::Resolver;
+use crate::registry::{Checked, LookupError, Resolver};
 use crate::workload::Workload;
 
 use self::read::{ClusterState, Running};
@@ -42,6 +42,9 @@ struct WorkloadAudit {
     pods: Vec<PodPlacement>,
     /// What its Pods request in all (the template's containers × replicas).
     requests: Requests,
+    /// With `--verify`: platforms an image's index claims that its image config contradicts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mislabelled: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -82,13 +85,12 @@ pub(crate) async fn run(
     let admission = Admission::new(resolver, audit_policy(&config.policy), None)
         .with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
-    let audits = futures_util::future::join_all(
-        state
-            .workloads
-            .iter()
-            .map(|(workload, replicas)| audit(&admission, &state, workload, *replicas, budget)),
-    )
-    .await;
+    let verify = args.verify;
+    let audits =
+        futures_util::future::join_all(state.workloads.iter().map(|(workload, replicas)| {
+            audit(&admission, &state, (workload, *replicas), budget, verify)
+        }))
+        .await;
     progress("done");
     if args.json {
         let report = serde_json::json!({
@@ -122,17 +124,23 @@ fn progress(text: &str) {
 async fn audit(
     admission: &Admission,
     state: &ClusterState,
-    workload: &Workload,
-    replicas: u32,
+    (workload, replicas): (&Workload, u32),
     budget: Duration,
+    verify: bool,
 ) -> WorkloadAudit {
     let policy = admission.policy();
+    let mut mislabelled = verify.then(Vec::new);
     let (answered, common) = match PodObject::parse(&workload.pod.to_string()) {
         Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
         Ok(object) => match admission::read_pod(None, object, policy) {
             Asked::Decide(pod, pull_secrets) => {
                 let answered = admission.answer(&pod, &pull_secrets, budget).await;
                 let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
+                if let Some(found) = &mut mislabelled {
+                    // A child manifest and a config blob per platform: a few lookups' time.
+                    let checked = admission.verify(&pod, &pull_secrets, budget * 3).await;
+                    found.extend(mislabelled_platforms(&checked));
+                }
                 (answered, common)
             }
             Asked::Answered(answer) => (answer.into(), None),
@@ -140,7 +148,8 @@ async fn audit(
     };
     let running = state.running_for(workload);
     let known = known(&answered, common, &running);
-    let (status, reasons) = judge(&known);
+    let (status, mut reasons) = judge(&known);
+    reasons.extend(mislabelled.iter().flatten().cloned());
     WorkloadAudit {
         kind: workload.kind.clone(),
         namespace: workload.namespace.clone(),
@@ -168,7 +177,26 @@ async fn audit(
             })
             .collect(),
         requests: Requests::of_template(&workload.pod).times(replicas),
+        mislabelled,
     }
+}
+
+/// `image: the index says linux/arm64, its config linux/amd64`, and images that could not be
+/// verified.
+fn mislabelled_platforms(checked: &[(String, Result<Vec<Checked>, LookupError>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (image, result) in checked {
+        match result {
+            Ok(checks) => out.extend(checks.iter().filter(|c| c.mislabelled()).map(|c| {
+                format!(
+                    "mislabelled {image}: the index says {}, its config {}",
+                    c.claimed, c.actual
+                )
+            })),
+            Err(e) => out.push(format!("could not verify {image}: {e}")),
+        }
+    }
+    out
 }
 
 /// What the judgement needs, from the answer the webhook would give the workload's Pod.

@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 
 use crate::cli::InspectArgs;
 use crate::config::Config;
-use crate::registry::{ImagePlatforms, ImageReference, LookupError, Resolver};
+use crate::registry::{
+    Checked, CredentialStore, ImagePlatforms, ImageReference, LookupError, Resolver,
+};
 
 pub(crate) async fn run(
     config: &Config,
@@ -18,18 +20,41 @@ pub(crate) async fn run(
     let results =
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;
-    let failed = results.iter().any(Result::is_err);
+    let verified = if args.verify {
+        // A child manifest and a config blob per platform: more than one lookup's budget.
+        let budget = config.resolver.lookup_timeout * 3;
+        let store = CredentialStore::default();
+        let checks = args
+            .images
+            .iter()
+            .map(|image| resolver.verify(image, &store, budget));
+        Some(futures_util::future::join_all(checks).await)
+    } else {
+        None
+    };
+    let mislabelled = verified.iter().flatten().any(|v| {
+        v.as_ref()
+            .is_ok_and(|checked| checked.iter().any(Checked::mislabelled))
+    });
+    let failed = results.iter().any(Result::is_err) || mislabelled;
     if args.json {
         let items: Vec<Value> = args
             .images
             .iter()
             .zip(&results)
-            .map(|(image, result)| json_item(image, result.as_deref()))
+            .enumerate()
+            .map(|(i, (image, result))| {
+                let mut item = json_item(image, result.as_deref());
+                if let Some(verified) = &verified {
+                    item["verified"] = verified_json(&verified[i]);
+                }
+                item
+            })
             .collect();
         serde_json::to_writer_pretty(&mut *out, &items)?;
         writeln!(out)?;
     } else {
-        for (image, result) in args.images.iter().zip(&results) {
+        for (i, (image, result)) in args.images.iter().zip(&results).enumerate() {
             match result {
                 Ok(found) => {
                     writeln!(out, "{image}")?;
@@ -55,6 +80,9 @@ pub(crate) async fn run(
                 }
                 Err(e) => writeln!(out, "{image}\n  error: {e}")?,
             }
+            if let Some(verified) = &verified {
+                writeln!(out, "  verified:   {}", verified_text(&verified[i]))?;
+            }
         }
     }
     Ok(if failed {
@@ -75,6 +103,43 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "artifact": found.fact.artifact,
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
+    }
+}
+
+/// `linux/amd64 ok, linux/arm64 MISLABELLED: its config says linux/amd64`.
+pub(crate) fn verified_text(verified: &Result<Vec<Checked>, LookupError>) -> String {
+    match verified {
+        Err(e) => format!("could not verify: {e}"),
+        Ok(checked) if checked.is_empty() => "nothing to verify (a single manifest)".to_owned(),
+        Ok(checked) => checked
+            .iter()
+            .map(|c| {
+                if c.mislabelled() {
+                    format!("{} MISLABELLED: its config says {}", c.claimed, c.actual)
+                } else {
+                    format!("{} ok", c.claimed)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+fn verified_json(verified: &Result<Vec<Checked>, LookupError>) -> Value {
+    match verified {
+        Err(e) => json!({"error": e.to_string()}),
+        Ok(checked) => Value::Array(
+            checked
+                .iter()
+                .map(|c| {
+                    json!({
+                        "claimed": c.claimed.to_string(),
+                        "config": c.actual.to_string(),
+                        "mislabelled": c.mislabelled(),
+                    })
+                })
+                .collect(),
+        ),
     }
 }
 

@@ -15,7 +15,7 @@ use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
 use super::shared::{Keys, Shared, SharedCache, SharedCacheSettings};
 use super::turns::LookupTurns;
-use super::walk::{walk, Walked};
+use super::walk::{verify, walk, Checked, Walked};
 use super::{
     Credential, CredentialStore, FetchError, ImageFact, ImagePlatforms, ImageReference,
     LookupError, Provenance, RegistryObserver, Revalidation, MAX_TRACKED_HOSTS,
@@ -176,6 +176,54 @@ impl Resolver {
             shared_keys,
         };
         Box::pin(self.resolve_uncached(key, asked, timeout)).await
+    }
+
+    /// Each platform the image's index claims, checked against the image config of the manifest
+    /// it names (`inspect --verify`, `audit --verify`; never at admission: one blob GET per
+    /// child). Asks the image's own registry, no mirror, no cache, with the same credentials in
+    /// the same order as a lookup, within `budget`.
+    pub(crate) async fn verify(
+        &self,
+        image: &str,
+        first: &CredentialStore,
+        budget: Duration,
+    ) -> Result<Vec<Checked>, LookupError> {
+        let reference = ImageReference::parse(image)?;
+        let host = reference.api_host();
+        let shown = reference.to_string();
+        let chain: Vec<&Credential> = first
+            .for_registry(reference.registry())
+            .iter()
+            .chain(self.credentials.for_registry(reference.registry()))
+            .collect();
+        let mut tried = Vec::new();
+        for credential in chain.into_iter().map(Some).chain(std::iter::once(None)) {
+            tried.push(
+                credential
+                    .map_or("anonymous", Credential::source)
+                    .to_owned(),
+            );
+            let source = self.client.source(host, credential);
+            let checked = tokio::time::timeout(
+                budget,
+                verify(
+                    &source,
+                    reference.repository(),
+                    reference.manifest_reference(),
+                ),
+            )
+            .await
+            .map_err(|_| LookupError::Timeout {
+                reference: shown.clone(),
+                after: budget,
+            })?;
+            match checked {
+                Err(FetchError::Unauthorized) => continue,
+                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
+                Ok(checked) => return Ok(checked),
+            }
+        }
+        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
     }
 
     /// Counts a lookup's cache outcome, and an answer served from the last known result.

@@ -140,6 +140,67 @@ fn platforms_of<'a, S: ManifestSource>(
     })
 }
 
+/// One platform an index claims, checked against the image config of the manifest it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// What the index says (`linux/arm64/v8`).
+    pub(crate) claimed: Platform,
+    /// What the child's image config says.
+    pub(crate) actual: Platform,
+}
+
+impl Checked {
+    /// The config names another OS or architecture than the index (a variant the config leaves
+    /// out is not a mismatch: many builders write it only in the index).
+    pub(crate) fn mislabelled(&self) -> bool {
+        self.claimed.os != self.actual.os
+            || self.claimed.architecture != self.actual.architecture
+            || (self.actual.variant.is_some() && self.claimed.variant != self.actual.variant)
+    }
+}
+
+/// Reads the image config of every child an index names with a platform, to compare what the
+/// index claims with what the image is. One manifest and one blob GET per child: never done at
+/// admission (`inspect --verify`, `audit --verify`). A single manifest has nothing to compare.
+pub(crate) async fn verify(
+    source: &impl ManifestSource,
+    repository: &str,
+    reference: &str,
+) -> Result<Vec<Checked>, FetchError> {
+    let (body, _) = source.manifest(repository, reference).await?;
+    let ParsedManifest::Index { entries, .. } =
+        manifest::parse_manifest(&body, None).map_err(FetchError::Manifest)?
+    else {
+        return Ok(Vec::new());
+    };
+    if entries.len() > MAX_INDEX_ENTRIES {
+        return Err(FetchError::TooMany(
+            "the image index lists more than 512 manifests",
+        ));
+    }
+    let claimed: Vec<(Platform, String)> = entries
+        .into_iter()
+        .filter(|e| !e.is_index())
+        .filter_map(|e| Some((e.platform?, e.descriptor.digest)))
+        .filter(|(p, _)| !p.is_unknown())
+        .collect();
+    futures_util::stream::iter(claimed.into_iter().map(|(claimed, digest)| async move {
+        let (body, _) = source.manifest(repository, &digest).await?;
+        let ParsedManifest::Image { config, .. } =
+            manifest::parse_manifest(&body, None).map_err(FetchError::Manifest)?
+        else {
+            return Ok(None);
+        };
+        let blob = source.blob(repository, &config.digest).await?;
+        let actual = manifest::parse_image_config(&blob).map_err(FetchError::Manifest)?;
+        Ok(Some(Checked { claimed, actual }))
+    }))
+    .buffered(CHILD_FETCHES)
+    .try_filter_map(|checked| async move { Ok(checked) })
+    .try_collect()
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -433,5 +494,34 @@ mod tests {
             walk_tag(&broken).await,
             Err(FetchError::Manifest(ManifestError::MalformedConfig(_)))
         ));
+    }
+
+    #[tokio::test]
+    async fn verify_reads_each_claimed_childs_config() {
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                    entry(OCI_MANIFEST, "sha256:b", Some("arm64")),
+                ]),
+            )
+            .manifest("sha256:a", &image("sha256:ca"))
+            .manifest("sha256:b", &image("sha256:cb"))
+            .blob("sha256:ca", &config("amd64"))
+            // Built on an amd64 machine and pushed as arm64: the config says so.
+            .blob("sha256:cb", &config("amd64"));
+        let checked = verify(&source, "repo", "v1").await.unwrap();
+        let mislabelled: Vec<String> = checked
+            .iter()
+            .filter(|c| c.mislabelled())
+            .map(|c| format!("{} says {}", c.claimed, c.actual))
+            .collect();
+        assert_eq!(checked.len(), 2);
+        assert_eq!(mislabelled, ["linux/arm64 says linux/amd64"]);
+        let single = MemorySource::default()
+            .manifest("v1", &image("sha256:ca"))
+            .blob("sha256:ca", &config("amd64"));
+        assert!(verify(&single, "repo", "v1").await.unwrap().is_empty());
     }
 }

@@ -272,6 +272,23 @@ impl Pusher {
         .unwrap()
     }
 
+    /// An index claiming linux/amd64 and linux/arm64 for the same amd64 image.
+    async fn mislabelled(&self, repository: &str) -> Vec<u8> {
+        let image = self.image(repository, "linux", "amd64", None, false).await;
+        let entries: Vec<Value> = [("amd64", None), ("arm64", Some("v8"))]
+            .into_iter()
+            .map(|(arch, variant)| {
+                let mut d = descriptor(image.media_type, &image.body);
+                d["platform"] = platform("linux", arch, variant);
+                d
+            })
+            .collect();
+        serde_json::to_vec_pretty(
+            &json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}),
+        )
+        .unwrap()
+    }
+
     /// Pushes every fixture in [`EXPECTED`] as `<prefix>/<name>:v1`.
     pub async fn push_all(&self, prefix: &str) {
         for (name, _) in EXPECTED {
@@ -325,6 +342,9 @@ impl Pusher {
                 let p = self.image(repo, "linux", "arm64", Some("v8"), false).await;
                 (p.media_type, p.body)
             }
+            // Built on amd64 and pushed as amd64 and arm64 (kube-rbac-proxy#79): the index
+            // claims both, the arm64 entry's image config says amd64.
+            "mislabelled" => (OCI_INDEX, self.mislabelled(repo).await),
             "windows-mixed" => (
                 OCI_INDEX,
                 self.index(
