@@ -238,5 +238,7 @@ fn verify_finds_a_mislabelled_image() {
     assert!(web["mislabelled"].as_array().unwrap().is_empty(), "{web:#}");
 
     let plain = report(&audit(cluster(), "admintoken", &["--json"]));
-    assert!(workload(&plain, "CronJob", "nightly").get("mislabelled").is_none());
+    assert!(workload(&plain, "CronJob", "nightly")
+        .get("mislabelled")
+        .is_none());
 }
