@@ -6,6 +6,8 @@ pub(crate) mod nodes;
 pub(crate) mod review;
 pub(crate) mod serve;
 
+use std::fmt::Write as _;
+use std::io::Write;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
@@ -37,4 +39,32 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     crate::telemetry::flush();
     result
+}
+
+/// Rows under a header, each column as wide as its widest cell (the last one left ragged), as
+/// kubectl prints tables.
+pub(crate) fn write_table<const N: usize>(
+    out: &mut impl Write,
+    header: [&str; N],
+    rows: &[[String; N]],
+) -> std::io::Result<()> {
+    let header = header.map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:width$}  ");
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
 }

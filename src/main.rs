@@ -10,9 +10,10 @@ fn main() -> ExitCode {
     let cli = tolerable::cli::Cli::parse();
     match tolerable::cmd::run(cli) {
         Ok(code) => code,
-        // A reader that stopped reading (`tolerable review f | head`) is not an error: the
-        // output ends quietly, as other command-line tools' do.
-        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`tolerable review f | head`): the output ends quietly,
+        // with the status a shell gives a program SIGPIPE ended (128 + 13), as git's does — not
+        // success, which could pass a gate whose result was never read.
+        Err(e) if closed_pipe(&e) => ExitCode::from(141),
         Err(e) => {
             // Not eprintln!: it panics when standard error is closed too (`2>&1 | head`).
             let _ = writeln!(std::io::stderr(), "tolerable: {e:#}");
@@ -22,9 +23,16 @@ fn main() -> ExitCode {
 }
 
 fn closed_pipe(error: &anyhow::Error) -> bool {
+    let broken = Some(std::io::ErrorKind::BrokenPipe);
     error.chain().any(|cause| {
+        // serde_json wraps the write error without giving it as its source.
         cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            .map(std::io::Error::kind)
+            == broken
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == broken
     })
 }

@@ -7,6 +7,7 @@ mod common;
 
 use std::process::{Command, Output};
 
+use common::cli::workload;
 use common::fixtures::Pusher;
 use common::registry::{self, Mode};
 use common::workloads_api::WorkloadsApi;
@@ -71,18 +72,6 @@ fn report(out: &Output) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
-    let found = report["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["kind"] == kind && w["name"] == name);
-    let Some(found) = found else {
-        panic!("no {kind}/{name} in {report:#}")
-    };
-    found
 }
 
 #[test]
@@ -234,6 +223,16 @@ fn verify_finds_a_mislabelled_image() {
         "{note}"
     );
     assert!(nightly["reasons"].to_string().contains("mislabelled"));
+    // Its arm64 is an amd64 image: the CronJob runs on amd64 only, pinned, not movable.
+    assert_eq!(nightly["status"], "pinned", "{nightly:#}");
+    assert_eq!(nightly["architectures"], serde_json::json!(["amd64"]));
+    assert!(
+        nightly["unverified"].as_array().unwrap().is_empty(),
+        "{nightly:#}"
+    );
+    // Every image verified, docker.io's through the mirror the lookups use.
+    let api = workload(&verified, "Deployment", "api");
+    assert!(api["unverified"].as_array().unwrap().is_empty(), "{api:#}");
     let web = workload(&verified, "Deployment", "web");
     assert!(web["mislabelled"].as_array().unwrap().is_empty(), "{web:#}");
 

@@ -4,44 +4,15 @@
 
 mod common;
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
+use common::cli::{review, tolerable, workload};
 use common::fixtures::Pusher;
 use common::registry::{self, Mode};
 use serde_json::Value;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/workloads");
-
-fn tolerable() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host)
-        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x")
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
-        .current_dir(std::env::temp_dir());
-    command
-}
-
-fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = tolerable()
-        .arg("review")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(bytes) = stdin {
-        input.write_all(bytes).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 /// The corpus copied to a temporary directory, `REGISTRY` replaced by `host`.
 fn corpus(host: &str) -> tempfile::TempDir {
@@ -71,16 +42,6 @@ fn json_report(out: &Output) -> Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
-}
-
-/// The report of the workload `kind/name`.
-fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
-    report["workloads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["kind"] == kind && w["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind}/{name} in {report:#}"))
 }
 
 #[track_caller]
@@ -272,12 +233,18 @@ fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
 }
 
 #[test]
-fn no_workload_and_unreadable_documents_are_clear_errors() {
+fn no_workload_passes_and_unreadable_documents_are_clear_errors() {
+    // A directory of ConfigMaps passes the gate: nothing to review.
+    let out = review(
+        &["-"],
+        Some(b"apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().last(),
+        Some("0 workloads; 1 object without a Pod template skipped")
+    );
     for (input, want) in [
-        (
-            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
-            "no workload",
-        ),
         (
             "---\nkind: Pod\n---\n- a list\n",
             "expected a Kubernetes object, got a list",
@@ -291,7 +258,8 @@ fn no_workload_and_unreadable_documents_are_clear_errors() {
     }
 }
 
-/// `tolerable review … | head`: a reader that stops reading ends the output quietly.
+/// `tolerable review … | head`: a reader that stops reading ends the output quietly, with the
+/// status a shell gives a program SIGPIPE ended (141), in the table and in JSON.
 #[test]
 fn a_closed_pipe_ends_quietly() {
     let mut yaml = String::new();
@@ -302,17 +270,28 @@ fn a_closed_pipe_ends_quietly() {
     }
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
-    let mut child = tolerable()
-        .args(["review", file.path().to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Close both ends before the output is written, as `2>&1 | head -1` does once it has a line.
-    drop(child.stdout.take());
-    drop(child.stderr.take());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "no panic (101), no error (2)");
+    for json in [false, true] {
+        let mut command = tolerable();
+        command
+            .arg("review")
+            .args(json.then_some("--json"))
+            .arg(file.path());
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close both ends before the output is written, as `2>&1 | head -1` does once it has
+        // its line.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.code(),
+            Some(141),
+            "json: {json}: no panic (101), no error (2)"
+        );
+    }
 }
 
 /// The gate fails on images that share no architecture whether the webhook would deny the Pod

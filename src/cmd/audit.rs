@@ -7,12 +7,12 @@ mod read;
 mod requests;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use serde::Serialize;
 
 use crate::admission::review::PodObject;
@@ -20,6 +20,7 @@ use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::audit::{judge, Known, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
+use crate::cmd::review::WORKLOADS_AT_ONCE;
 use crate::config::Config;
 use crate::mutate::{self, explain, Answer, Decision, Policy};
 use crate::registry::{Checked, LookupError, Resolver};
@@ -27,6 +28,9 @@ use crate::workload::Workload;
 
 use self::read::{ClusterState, Running};
 use self::requests::Requests;
+
+/// A progress line every this many workloads.
+const PROGRESS_EVERY: usize = 25;
 
 /// What `audit` reports of one workload.
 #[derive(Debug, Serialize)]
@@ -45,6 +49,18 @@ struct WorkloadAudit {
     /// With `--verify`: platforms an image's index claims that its image config contradicts.
     #[serde(skip_serializing_if = "Option::is_none")]
     mislabelled: Option<Vec<String>>,
+    /// With `--verify`: images that could not be verified, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unverified: Option<Vec<String>>,
+}
+
+/// What `--verify` found for one workload's images.
+#[derive(Debug, Default)]
+struct Verified {
+    mislabelled: Vec<String>,
+    /// Architectures some image's index claims but its config contradicts: not really common.
+    false_architectures: Vec<String>,
+    unverified: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,11 +102,22 @@ pub(crate) async fn run(
         .with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     let verify = args.verify;
-    let audits =
-        futures_util::future::join_all(state.workloads.iter().map(|(workload, replicas)| {
+    let mut audits = Vec::with_capacity(state.workloads.len());
+    let mut audited =
+        futures_util::stream::iter(state.workloads.iter().map(|(workload, replicas)| {
             audit(&admission, &state, (workload, *replicas), budget, verify)
         }))
-        .await;
+        .buffered(WORKLOADS_AT_ONCE);
+    while let Some(audit) = audited.next().await {
+        audits.push(audit);
+        if audits.len() % PROGRESS_EVERY == 0 {
+            progress(&format!(
+                "{} of {} workloads",
+                audits.len(),
+                state.workloads.len()
+            ));
+        }
+    }
     progress("done");
     if args.json {
         let report = serde_json::json!({
@@ -129,17 +156,21 @@ async fn audit(
     verify: bool,
 ) -> WorkloadAudit {
     let policy = admission.policy();
-    let mut mislabelled = verify.then(Vec::new);
+    let mut verified = verify.then(Verified::default);
     let (answered, common) = match PodObject::parse(&workload.pod.to_string()) {
         Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
         Ok(object) => match admission::read_pod(None, object, policy) {
             Asked::Decide(pod, pull_secrets) => {
                 let answered = admission.answer(&pod, &pull_secrets, budget).await;
-                let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
-                if let Some(found) = &mut mislabelled {
+                let mut common =
+                    mutate::architectures_in_common(&pod, &answered.facts, None, policy);
+                if let Some(verified) = &mut verified {
                     // A child manifest and a config blob per platform: a few lookups' time.
                     let checked = admission.verify(&pod, &pull_secrets, budget * 3).await;
-                    found.extend(mislabelled_platforms(&checked));
+                    *verified = verified_platforms(&checked);
+                    if let Some(common) = &mut common {
+                        common.retain(|arch| !verified.false_architectures.contains(arch));
+                    }
                 }
                 (answered, common)
             }
@@ -149,7 +180,10 @@ async fn audit(
     let running = state.running_for(workload);
     let known = known(&answered, common, &running);
     let (status, mut reasons) = judge(&known);
-    reasons.extend(mislabelled.iter().flatten().cloned());
+    if let Some(verified) = &verified {
+        reasons.extend(verified.mislabelled.iter().cloned());
+        reasons.extend(verified.unverified.iter().cloned());
+    }
     WorkloadAudit {
         kind: workload.kind.clone(),
         namespace: workload.namespace.clone(),
@@ -177,26 +211,34 @@ async fn audit(
             })
             .collect(),
         requests: Requests::of_template(&workload.pod).times(replicas),
-        mislabelled,
+        mislabelled: verified.as_ref().map(|v| v.mislabelled.clone()),
+        unverified: verified.map(|v| v.unverified),
     }
 }
 
-/// `image: the index says linux/arm64, its config linux/amd64`, and images that could not be
-/// verified.
-fn mislabelled_platforms(checked: &[(String, Result<Vec<Checked>, LookupError>)]) -> Vec<String> {
-    let mut out = Vec::new();
+/// `mislabelled image: the index says linux/arm64, its config linux/amd64`, the architectures
+/// that makes false, and the images that could not be verified.
+fn verified_platforms(checked: &[(String, Result<Vec<Checked>, LookupError>)]) -> Verified {
+    let mut verified = Verified::default();
     for (image, result) in checked {
         match result {
-            Ok(checks) => out.extend(checks.iter().filter(|c| c.mislabelled()).map(|c| {
-                format!(
-                    "mislabelled {image}: the index says {}, its config {}",
-                    c.claimed, c.actual
-                )
-            })),
-            Err(e) => out.push(format!("could not verify {image}: {e}")),
+            Ok(checks) => {
+                for c in checks.iter().filter(|c| c.mislabelled()) {
+                    verified.mislabelled.push(format!(
+                        "mislabelled {image}: the index says {}, its config {}",
+                        c.claimed, c.actual
+                    ));
+                    verified
+                        .false_architectures
+                        .push(c.claimed.architecture.to_string());
+                }
+            }
+            Err(e) => verified
+                .unverified
+                .push(format!("could not verify {image}: {e}")),
         }
     }
-    out
+    verified
 }
 
 /// What the judgement needs, from the answer the webhook would give the workload's Pod.
@@ -263,25 +305,11 @@ fn write_table(out: &mut impl Write, audits: &[WorkloadAudit]) -> std::io::Resul
             ]
         })
         .collect();
-    let header = ["WORKLOAD", "STATUS", "ARCHITECTURES", "REASON"].map(str::to_owned);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let mut line = String::new();
-        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:width$}  ");
-            }
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
-    Ok(())
+    crate::cmd::write_table(
+        out,
+        ["WORKLOAD", "STATUS", "ARCHITECTURES", "REASON"],
+        &rows,
+    )
 }
 
 fn summary_counts(audits: &[WorkloadAudit]) -> serde_json::Value {

@@ -3,6 +3,8 @@
 
 mod report;
 
+pub(crate) use self::report::WORKLOADS_AT_ONCE;
+
 use std::io::{Read as _, Write};
 use std::path::Path;
 use std::process::ExitCode;
@@ -204,12 +206,6 @@ pub(crate) async fn run(
     for (source, document) in documents {
         found.add(document, &source).map_err(anyhow::Error::msg)?;
     }
-    if found.workloads.is_empty() {
-        bail!(
-            "no workload (an object with a Pod template) in the input; {} object(s) without one",
-            found.skipped.len()
-        );
-    }
     if args.patch {
         return write_each(&admission, &found, budget, args.json, out).await;
     }
@@ -260,13 +256,22 @@ async fn write_each(
         .map(|w| review_document(admission, w.pod.clone(), budget));
     let reviews = futures_util::future::join_all(reviews).await;
     let mut outcomes = Vec::new();
+    // JSON: one array of what each workload's Pod shows, so the output is one JSON value.
+    let mut buffered = Vec::new();
     for (workload, reviewed) in found.workloads.iter().zip(reviews) {
         let reviewed = reviewed?;
-        if !json {
+        if json {
+            write_one(&mut buffered, &reviewed, true)?;
+            buffered.push(b',');
+        } else {
             writeln!(out, "# {} ({})", workload.label(), workload.source)?;
+            write_one(out, &reviewed, false)?;
         }
-        write_one(out, &reviewed, json)?;
         outcomes.push(reviewed.answer.outcome());
+    }
+    if json {
+        buffered.pop();
+        writeln!(out, "[{}]", String::from_utf8_lossy(&buffered))?;
     }
     Ok(report::exit_status(outcomes))
 }

@@ -180,8 +180,8 @@ impl Resolver {
 
     /// Each platform the image's index claims, checked against the image config of the manifest
     /// it names (`inspect --verify`, `audit --verify`; never at admission: one blob GET per
-    /// child). Asks the image's own registry, no mirror, no cache, with the same credentials in
-    /// the same order as a lookup, within `budget`.
+    /// child). Asks as a lookup does — the mirror first, then the image's registry, with the
+    /// same credentials in the same order — without the cache, within `budget`.
     pub(crate) async fn verify(
         &self,
         image: &str,
@@ -189,34 +189,54 @@ impl Resolver {
         budget: Duration,
     ) -> Result<Vec<Checked>, LookupError> {
         let reference = ImageReference::parse(image)?;
-        let host = reference.api_host();
-        let shown = reference.to_string();
+        if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
+            let chain: Vec<&Credential> = self.credentials.for_registry(mirror).iter().collect();
+            let share = crate::budget::mirror_share(budget);
+            match self.verify_at(&reference, (mirror, &chain), share).await {
+                Ok(checked) => return Ok(checked),
+                Err(e) => {
+                    tracing::info!(image = ?image, mirror = ?mirror, error = ?e.to_string(), "mirror failed; asking the origin registry")
+                }
+            }
+        }
         let chain: Vec<&Credential> = first
             .for_registry(reference.registry())
             .iter()
             .chain(self.credentials.for_registry(reference.registry()))
             .collect();
+        self.verify_at(&reference, (reference.api_host(), &chain), budget)
+            .await
+    }
+
+    /// [`Resolver::verify`] at one host: each credential in turn, then anonymous.
+    async fn verify_at(
+        &self,
+        reference: &ImageReference,
+        (host, chain): (&str, &[&Credential]),
+        budget: Duration,
+    ) -> Result<Vec<Checked>, LookupError> {
+        let shown = reference.to_string();
         let mut tried = Vec::new();
-        for credential in chain.into_iter().map(Some).chain(std::iter::once(None)) {
+        let attempts = chain.iter().map(|c| Some(*c)).chain(std::iter::once(None));
+        for credential in attempts {
             tried.push(
                 credential
                     .map_or("anonymous", Credential::source)
                     .to_owned(),
             );
             let source = self.client.source(host, credential);
-            let checked = tokio::time::timeout(
-                budget,
-                verify(
-                    &source,
-                    reference.repository(),
-                    reference.manifest_reference(),
-                ),
-            )
-            .await
-            .map_err(|_| LookupError::Timeout {
-                reference: shown.clone(),
-                after: budget,
-            })?;
+            let checked = verify(
+                &source,
+                reference.repository(),
+                reference.manifest_reference(),
+            );
+            let checked =
+                tokio::time::timeout(budget, checked)
+                    .await
+                    .map_err(|_| LookupError::Timeout {
+                        reference: shown.clone(),
+                        after: budget,
+                    })?;
             match checked {
                 Err(FetchError::Unauthorized) => continue,
                 Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod certs;
+pub mod cli;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;

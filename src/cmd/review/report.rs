@@ -48,16 +48,24 @@ fn outcome_label<S: serde::Serializer>(outcome: &Outcome, s: S) -> Result<S::Ok,
     s.serialize_str(outcome.label())
 }
 
-/// Reviews every workload at once: the same image in several workloads is looked up once (the
-/// resolver's cache joins concurrent lookups of one image).
+/// Reviews the workloads a few at a time, each with its own budget: the same image in several
+/// workloads is looked up once (the resolver's cache joins concurrent lookups of one image), and
+/// no lookup spends its budget waiting for a turn behind hundreds of others.
 pub(super) async fn review_all(
     admission: &Admission,
     workloads: &[Workload],
     budget: Duration,
 ) -> Vec<WorkloadReport> {
-    let reviews = workloads.iter().map(|w| review(admission, w, budget));
-    futures_util::future::join_all(reviews).await
+    use futures_util::StreamExt as _;
+    futures_util::stream::iter(workloads.iter().map(|w| review(admission, w, budget)))
+        .buffered(WORKLOADS_AT_ONCE)
+        .collect()
+        .await
 }
+
+/// Workloads decided at the same time by `review` and `audit`: each looks up to 16 images at
+/// once, and the registry client bounds requests per registry (16) on top.
+pub(crate) const WORKLOADS_AT_ONCE: usize = 8;
 
 async fn review(admission: &Admission, workload: &Workload, budget: Duration) -> WorkloadReport {
     let policy = admission.policy();
@@ -108,7 +116,8 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         outcome: answer.outcome(),
         summary: answer.decision.summary().to_owned(),
         adds,
-        denied: answer.denial().map(str::to_owned),
+        // What would be denied, under enforce = false too: review is a gate either way.
+        denied: answer.decision.denial().map(str::to_owned),
         warnings: answer
             .warnings()
             .iter()
@@ -184,25 +193,11 @@ fn write_table(out: &mut impl Write, reports: &[WorkloadReport]) -> std::io::Res
             [label(r), architectures, r.outcome.label().to_owned(), adds]
         })
         .collect();
-    let header = ["WORKLOAD", "ARCHITECTURES", "OUTCOME", "WOULD ADD"].map(str::to_owned);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    for row in std::iter::once(&header).chain(&rows) {
-        let mut line = String::new();
-        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:width$}  ");
-            }
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
-    Ok(())
+    crate::cmd::write_table(
+        out,
+        ["WORKLOAD", "ARCHITECTURES", "OUTCOME", "WOULD ADD"],
+        &rows,
+    )
 }
 
 /// `3 workloads: 2 decided, 1 no_common_architecture; 1 object without a Pod template skipped`.
@@ -213,11 +208,13 @@ fn summary(reports: &[WorkloadReport], skipped: &[Skipped]) -> String {
     }
     let counts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
     let mut line = format!(
-        "{} workload{}: {}",
+        "{} workload{}",
         reports.len(),
-        if reports.len() == 1 { "" } else { "s" },
-        counts.join(", ")
+        if reports.len() == 1 { "" } else { "s" }
     );
+    if !counts.is_empty() {
+        let _ = write!(line, ": {}", counts.join(", "));
+    }
     if !skipped.is_empty() {
         let _ = write!(
             line,

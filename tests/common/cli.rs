@@ -1,0 +1,54 @@
+//! The `tolerable` binary as an operator runs it, for the command-line tests: a clean
+//! environment pointing at the test registries, the report a `--json` run prints.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use super::registry;
+
+/// `tolerable` with a clean environment: the plain test registry allowed over http, arm64 and
+/// s390x pools, a 3 s lookup budget; run in the temporary directory.
+pub fn tolerable() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host)
+        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x")
+        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .current_dir(std::env::temp_dir());
+    command
+}
+
+/// `tolerable review ARGS`, with `stdin` written to its standard input.
+pub fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = tolerable()
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// The workload `kind/name` in a `review --json` or `audit --json` report.
+pub fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
+    let found = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == kind && w["name"] == name);
+    let Some(found) = found else {
+        panic!("no {kind}/{name} in {report:#}")
+    };
+    found
+}
