@@ -193,6 +193,12 @@ fn namespace_and_label_selector_narrow_what_is_read() {
     let workloads = web_only["workloads"].as_array().unwrap();
     assert_eq!(workloads.len(), 1);
     assert_eq!(workloads[0]["pods"].as_array().unwrap().len(), 2);
+    // The fake returns at most 3 items a page: team-a's 4 Pods took two, and the audit
+    // followed the continue token (the web Pods are the fourth item).
+    assert!(api
+        .requests()
+        .iter()
+        .any(|r| r.starts_with("/api/v1/namespaces/team-a/pods?") && r.contains("continue=3")));
     assert!(api.requests().iter().any(|r| r
         .starts_with("/apis/apps/v1/namespaces/team-a/deployments?")
         && r.contains("labelSelector=app%3Dweb")));

@@ -83,15 +83,34 @@ fn selector(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The recorded list, narrowed to `namespace` and the selector's labels.
+/// Items per page at most, whatever `limit` asks: an API server may return fewer items than
+/// asked, with a `continue` token, and the client must follow it (the recorded pages show the
+/// shape: `continue` while more remain, no key at all on the last page).
+const PAGE: usize = 3;
+
+/// The recorded list, narrowed to `namespace` and the selector's labels, one page of it when
+/// `limit` is asked (`continue` is the offset of the next page).
 fn list(plural: &str, namespace: Option<&str>, query: &str, host: &str) -> Option<String> {
     let mut list: Value = serde_json::from_str(&recording(list_file(plural)?, host)).unwrap();
     let wanted = selector(query);
-    list["items"].as_array_mut().unwrap().retain(|item| {
+    let items = list["items"].as_array_mut().unwrap();
+    items.retain(|item| {
         let meta = &item["metadata"];
         namespace.is_none_or(|ns| meta["namespace"] == ns)
             && wanted.iter().all(|(k, v)| meta["labels"][k] == v.as_str())
     });
+    if query.split('&').any(|p| p.starts_with("limit=")) {
+        let start: usize = query
+            .split('&')
+            .find_map(|p| p.strip_prefix("continue="))
+            .map_or(0, |offset| offset.parse().unwrap());
+        let rest = items.split_off(start.min(items.len()));
+        let more = rest.len() > PAGE;
+        *items = rest.into_iter().take(PAGE).collect();
+        if more {
+            list["metadata"]["continue"] = json!((start + PAGE).to_string());
+        }
+    }
     Some(list.to_string())
 }
 

@@ -74,7 +74,18 @@ pub(super) async fn cluster(
     objects.extend(list(scoped::<ReplicaSet>(client, namespace), selector).await?);
     objects.extend(list(scoped::<Job>(client, namespace), selector).await?);
     objects.extend(list(scoped::<CronJob>(client, namespace), selector).await?);
-    let pods = list(scoped::<Pod>(client, namespace), selector).await?;
+    let selected_pods = list(scoped::<Pod>(client, namespace), selector).await?;
+    // The selector chooses workloads by their own labels; the ReplicaSets and Jobs between a
+    // workload and its Pods, and the Pods, are read whole, so a Deployment's Pods are found
+    // whatever labels its template gives them.
+    let (between, pods) = match selector {
+        None => (Vec::new(), selected_pods.clone()),
+        Some(_) => {
+            let mut between = list(scoped::<ReplicaSet>(client, namespace), None).await?;
+            between.extend(list(scoped::<Job>(client, namespace), None).await?);
+            (between, list(scoped::<Pod>(client, namespace), None).await?)
+        }
+    };
     let nodes = list(Api::<Node>::all(client.clone()), None).await?;
     let node_architectures = nodes
         .iter()
@@ -84,7 +95,13 @@ pub(super) async fn cluster(
             Some((name.to_owned(), arch.to_owned()))
         })
         .collect();
-    Ok(assemble(objects, pods, node_architectures))
+    let listed = Listed {
+        workloads: objects,
+        between,
+        pods,
+        selected_pods,
+    };
+    Ok(assemble(listed, node_architectures))
 }
 
 fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -128,18 +145,35 @@ where
     }
 }
 
-/// Workloads are the objects no other listed object controls (a Deployment, not its
-/// ReplicaSets; a CronJob, not its Jobs); a Pod belongs to the workload at the top of its
-/// owners, or is its own.
-fn assemble(
-    objects: Vec<Value>,
+/// What was listed.
+struct Listed {
+    /// Objects of the workload kinds the selector chose.
+    workloads: Vec<Value>,
+    /// With a selector: every ReplicaSet and Job, to follow a Pod up to its workload.
+    between: Vec<Value>,
+    /// Every Pod (of the namespace).
     pods: Vec<Value>,
-    node_architectures: BTreeMap<String, String>,
-) -> ClusterState {
+    /// The Pods the selector chose: those without a controller are workloads of their own.
+    selected_pods: Vec<Value>,
+}
+
+/// Workloads are the listed objects no other object controls (a Deployment, not its
+/// ReplicaSets; a CronJob, not its Jobs); a Pod belongs to the workload at the top of its
+/// owners, or is its own (when the selector chose it).
+fn assemble(listed: Listed, node_architectures: BTreeMap<String, String>) -> ClusterState {
+    let Listed {
+        workloads: objects,
+        between,
+        pods,
+        selected_pods,
+    } = listed;
     let owners: HashMap<String, (WorkloadKey, Option<String>)> = objects
         .iter()
+        .chain(&between)
         .filter_map(|o| Some((uid(o)?, (key(o), controller(o)))))
         .collect();
+    let selected: std::collections::HashSet<String> =
+        selected_pods.iter().filter_map(uid).collect();
     let top = |mut uid: String| -> Option<WorkloadKey> {
         // Bounded: an ownership cycle in a broken cluster must not hang the audit.
         for _ in 0..8 {
@@ -163,13 +197,16 @@ fn assemble(
     let mut running = Vec::new();
     for pod in pods {
         let workload = match controller(&pod).and_then(&top) {
-            Some(workload) => workload,
-            None => {
-                replicas.insert(key(&pod), 1);
+            // Its workload, when that was listed (the selector may have left it out).
+            Some(workload) if replicas.contains_key(&workload) => workload,
+            Some(_) => continue,
+            None if uid(&pod).is_some_and(|u| selected.contains(&u)) => {
                 let own = key(&pod);
+                replicas.insert(own.clone(), 1);
                 let _ = found.add(pod.clone(), "cluster");
                 own
             }
+            None => continue,
         };
         if let Some(placed) = placed(&pod, &node_architectures) {
             running.push(Running { placed, workload });
@@ -232,7 +269,10 @@ fn placed(pod: &Value, node_architectures: &BTreeMap<String, String>) -> Option<
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return None;
     }
-    let node = pod.pointer("/spec/nodeName")?.as_str()?;
+    let node = pod
+        .pointer("/spec/nodeName")?
+        .as_str()
+        .filter(|n| !n.is_empty())?;
     Some(Placed {
         pod: pod.pointer("/metadata/name")?.as_str()?.to_owned(),
         node: node.to_owned(),
@@ -248,4 +288,147 @@ pub(super) fn images_of(pod: &Value) -> Vec<&str> {
         .flatten()
         .filter_map(|c| c.get("image")?.as_str())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(kind: &str, name: &str, uid: &str, owner: Option<&str>) -> Value {
+        let mut meta = json!({"name": name, "namespace": "ns", "uid": uid});
+        if let Some(owner) = owner {
+            meta["ownerReferences"] = json!([{"uid": owner, "controller": true}]);
+        }
+        let template = json!({"spec": {"containers": [{"name": "c", "image": "app:1"}]}});
+        let spec = match kind {
+            "CronJob" => json!({"jobTemplate": {"spec": {"template": template}}}),
+            _ => json!({"replicas": 3, "template": template}),
+        };
+        json!({"kind": kind, "metadata": meta, "spec": spec})
+    }
+
+    fn pod(name: &str, owner: Option<&str>, node: &str, phase: &str) -> Value {
+        let mut pod = object("Pod", name, &format!("pod-{name}"), owner);
+        pod["spec"] = json!({"containers": [{"name": "c", "image": "app:1"}]});
+        if !node.is_empty() {
+            pod["spec"]["nodeName"] = json!(node);
+        }
+        pod["status"] = json!({"phase": phase});
+        pod
+    }
+
+    fn nodes() -> BTreeMap<String, String> {
+        [("amd", "amd64"), ("arm", "arm64")]
+            .map(|(n, a)| (n.to_owned(), a.to_owned()))
+            .into()
+    }
+
+    fn names(state: &ClusterState) -> Vec<(String, String, u32)> {
+        state
+            .workloads
+            .iter()
+            .map(|(w, n)| (w.kind.clone(), w.name.clone(), *n))
+            .collect()
+    }
+
+    #[test]
+    fn pods_roll_up_to_the_workload_at_the_top_of_their_owners() {
+        let workloads = vec![
+            object("Deployment", "web", "D", None),
+            object("ReplicaSet", "web-1", "R", Some("D")),
+            object("CronJob", "nightly", "C", None),
+            object("Job", "nightly-1", "J", Some("C")),
+            object("DaemonSet", "agent", "S", None),
+            // A ReplicaSet whose owner is not listed (a custom controller's) is a workload.
+            object("ReplicaSet", "orphan", "O", Some("gone")),
+        ];
+        let pods = vec![
+            pod("web-a", Some("R"), "amd", "Running"),
+            pod("web-b", Some("R"), "arm", "Running"),
+            pod("nightly-a", Some("J"), "amd", "Succeeded"),
+            pod("agent-a", Some("S"), "amd", "Running"),
+            pod("agent-b", Some("S"), "arm", "Running"),
+            pod("debug", None, "arm", "Running"),
+            pod("pending", None, "", "Pending"),
+        ];
+        let listed = Listed {
+            workloads,
+            between: Vec::new(),
+            selected_pods: pods.clone(),
+            pods,
+        };
+        let state = assemble(listed, nodes());
+        assert_eq!(
+            names(&state),
+            [
+                ("Deployment".into(), "web".into(), 3),
+                ("CronJob".into(), "nightly".into(), 1),
+                ("DaemonSet".into(), "agent".into(), 2),
+                ("ReplicaSet".into(), "orphan".into(), 3),
+                ("Pod".into(), "debug".into(), 1),
+                ("Pod".into(), "pending".into(), 1),
+            ]
+        );
+        let web = &state.workloads[0].0;
+        let placed: Vec<_> = state
+            .running_for(web)
+            .into_iter()
+            .map(|r| (r.placed.pod, r.placed.architecture))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                ("web-a".into(), Some("amd64".into())),
+                ("web-b".into(), Some("arm64".into()))
+            ]
+        );
+        // A finished Pod runs nowhere; a Pending one on no node.
+        assert!(state.running_for(&state.workloads[1].0).is_empty());
+        assert_eq!(state.running_pods(), 5);
+    }
+
+    #[test]
+    fn a_selector_chooses_workloads_and_their_pods_follow_whatever_their_labels() {
+        // `-l app=web` chose the Deployment; its ReplicaSet and Pods carry other labels.
+        let listed = Listed {
+            workloads: vec![object("Deployment", "web", "D", None)],
+            between: vec![
+                object("ReplicaSet", "web-1", "R", Some("D")),
+                object("ReplicaSet", "db-1", "R2", Some("DB")),
+            ],
+            pods: vec![
+                pod("web-a", Some("R"), "amd", "Running"),
+                pod("db-a", Some("R2"), "amd", "Running"),
+                pod("debug", None, "arm", "Running"),
+            ],
+            selected_pods: Vec::new(),
+        };
+        let state = assemble(listed, nodes());
+        assert_eq!(names(&state), [("Deployment".into(), "web".into(), 3)]);
+        assert_eq!(
+            state.running_pods(),
+            1,
+            "db's Pod and the unselected bare Pod left out"
+        );
+    }
+
+    #[test]
+    fn an_ownership_cycle_does_not_hang() {
+        let workloads = vec![
+            object("ReplicaSet", "x", "X", Some("Y")),
+            object("ReplicaSet", "y", "Y", Some("X")),
+        ];
+        let pods = vec![pod("p", Some("X"), "amd", "Running")];
+        let listed = Listed {
+            workloads,
+            between: Vec::new(),
+            selected_pods: pods.clone(),
+            pods,
+        };
+        let state = assemble(listed, nodes());
+        // Neither ReplicaSet is on top; the Pod stands as its own workload.
+        assert_eq!(names(&state), [("Pod".into(), "p".into(), 1)]);
+    }
 }
