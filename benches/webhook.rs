@@ -244,11 +244,7 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
             "TOLERABLE_WORKER_THREADS",
             std::env::var("BENCH_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
         )
-        .envs(
-            ["GLIBC_TUNABLES", "MALLOC_ARENA_MAX"]
-                .into_iter()
-                .filter_map(|k| Some((k, std::env::var(k).ok()?))),
-        )
+        .envs(passed_through())
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(if log_level == "warn" {
@@ -283,6 +279,20 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
         },
         ready,
     )
+}
+
+/// Runtime and allocator knobs under test, and a shared cache (`BENCH_CACHE_URL`: warm
+/// admissions must cost the same with one, since it is asked only on a miss), when set for the
+/// bench.
+fn passed_through() -> Vec<(&'static str, String)> {
+    [
+        ("GLIBC_TUNABLES", "GLIBC_TUNABLES"),
+        ("MALLOC_ARENA_MAX", "MALLOC_ARENA_MAX"),
+        ("BENCH_CACHE_URL", "TOLERABLE_CACHE_URL"),
+    ]
+    .into_iter()
+    .filter_map(|(from, to)| Some((to, std::env::var(from).ok()?)))
+    .collect()
 }
 
 mod probe {
