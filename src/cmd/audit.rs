@@ -15,14 +15,13 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::admission::review::PodObject;
-use crate::admission::{self, Admission, Asked, PodAnswer};
+use crate::admission::{Admission, PodAnswer};
 use crate::audit::{judge, Known, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
-use crate::cmd::review::WORKLOADS_AT_ONCE;
+use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::config::Config;
-use crate::mutate::{self, explain, Answer, Decision, Policy};
+use crate::mutate::{explain, Decision, Policy};
 use crate::registry::{Checked, LookupError, Resolver};
 use crate::workload::Workload;
 
@@ -155,28 +154,20 @@ async fn audit(
     budget: Duration,
     verify: bool,
 ) -> WorkloadAudit {
-    let policy = admission.policy();
     let mut verified = verify.then(Verified::default);
-    let (answered, common) = match PodObject::parse(&workload.pod.to_string()) {
-        Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
-        Ok(object) => match admission::read_pod(None, object, policy) {
-            Asked::Decide(pod, pull_secrets) => {
-                let answered = admission.answer(&pod, &pull_secrets, budget).await;
-                let mut common =
-                    mutate::architectures_in_common(&pod, &answered.facts, None, policy);
-                if let Some(verified) = &mut verified {
-                    // A child manifest and a config blob per platform: a few lookups' time.
-                    let checked = admission.verify(&pod, &pull_secrets, budget * 3).await;
-                    *verified = verified_platforms(&checked);
-                    if let Some(common) = &mut common {
-                        common.retain(|arch| !verified.false_architectures.contains(arch));
-                    }
-                }
-                (answered, common)
-            }
-            Asked::Answered(answer) => (answer.into(), None),
-        },
-    };
+    let WorkloadAnswer {
+        answered,
+        mut common,
+        asked,
+    } = answer_workload(admission, &workload.pod, budget).await;
+    if let (Some(verified), Some((pod, pull_secrets))) = (&mut verified, &asked) {
+        // A child manifest and a config blob per platform: a few lookups' time.
+        let checked = admission.verify(pod, pull_secrets, budget * 3).await;
+        *verified = verified_platforms(&checked);
+        if let Some(common) = &mut common {
+            common.retain(|arch| !verified.false_architectures.contains(arch));
+        }
+    }
     let running = state.running_for(workload);
     let known = known(&answered, common, &running);
     let (status, mut reasons) = judge(&known);

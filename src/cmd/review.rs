@@ -19,7 +19,7 @@ use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::cluster::{Cluster, PullSecretRefs};
 use crate::config::Config;
-use crate::mutate::{Answer, PodCreate};
+use crate::mutate::{self, Answer, PodCreate};
 use crate::registry::Resolver;
 use crate::workload::{self, Found};
 
@@ -60,21 +60,7 @@ async fn review_document(
                 answer,
                 shell_warnings,
                 ..
-            } = match PodObject::parse(&document.to_string()) {
-                Err(reason) => Answer::invalid_object(&reason).into(),
-                Ok(object) => match admission::read_pod(None, object, admission.policy()) {
-                    Asked::Decide(pod, pull_secrets) => {
-                        let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-                        answered.shell_warnings.extend(unread_pull_secrets(
-                            admission,
-                            &pod,
-                            &pull_secrets,
-                        ));
-                        answered
-                    }
-                    Asked::Answered(answer) => answer.into(),
-                },
-            };
+            } = answer_workload(admission, &document, budget).await.answered;
             let allowed = AdmissionReviewOut::allow_uid(ADMISSION_V1, REVIEW_UID);
             let out = admission::respond(allowed, &answer, &shell_warnings);
             Ok(Reviewed {
@@ -108,6 +94,46 @@ pub(crate) fn unread_pull_secrets(
         "review reads no cluster: image pull secrets not read: {}; images behind them need a credential file or docker_config_path",
         names.join(", ")
     ))
+}
+
+/// What the webhook would answer for one workload's Pod (a Pod manifest, or the Pod a template
+/// makes), with the architectures its images share and the request (to ask more of it).
+pub(crate) struct WorkloadAnswer {
+    pub(crate) answered: PodAnswer,
+    pub(crate) common: Option<Vec<String>>,
+    pub(crate) asked: Option<(PodCreate, PullSecretRefs)>,
+}
+
+/// The one way `review` and `audit` decide on a workload's Pod: as the webhook does when its
+/// controller creates it (in its own namespace, else `default`).
+pub(crate) async fn answer_workload(
+    admission: &Admission,
+    pod: &Value,
+    budget: Duration,
+) -> WorkloadAnswer {
+    let policy = admission.policy();
+    let asked = match PodObject::parse(&pod.to_string()) {
+        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+        Ok(object) => admission::read_pod(None, object, policy),
+    };
+    match asked {
+        Asked::Decide(pod, pull_secrets) => {
+            let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
+            let unread = unread_pull_secrets(admission, &pod, &pull_secrets);
+            answered.shell_warnings.extend(unread);
+            let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
+            WorkloadAnswer {
+                answered,
+                common,
+                asked: Some((pod, pull_secrets)),
+            }
+        }
+        Asked::Answered(answer) => WorkloadAnswer {
+            answered: answer.into(),
+            common: None,
+            asked: None,
+        },
+    }
 }
 
 /// The uid of the response `review` shows for a Pod manifest (there is no request).

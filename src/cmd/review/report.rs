@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::admission::review::{cut_warning, PodObject};
-use crate::admission::{self, Admission, Asked, PodAnswer};
-use crate::mutate::{self, explain, Answer, Decision, Outcome};
+use crate::admission::review::cut_warning;
+use crate::admission::{Admission, PodAnswer};
+use crate::mutate::{explain, Decision, Outcome};
 use crate::workload::{Skipped, Workload};
 
 /// What `review` reports of one workload.
@@ -68,23 +68,11 @@ pub(super) async fn review_all(
 pub(crate) const WORKLOADS_AT_ONCE: usize = 8;
 
 async fn review(admission: &Admission, workload: &Workload, budget: Duration) -> WorkloadReport {
-    let policy = admission.policy();
-    let (pod_answer, architectures) = match PodObject::parse(&workload.pod.to_string()) {
-        Err(reason) => (PodAnswer::from(Answer::invalid_object(&reason)), None),
-        Ok(object) => match admission::read_pod(None, object, policy) {
-            Asked::Decide(pod, pull_secrets) => {
-                let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-                answered.shell_warnings.extend(super::unread_pull_secrets(
-                    admission,
-                    &pod,
-                    &pull_secrets,
-                ));
-                let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
-                (answered, common)
-            }
-            Asked::Answered(answer) => (answer.into(), None),
-        },
-    };
+    let super::WorkloadAnswer {
+        answered: pod_answer,
+        common: architectures,
+        ..
+    } = super::answer_workload(admission, &workload.pod, budget).await;
     let PodAnswer {
         answer,
         shell_warnings,
