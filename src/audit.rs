@@ -12,12 +12,15 @@ pub(crate) enum Status {
     /// A running Pod sits on a node whose architecture its images do not support (it is
     /// crash-looping, or will on its next restart).
     Misplaced,
-    /// Multi-architecture, and tolerable would add tolerations or steering: it can move to the
-    /// other pools (the savings candidates).
+    /// Its images also support a tainted pool's architecture (arm64), none of its Pods runs
+    /// there yet, and tolerable would add the tolerations or steering: it can move (the
+    /// savings candidates).
     Movable,
-    /// Multi-architecture and already tolerated / steered as tolerable would.
+    /// Multi-architecture and already tolerated / steered as tolerable would, or already
+    /// running on the tainted pools.
     Ready,
-    /// Some image is single-architecture: the workload can run on one architecture only.
+    /// Some image is single-architecture, or the architectures the images share include no
+    /// tainted pool's: the workload stays where it runs.
     Pinned,
     /// Some image could not be resolved.
     Unknown,
@@ -65,6 +68,9 @@ pub(crate) struct Known {
     pub(crate) additions: Vec<String>,
     /// Its Pods that are on a node and not finished.
     pub(crate) running: Vec<Placed>,
+    /// The architectures of the tainted pools (`supported_architectures`): where a workload
+    /// could move to.
+    pub(crate) pools: Vec<String>,
 }
 
 /// The workload's status and the reasons for it.
@@ -103,6 +109,16 @@ pub(crate) fn judge(known: &Known) -> (Status, Vec<String>) {
         );
         return (Status::Pinned, reasons);
     }
+    let reachable: Vec<&String> = common.iter().filter(|a| known.pools.contains(a)).collect();
+    if reachable.is_empty() {
+        return (
+            Status::Pinned,
+            vec![format!(
+                "images support {}: none is a tainted pool's (supported_architectures)",
+                arch_list(common)
+            )],
+        );
+    }
     let runs_on = runs_on(&known.running);
     if known.additions.is_empty() {
         return (
@@ -110,6 +126,22 @@ pub(crate) fn judge(known: &Known) -> (Status, Vec<String>) {
             vec![format!(
                 "images support {}; already tolerated and steered{runs_on}",
                 arch_list(common)
+            )],
+        );
+    }
+    let already_there = known.running.iter().any(|p| {
+        p.architecture
+            .as_ref()
+            .is_some_and(|a| reachable.contains(&a))
+    });
+    if already_there {
+        // It runs on those pools already (placed by hand, a nodeName): nothing to move.
+        return (
+            Status::Ready,
+            vec![format!(
+                "images support {}{runs_on}; tolerable would still add {}",
+                arch_list(common),
+                known.additions.join("; ")
             )],
         );
     }
@@ -209,6 +241,7 @@ mod tests {
 
         let movable = Known {
             common: archs(&["amd64", "arm64"]),
+            pools: vec!["arm64".into()],
             additions: vec!["toleration kubernetes.io/arch=arm64:NoSchedule".into()],
             running: vec![on("a", "amd64"), on("b", "amd64")],
             ..Known::default()
@@ -229,9 +262,31 @@ mod tests {
     }
 
     #[test]
+    fn already_on_the_tainted_pool_is_ready_and_no_reachable_pool_is_pinned() {
+        let on_arm = Known {
+            common: archs(&["amd64", "arm64"]),
+            pools: vec!["arm64".into()],
+            additions: vec!["toleration kubernetes.io/arch=arm64:NoSchedule".into()],
+            running: vec![on("debug", "arm64")],
+            ..Known::default()
+        };
+        let (status, reasons) = judge(&on_arm);
+        assert_eq!(status, Status::Ready);
+        assert!(reasons[0].contains("would still add"), "{reasons:?}");
+        let no_pool = Known {
+            common: archs(&["amd64", "ppc64le"]),
+            pools: vec!["arm64".into()],
+            additions: vec!["requires kubernetes.io/arch in (amd64,ppc64le)".into()],
+            ..Known::default()
+        };
+        assert_eq!(judge(&no_pool).0, Status::Pinned);
+    }
+
+    #[test]
     fn a_pod_on_an_unknown_node_is_not_called_misplaced() {
         let known = Known {
             common: archs(&["amd64", "arm64"]),
+            pools: vec!["arm64".into()],
             running: vec![Placed {
                 pod: "p".into(),
                 node: "gone".into(),

@@ -169,7 +169,13 @@ async fn audit(
         }
     }
     let running = state.running_for(workload);
-    let known = known(&answered, common, &running);
+    let pools = admission
+        .policy()
+        .supported_architectures
+        .iter()
+        .cloned()
+        .collect();
+    let known = known(&answered, common, &running, pools);
     let (status, mut reasons) = judge(&known);
     if let Some(verified) = &verified {
         reasons.extend(verified.mislabelled.iter().cloned());
@@ -233,7 +239,12 @@ fn verified_platforms(checked: &[(String, Result<Vec<Checked>, LookupError>)]) -
 }
 
 /// What the judgement needs, from the answer the webhook would give the workload's Pod.
-fn known(answered: &PodAnswer, common: Option<Vec<String>>, running: &[Running]) -> Known {
+fn known(
+    answered: &PodAnswer,
+    common: Option<Vec<String>>,
+    running: &[Running],
+    pools: Vec<String>,
+) -> Known {
     let mut unknown = Vec::new();
     let mut single_architecture = Vec::new();
     for (image, fact) in &answered.facts {
@@ -265,6 +276,7 @@ fn known(answered: &PodAnswer, common: Option<Vec<String>>, running: &[Running])
         single_architecture,
         additions,
         running: running.iter().map(|r| r.placed.clone()).collect(),
+        pools,
     }
 }
 
