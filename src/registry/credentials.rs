@@ -14,6 +14,10 @@ use serde::Deserialize;
 
 use super::reference::canonical_registry;
 
+// Used by the credential provider plugins (the next step).
+#[allow(dead_code)]
+pub(crate) mod image_match;
+
 /// A user name and secret (password or token) for one registry, and where it came from.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Credential {
