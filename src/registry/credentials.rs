@@ -17,6 +17,7 @@ use super::reference::canonical_registry;
 // Used by the credential provider plugins (the next step).
 #[allow(dead_code)]
 pub(crate) mod image_match;
+pub(crate) mod provider;
 
 /// A user name and secret (password or token) for one registry, and where it came from.
 #[derive(Clone, PartialEq, Eq, Hash)]
