@@ -8,7 +8,8 @@
 //! │ ├ pull secrets: at most a third of the budget                          │
 //! │ └ each lookup ends itself a twentieth before the budget ends (and is   │
 //! │   then counted by the circuit breaker); a mirror gets half of what is  │
-//! │   left, so a hung mirror leaves time for the origin                    │
+//! │   left, so a hung mirror leaves time for the origin; a credential      │
+//! │   plugin half of what is left, then it is killed                       │
 //! ```
 
 use std::time::Duration;
@@ -59,6 +60,12 @@ pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
 }
 
+/// A credential plugin's share of what is left of a lookup: it is killed then, and the
+/// registry (with the plugin's credentials, or the next source's) still gets the other half.
+pub(crate) fn credential_plugin_share(left: Duration) -> Duration {
+    left / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +86,7 @@ mod tests {
         assert_eq!(for_pull_secrets(budget), Duration::from_secs(2));
         assert_eq!(lookup_margin(budget), Duration::from_millis(300));
         assert_eq!(mirror_share(budget), Duration::from_secs(3));
+        assert_eq!(credential_plugin_share(budget), Duration::from_secs(3));
         assert_eq!(
             for_review(Duration::from_secs(5)),
             Duration::from_millis(5500)

@@ -72,6 +72,27 @@ struct CircuitLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginRunLabels {
+    provider: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    provider: String,
+}
+
+/// `tolerable_credential_plugin_runs_total`'s results.
+const PLUGIN_RESULTS: [&str; 6] = [
+    "ok",
+    "failed",
+    "invalid_response",
+    "timeout",
+    "not_started",
+    "none",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
     registry: String,
     status: String,
@@ -115,6 +136,10 @@ pub struct Metrics {
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
+    plugin_runs: Family<PluginRunLabels, Counter>,
+    plugin_duration: Family<PluginLabels, Histogram>,
+    /// The configured plugins' names: the only `provider` label values.
+    plugins_named: Mutex<HashSet<String>>,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -147,6 +172,9 @@ impl Metrics {
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
+            plugin_runs: Family::default(),
+            plugin_duration: Family::new_with_constructor(latency_histogram),
+            plugins_named: Mutex::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -352,6 +380,33 @@ impl Metrics {
             "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
             self.circuits_opened.clone(),
         );
+        registry.register(
+            "tolerable_credential_plugin_runs",
+            "Credential plugin runs (kubelet credential providers, Docker credential helpers), by provider and result: ok, failed (non-zero exit), invalid_response, timeout (killed), not_started, none (a helper without a credential)",
+            self.plugin_runs.clone(),
+        );
+        registry.register(
+            "tolerable_credential_plugin_duration_seconds",
+            "Time a credential plugin ran, by provider",
+            self.plugin_duration.clone(),
+        );
+    }
+
+    /// Gives the configured credential plugins their series from the start.
+    pub(crate) fn name_credential_plugins<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut named = self.plugins_named.lock().expect("metrics lock poisoned");
+        for name in names {
+            for result in PLUGIN_RESULTS {
+                let _ = self.plugin_runs.get_or_create(&PluginRunLabels {
+                    provider: name.to_owned(),
+                    result,
+                });
+            }
+            let _ = self.plugin_duration.get_or_create(&PluginLabels {
+                provider: name.to_owned(),
+            });
+            named.insert(name.to_owned());
+        }
     }
 
     /// The architectures present in the cluster (bounded by what nodes exist).
@@ -504,6 +559,25 @@ impl RegistryObserver for Metrics {
         self.cache_lookups
             .get_or_create(&ResultLabels { result: "stale" })
             .inc();
+    }
+
+    fn credential_plugin_run(&self, plugin: &str, result: &'static str, elapsed: Duration) {
+        let named = self.plugins_named.lock().expect("metrics lock poisoned");
+        let provider = if named.contains(plugin) {
+            plugin.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        drop(named);
+        self.plugin_runs
+            .get_or_create(&PluginRunLabels {
+                provider: provider.clone(),
+                result,
+            })
+            .inc();
+        self.plugin_duration
+            .get_or_create(&PluginLabels { provider })
+            .observe(elapsed.as_secs_f64());
     }
 }
 

@@ -317,6 +317,9 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn circuit_opened(&self, _host: &str) {}
     /// A last known answer was served because its registry is unavailable.
     fn stale_answer(&self) {}
+    /// A credential plugin ran: `result` is `ok`, `failed` (non-zero exit), `invalid_response`,
+    /// `timeout`, `not_started`, or a helper's `none` (it holds no credential).
+    fn credential_plugin_run(&self, _plugin: &str, _result: &'static str, _elapsed: Duration) {}
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use crate::cli::ReviewArgs;
 use crate::cluster::PullSecretRefs;
 use crate::config::Config;
 use crate::mutate::{Answer, PodCreate};
-use crate::registry::Resolver;
 use crate::workload::{self, Found};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
@@ -179,10 +178,7 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
     let documents = read_inputs(&args.files, args.recursive)?;
-    let resolver = Arc::new(Resolver::new(
-        config.resolver.clone(),
-        config.credential_store()?,
-    )?);
+    let resolver = Arc::new(crate::app::resolver(config, None)?);
     let admission = Admission::new(resolver, config.policy.clone(), None);
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     if is_single_object(&documents) {

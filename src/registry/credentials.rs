@@ -14,9 +14,9 @@ use serde::Deserialize;
 
 use super::reference::canonical_registry;
 
-// Used by the credential provider plugins (the next step).
-#[allow(dead_code)]
+mod exec;
 pub(crate) mod image_match;
+pub(crate) mod plugins;
 pub(crate) mod provider;
 
 /// A user name and secret (password or token) for one registry, and where it came from.

@@ -10,6 +10,8 @@ use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, LookupCache};
 use super::client::{RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
+use super::credentials::plugins::CredentialPlugins;
+use super::credentials::provider::Provider;
 use super::turns::LookupTurns;
 use super::walk::walk;
 use super::{
@@ -29,10 +31,21 @@ pub struct ResolverSettings {
     pub breaker: BreakerSettings,
 }
 
+/// Where a lookup's credentials come from, in the order they are tried (then anonymous).
+#[derive(Clone, Debug)]
+enum Source {
+    /// A pull secret's, a credential file's, the Docker config's.
+    Credential(Credential),
+    /// A credential provider plugin (by index), run when reached.
+    Provider(usize),
+}
+
 /// Resolves images to platforms: mirrors, credentials, cache.
 pub struct Resolver {
     settings: ResolverSettings,
     credentials: CredentialStore,
+    plugins: CredentialPlugins,
+    clock: Arc<dyn Clock>,
     client: RegistryClient,
     cache: LookupCache,
     breakers: CircuitBreakers,
@@ -53,12 +66,25 @@ impl Resolver {
         Ok(Self {
             client,
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
-            breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
+            breakers: CircuitBreakers::new(settings.breaker.clone(), clock.clone()),
+            plugins: CredentialPlugins::new(Vec::new(), settings.cache.failure_ttl, clock.clone()),
+            clock,
             turns: LookupTurns::default(),
             settings,
             credentials,
             observer: None,
         })
+    }
+
+    /// Asks these kubelet credential provider plugins for the images they match, after a Pod's
+    /// pull secrets and before the configured credentials.
+    pub(crate) fn with_credential_providers(mut self, providers: Vec<Provider>) -> Self {
+        self.plugins = CredentialPlugins::new(
+            providers,
+            self.settings.cache.failure_ttl,
+            self.clock.clone(),
+        );
+        self
     }
 
     /// Reports registry requests and cache lookups to `observer`.
@@ -97,15 +123,13 @@ impl Resolver {
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let timeout = budget.min(self.settings.lookup_timeout);
         let reference = ImageReference::parse(image)?;
-        let chain: Vec<Credential> = first
-            .for_registry(reference.registry())
-            .iter()
-            .chain(self.credentials.for_registry(reference.registry()))
-            .cloned()
-            .collect();
+        let chain = self.chain(&reference, first);
         let key = CacheKey::new(
             &reference,
-            chain.iter().map(|c| self.client.fingerprint(c)).collect(),
+            chain
+                .iter()
+                .map(|source| self.fingerprint(source))
+                .collect(),
         );
         // The warm path stays small: the registry lookup's future is large (tens of KiB of
         // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
@@ -114,6 +138,36 @@ impl Resolver {
             return fresh;
         }
         Box::pin(self.resolve_uncached(key, reference, chain, timeout)).await
+    }
+
+    /// The sources to try for `reference`: `first` (a Pod's pull secrets), the credential
+    /// providers matching the image, the configured credentials.
+    fn chain(&self, reference: &ImageReference, first: &CredentialStore) -> Vec<Source> {
+        let registry = reference.registry();
+        let image = format!("{registry}/{}", reference.repository());
+        let statics = |store: &CredentialStore| {
+            store
+                .for_registry(registry)
+                .iter()
+                .cloned()
+                .map(Source::Credential)
+                .collect::<Vec<_>>()
+        };
+        let mut chain = statics(first);
+        chain.extend(self.plugins.providers_for(&image).map(Source::Provider));
+        chain.extend(statics(&self.credentials));
+        chain
+    }
+
+    /// A source's part of a cache key: two lookups trying different sources must not share an
+    /// answer.
+    fn fingerprint(&self, source: &Source) -> u64 {
+        match source {
+            Source::Credential(credential) => self.client.fingerprint(credential),
+            Source::Provider(index) => self
+                .client
+                .fingerprint_label(&self.plugins.provider_label(*index)),
+        }
     }
 
     /// Counts a lookup's cache outcome, and an answer served from the last known result.
@@ -134,7 +188,7 @@ impl Resolver {
         &self,
         key: CacheKey,
         reference: ImageReference,
-        chain: Vec<Credential>,
+        chain: Vec<Source>,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         // Another caller may be asking the registry for the same key: then this one waited for
@@ -156,12 +210,18 @@ impl Resolver {
     async fn lookup(
         &self,
         reference: &ImageReference,
-        chain: &[Credential],
+        chain: &[Source],
         deadline: tokio::time::Instant,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
-            let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
+            let mirror_chain: Vec<Source> = self
+                .credentials
+                .for_registry(mirror)
+                .iter()
+                .cloned()
+                .map(Source::Credential)
+                .collect();
             // A hung mirror gets half the time, so the origin still gets its chance.
             let now = tokio::time::Instant::now();
             let mirror_deadline =
@@ -192,7 +252,7 @@ impl Resolver {
         &self,
         reference: &ImageReference,
         host: &str,
-        chain: &[Credential],
+        chain: &[Source],
         deadline: tokio::time::Instant,
         timeout: Duration,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
@@ -214,7 +274,7 @@ impl Resolver {
         }
         let turn_started = tokio::time::Instant::now();
         let attempt =
-            tokio::time::timeout_at(deadline, self.try_credentials(reference, host, chain));
+            tokio::time::timeout_at(deadline, self.try_sources(reference, host, chain, deadline));
         let result = match attempt.await {
             Ok(result) => result,
             // The registry had less than half the budget because this lookup waited its turn
@@ -249,55 +309,124 @@ impl Resolver {
         result
     }
 
-    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
-    async fn try_credentials(
+    /// Tries each source in turn, then anonymous; only an authorization failure (or a plugin
+    /// that gave nothing) moves on.
+    async fn try_sources(
         &self,
         reference: &ImageReference,
         host: &str,
-        chain: &[Credential],
+        chain: &[Source],
+        deadline: tokio::time::Instant,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let shown = reference.to_string();
-        let attempts = chain.iter().map(Some).chain(std::iter::once(None));
         let mut tried = Vec::new();
-        for credential in attempts {
-            let label = credential
-                .map_or("anonymous", Credential::source)
-                .to_owned();
-            tried.push(label.clone());
-            let source = self.client.source(host, credential);
-            match walk(
-                &source,
-                reference.repository(),
-                reference.manifest_reference(),
-            )
-            .await
-            {
-                Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
-                    return Err(LookupError::NoPlatforms { reference: shown });
+        for source in chain {
+            let credentials = match source {
+                Source::Credential(credential) => vec![credential.clone()],
+                Source::Provider(index) => {
+                    // Boxed: a plugin run's future is large, and only some lookups need one.
+                    let asked = Box::pin(self.provider_credentials(*index, reference, deadline));
+                    match asked.await {
+                        Ok(found) if found.is_empty() => {
+                            let label = self.plugins.provider_label(*index);
+                            tried.push(format!("{label} (no credential for this image)"));
+                            continue;
+                        }
+                        Ok(found) => found,
+                        Err(failed) => {
+                            tried.push(failed.to_string());
+                            continue;
+                        }
+                    }
                 }
-                Ok(walked) => {
-                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
-                    return Ok(Arc::new(ImagePlatforms {
-                        digest: walked.digest,
-                        media_type: walked.media_type,
-                        served_by: host.to_owned(),
-                        fact: Arc::new(ImageFact {
-                            platforms: walked.platforms,
-                            artifact: walked.artifact,
-                            credentials: credential.map_or(Provenance::Anonymous, |c| {
-                                Provenance::Credential(c.shared_source())
-                            }),
-                            stale: None,
-                        }),
-                    }));
+            };
+            for credential in &credentials {
+                tried.push(credential.source().to_owned());
+                if let Some(done) = self
+                    .attempt(reference, host, Some(credential), &tried)
+                    .await
+                {
+                    return done;
                 }
-                Err(FetchError::Unauthorized) => {
-                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
-                }
-                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
             }
         }
-        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+        tried.push("anonymous".to_owned());
+        match self.attempt(reference, host, None, &tried).await {
+            Some(done) => done,
+            None => Err(FetchError::Unauthorized.into_lookup(
+                &reference.to_string(),
+                host,
+                &tried.join(", "),
+            )),
+        }
+    }
+
+    /// What provider `index` gives for the image, within its share of what is left before
+    /// `deadline`.
+    async fn provider_credentials(
+        &self,
+        index: usize,
+        reference: &ImageReference,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<Credential>, super::credentials::plugins::PluginFailure> {
+        let now = tokio::time::Instant::now();
+        let plugin_deadline =
+            now + crate::budget::credential_plugin_share(deadline.saturating_duration_since(now));
+        let image = format!("{}/{}", reference.registry(), reference.repository());
+        self.plugins
+            .provider_credentials(
+                index,
+                &image,
+                reference.registry(),
+                plugin_deadline,
+                self.observer.as_deref(),
+            )
+            .await
+    }
+
+    /// One walk of the image with `credential` (`None`: anonymous); `None` when the registry
+    /// refused it, so the next is tried. `tried` names every source tried so far.
+    async fn attempt(
+        &self,
+        reference: &ImageReference,
+        host: &str,
+        credential: Option<&Credential>,
+        tried: &[String],
+    ) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
+        let shown = reference.to_string();
+        let label = credential.map_or("anonymous", Credential::source);
+        let source = self.client.source(host, credential);
+        let walked = walk(
+            &source,
+            reference.repository(),
+            reference.manifest_reference(),
+        )
+        .await;
+        Some(match walked {
+            Ok(walked) if walked.platforms.is_empty() && walked.artifact.is_none() => {
+                Err(LookupError::NoPlatforms { reference: shown })
+            }
+            Ok(walked) => {
+                tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
+                Ok(Arc::new(ImagePlatforms {
+                    digest: walked.digest,
+                    media_type: walked.media_type,
+                    served_by: host.to_owned(),
+                    fact: Arc::new(ImageFact {
+                        platforms: walked.platforms,
+                        artifact: walked.artifact,
+                        credentials: credential.map_or(Provenance::Anonymous, |c| {
+                            Provenance::Credential(c.shared_source())
+                        }),
+                        stale: None,
+                    }),
+                }))
+            }
+            Err(FetchError::Unauthorized) => {
+                tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
+                return None;
+            }
+            Err(e) => Err(e.into_lookup(&shown, host, &tried.join(", "))),
+        })
     }
 
     /// Entries currently cached (for metrics and tests).

@@ -55,7 +55,6 @@ impl fmt::Debug for Provider {
 
 impl Provider {
     /// Whether the kubelet would run this plugin for `image` (`registry/repository`).
-    #[allow(dead_code)] // run by the next step
     pub(crate) fn matches(&self, image: &str) -> bool {
         self.match_images.iter().any(|p| p.matches(image))
     }
