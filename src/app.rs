@@ -133,9 +133,10 @@ impl Webhook {
 /// `serve`, `review` and `inspect` use it, reporting to `metrics` when given; the operator's own
 /// registries keep their metric labels whatever Pods name.
 pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Result<Resolver> {
-    let credentials = config.credential_store()?;
+    let (credentials, helpers) = config.credentials()?;
+    let helper_names: Vec<String> = helpers.names().map(str::to_owned).collect();
     let resolver = Resolver::new(config.resolver.clone(), credentials.clone())?
-        .with_credential_providers(config.credential_providers.clone());
+        .with_credential_plugins(config.credential_providers.clone(), helpers);
     let Some(metrics) = metrics else {
         return Ok(resolver);
     };
@@ -149,7 +150,13 @@ pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Resu
             .chain(transport.insecure_registries.iter().map(String::as_str))
             .chain(credentials.registries()),
     );
-    metrics.name_credential_plugins(config.credential_providers.iter().map(|p| p.name.as_str()));
+    metrics.name_credential_plugins(
+        config
+            .credential_providers
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(helper_names.iter().map(String::as_str)),
+    );
     Ok(resolver.with_observer(metrics.clone()))
 }
 

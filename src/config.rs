@@ -23,7 +23,9 @@ use crate::mutate::{
 use crate::registry::access::{AccessRules, LINK_LOCAL};
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
+use crate::registry::credentials::helper::DockerHelpers;
 use crate::registry::credentials::normalize_registry_key;
+use crate::registry::credentials::parse_docker_config;
 use crate::registry::credentials::provider::{self, Provider};
 use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings};
 use crate::server::tls::NameCheck;
@@ -621,6 +623,8 @@ pub struct Config {
     pub(crate) tls_reload_name_check: NameCheck,
     pub(crate) registry_credential_path: Option<PathBuf>,
     pub(crate) docker_config_path: Option<PathBuf>,
+    /// Where the credential plugins are: the providers' and, before `PATH`, Docker's helpers.
+    pub(crate) credential_provider_bin_dir: Option<PathBuf>,
     /// Kubelet credential provider plugins (`credential_provider_config`), in the file's order.
     pub(crate) credential_providers: Vec<Provider>,
     /// Why providers of the file were skipped (logged when the credentials are assembled).
@@ -712,26 +716,38 @@ impl Config {
             tls_reload_name_check,
             registry_credential_path: raw.registry_credential_path,
             docker_config_path: raw.docker_config_path,
+            credential_provider_bin_dir: raw.credential_provider_bin_dir,
             credential_providers,
             credential_provider_warnings,
             resolver,
         })
     }
 
-    /// The registry credentials the config points at (files, then the docker config).
-    pub(crate) fn credential_store(&self) -> Result<CredentialStore, ConfigError> {
+    /// The registry credentials the config points at (files, then the Docker config's `auths`),
+    /// and the Docker config's credential helpers, each found in `credential_provider_bin_dir`
+    /// or on `PATH`.
+    pub(crate) fn credentials(&self) -> Result<(CredentialStore, DockerHelpers), ConfigError> {
         let mut store = match &self.registry_credential_path {
             Some(dir) => CredentialStore::load_dir(dir)
                 .map_err(|e| ConfigError::key("registry_credential_path", e.to_string()))?,
             None => CredentialStore::default(),
         };
+        let mut helpers = DockerHelpers::default();
         if let Some(path) = &self.docker_config_path {
             let key = "docker_config_path";
-            let json = std::fs::read(path)
-                .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
-            let warnings = store
-                .add_docker_config(&json, &path.display().to_string())
+            let shown = path.display().to_string();
+            let json =
+                std::fs::read(path).map_err(|e| ConfigError::key(key, format!("{shown}: {e}")))?;
+            helpers = DockerHelpers::from_docker_config(&json, &self.helper_dirs())
+                .map_err(|why| ConfigError::key(key, format!("{shown}: {why}")))?;
+            let (entries, warnings) = parse_docker_config(&json, &shown)
                 .map_err(|e| ConfigError::key(key, e.to_string()))?;
+            // A registry with a helper of its own is asked only through it, as Docker does.
+            for (registry, credential) in entries {
+                if !helpers.has_own(&registry) {
+                    store.add(&registry, credential);
+                }
+            }
             for warning in warnings {
                 tracing::warn!("{warning}");
             }
@@ -746,7 +762,19 @@ impl Config {
                 "credential provider plugin configured"
             );
         }
-        Ok(store)
+        Ok((store, helpers))
+    }
+
+    /// Where Docker credential helpers are looked for: `credential_provider_bin_dir`, then
+    /// `PATH`.
+    fn helper_dirs(&self) -> Vec<PathBuf> {
+        self.credential_provider_bin_dir
+            .iter()
+            .cloned()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ))
+            .collect()
     }
 }
 
@@ -925,34 +953,33 @@ fn validate_credential_paths(raw: &RawConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The kubelet's CredentialProviderConfig and its plugins' directory: both or neither.
+/// The kubelet's CredentialProviderConfig, whose plugins are in `credential_provider_bin_dir`
+/// (which may also hold Docker credential helpers on its own).
 fn validate_credential_providers(
     raw: &RawConfig,
 ) -> Result<(Vec<Provider>, Vec<String>), ConfigError> {
     const CONFIG: &str = "credential_provider_config";
     const BIN_DIR: &str = "credential_provider_bin_dir";
+    if let Some(bin_dir) = &raw.credential_provider_bin_dir {
+        if !bin_dir.is_dir() {
+            return Err(ConfigError::key(
+                BIN_DIR,
+                format!("{} is not a directory", bin_dir.display()),
+            ));
+        }
+    }
     match (
         &raw.credential_provider_config,
         &raw.credential_provider_bin_dir,
     ) {
         (Some(config), Some(bin_dir)) => {
-            if !bin_dir.is_dir() {
-                return Err(ConfigError::key(
-                    BIN_DIR,
-                    format!("{} is not a directory", bin_dir.display()),
-                ));
-            }
             provider::load(config, bin_dir).map_err(|why| ConfigError::key(CONFIG, why))
         }
         (Some(_), None) => Err(ConfigError::key(
             BIN_DIR,
             format!("must be set with {CONFIG} (the directory of the plugins it names)"),
         )),
-        (None, Some(_)) => Err(ConfigError::key(
-            CONFIG,
-            format!("must be set with {BIN_DIR}"),
-        )),
-        (None, None) => Ok((Vec::new(), Vec::new())),
+        (None, _) => Ok((Vec::new(), Vec::new())),
     }
 }
 

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::reference::canonical_registry;
 
 mod exec;
+pub(crate) mod helper;
 pub(crate) mod image_match;
 pub(crate) mod plugins;
 pub(crate) mod provider;
@@ -161,20 +162,6 @@ impl CredentialStore {
             .push(credential);
     }
 
-    /// Adds every usable entry of a Docker config document; returns a warning for each entry that
-    /// could not be used.
-    pub(crate) fn add_docker_config(
-        &mut self,
-        json: &[u8],
-        source_name: &str,
-    ) -> Result<Vec<String>, CredentialError> {
-        let (entries, warnings) = parse_docker_config(json, source_name)?;
-        for (registry, credential) in entries {
-            self.add(&registry, credential);
-        }
-        Ok(warnings)
-    }
-
     /// The credentials to try for `registry`, in order.
     pub(crate) fn for_registry(&self, registry: &str) -> &[Credential] {
         if self.by_registry.is_empty() {
@@ -259,6 +246,10 @@ pub(crate) fn parse_docker_config(
             ));
             continue;
         };
+        if entry.username.is_none() && entry.password.is_none() && entry.auth.is_none() {
+            // `{}`: Docker's placeholder for a registry whose credentials a helper holds.
+            continue;
+        }
         let pair = match (entry.username, entry.password, entry.auth) {
             (Some(u), Some(p), _) if !u.is_empty() && !p.is_empty() => Some((u, p)),
             (_, _, Some(auth)) => base64::engine::general_purpose::STANDARD
@@ -369,7 +360,8 @@ mod tests {
                 "https://index.docker.io/v1/":{{"auth":"{auth}"}},
                 "ghcr.io":{{"username":"bob","password":"tok"}},
                 "broken.io":{{"auth":"%%%not-base64"}},
-                "weird.io": 7
+                "weird.io": 7,
+                "in-a-helper.io": {{}}
             }}}}"#
         );
         let (entries, warnings) = parse_docker_config(json.as_bytes(), "secret ns/pull").unwrap();

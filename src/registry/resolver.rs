@@ -10,7 +10,8 @@ use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, LookupCache};
 use super::client::{RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
-use super::credentials::plugins::CredentialPlugins;
+use super::credentials::helper::{DockerHelpers, Helper};
+use super::credentials::plugins::{helper_label, CredentialPlugins, PluginFailure};
 use super::credentials::provider::Provider;
 use super::turns::LookupTurns;
 use super::walk::walk;
@@ -38,6 +39,8 @@ enum Source {
     Credential(Credential),
     /// A credential provider plugin (by index), run when reached.
     Provider(usize),
+    /// The Docker config's credential helper for the registry, run when reached.
+    Helper(Helper),
 }
 
 /// Resolves images to platforms: mirrors, credentials, cache.
@@ -67,7 +70,12 @@ impl Resolver {
             client,
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
             breakers: CircuitBreakers::new(settings.breaker.clone(), clock.clone()),
-            plugins: CredentialPlugins::new(Vec::new(), settings.cache.failure_ttl, clock.clone()),
+            plugins: CredentialPlugins::new(
+                Vec::new(),
+                DockerHelpers::default(),
+                settings.cache.failure_ttl,
+                clock.clone(),
+            ),
             clock,
             turns: LookupTurns::default(),
             settings,
@@ -76,11 +84,17 @@ impl Resolver {
         })
     }
 
-    /// Asks these kubelet credential provider plugins for the images they match, after a Pod's
-    /// pull secrets and before the configured credentials.
-    pub(crate) fn with_credential_providers(mut self, providers: Vec<Provider>) -> Self {
+    /// Asks these kubelet credential provider plugins for the images they match (after a Pod's
+    /// pull secrets, before the configured credentials), and the Docker config's credential
+    /// helpers for their registries (after the configured credentials).
+    pub(crate) fn with_credential_plugins(
+        mut self,
+        providers: Vec<Provider>,
+        helpers: DockerHelpers,
+    ) -> Self {
         self.plugins = CredentialPlugins::new(
             providers,
+            helpers,
             self.settings.cache.failure_ttl,
             self.clock.clone(),
         );
@@ -141,7 +155,7 @@ impl Resolver {
     }
 
     /// The sources to try for `reference`: `first` (a Pod's pull secrets), the credential
-    /// providers matching the image, the configured credentials.
+    /// providers matching the image, the configured credentials, the Docker config's helper.
     fn chain(&self, reference: &ImageReference, first: &CredentialStore) -> Vec<Source> {
         let registry = reference.registry();
         let image = format!("{registry}/{}", reference.repository());
@@ -156,6 +170,12 @@ impl Resolver {
         let mut chain = statics(first);
         chain.extend(self.plugins.providers_for(&image).map(Source::Provider));
         chain.extend(statics(&self.credentials));
+        chain.extend(
+            self.plugins
+                .helper_for(registry)
+                .cloned()
+                .map(Source::Helper),
+        );
         chain
     }
 
@@ -167,6 +187,7 @@ impl Resolver {
             Source::Provider(index) => self
                 .client
                 .fingerprint_label(&self.plugins.provider_label(*index)),
+            Source::Helper(helper) => self.client.fingerprint_label(&helper_label(helper)),
         }
     }
 
@@ -322,13 +343,11 @@ impl Resolver {
         for source in chain {
             let credentials = match source {
                 Source::Credential(credential) => vec![credential.clone()],
-                Source::Provider(index) => {
-                    // Boxed: a plugin run's future is large, and only some lookups need one.
-                    let asked = Box::pin(self.provider_credentials(*index, reference, deadline));
-                    match asked.await {
+                // Boxed: a plugin run's future is large, and only some lookups need one.
+                plugin => {
+                    match Box::pin(self.plugin_credentials(plugin, reference, deadline)).await {
                         Ok(found) if found.is_empty() => {
-                            let label = self.plugins.provider_label(*index);
-                            tried.push(format!("{label} (no credential for this image)"));
+                            tried.push(format!("{} (none for this image)", self.label(plugin)));
                             continue;
                         }
                         Ok(found) => found,
@@ -360,27 +379,42 @@ impl Resolver {
         }
     }
 
-    /// What provider `index` gives for the image, within its share of what is left before
+    /// How lookups name a plugin source.
+    fn label(&self, source: &Source) -> String {
+        match source {
+            Source::Credential(credential) => credential.source().to_owned(),
+            Source::Provider(index) => self.plugins.provider_label(*index),
+            Source::Helper(helper) => helper_label(helper),
+        }
+    }
+
+    /// What a plugin source gives for the image, within its share of what is left before
     /// `deadline`.
-    async fn provider_credentials(
+    async fn plugin_credentials(
         &self,
-        index: usize,
+        source: &Source,
         reference: &ImageReference,
         deadline: tokio::time::Instant,
-    ) -> Result<Vec<Credential>, super::credentials::plugins::PluginFailure> {
+    ) -> Result<Vec<Credential>, PluginFailure> {
         let now = tokio::time::Instant::now();
         let plugin_deadline =
             now + crate::budget::credential_plugin_share(deadline.saturating_duration_since(now));
-        let image = format!("{}/{}", reference.registry(), reference.repository());
-        self.plugins
-            .provider_credentials(
-                index,
-                &image,
-                reference.registry(),
-                plugin_deadline,
-                self.observer.as_deref(),
-            )
-            .await
+        let observer = self.observer.as_deref();
+        let registry = reference.registry();
+        match source {
+            Source::Credential(credential) => Ok(vec![credential.clone()]),
+            Source::Provider(index) => {
+                let image = format!("{registry}/{}", reference.repository());
+                self.plugins
+                    .provider_credentials(*index, &image, registry, plugin_deadline, observer)
+                    .await
+            }
+            Source::Helper(helper) => {
+                self.plugins
+                    .helper_credentials(helper, registry, plugin_deadline, observer)
+                    .await
+            }
+        }
     }
 
     /// One walk of the image with `credential` (`None`: anonymous); `None` when the registry

@@ -1,7 +1,10 @@
 //! Credential plugins for the tests, speaking the real protocols: the kubelet credential provider
 //! in `tests/data/credential-plugins/credential-provider` (Python), installed under each
-//! provider's name in a bin directory beside the kubelet's CredentialProviderConfig naming them.
-//! Each provider's runs are appended to a file of its own, so the tests count them.
+//! provider's name in a bin directory beside the kubelet's CredentialProviderConfig naming them,
+//! and the Docker credential helper `docker-credential-helper`, installed as
+//! `docker-credential-<name>` in the same directory (tolerable looks for helpers there first)
+//! beside a Docker config naming it. Each plugin's runs are appended to a file of its own, so the
+//! tests count them.
 
 use std::path::{Path, PathBuf};
 
@@ -56,9 +59,16 @@ impl Provider {
     }
 }
 
-/// A CredentialProviderConfig and its bin directory, in a directory of their own.
+/// The tests' Docker credential helper.
+pub fn helper_plugin() -> PathBuf {
+    super::tools::root().join("tests/data/credential-plugins/docker-credential-helper")
+}
+
+/// A CredentialProviderConfig, a Docker config and their bin directory, in a directory of their
+/// own.
 pub struct Providers {
     pub dir: tempfile::TempDir,
+    docker_config: bool,
 }
 
 impl Providers {
@@ -99,7 +109,40 @@ impl Providers {
             serde_json::to_string_pretty(&config).unwrap(),
         )
         .unwrap();
-        Self { dir }
+        Self {
+            dir,
+            docker_config: false,
+        }
+    }
+
+    /// Installs the tests' helper as `docker-credential-<name>` with `settings` (see the
+    /// helper's text), its runs counted under `docker-credential-<name>`.
+    pub fn helper(self, name: &str, mut settings: serde_json::Value) -> Self {
+        let program = self.bin_dir().join(format!("docker-credential-{name}"));
+        std::os::unix::fs::symlink(helper_plugin(), &program).unwrap();
+        let runs = self
+            .dir
+            .path()
+            .join(format!("docker-credential-{name}.runs"));
+        std::fs::write(&runs, "").unwrap();
+        settings["runs"] = runs.display().to_string().into();
+        std::fs::write(
+            program.with_file_name(format!("docker-credential-{name}.json")),
+            settings.to_string(),
+        )
+        .unwrap();
+        self
+    }
+
+    /// `docker_config_path`: a Docker config.json with this content.
+    pub fn docker_config(mut self, config: serde_json::Value) -> Self {
+        std::fs::write(
+            self.dir.path().join("docker-config.json"),
+            config.to_string(),
+        )
+        .unwrap();
+        self.docker_config = true;
+        self
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -112,7 +155,7 @@ impl Providers {
 
     /// The `TOLERABLE_*` variables that configure them.
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![
+        let mut env = vec![
             (
                 "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG".to_owned(),
                 self.config_path().display().to_string(),
@@ -121,10 +164,22 @@ impl Providers {
                 "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR".to_owned(),
                 self.bin_dir().display().to_string(),
             ),
-        ]
+        ];
+        if self.docker_config {
+            env.push((
+                "TOLERABLE_DOCKER_CONFIG_PATH".to_owned(),
+                self.dir
+                    .path()
+                    .join("docker-config.json")
+                    .display()
+                    .to_string(),
+            ));
+        }
+        env
     }
 
-    /// The images `name` was run for, in order.
+    /// The images (a provider) or server URLs (a helper, `docker-credential-<name>`) plugin
+    /// `name` was run for, in order.
     pub fn runs(&self, name: &str) -> Vec<String> {
         let path = self.dir.path().join(format!("{name}.runs"));
         std::fs::read_to_string(path)

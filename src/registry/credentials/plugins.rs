@@ -19,6 +19,7 @@ use moka::Expiry;
 use serde::Deserialize;
 
 use super::exec;
+use super::helper::{self, DockerHelpers, Helper};
 use super::image_match::{best_first, ImagePattern};
 use super::provider::{parse_go_duration, Provider};
 use super::Credential;
@@ -30,8 +31,10 @@ use crate::registry::RegistryObserver;
 pub(crate) const MAX_PLUGIN_RUNS: usize = 8;
 /// Cached answers and failures, in all.
 const MAX_CACHED: u64 = 10_000;
-/// Secrets a provider gave that are scrubbed from its stderr (besides what looks like one).
-const REMEMBERED_SECRETS: usize = 16;
+/// Secrets plugins gave lately, scrubbed from their stderr (besides what looks like one).
+const REMEMBERED_SECRETS: usize = 64;
+/// How long a Docker credential helper's answer is kept (its protocol says nothing about it).
+pub(crate) const HELPER_CACHE_TTL: Duration = Duration::from_secs(300);
 
 /// Why a plugin gave no credentials. Its text is safe to show: the plugin's name, what went
 /// wrong (exit status, a scrubbed and trimmed stderr), never a credential.
@@ -77,8 +80,6 @@ struct ProviderState {
     provider: Provider,
     /// The `cacheKeyType` of its last answer; `None` before the first.
     key_type: Mutex<Option<KeyType>>,
-    /// Secrets it gave lately, scrubbed from its stderr.
-    secrets: Mutex<VecDeque<String>>,
 }
 
 impl ProviderState {
@@ -94,18 +95,6 @@ impl ProviderState {
             format!("{name}\0registry\0{registry}"),
             format!("{name}\0global"),
         ]
-    }
-
-    fn remember(&self, auth: &Auth) {
-        let mut secrets = self.secrets.lock().expect("secrets lock poisoned");
-        for (_, credential) in auth.iter() {
-            if !secrets.iter().any(|s| s == credential.secret()) {
-                secrets.push_back(credential.secret().to_owned());
-            }
-        }
-        while secrets.len() > REMEMBERED_SECRETS {
-            secrets.pop_front();
-        }
     }
 }
 
@@ -125,6 +114,8 @@ struct Answered {
 
 pub(crate) struct CredentialPlugins {
     providers: Vec<ProviderState>,
+    helpers: DockerHelpers,
+    secrets: Mutex<VecDeque<String>>,
     cache: Cache<String, Arc<Slot>>,
     flights: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     runs: tokio::sync::Semaphore,
@@ -135,6 +126,7 @@ pub(crate) struct CredentialPlugins {
 impl CredentialPlugins {
     pub(crate) fn new(
         providers: Vec<Provider>,
+        helpers: DockerHelpers,
         failure_ttl: Duration,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -144,9 +136,10 @@ impl CredentialPlugins {
                 .map(|provider| ProviderState {
                     provider,
                     key_type: Mutex::default(),
-                    secrets: Mutex::default(),
                 })
                 .collect(),
+            helpers,
+            secrets: Mutex::default(),
             cache: Cache::builder()
                 .max_capacity(MAX_CACHED)
                 .expire_after(SlotExpiry(clock.clone()))
@@ -252,7 +245,7 @@ impl CredentialPlugins {
         match self.run_provider(state, image, deadline, observer).await {
             Ok(answered) => {
                 *state.key_type.lock().expect("key type lock poisoned") = Some(answered.key_type);
-                state.remember(&answered.auth);
+                self.remember_secrets(&answered.auth);
                 let ttl = answered
                     .duration
                     .unwrap_or(state.provider.default_cache_duration);
@@ -272,6 +265,24 @@ impl CredentialPlugins {
                 Err(failed)
             }
         }
+    }
+
+    /// Secrets plugins gave lately: scrubbed from what they print on stderr.
+    fn remember_secrets(&self, auth: &Auth) {
+        let mut secrets = self.secrets.lock().expect("secrets lock poisoned");
+        for (_, credential) in auth.iter() {
+            if !secrets.iter().any(|s| s == credential.secret()) {
+                secrets.push_back(credential.secret().to_owned());
+            }
+        }
+        while secrets.len() > REMEMBERED_SECRETS {
+            secrets.pop_front();
+        }
+    }
+
+    fn known_secrets(&self) -> Vec<String> {
+        let secrets = self.secrets.lock().expect("secrets lock poisoned");
+        secrets.iter().cloned().collect()
     }
 
     async fn remember(&self, key: String, answer: Result<Auth, PluginFailure>, ttl: Duration) {
@@ -301,13 +312,7 @@ impl CredentialPlugins {
             "kind": "CredentialProviderRequest",
             "image": image,
         });
-        let secrets: Vec<String> = state
-            .secrets
-            .lock()
-            .expect("secrets lock poisoned")
-            .iter()
-            .cloned()
-            .collect();
+        let secrets = self.known_secrets();
         let started = Instant::now();
         let finished = exec::run(
             &provider.program,
@@ -333,6 +338,148 @@ impl CredentialPlugins {
             reason,
             cache: true,
         })
+    }
+}
+
+impl CredentialPlugins {
+    /// The Docker credential helper to ask for `registry`, if the Docker config names one.
+    pub(crate) fn helper_for(&self, registry: &str) -> Option<&Helper> {
+        self.helpers.for_registry(registry)
+    }
+
+    /// What `helper` holds for `registry` (none, or one credential): from the cache (kept
+    /// [`HELPER_CACHE_TTL`]), or from one run of `get` ended by `deadline`.
+    pub(crate) async fn helper_credentials(
+        &self,
+        helper: &Helper,
+        registry: &str,
+        deadline: tokio::time::Instant,
+        observer: Option<&dyn RegistryObserver>,
+    ) -> Result<Vec<Credential>, PluginFailure> {
+        let key = format!("{}\0{registry}", helper.program_name);
+        let keys = [key];
+        let failure = |reason: String| PluginFailure {
+            plugin: helper_label(helper),
+            reason,
+        };
+        let auth = match self.cached(&keys).await {
+            Some(cached) => cached?,
+            None => {
+                let lock = self.flight(&keys[0]);
+                let Ok(_turn) = tokio::time::timeout_at(deadline, lock.lock()).await else {
+                    return Err(failure("still running for another lookup".into()));
+                };
+                match self.cached(&keys).await {
+                    Some(cached) => cached?,
+                    None => {
+                        self.run_helper(helper, registry, &keys[0], deadline, observer)
+                            .await?
+                    }
+                }
+            }
+        };
+        Ok(auth.iter().map(|(_, c)| c.clone()).collect())
+    }
+
+    /// One run of `helper get` for `registry`; its outcome cached under `key`.
+    async fn run_helper(
+        &self,
+        helper: &Helper,
+        registry: &str,
+        key: &str,
+        deadline: tokio::time::Instant,
+        observer: Option<&dyn RegistryObserver>,
+    ) -> Result<Auth, PluginFailure> {
+        let label = helper_label(helper);
+        let Ok(_run) = tokio::time::timeout_at(deadline, self.runs.acquire()).await else {
+            return Err(PluginFailure {
+                plugin: label,
+                reason: format!("not run: {MAX_PLUGIN_RUNS} plugins were running already"),
+            });
+        };
+        let started = Instant::now();
+        let finished = exec::run(
+            &helper.program,
+            &["get".to_owned()],
+            &[],
+            helper::server_url(registry).as_bytes(),
+            deadline,
+            &self.known_secrets(),
+        )
+        .await;
+        let (result, metric) = helper_outcome(finished, registry, &label, &self.known_secrets());
+        if let Some(observer) = observer {
+            observer.credential_plugin_run(&helper.program_name, metric, started.elapsed());
+        }
+        match result {
+            Ok(auth) => {
+                self.remember_secrets(&auth);
+                self.remember(key.to_owned(), Ok(auth.clone()), HELPER_CACHE_TTL)
+                    .await;
+                Ok(auth)
+            }
+            Err(reason) => {
+                let failed = PluginFailure {
+                    plugin: label,
+                    reason,
+                };
+                tracing::warn!(plugin = %helper.program_name, error = %failed.reason, "docker credential helper failed");
+                self.remember(key.to_owned(), Err(failed.clone()), self.failure_ttl)
+                    .await;
+                Err(failed)
+            }
+        }
+    }
+}
+
+/// `credential helper docker-credential-<name>`, as lookups name it.
+pub(crate) fn helper_label(helper: &Helper) -> String {
+    format!("credential helper {}", helper.program_name)
+}
+
+/// A helper run's credentials (none when it holds none), or why it gave none; and the result
+/// counted.
+fn helper_outcome(
+    finished: Result<exec::Finished, exec::ExecError>,
+    registry: &str,
+    label: &str,
+    secrets: &[String],
+) -> (Result<Auth, String>, &'static str) {
+    let none = || Arc::from(Vec::new());
+    let done = match finished {
+        Ok(done) => done,
+        Err(e) => return (Err(e.to_string()), e.metric_label()),
+    };
+    if !done.status.success() {
+        if helper::says_not_found(&done.stdout) || helper::says_not_found(done.stderr.as_bytes()) {
+            return (Ok(none()), "none");
+        }
+        let mut reason = exit_reason(&done);
+        // Helpers print their errors on stdout.
+        if done.stderr.is_empty() && !done.stdout.is_empty() {
+            reason = format!("{reason}: {}", exec::scrub(&done.stdout, secrets));
+        }
+        return (Err(reason), "failed");
+    }
+    if done.stdout_overflow {
+        return (
+            Err(format!("printed more than {} bytes", exec::MAX_STDOUT)),
+            "invalid_response",
+        );
+    }
+    match helper::parse_answer(&done.stdout) {
+        Ok(None) => (Ok(none()), "none"),
+        Ok(Some((user, secret))) => match ImagePattern::parse_auth_key(registry) {
+            Ok(pattern) => (
+                Ok(Arc::from(vec![(
+                    pattern,
+                    Credential::new(user, secret, label),
+                )])),
+                "ok",
+            ),
+            Err(why) => (Err(why), "invalid_response"),
+        },
+        Err(why) => (Err(why), "invalid_response"),
     }
 }
 
@@ -502,8 +649,12 @@ mod tests {
                 env: all,
             };
             let clock = ManualClock::new();
-            let plugins =
-                CredentialPlugins::new(vec![provider], Duration::from_secs(10), clock.clone());
+            let plugins = CredentialPlugins::new(
+                vec![provider],
+                DockerHelpers::default(),
+                Duration::from_secs(10),
+                clock.clone(),
+            );
             Self {
                 runs,
                 plugins,
