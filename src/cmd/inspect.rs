@@ -73,6 +73,7 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "mediaType": found.media_type,
             "platforms": found.fact.platforms,
             "artifact": found.fact.artifact,
+            "credentials": found.fact.credentials.to_string(),
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
     }

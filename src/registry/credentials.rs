@@ -216,6 +216,19 @@ struct DockerAuthEntry {
     password: Option<String>,
 }
 
+/// Top-level keys of a Docker `config.json` besides `auths`: a document with one of them is not
+/// a legacy `.dockercfg` (a map of registries).
+const CONFIG_JSON_KEYS: [&str; 8] = [
+    "credsStore",
+    "credHelpers",
+    "HttpHeaders",
+    "psFormat",
+    "imagesFormat",
+    "detachKeys",
+    "proxies",
+    "currentContext",
+];
+
 /// Credentials by registry, and a warning for each entry that could not be used.
 pub(crate) type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
 
@@ -230,8 +243,11 @@ pub(crate) fn parse_docker_config(
         source_name: source_name.to_owned(),
     };
     let doc: serde_json::Value = serde_json::from_slice(json).map_err(|_| bad())?;
+    let no_auths = serde_json::Value::Object(serde_json::Map::new());
     let auths = match doc.get("auths") {
         Some(auths) => auths,
+        // A config.json without `auths` (only helpers, say), not a legacy `.dockercfg`.
+        None if CONFIG_JSON_KEYS.iter().any(|key| doc.get(key).is_some()) => &no_auths,
         None => &doc,
     };
     let auths = auths.as_object().ok_or_else(bad)?;
@@ -384,6 +400,11 @@ mod tests {
         let legacy = format!(r#"{{"quay.io":{{"auth":"{auth}"}}}}"#);
         let (entries, _) = parse_docker_config(legacy.as_bytes(), "cfg").unwrap();
         assert_eq!(entries[0].0, "quay.io");
+
+        // A config.json with helpers only has no auths (its keys are no registries).
+        let (entries, warnings) =
+            parse_docker_config(br#"{"credsStore": "pass", "credHelpers": {}}"#, "c").unwrap();
+        assert!(entries.is_empty() && warnings.is_empty(), "{warnings:?}");
 
         assert!(parse_docker_config(b"[1]", "x").is_err());
         assert!(parse_docker_config(b"{nope", "x").is_err());
