@@ -23,6 +23,10 @@ use crate::registry::RegistryObserver;
 /// up and hide the real registries under `other`.
 pub(crate) const MAX_REGISTRY_LABELS: usize = 50;
 
+/// Namespaces given their own label value in `tolerable_pull_secrets_forbidden_total`; the rest
+/// count as `other`.
+pub(crate) const MAX_NAMESPACE_LABELS: usize = 100;
+
 /// API hosts of public registries that always have their own label.
 const WELL_KNOWN_REGISTRIES: &[&str] = &[
     "registry-1.docker.io",
@@ -69,6 +73,11 @@ struct ArchitectureLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CircuitLabels {
     registry: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabels {
+    namespace: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -140,6 +149,8 @@ pub struct Metrics {
     plugin_duration: Family<PluginLabels, Histogram>,
     /// The configured plugins' names: the only `provider` label values.
     plugins_named: Mutex<HashSet<String>>,
+    pull_secrets_forbidden: Family<NamespaceLabels, Counter>,
+    namespaces_named: Mutex<HashSet<String>>,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -175,6 +186,8 @@ impl Metrics {
             plugin_runs: Family::default(),
             plugin_duration: Family::new_with_constructor(latency_histogram),
             plugins_named: Mutex::default(),
+            pull_secrets_forbidden: Family::default(),
+            namespaces_named: Mutex::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -342,6 +355,11 @@ impl Metrics {
             self.admission_duration.clone(),
         );
         registry.register(
+            "tolerable_pull_secrets_forbidden",
+            "Pods whose image pull secrets (or ServiceAccount) tolerable may not read (403: no RoleBinding in their namespace), by namespace (after 100 namespaces: other)",
+            self.pull_secrets_forbidden.clone(),
+        );
+        registry.register(
             "tolerable_certificate_reloads",
             "Serving certificate reloads, by result",
             self.certificate_reloads.clone(),
@@ -428,6 +446,21 @@ impl Metrics {
             })
             .inc();
         self.admission_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// A Pod in `namespace` whose pull secrets RBAC did not let tolerable read.
+    pub(crate) fn pull_secrets_forbidden(&self, namespace: &str) {
+        let mut named = self.namespaces_named.lock().expect("metrics lock poisoned");
+        let namespace = if named.contains(namespace) || named.len() < MAX_NAMESPACE_LABELS {
+            named.insert(namespace.to_owned());
+            namespace.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        drop(named);
+        self.pull_secrets_forbidden
+            .get_or_create(&NamespaceLabels { namespace })
+            .inc();
     }
 
     /// Under `enforce = false`: a Pod tolerable would have denied (`true`) or changed.

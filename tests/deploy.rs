@@ -17,6 +17,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/no-cluster-access",
     "kustomize/overlays/manage-node-taints",
     "kustomize/overlays/monitoring",
+    "kustomize/overlays/namespaced-pull-secrets",
 ];
 
 fn root() -> PathBuf {
@@ -607,19 +608,31 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             );
             continue;
         }
-        expected += 2;
         let role = object(docs, "ClusterRole", role_name);
         assert_eq!(role["rules"], rules, "{dir}");
-        let binding = object(docs, "ClusterRoleBinding", role_name);
-        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-        assert_eq!(
-            binding["subjects"][0]["name"], pod["serviceAccountName"],
-            "{dir}"
-        );
-        assert_eq!(
-            binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
-            "{dir}"
-        );
+        let bindings = bindings_of(docs, role_name);
+        assert!(!bindings.is_empty(), "{dir}: {role_name} is bound nowhere");
+        expected += 1 + bindings.len();
+        for binding in bindings {
+            // Only reading pull secrets may be granted namespace by namespace.
+            if binding["kind"] == "RoleBinding" {
+                assert_eq!(role_name, "tolerable-pull-secrets", "{dir}");
+                assert_ne!(
+                    binding["metadata"]["namespace"], deployment["metadata"]["namespace"],
+                    "{dir}"
+                );
+            }
+            assert_eq!(binding["roleRef"]["kind"], "ClusterRole", "{dir}");
+            assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+            assert_eq!(
+                binding["subjects"][0]["name"], pod["serviceAccountName"],
+                "{dir}"
+            );
+            assert_eq!(
+                binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
+                "{dir}"
+            );
+        }
     }
     assert_eq!(
         rbac.len(),
@@ -637,6 +650,40 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             "{dir}: the API token is needed"
         );
     }
+}
+
+/// The bindings of the ClusterRole `role_name`: one ClusterRoleBinding of that name, or (pull
+/// secrets only) RoleBindings of that name in the namespaces listed.
+fn bindings_of<'a>(docs: &'a [Value], role_name: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("RoleBinding" | "ClusterRoleBinding")
+            ) && d["metadata"]["name"] == role_name
+        })
+        .collect()
+}
+
+/// The per-namespace variant grants reading pull secrets in the listed namespaces only, with the
+/// same ClusterRole, and keeps everything else the base grants.
+#[test]
+fn pull_secrets_can_be_granted_per_namespace() {
+    let docs = documents(&render("kustomize/overlays/namespaced-pull-secrets"));
+    let bindings = bindings_of(&docs, "tolerable-pull-secrets");
+    let namespaces: Vec<&str> = bindings
+        .iter()
+        .map(|b| {
+            assert_eq!(b["kind"], "RoleBinding");
+            str_of(b, "/metadata/namespace")
+        })
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    assert_eq!(
+        bindings_of(&docs, "tolerable-nodes")[0]["kind"],
+        "ClusterRoleBinding"
+    );
+    assert!(deployed_config(&docs).read_pull_secrets);
 }
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
