@@ -411,3 +411,32 @@ async fn runs_are_counted_and_no_password_reaches_a_warning_or_a_metric() {
         assert!(!text.contains(PASSWORD), "{text}");
     }
 }
+
+/// With Bearer tokens, the token service refuses the provider's credentials: the next source
+/// (the credential file) gets the token.
+#[tokio::test]
+async fn a_token_service_refusing_a_providers_credentials_gives_way_to_the_next_source() {
+    let token = registry::token();
+    common::fixtures::Pusher::for_mode(&token.host, Mode::Token)
+        .push("private/refused", "s390x-docker", "v1")
+        .await;
+    let providers = Providers::new(vec![
+        Provider::new("cloud", &[&token.host]).answering(USER, "not-the-password")
+    ]);
+    let files = credential_file(&token.host, USER, PASSWORD);
+    let files = files.path().to_str().unwrap();
+    let image = format!("{}/private/refused:v1", token.host);
+    let found = providers
+        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolve(&image)
+        .await
+        .unwrap();
+    assert!(
+        provenance(&found).starts_with(files),
+        "{}",
+        provenance(&found)
+    );
+    assert_eq!(providers.runs("cloud").len(), 1);
+    let refused = providers.resolver(&[]).resolve(&image).await.unwrap_err();
+    assert_eq!(tried(&refused), "credential provider cloud, anonymous");
+}

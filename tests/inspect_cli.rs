@@ -258,7 +258,6 @@ fn bad_config_refuses_to_start_naming_the_key() {
 /// the Docker config's helpers, the same as `serve` uses; at trace, nothing shows a password.
 #[test]
 fn credential_providers_and_helpers_as_serve_uses_them_and_no_password_shown() {
-    use common::plugins::{Provider, Providers};
     let basic = &registry::basic().host;
     let token = registry::token();
     let token_host = token.host.clone();
@@ -270,25 +269,7 @@ fn credential_providers_and_helpers_as_serve_uses_them_and_no_password_shown() {
     let provided = format!("{basic}/fixtures/s390x-docker:v1");
     let helped = format!("{}/private/inspected:v1", token.host);
     let refused = format!("{basic}/fixtures/amd64-docker:v1");
-    let plugins = Providers::new(vec![
-        Provider::new(
-            "ecr-credential-provider",
-            &[&format!("{basic}/fixtures/s390x")],
-        )
-        .answering(USER, PASSWORD),
-        Provider::new("careless", &[&format!("{basic}/fixtures/amd64")])
-            .answering(USER, PASSWORD)
-            .env("PLUGIN_MODE", "fail"),
-    ])
-    .helper(
-        "ecr-login",
-        serde_json::json!({"username": USER, "secret": PASSWORD}),
-    )
-    .docker_config(serde_json::json!({"credHelpers": {&token.host: "ecr-login"}}));
-    let insecure = format!("{},{}", registry::plain().host, token.token_host());
-    let mut env: Vec<(String, String)> = plugins.env();
-    env.push(("TOLERABLE_LOG_LEVEL".into(), "trace".into()));
-    env.push(("TOLERABLE_INSECURE_REGISTRIES".into(), insecure));
+    let (_plugins, env) = node_plugins();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     let out = inspect(&["--json", &provided, &helped, &refused], &env);
@@ -337,6 +318,35 @@ fn credential_providers_and_helpers_as_serve_uses_them_and_no_password_shown() {
         )),
         "{text}"
     );
+}
+
+/// A node's plugins: providers for the Basic registry's s390x (answering) and amd64 (failing,
+/// careless with the password) images, a helper for the token registry; and the environment
+/// that configures them, logging at trace.
+fn node_plugins() -> (common::plugins::Providers, Vec<(String, String)>) {
+    use common::plugins::{Provider, Providers};
+    let basic = &registry::basic().host;
+    let token = registry::token();
+    let plugins = Providers::new(vec![
+        Provider::new(
+            "ecr-credential-provider",
+            &[&format!("{basic}/fixtures/s390x")],
+        )
+        .answering(USER, PASSWORD),
+        Provider::new("careless", &[&format!("{basic}/fixtures/amd64")])
+            .answering(USER, PASSWORD)
+            .env("PLUGIN_MODE", "fail"),
+    ])
+    .helper(
+        "ecr-login",
+        serde_json::json!({"username": USER, "secret": PASSWORD}),
+    )
+    .docker_config(serde_json::json!({"credHelpers": {&token.host: "ecr-login"}}));
+    let insecure = format!("{},{}", registry::plain().host, token.token_host());
+    let mut env = plugins.env();
+    env.push(("TOLERABLE_LOG_LEVEL".into(), "trace".into()));
+    env.push(("TOLERABLE_INSECURE_REGISTRIES".into(), insecure));
+    (plugins, env)
 }
 
 #[test]
