@@ -168,7 +168,12 @@ impl Admission {
         let read = Box::pin(cluster.pull_credentials(namespace, refs));
         let share = crate::budget::for_pull_secrets(budget);
         match tokio::time::timeout(share, read).await {
-            Ok(found) => found,
+            Ok(found) => {
+                if let (true, Some(metrics)) = (found.forbidden, &self.metrics) {
+                    metrics.pull_secrets_forbidden(namespace);
+                }
+                found
+            }
             Err(_) => PodCredentials {
                 warnings: vec![format!(
                     "could not read the Pod's image pull secrets within {share:?}; looked up without them",

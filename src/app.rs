@@ -44,7 +44,7 @@ impl Webhook {
     ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
-        let resolver = Arc::new(resolver(config, &metrics)?);
+        let resolver = Arc::new(resolver(config, Some(&metrics))?);
         let certs = Arc::new(certificates(config)?);
         let listener = TcpListener::bind(config.listen_addr)
             .await
@@ -129,10 +129,17 @@ impl Webhook {
     }
 }
 
-/// The image resolver, reporting to `metrics`; the operator's own registries keep their metric
-/// labels whatever Pods name.
-fn resolver(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Resolver> {
-    let credentials = config.credential_store()?;
+/// The image resolver of `config` — its registries, credentials and credential plugins — as
+/// `serve`, `review` and `inspect` use it, reporting to `metrics` when given; the operator's own
+/// registries keep their metric labels whatever Pods name.
+pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Result<Resolver> {
+    let (credentials, helpers) = config.credentials()?;
+    let helper_names: Vec<String> = helpers.names().map(str::to_owned).collect();
+    let resolver = Resolver::new(config.resolver.clone(), credentials.clone())?
+        .with_credential_plugins(config.credential_providers.clone(), helpers);
+    let Some(metrics) = metrics else {
+        return Ok(resolver);
+    };
     let transport = &config.resolver.transport;
     metrics.name_registries(
         config
@@ -146,7 +153,14 @@ fn resolver(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Resolver>
     if let Some(shared) = &config.resolver.shared_cache {
         tracing::info!(cache_url = %shared.url(), "shared cache behind the in-memory one (cache_url)");
     }
-    Ok(Resolver::new(config.resolver.clone(), credentials)?.with_observer(metrics.clone()))
+    metrics.name_credential_plugins(
+        config
+            .credential_providers
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(helper_names.iter().map(String::as_str)),
+    );
+    Ok(resolver.with_observer(metrics.clone()))
 }
 
 /// Where `serve` writes the CA of its self-signed certificate, in its working directory.

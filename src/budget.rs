@@ -11,7 +11,7 @@
 //! │   of a lookup's time (≤ 250 ms) per read or write, and a replica waits │
 //! │   a quarter of it for another one fetching the same digest; a mirror   │
 //! │   gets half of what is left, so a hung mirror leaves time for the      │
-//! │   origin                                                               │
+//! │   origin; a credential plugin half of what is left, then it is killed  │
 //! ```
 
 use std::time::Duration;
@@ -78,6 +78,12 @@ pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
 }
 
+/// A credential plugin's share of what is left of a lookup: it is killed then, and the
+/// registry (with the plugin's credentials, or the next source's) still gets the other half.
+pub(crate) fn credential_plugin_share(left: Duration) -> Duration {
+    left / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +110,7 @@ mod tests {
             shared_cache_share(Duration::from_secs(1)),
             Duration::from_millis(100)
         );
+        assert_eq!(credential_plugin_share(budget), Duration::from_secs(3));
         assert_eq!(
             for_review(Duration::from_secs(5)),
             Duration::from_millis(5500)

@@ -39,6 +39,8 @@ enum SecretRead {
     Credentials(Vec<(String, crate::registry::Credential)>, Vec<String>),
     Problem(String),
     Transient(String),
+    /// RBAC does not let tolerable read it (403): said once per Pod, for the namespace.
+    Forbidden,
 }
 
 #[derive(Clone, Debug)]
@@ -46,6 +48,7 @@ enum AccountRead {
     PullSecrets(Vec<String>),
     Problem(String),
     Transient(String),
+    Forbidden,
 }
 
 struct ReadExpiry;
@@ -84,6 +87,16 @@ impl Expiry<(String, String), Arc<AccountRead>> for ReadExpiry {
 pub(crate) struct PodCredentials {
     pub(crate) credentials: CredentialStore,
     pub(crate) warnings: Vec<String>,
+    /// RBAC forbade reading the Pod's ServiceAccount or a pull secret in its namespace.
+    pub(crate) forbidden: bool,
+}
+
+/// The warning for a Pod whose namespace tolerable may not read pull secrets in.
+fn no_access(namespace: &str) -> String {
+    format!(
+        "no access to pull secrets in {namespace} (RBAC: tolerable may not get secrets and \
+         serviceaccounts there); its images were looked up without them"
+    )
 }
 
 pub struct Cluster {
@@ -157,6 +170,7 @@ impl Cluster {
             AccountRead::Problem(why) | AccountRead::Transient(why) => {
                 out.warnings.push(why.clone())
             }
+            AccountRead::Forbidden => out.forbidden = true,
         }
         let mut seen = std::collections::HashSet::new();
         for name in names.into_iter().filter(|n| seen.insert(n.clone())) {
@@ -170,7 +184,11 @@ impl Cluster {
                 SecretRead::Problem(why) | SecretRead::Transient(why) => {
                     out.warnings.push(why.clone())
                 }
+                SecretRead::Forbidden => out.forbidden = true,
             }
+        }
+        if out.forbidden {
+            out.warnings.push(no_access(namespace));
         }
         out
     }
@@ -193,6 +211,7 @@ impl Cluster {
                     ),
                     // Admission can run before the ServiceAccount controller creates `default`.
                     Ok(None) => AccountRead::PullSecrets(Vec::new()),
+                    Err(e) if is_forbidden(&e) => AccountRead::Forbidden,
                     Err(e) => match classify(&e, &what) {
                         Ok(problem) => AccountRead::Problem(problem),
                         Err(transient) => AccountRead::Transient(transient),
@@ -211,6 +230,7 @@ impl Cluster {
                 Arc::new(match api.get_opt(name).await {
                     Ok(Some(secret)) => read_secret(&secret, &what),
                     Ok(None) => SecretRead::Problem(format!("{what} not found; ignored")),
+                    Err(e) if is_forbidden(&e) => SecretRead::Forbidden,
                     Err(e) => match classify(&e, &what) {
                         Ok(problem) => SecretRead::Problem(problem),
                         Err(transient) => SecretRead::Transient(transient),
@@ -221,13 +241,15 @@ impl Cluster {
     }
 }
 
-/// `Ok(message)` for an answer that will not change soon (forbidden), `Err(message)` for one
-/// that may (the API server unreachable, overloaded).
+/// RBAC refused the read (403): the namespace is one tolerable was given no access to.
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 403)
+}
+
+/// `Ok(message)` for an answer that will not change soon (unauthenticated), `Err(message)` for
+/// one that may (the API server unreachable, overloaded).
 fn classify(e: &kube::Error, what: &str) -> Result<String, String> {
     match e {
-        kube::Error::Api(status) if status.code == 403 => Ok(format!(
-            "tolerable may not read {what} (RBAC: it needs get on secrets and serviceaccounts); ignored"
-        )),
         kube::Error::Api(status) if status.code == 401 => Ok(format!(
             "tolerable is not authenticated to the API server to read {what}; ignored"
         )),

@@ -23,7 +23,10 @@ use crate::mutate::{
 use crate::registry::access::{AccessRules, LINK_LOCAL};
 use crate::registry::cache::CacheSettings;
 use crate::registry::client::TransportSettings;
+use crate::registry::credentials::helper::DockerHelpers;
 use crate::registry::credentials::normalize_registry_key;
+use crate::registry::credentials::parse_docker_config;
+use crate::registry::credentials::provider::{self, Provider};
 use crate::registry::{BreakerSettings, CredentialStore, ResolverSettings, SharedCacheSettings};
 use crate::server::tls::NameCheck;
 use crate::server::ServerLimits;
@@ -321,6 +324,8 @@ struct RawConfig {
     tls_reload_name_check: Word<NameCheck>,
     registry_credential_path: Option<PathBuf>,
     docker_config_path: Option<PathBuf>,
+    credential_provider_config: Option<PathBuf>,
+    credential_provider_bin_dir: Option<PathBuf>,
     registry_ca_path: Option<PathBuf>,
     insecure_registries: List,
     registry_mirrors: TextMap,
@@ -386,6 +391,8 @@ impl Default for RawConfig {
             tls_reload_name_check: Word::Known(NameCheck::Refuse),
             registry_credential_path: None,
             docker_config_path: None,
+            credential_provider_config: None,
+            credential_provider_bin_dir: None,
             registry_ca_path: None,
             insecure_registries: List::default(),
             registry_mirrors: TextMap::default(),
@@ -636,6 +643,12 @@ pub struct Config {
     pub(crate) tls_reload_name_check: NameCheck,
     pub(crate) registry_credential_path: Option<PathBuf>,
     pub(crate) docker_config_path: Option<PathBuf>,
+    /// Where the credential plugins are: the providers' and, before `PATH`, Docker's helpers.
+    pub(crate) credential_provider_bin_dir: Option<PathBuf>,
+    /// Kubelet credential provider plugins (`credential_provider_config`), in the file's order.
+    pub(crate) credential_providers: Vec<Provider>,
+    /// Why providers of the file were skipped (logged when the credentials are assembled).
+    pub(crate) credential_provider_warnings: Vec<String>,
     pub resolver: ResolverSettings,
 }
 
@@ -711,6 +724,8 @@ impl Config {
             .get("tls_reload_name_check")?;
         let resolver = validate_registries(&raw)?;
         validate_credential_paths(&raw)?;
+        let (credential_providers, credential_provider_warnings) =
+            validate_credential_providers(&raw)?;
         let tls_files = validate_tls_files(&raw)?;
         let (listen_addr, metrics_addr) = validate_addresses(&raw)?;
         let policy = validate_policy(&raw)?;
@@ -730,29 +745,65 @@ impl Config {
             tls_reload_name_check,
             registry_credential_path: raw.registry_credential_path,
             docker_config_path: raw.docker_config_path,
+            credential_provider_bin_dir: raw.credential_provider_bin_dir,
+            credential_providers,
+            credential_provider_warnings,
             resolver,
         })
     }
 
-    /// The registry credentials the config points at (files, then the docker config).
-    pub(crate) fn credential_store(&self) -> Result<CredentialStore, ConfigError> {
+    /// The registry credentials the config points at (files, then the Docker config's `auths`),
+    /// and the Docker config's credential helpers, each found in `credential_provider_bin_dir`
+    /// or on `PATH`.
+    pub(crate) fn credentials(&self) -> Result<(CredentialStore, DockerHelpers), ConfigError> {
         let mut store = match &self.registry_credential_path {
             Some(dir) => CredentialStore::load_dir(dir)
                 .map_err(|e| ConfigError::key("registry_credential_path", e.to_string()))?,
             None => CredentialStore::default(),
         };
+        let mut helpers = DockerHelpers::default();
         if let Some(path) = &self.docker_config_path {
             let key = "docker_config_path";
-            let json = std::fs::read(path)
-                .map_err(|e| ConfigError::key(key, format!("{}: {e}", path.display())))?;
-            let warnings = store
-                .add_docker_config(&json, &path.display().to_string())
+            let shown = path.display().to_string();
+            let json =
+                std::fs::read(path).map_err(|e| ConfigError::key(key, format!("{shown}: {e}")))?;
+            helpers = DockerHelpers::from_docker_config(&json, &self.helper_dirs())
+                .map_err(|why| ConfigError::key(key, format!("{shown}: {why}")))?;
+            let (entries, warnings) = parse_docker_config(&json, &shown)
                 .map_err(|e| ConfigError::key(key, e.to_string()))?;
+            // A registry with a helper of its own is asked only through it, as Docker does.
+            for (registry, credential) in entries {
+                if !helpers.has_own(&registry) {
+                    store.add(&registry, credential);
+                }
+            }
             for warning in warnings {
                 tracing::warn!("{warning}");
             }
         }
-        Ok(store)
+        for warning in &self.credential_provider_warnings {
+            tracing::warn!("{warning}");
+        }
+        for provider in &self.credential_providers {
+            tracing::info!(
+                provider = %provider.name,
+                match_images = ?provider.match_images.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "credential provider plugin configured"
+            );
+        }
+        Ok((store, helpers))
+    }
+
+    /// Where Docker credential helpers are looked for: `credential_provider_bin_dir`, then
+    /// `PATH`.
+    fn helper_dirs(&self) -> Vec<PathBuf> {
+        self.credential_provider_bin_dir
+            .iter()
+            .cloned()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ))
+            .collect()
     }
 }
 
@@ -982,6 +1033,36 @@ fn validate_credential_paths(raw: &RawConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// The kubelet's CredentialProviderConfig, whose plugins are in `credential_provider_bin_dir`
+/// (which may also hold Docker credential helpers on its own).
+fn validate_credential_providers(
+    raw: &RawConfig,
+) -> Result<(Vec<Provider>, Vec<String>), ConfigError> {
+    const CONFIG: &str = "credential_provider_config";
+    const BIN_DIR: &str = "credential_provider_bin_dir";
+    if let Some(bin_dir) = &raw.credential_provider_bin_dir {
+        if !bin_dir.is_dir() {
+            return Err(ConfigError::key(
+                BIN_DIR,
+                format!("{} is not a directory", bin_dir.display()),
+            ));
+        }
+    }
+    match (
+        &raw.credential_provider_config,
+        &raw.credential_provider_bin_dir,
+    ) {
+        (Some(config), Some(bin_dir)) => {
+            provider::load(config, bin_dir).map_err(|why| ConfigError::key(CONFIG, why))
+        }
+        (Some(_), None) => Err(ConfigError::key(
+            BIN_DIR,
+            format!("must be set with {CONFIG} (the directory of the plugins it names)"),
+        )),
+        (None, _) => Ok((Vec::new(), Vec::new())),
+    }
 }
 
 fn validate_tls_files(raw: &RawConfig) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
@@ -2044,6 +2125,59 @@ mod tests {
             "[registry_mirrors]\n\"my.registry\" = \"mirror.example\"\n",
         );
         Config::load(Some(&path), env(&[("TOLERABLE_NO_SUCH_KEY", " ")])).unwrap();
+    }
+
+    #[test]
+    fn credential_providers_from_the_environment_with_errors_naming_the_key() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let plugin = bin.join("ecr-credential-provider");
+        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = dir.path().join("providers.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: ecr-credential-provider\n  matchImages: [\"*.dkr.ecr.*.amazonaws.com\"]\n\
+             \x20 defaultCacheDuration: 12h\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        )
+        .unwrap();
+        let (file, bin) = (file.to_str().unwrap(), bin.to_str().unwrap());
+        let config = Config::load(
+            None,
+            env(&[
+                ("TOLERABLE_CREDENTIAL_PROVIDER_CONFIG", file),
+                ("TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR", bin),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            config.credential_providers[0].name,
+            "ecr-credential-provider"
+        );
+        assert!(Config::load(None, env(&[]))
+            .unwrap()
+            .credential_providers
+            .is_empty());
+
+        let err = |vars: &[(&str, &str)]| Config::load(None, env(vars)).unwrap_err().to_string();
+        let alone = err(&[("TOLERABLE_CREDENTIAL_PROVIDER_CONFIG", file)]);
+        assert!(
+            alone.contains("config key `credential_provider_bin_dir`: must be set with credential_provider_config"),
+            "{alone}"
+        );
+        let empty_bin = dir.path().to_str().unwrap();
+        let missing = err(&[
+            ("TOLERABLE_CREDENTIAL_PROVIDER_CONFIG", file),
+            ("TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR", empty_bin),
+        ]);
+        assert!(
+            missing.starts_with("environment variable TOLERABLE_CREDENTIAL_PROVIDER_CONFIG: config key `credential_provider_config`: ")
+                && missing.contains("provider \"ecr-credential-provider\": no executable"),
+            "{missing}"
+        );
     }
 
     #[test]

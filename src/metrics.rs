@@ -23,6 +23,10 @@ use crate::registry::{RateLimit, RegistryObserver, RequestMethod, Revalidation};
 /// up and hide the real registries under `other`.
 pub(crate) const MAX_REGISTRY_LABELS: usize = 50;
 
+/// Namespaces given their own label value in `tolerable_pull_secrets_forbidden_total`; the rest
+/// count as `other`.
+pub(crate) const MAX_NAMESPACE_LABELS: usize = 100;
+
 /// API hosts of public registries that always have their own label.
 const WELL_KNOWN_REGISTRIES: &[&str] = &[
     "registry-1.docker.io",
@@ -70,6 +74,32 @@ struct ArchitectureLabels {
 struct CircuitLabels {
     registry: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabels {
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginRunLabels {
+    provider: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    provider: String,
+}
+
+/// `tolerable_credential_plugin_runs_total`'s results.
+const PLUGIN_RESULTS: [&str; 6] = [
+    "ok",
+    "failed",
+    "invalid_response",
+    "timeout",
+    "not_started",
+    "none",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
@@ -122,6 +152,12 @@ pub struct Metrics {
     shared_cache_lookups: Family<ResultLabels, Counter>,
     shared_cache_writes: Family<ResultLabels, Counter>,
     shared_cache_up: Gauge,
+    plugin_runs: Family<PluginRunLabels, Counter>,
+    plugin_duration: Family<PluginLabels, Histogram>,
+    /// The configured plugins' names: the only `provider` label values.
+    plugins_named: Mutex<HashSet<String>>,
+    pull_secrets_forbidden: Family<NamespaceLabels, Counter>,
+    namespaces_named: Mutex<HashSet<String>>,
     open_connections: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
@@ -160,6 +196,11 @@ impl Metrics {
             shared_cache_lookups: Family::default(),
             shared_cache_writes: Family::default(),
             shared_cache_up: Gauge::default(),
+            plugin_runs: Family::default(),
+            plugin_duration: Family::new_with_constructor(latency_histogram),
+            plugins_named: Mutex::default(),
+            pull_secrets_forbidden: Family::default(),
+            namespaces_named: Mutex::default(),
             open_connections: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
@@ -347,6 +388,11 @@ impl Metrics {
             self.admission_duration.clone(),
         );
         registry.register(
+            "tolerable_pull_secrets_forbidden",
+            "Pods whose image pull secrets (or ServiceAccount) tolerable may not read (403: no RoleBinding in their namespace), by namespace (after 100 namespaces: other)",
+            self.pull_secrets_forbidden.clone(),
+        );
+        registry.register(
             "tolerable_certificate_reloads",
             "Serving certificate reloads, by result",
             self.certificate_reloads.clone(),
@@ -400,6 +446,33 @@ impl Metrics {
             "Tags no longer fresh revalidated with a HEAD, by result: unchanged and known_digest saved a manifest GET; changed (a new digest) and no_digest (the registry named none) did not",
             self.revalidations.clone(),
         );
+        registry.register(
+            "tolerable_credential_plugin_runs",
+            "Credential plugin runs (kubelet credential providers, Docker credential helpers), by provider and result: ok, failed (non-zero exit), invalid_response, timeout (killed), not_started, none (a helper without a credential)",
+            self.plugin_runs.clone(),
+        );
+        registry.register(
+            "tolerable_credential_plugin_duration_seconds",
+            "Time a credential plugin ran, by provider",
+            self.plugin_duration.clone(),
+        );
+    }
+
+    /// Gives the configured credential plugins their series from the start.
+    pub(crate) fn name_credential_plugins<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut named = self.plugins_named.lock().expect("metrics lock poisoned");
+        for name in names {
+            for result in PLUGIN_RESULTS {
+                let _ = self.plugin_runs.get_or_create(&PluginRunLabels {
+                    provider: name.to_owned(),
+                    result,
+                });
+            }
+            let _ = self.plugin_duration.get_or_create(&PluginLabels {
+                provider: name.to_owned(),
+            });
+            named.insert(name.to_owned());
+        }
     }
 
     /// The architectures present in the cluster (bounded by what nodes exist).
@@ -421,6 +494,21 @@ impl Metrics {
             })
             .inc();
         self.admission_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// A Pod in `namespace` whose pull secrets RBAC did not let tolerable read.
+    pub(crate) fn pull_secrets_forbidden(&self, namespace: &str) {
+        let mut named = self.namespaces_named.lock().expect("metrics lock poisoned");
+        let namespace = if named.contains(namespace) || named.len() < MAX_NAMESPACE_LABELS {
+            named.insert(namespace.to_owned());
+            namespace.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        drop(named);
+        self.pull_secrets_forbidden
+            .get_or_create(&NamespaceLabels { namespace })
+            .inc();
     }
 
     /// Under `enforce = false`: a Pod tolerable would have denied (`true`) or changed.
@@ -594,6 +682,25 @@ impl RegistryObserver for Metrics {
         self.cache_lookups
             .get_or_create(&ResultLabels { result: "stale" })
             .inc();
+    }
+
+    fn credential_plugin_run(&self, plugin: &str, result: &'static str, elapsed: Duration) {
+        let named = self.plugins_named.lock().expect("metrics lock poisoned");
+        let provider = if named.contains(plugin) {
+            plugin.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        drop(named);
+        self.plugin_runs
+            .get_or_create(&PluginRunLabels {
+                provider: provider.clone(),
+                result,
+            })
+            .inc();
+        self.plugin_duration
+            .get_or_create(&PluginLabels { provider })
+            .observe(elapsed.as_secs_f64());
     }
 }
 

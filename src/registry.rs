@@ -380,6 +380,9 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn shared_cache_write(&self, _result: &'static str) {}
     /// Whether the shared cache answered the last request.
     fn shared_cache_up(&self, _up: bool) {}
+    /// A credential plugin ran: `result` is `ok`, `failed` (non-zero exit), `invalid_response`,
+    /// `timeout`, `not_started`, or a helper's `none` (it holds no credential).
+    fn credential_plugin_run(&self, _plugin: &str, _result: &'static str, _elapsed: Duration) {}
 }
 
 #[cfg(test)]

@@ -109,7 +109,10 @@ fn every_status_of_the_recorded_cluster() {
     // Bound to an arm64 node by hand (nodeName): it is there already, nothing to move.
     let debug = workload(&report, "Pod", "debug");
     assert_eq!(debug["status"], "ready", "{debug:#}");
-    assert!(debug["reasons"][0].as_str().unwrap().contains("runs on arm64 (1 Pod)"));
+    assert!(debug["reasons"][0]
+        .as_str()
+        .unwrap()
+        .contains("runs on arm64 (1 Pod)"));
 
     // Already tolerates arm64 and pins its own architectures: nothing to add.
     let api = workload(&report, "Deployment", "api");

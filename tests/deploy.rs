@@ -18,6 +18,9 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/manage-node-taints",
     "kustomize/overlays/monitoring",
     "kustomize/overlays/shared-cache",
+    "kustomize/overlays/namespaced-pull-secrets",
+    "kustomize/overlays/node-credential-providers",
+    "kustomize/overlays/credential-provider-image",
 ];
 
 fn root() -> PathBuf {
@@ -249,10 +252,66 @@ fn deployed_config(docs: &[Value]) -> Config {
         }
         env.push((var.to_owned(), local.to_string_lossy().into_owned()));
     }
+    local_credential_providers(docs, dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
         .unwrap_or_else(|e| panic!("deployed config is invalid: {e}"));
     std::mem::forget(dir); // the returned config may refer to these paths
     config
+}
+
+/// Where the Deployment's container mounts the volume that `path` lies in, and that volume.
+fn volume_of<'a>(docs: &'a [Value], path: &str) -> Option<(&'a Value, String)> {
+    let pod = &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))?;
+    let volume = pod["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == mount["name"])?;
+    Some((volume, mount["mountPath"].as_str().unwrap().to_owned()))
+}
+
+/// The credential provider config and plugins the Deployment points at, made local in `dir`: a
+/// ConfigMap's file as rendered (its plugins stand-in executables), a node's file (hostPath) as
+/// an empty config. The config must lie in a mounted volume; the plugins in one, or in the image.
+fn local_credential_providers(docs: &[Value], dir: &Path, env: &mut [(String, String)]) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(i) = env
+        .iter()
+        .position(|(k, _)| k == "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG")
+    else {
+        return;
+    };
+    let path = env[i].1.clone();
+    let (volume, mount) = volume_of(docs, &path).expect("the provider config is mounted");
+    let text = match volume["configMap"]["name"].as_str() {
+        Some(name) => {
+            let key = path.strip_prefix(&format!("{mount}/")).unwrap();
+            str_of(object(docs, "ConfigMap", name), &format!("/data/{key}")).to_owned()
+        }
+        None => {
+            assert_eq!(volume["hostPath"]["type"], "File", "{volume}");
+            "{\"apiVersion\": \"kubelet.config.k8s.io/v1\", \"kind\": \"CredentialProviderConfig\", \"providers\": []}".to_owned()
+        }
+    };
+    let config: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let local = dir.join("credential-providers.yaml");
+    std::fs::write(&local, &text).unwrap();
+    env[i].1 = local.display().to_string();
+    let bin = dir.join("credential-provider-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for provider in config["providers"].as_array().unwrap() {
+        let plugin = bin.join(provider["name"].as_str().unwrap());
+        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (name, value) in env.iter_mut() {
+        if name == "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR" {
+            *value = bin.display().to_string();
+        }
+    }
 }
 
 fn toml_table(text: &str) -> toml::Table {
@@ -608,19 +667,31 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             );
             continue;
         }
-        expected += 2;
         let role = object(docs, "ClusterRole", role_name);
         assert_eq!(role["rules"], rules, "{dir}");
-        let binding = object(docs, "ClusterRoleBinding", role_name);
-        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-        assert_eq!(
-            binding["subjects"][0]["name"], pod["serviceAccountName"],
-            "{dir}"
-        );
-        assert_eq!(
-            binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
-            "{dir}"
-        );
+        let bindings = bindings_of(docs, role_name);
+        assert!(!bindings.is_empty(), "{dir}: {role_name} is bound nowhere");
+        expected += 1 + bindings.len();
+        for binding in bindings {
+            // Only reading pull secrets may be granted namespace by namespace.
+            if binding["kind"] == "RoleBinding" {
+                assert_eq!(role_name, "tolerable-pull-secrets", "{dir}");
+                assert_ne!(
+                    binding["metadata"]["namespace"], deployment["metadata"]["namespace"],
+                    "{dir}"
+                );
+            }
+            assert_eq!(binding["roleRef"]["kind"], "ClusterRole", "{dir}");
+            assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+            assert_eq!(
+                binding["subjects"][0]["name"], pod["serviceAccountName"],
+                "{dir}"
+            );
+            assert_eq!(
+                binding["subjects"][0]["namespace"], deployment["metadata"]["namespace"],
+                "{dir}"
+            );
+        }
     }
     assert_eq!(
         rbac.len(),
@@ -638,6 +709,131 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             "{dir}: the API token is needed"
         );
     }
+}
+
+/// The bindings of the ClusterRole `role_name`: one ClusterRoleBinding of that name, or (pull
+/// secrets only) RoleBindings of that name in the namespaces listed.
+fn bindings_of<'a>(docs: &'a [Value], role_name: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("RoleBinding" | "ClusterRoleBinding")
+            ) && d["metadata"]["name"] == role_name
+        })
+        .collect()
+}
+
+/// The per-namespace variant grants reading pull secrets in the listed namespaces only, with the
+/// same ClusterRole, and keeps everything else the base grants.
+#[test]
+fn pull_secrets_can_be_granted_per_namespace() {
+    let docs = documents(&render("kustomize/overlays/namespaced-pull-secrets"));
+    let bindings = bindings_of(&docs, "tolerable-pull-secrets");
+    let namespaces: Vec<&str> = bindings
+        .iter()
+        .map(|b| {
+            assert_eq!(b["kind"], "RoleBinding");
+            str_of(b, "/metadata/namespace")
+        })
+        .collect();
+    assert_eq!(namespaces, ["team-a", "team-b"]);
+    assert_eq!(
+        bindings_of(&docs, "tolerable-nodes")[0]["kind"],
+        "ClusterRoleBinding"
+    );
+    assert!(deployed_config(&docs).read_pull_secrets);
+}
+
+/// The value of the container's environment variable `name`.
+fn env_value<'a>(docs: &'a [Value], name: &str) -> &'a str {
+    let container =
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let var = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not set"));
+    var["value"].as_str().unwrap()
+}
+
+/// The node's plugins, mounted read-only from the node (the kubelet's config file and its
+/// plugins' directory) where the environment says they are.
+#[test]
+fn node_credential_providers_are_mounted_read_only_from_the_node() {
+    let docs = documents(&render("kustomize/overlays/node-credential-providers"));
+    let container =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    for (var, kind, node_path) in [
+        (
+            "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG",
+            "File",
+            "/etc/eks/image-credential-provider/config.json",
+        ),
+        (
+            "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR",
+            "Directory",
+            "/etc/eks/image-credential-provider",
+        ),
+    ] {
+        let path = env_value(&docs, var);
+        let (volume, mount) = volume_of(&docs, path).unwrap();
+        assert_eq!(mount, path, "{var} is the mount itself");
+        assert_eq!(volume["hostPath"]["type"], kind);
+        assert_eq!(volume["hostPath"]["path"], node_path);
+        let mounted = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap();
+        assert_eq!(mounted["readOnly"], true, "{var}");
+    }
+    // Nothing else of the node is mounted.
+    let host_paths = object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]
+        ["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .count();
+    assert_eq!(host_paths, 2);
+    deployed_config(&docs);
+}
+
+/// The plugins built into the image: the directory the README's Dockerfile lines copy them to is
+/// the one the component configures (in the image, not a volume), and the component's
+/// CredentialProviderConfig is valid; the overlay gives the ServiceAccount its IAM role.
+#[test]
+fn the_plugin_image_matches_the_readme_and_the_config_is_valid() {
+    let docs = documents(&render("kustomize/overlays/credential-provider-image"));
+    let bin_dir = env_value(&docs, "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR");
+    assert!(
+        volume_of(&docs, bin_dir).is_none(),
+        "{bin_dir} is in the image"
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for plugin in [
+        "ecr-credential-provider",
+        "auth-provider-gcp",
+        "acr-credential-provider",
+    ] {
+        let copy = format!("COPY --from=plugin /out/{plugin} {bin_dir}/{plugin}");
+        assert!(readme.contains(&copy), "README lacks {copy}");
+    }
+    let (volume, _) = volume_of(
+        &docs,
+        env_value(&docs, "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG"),
+    )
+    .expect("the provider config is mounted");
+    assert!(volume["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("tolerable-credential-providers-"));
+    deployed_config(&docs);
+    let account = object(&docs, "ServiceAccount", "tolerable");
+    assert!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
 }
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its

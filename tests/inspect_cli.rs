@@ -290,3 +290,116 @@ async fn verify_reports_an_index_that_mislabels_a_platform() {
     assert_eq!(honest_checks.len(), 3, "{items:#}");
     assert!(honest_checks.iter().all(|c| c["mislabelled"] == false));
 }
+
+/// What an operator runs from a node shell: the node's CredentialProviderConfig and plugins, and
+/// the Docker config's helpers, the same as `serve` uses; at trace, nothing shows a password.
+#[test]
+fn credential_providers_and_helpers_as_serve_uses_them_and_no_password_shown() {
+    let basic = &registry::basic().host;
+    let token = registry::token();
+    let token_host = token.host.clone();
+    common::block_on_own_thread(async move {
+        common::fixtures::Pusher::for_mode(&token_host, registry::Mode::Token)
+            .push("private/inspected", "arm64-oci", "v1")
+            .await;
+    });
+    let provided = format!("{basic}/fixtures/s390x-docker:v1");
+    let helped = format!("{}/private/inspected:v1", token.host);
+    let refused = format!("{basic}/fixtures/amd64-docker:v1");
+    let (_plugins, env) = node_plugins();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+
+    let out = inspect(&["--json", &provided, &helped, &refused], &env);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        items[0]["credentials"],
+        "credential provider ecr-credential-provider"
+    );
+    assert_eq!(items[0]["platforms"][0]["architecture"], "s390x");
+    // amd64 and arm64 share no provider: the credential store opens the arm64 image.
+    assert_eq!(
+        items[1]["credentials"],
+        "credential helper docker-credential-ecr-login"
+    );
+    let error = items[2]["error"].as_str().unwrap();
+    assert!(
+        error.contains("credential provider careless failed: exit status 3:")
+            && error.contains("(password=<redacted>)"),
+        "{error}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("credential provider plugin failed"),
+        "{stderr}"
+    );
+    for shown in [String::from_utf8_lossy(&out.stdout), stderr] {
+        assert!(!shown.contains(PASSWORD), "password leaked:\n{shown}");
+        assert!(
+            !shown.contains(BASIC_AUTH),
+            "Authorization leaked:\n{shown}"
+        );
+    }
+
+    // The human output names the source too.
+    let out = inspect(&[&provided], &env);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "source:     {basic} (credential provider ecr-credential-provider)"
+        )),
+        "{text}"
+    );
+}
+
+/// A node's plugins: providers for the Basic registry's s390x (answering) and amd64 (failing,
+/// careless with the password) images, a helper for the token registry; and the environment
+/// that configures them, logging at trace.
+fn node_plugins() -> (common::plugins::Providers, Vec<(String, String)>) {
+    use common::plugins::{Provider, Providers};
+    let basic = &registry::basic().host;
+    let token = registry::token();
+    let plugins = Providers::new(vec![
+        Provider::new(
+            "ecr-credential-provider",
+            &[&format!("{basic}/fixtures/s390x")],
+        )
+        .answering(USER, PASSWORD),
+        Provider::new("careless", &[&format!("{basic}/fixtures/amd64")])
+            .answering(USER, PASSWORD)
+            .env("PLUGIN_MODE", "fail"),
+    ])
+    .helper(
+        "ecr-login",
+        serde_json::json!({"username": USER, "secret": PASSWORD}),
+    )
+    .docker_config(serde_json::json!({"credHelpers": {&token.host: "ecr-login"}}));
+    let insecure = format!("{},{}", registry::plain().host, token.token_host());
+    let mut env = plugins.env();
+    env.push(("TOLERABLE_LOG_LEVEL".into(), "trace".into()));
+    env.push(("TOLERABLE_INSECURE_REGISTRIES".into(), insecure));
+    (plugins, env)
+}
+
+#[test]
+fn a_missing_credential_helper_refuses_to_start_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"credsStore": "not-installed-anywhere"}"#).unwrap();
+    let out = inspect(
+        &["nginx"],
+        &[("TOLERABLE_DOCKER_CONFIG_PATH", config.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("config key `docker_config_path`")
+            && stderr.contains("credsStore: docker-credential-not-installed-anywhere not found"),
+        "{stderr}"
+    );
+}

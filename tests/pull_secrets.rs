@@ -174,7 +174,7 @@ async fn missing_and_malformed_secrets_are_warnings_and_the_next_secret_is_tried
 }
 
 #[tokio::test]
-async fn forbidden_reads_are_warnings_naming_the_secret() {
+async fn forbidden_reads_say_there_is_no_access_in_the_namespace() {
     let api = fake_api();
     let admission = admission(Some(Cluster::new(api.client("nobodytoken"))));
     let image = format!("{}/fixtures/arm64-oci:v1", registry::basic().host);
@@ -185,15 +185,60 @@ async fn forbidden_reads_are_warnings_naming_the_secret() {
     .await;
     assert!(reviewed.out.response.allowed);
     assert!(reviewed.out.response.patch.is_none());
-    let warnings = reviewed.out.response.warnings.join("\n");
+    let warnings = &reviewed.out.response.warnings;
+    let no_access: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.starts_with("no access to pull secrets in team-a (RBAC"))
+        .collect();
+    assert_eq!(no_access.len(), 1, "said once: {warnings:?}");
     assert!(
-        warnings.contains("may not read image pull secret team-a/regcred (RBAC"),
-        "{warnings}"
+        !warnings.join("\n").contains("may not read"),
+        "not once per secret: {warnings:?}"
     );
+}
+
+/// kustomize/components/namespaced-pull-secrets: RoleBindings in the listed namespaces only.
+/// Elsewhere, a warning and a metric name the namespace.
+#[tokio::test]
+async fn with_access_in_some_namespaces_the_others_are_named_and_counted() {
+    let api = fake_api();
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.policy = common::webhook::policy();
+    config.resolver = common::settings();
+    config.read_pull_secrets = true;
+    config.watch_nodes = false;
+    let server =
+        common::webhook::TestServer::start_configured(config, Some(api.client("teamatoken"))).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", registry::basic().host);
+    let body = review(&image, json!({"imagePullSecrets": [{"name": "regcred"}]}));
+    let mut request: Value = serde_json::from_slice(&body).unwrap();
+    let timeout = Duration::from_secs(10);
+    let (response, _) = common::webhook::admit(&server, &request, timeout).await;
+    assert!(response["patch"].is_string(), "{response}");
     assert!(
-        warnings.contains("may not read serviceaccount team-a/default"),
-        "{warnings}"
+        common::webhook::warnings(&response).is_empty(),
+        "{response}"
     );
+
+    request["request"]["namespace"] = json!("team-b");
+    request["request"]["object"]["metadata"]["namespace"] = json!("team-b");
+    for _ in 0..2 {
+        let (response, _) = common::webhook::admit(&server, &request, timeout).await;
+        assert!(response["patch"].is_null(), "{response}");
+        let warnings = common::webhook::warnings(&response);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("no access to pull secrets in team-b (RBAC")),
+            "{warnings:?}"
+        );
+    }
+    let metrics = common::webhook::metrics_text(&server).await;
+    assert!(
+        metrics.contains("tolerable_pull_secrets_forbidden_total{namespace=\"team-b\"} 2"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("namespace=\"team-a\""), "{metrics}");
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use crate::cluster::Cluster;
 use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::config::Config;
 use crate::mutate::{explain, Decision, Policy};
-use crate::registry::{Checked, LookupError, Resolver};
+use crate::registry::{Checked, LookupError};
 use crate::workload::Workload;
 
 use self::read::{ClusterState, Running};
@@ -93,10 +93,7 @@ pub(crate) async fn run(
         state.running_pods(),
         images.len()
     ));
-    let resolver = Arc::new(Resolver::new(
-        config.resolver.clone(),
-        config.credential_store()?,
-    )?);
+    let resolver = Arc::new(crate::app::resolver(config, None)?);
     let admission = Admission::new(resolver, audit_policy(&config.policy), None)
         .with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);

@@ -7,16 +7,14 @@ use serde_json::{json, Value};
 
 use crate::cli::InspectArgs;
 use crate::config::Config;
-use crate::registry::{
-    Checked, CredentialStore, ImagePlatforms, ImageReference, LookupError, Resolver,
-};
+use crate::registry::{Checked, CredentialStore, ImagePlatforms, ImageReference, LookupError};
 
 pub(crate) async fn run(
     config: &Config,
     args: &InspectArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let resolver = Resolver::new(config.resolver.clone(), config.credential_store()?)?;
+    let resolver = crate::app::resolver(config, None)?;
     let results =
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;
@@ -101,6 +99,7 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "mediaType": found.media_type,
             "platforms": found.fact.platforms,
             "artifact": found.fact.artifact,
+            "credentials": found.fact.credentials.to_string(),
         }),
         Err(e) => json!({ "image": image, "error": e.to_string() }),
     }

@@ -20,7 +20,6 @@ use crate::cli::ReviewArgs;
 use crate::cluster::{Cluster, PullSecretRefs};
 use crate::config::Config;
 use crate::mutate::{self, Answer, PodCreate};
-use crate::registry::Resolver;
 use crate::workload::{self, Found};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
@@ -214,10 +213,7 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
     let documents = read_inputs(&args.files, args.recursive)?;
-    let resolver = Arc::new(Resolver::new(
-        config.resolver.clone(),
-        config.credential_store()?,
-    )?);
+    let resolver = Arc::new(crate::app::resolver(config, None)?);
     let mut admission = Admission::new(resolver, config.policy.clone(), None);
     if let Some(cluster) = cluster(args).await? {
         admission = admission.with_cluster(Arc::new(cluster));

@@ -140,6 +140,12 @@ impl RegistryClient {
         credential.fingerprint(&self.hasher)
     }
 
+    /// A fingerprint of a named source of credentials (a plugin), for cache keys.
+    pub(crate) fn fingerprint_label(&self, label: &str) -> u64 {
+        use std::hash::BuildHasher as _;
+        self.hasher.hash_one(("source", label))
+    }
+
     /// Requests to `host` (an API host such as `registry-1.docker.io`) with `credential`.
     pub(crate) fn source<'a>(
         &'a self,

@@ -14,6 +14,12 @@ use serde::Deserialize;
 
 use super::reference::canonical_registry;
 
+mod exec;
+pub(crate) mod helper;
+pub(crate) mod image_match;
+pub(crate) mod plugins;
+pub(crate) mod provider;
+
 /// A user name and secret (password or token) for one registry, and where it came from.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Credential {
@@ -156,20 +162,6 @@ impl CredentialStore {
             .push(credential);
     }
 
-    /// Adds every usable entry of a Docker config document; returns a warning for each entry that
-    /// could not be used.
-    pub(crate) fn add_docker_config(
-        &mut self,
-        json: &[u8],
-        source_name: &str,
-    ) -> Result<Vec<String>, CredentialError> {
-        let (entries, warnings) = parse_docker_config(json, source_name)?;
-        for (registry, credential) in entries {
-            self.add(&registry, credential);
-        }
-        Ok(warnings)
-    }
-
     /// The credentials to try for `registry`, in order.
     pub(crate) fn for_registry(&self, registry: &str) -> &[Credential] {
         if self.by_registry.is_empty() {
@@ -224,6 +216,19 @@ struct DockerAuthEntry {
     password: Option<String>,
 }
 
+/// Top-level keys of a Docker `config.json` besides `auths`: a document with one of them is not
+/// a legacy `.dockercfg` (a map of registries).
+const CONFIG_JSON_KEYS: [&str; 8] = [
+    "credsStore",
+    "credHelpers",
+    "HttpHeaders",
+    "psFormat",
+    "imagesFormat",
+    "detachKeys",
+    "proxies",
+    "currentContext",
+];
+
 /// Credentials by registry, and a warning for each entry that could not be used.
 pub(crate) type DockerConfigEntries = (Vec<(String, Credential)>, Vec<String>);
 
@@ -238,8 +243,11 @@ pub(crate) fn parse_docker_config(
         source_name: source_name.to_owned(),
     };
     let doc: serde_json::Value = serde_json::from_slice(json).map_err(|_| bad())?;
+    let no_auths = serde_json::Value::Object(serde_json::Map::new());
     let auths = match doc.get("auths") {
         Some(auths) => auths,
+        // A config.json without `auths` (only helpers, say), not a legacy `.dockercfg`.
+        None if CONFIG_JSON_KEYS.iter().any(|key| doc.get(key).is_some()) => &no_auths,
         None => &doc,
     };
     let auths = auths.as_object().ok_or_else(bad)?;
@@ -254,6 +262,10 @@ pub(crate) fn parse_docker_config(
             ));
             continue;
         };
+        if entry.username.is_none() && entry.password.is_none() && entry.auth.is_none() {
+            // `{}`: Docker's placeholder for a registry whose credentials a helper holds.
+            continue;
+        }
         let pair = match (entry.username, entry.password, entry.auth) {
             (Some(u), Some(p), _) if !u.is_empty() && !p.is_empty() => Some((u, p)),
             (_, _, Some(auth)) => base64::engine::general_purpose::STANDARD
@@ -364,7 +376,8 @@ mod tests {
                 "https://index.docker.io/v1/":{{"auth":"{auth}"}},
                 "ghcr.io":{{"username":"bob","password":"tok"}},
                 "broken.io":{{"auth":"%%%not-base64"}},
-                "weird.io": 7
+                "weird.io": 7,
+                "in-a-helper.io": {{}}
             }}}}"#
         );
         let (entries, warnings) = parse_docker_config(json.as_bytes(), "secret ns/pull").unwrap();
@@ -387,6 +400,11 @@ mod tests {
         let legacy = format!(r#"{{"quay.io":{{"auth":"{auth}"}}}}"#);
         let (entries, _) = parse_docker_config(legacy.as_bytes(), "cfg").unwrap();
         assert_eq!(entries[0].0, "quay.io");
+
+        // A config.json with helpers only has no auths (its keys are no registries).
+        let (entries, warnings) =
+            parse_docker_config(br#"{"credsStore": "pass", "credHelpers": {}}"#, "c").unwrap();
+        assert!(entries.is_empty() && warnings.is_empty(), "{warnings:?}");
 
         assert!(parse_docker_config(b"[1]", "x").is_err());
         assert!(parse_docker_config(b"{nope", "x").is_err());

@@ -13,6 +13,9 @@ use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
 use super::client::{HostSource, RegistryClient, TransportSettings};
 use super::clock::{Clock, SystemClock};
+use super::credentials::helper::{DockerHelpers, Helper};
+use super::credentials::plugins::{helper_label, CredentialPlugins, PluginFailure};
+use super::credentials::provider::Provider;
 use super::shared::{Keys, Shared, SharedCache, SharedCacheSettings};
 use super::turns::LookupTurns;
 use super::walk::{verify, walk, Checked, Walked};
@@ -35,10 +38,23 @@ pub struct ResolverSettings {
     pub shared_cache: Option<SharedCacheSettings>,
 }
 
+/// Where a lookup's credentials come from, in the order they are tried (then anonymous).
+#[derive(Clone, Debug)]
+enum Source {
+    /// A pull secret's, a credential file's, the Docker config's.
+    Credential(Credential),
+    /// A credential provider plugin (by index), run when reached.
+    Provider(usize),
+    /// The Docker config's credential helper for the registry, run when reached.
+    Helper(Helper),
+}
+
 /// Resolves images to platforms: mirrors, credentials, cache.
 pub struct Resolver {
     settings: ResolverSettings,
     credentials: CredentialStore,
+    plugins: CredentialPlugins,
+    clock: Arc<dyn Clock>,
     client: RegistryClient,
     cache: LookupCache,
     shared: Option<SharedCache>,
@@ -53,7 +69,7 @@ pub struct Resolver {
 /// fingerprints (the identity every cache key of the lookup carries).
 struct Asked {
     reference: ImageReference,
-    chain: Vec<Credential>,
+    chain: Vec<Source>,
     identity: Vec<u64>,
     /// Its keys in the shared cache, when there is one.
     shared_keys: Option<Keys>,
@@ -101,13 +117,37 @@ impl Resolver {
             client,
             shared,
             cache: LookupCache::with_clock(&settings.cache, clock.clone()),
-            breakers: CircuitBreakers::new(settings.breaker.clone(), clock),
+            breakers: CircuitBreakers::new(settings.breaker.clone(), clock.clone()),
+            plugins: CredentialPlugins::new(
+                Vec::new(),
+                DockerHelpers::default(),
+                settings.cache.failure_ttl,
+                clock.clone(),
+            ),
+            clock,
             turns: LookupTurns::default(),
             no_head_digest: Mutex::default(),
             settings,
             credentials,
             observer: None,
         })
+    }
+
+    /// Asks these kubelet credential provider plugins for the images they match (after a Pod's
+    /// pull secrets, before the configured credentials), and the Docker config's credential
+    /// helpers for their registries (after the configured credentials).
+    pub(crate) fn with_credential_plugins(
+        mut self,
+        providers: Vec<Provider>,
+        helpers: DockerHelpers,
+    ) -> Self {
+        self.plugins = CredentialPlugins::new(
+            providers,
+            helpers,
+            self.settings.cache.failure_ttl,
+            self.clock.clone(),
+        );
+        self
     }
 
     /// Reports registry requests and cache lookups to `observer`.
@@ -149,15 +189,13 @@ impl Resolver {
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let timeout = budget.min(self.settings.lookup_timeout);
         let reference = ImageReference::parse(image)?;
-        let chain: Vec<Credential> = first
-            .for_registry(reference.registry())
-            .iter()
-            .chain(self.credentials.for_registry(reference.registry()))
-            .cloned()
-            .collect();
+        let chain = self.chain(&reference, first);
         let key = CacheKey::new(
             &reference,
-            chain.iter().map(|c| self.client.fingerprint(c)).collect(),
+            chain
+                .iter()
+                .map(|source| self.fingerprint(source))
+                .collect(),
         );
         // The warm path stays small: the registry lookup's future is large (tens of KiB of
         // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
@@ -168,7 +206,7 @@ impl Resolver {
         let shared_keys = self
             .shared
             .as_ref()
-            .map(|shared| shared.keys(&reference, &chain, key.credentials()));
+            .and_then(|shared| shared_keys(shared, &reference, &chain, key.credentials()));
         let asked = Asked {
             identity: key.credentials().to_vec(),
             reference,
@@ -244,6 +282,43 @@ impl Resolver {
             }
         }
         Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+    }
+
+    /// The sources to try for `reference`: `first` (a Pod's pull secrets), the credential
+    /// providers matching the image, the configured credentials, the Docker config's helper.
+    fn chain(&self, reference: &ImageReference, first: &CredentialStore) -> Vec<Source> {
+        let registry = reference.registry();
+        let image = format!("{registry}/{}", reference.repository());
+        let statics = |store: &CredentialStore| {
+            store
+                .for_registry(registry)
+                .iter()
+                .cloned()
+                .map(Source::Credential)
+                .collect::<Vec<_>>()
+        };
+        let mut chain = statics(first);
+        chain.extend(self.plugins.providers_for(&image).map(Source::Provider));
+        chain.extend(statics(&self.credentials));
+        chain.extend(
+            self.plugins
+                .helper_for(registry)
+                .cloned()
+                .map(Source::Helper),
+        );
+        chain
+    }
+
+    /// A source's part of a cache key: two lookups trying different sources must not share an
+    /// answer.
+    fn fingerprint(&self, source: &Source) -> u64 {
+        match source {
+            Source::Credential(credential) => self.client.fingerprint(credential),
+            Source::Provider(index) => self
+                .client
+                .fingerprint_label(&self.plugins.provider_label(*index)),
+            Source::Helper(helper) => self.client.fingerprint_label(&helper_label(helper)),
+        }
     }
 
     /// Counts a lookup's cache outcome, and an answer served from the last known result.
@@ -338,7 +413,13 @@ impl Resolver {
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let reference = &asked.reference;
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
-            let mirror_chain: Vec<Credential> = self.credentials.for_registry(mirror).to_vec();
+            let mirror_chain: Vec<Source> = self
+                .credentials
+                .for_registry(mirror)
+                .iter()
+                .cloned()
+                .map(Source::Credential)
+                .collect();
             // A hung mirror gets half the time, so the origin still gets its chance.
             let now = Instant::now();
             let mirror_budget = Budget {
@@ -365,7 +446,7 @@ impl Resolver {
     async fn lookup_at(
         &self,
         asked: &Asked,
-        (host, chain): (&str, &[Credential]),
+        (host, chain): (&str, &[Source]),
         last: Option<&Arc<ImagePlatforms>>,
         Budget { deadline, timeout }: Budget,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
@@ -387,8 +468,10 @@ impl Resolver {
             });
         }
         let turn_started = Instant::now();
-        let attempt =
-            tokio::time::timeout_at(deadline, self.try_credentials(asked, (host, chain), last));
+        let attempt = tokio::time::timeout_at(
+            deadline,
+            self.try_sources(asked, (host, chain), last, deadline),
+        );
         let result = match attempt.await {
             Ok(result) => result,
             // The registry had less than half the budget because this lookup waited its turn
@@ -423,53 +506,134 @@ impl Resolver {
         result
     }
 
-    /// Tries each credential in turn, then anonymous; only an authorization failure moves on.
-    async fn try_credentials(
+    /// Tries each source in turn, then anonymous; only an authorization failure (or a plugin
+    /// that gave nothing) moves on.
+    async fn try_sources(
         &self,
         asked: &Asked,
-        (host, chain): (&str, &[Credential]),
+        (host, chain): (&str, &[Source]),
         last: Option<&Arc<ImagePlatforms>>,
+        deadline: Instant,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        let shown = asked.reference.to_string();
-        let attempts = chain.iter().map(Some).chain(std::iter::once(None));
+        let reference = &asked.reference;
         let mut tried = Vec::new();
-        for credential in attempts {
-            let label = credential
-                .map_or("anonymous", Credential::source)
-                .to_owned();
-            tried.push(label.clone());
-            let source = self.client.source(host, credential);
-            let provenance = credential.map_or(Provenance::Anonymous, |c| {
-                Provenance::Credential(c.shared_source())
-            });
-            match self.fetch(&source, asked, host, last).await {
-                Ok(Fetched::Known(found)) => return Ok(opened_by(found, provenance)),
-                Ok(Fetched::Walked(walked))
-                    if walked.platforms.is_empty() && walked.artifact.is_none() =>
-                {
-                    return Err(LookupError::NoPlatforms { reference: shown });
+        for source in chain {
+            let credentials = match source {
+                Source::Credential(credential) => vec![credential.clone()],
+                // Boxed: a plugin run's future is large, and only some lookups need one.
+                plugin => {
+                    match Box::pin(self.plugin_credentials(plugin, reference, deadline)).await {
+                        Ok(found) if found.is_empty() => {
+                            tried.push(format!("{} (none for this image)", self.label(plugin)));
+                            continue;
+                        }
+                        Ok(found) => found,
+                        Err(failed) => {
+                            tried.push(failed.to_string());
+                            continue;
+                        }
+                    }
                 }
-                Ok(Fetched::Walked(walked)) => {
-                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
-                    return Ok(Arc::new(ImagePlatforms {
-                        digest: walked.digest,
-                        media_type: walked.media_type,
-                        served_by: host.to_owned(),
-                        fact: Arc::new(ImageFact {
-                            platforms: walked.platforms,
-                            artifact: walked.artifact,
-                            credentials: provenance,
-                            stale: None,
-                        }),
-                    }));
+            };
+            for credential in &credentials {
+                tried.push(credential.source().to_owned());
+                let attempt = self.attempt(asked, (host, Some(credential)), last, &tried);
+                if let Some(done) = attempt.await {
+                    return done;
                 }
-                Err(FetchError::Unauthorized) => {
-                    tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
-                }
-                Err(e) => return Err(e.into_lookup(&shown, host, &tried.join(", "))),
             }
         }
-        Err(FetchError::Unauthorized.into_lookup(&shown, host, &tried.join(", ")))
+        tried.push("anonymous".to_owned());
+        match self.attempt(asked, (host, None), last, &tried).await {
+            Some(done) => done,
+            None => Err(FetchError::Unauthorized.into_lookup(
+                &reference.to_string(),
+                host,
+                &tried.join(", "),
+            )),
+        }
+    }
+
+    /// How lookups name a plugin source.
+    fn label(&self, source: &Source) -> String {
+        match source {
+            Source::Credential(credential) => credential.source().to_owned(),
+            Source::Provider(index) => self.plugins.provider_label(*index),
+            Source::Helper(helper) => helper_label(helper),
+        }
+    }
+
+    /// What a plugin source gives for the image, within its share of what is left before
+    /// `deadline`.
+    async fn plugin_credentials(
+        &self,
+        source: &Source,
+        reference: &ImageReference,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<Credential>, PluginFailure> {
+        let now = tokio::time::Instant::now();
+        let plugin_deadline =
+            now + crate::budget::credential_plugin_share(deadline.saturating_duration_since(now));
+        let observer = self.observer.as_deref();
+        let registry = reference.registry();
+        match source {
+            Source::Credential(credential) => Ok(vec![credential.clone()]),
+            Source::Provider(index) => {
+                let image = format!("{registry}/{}", reference.repository());
+                self.plugins
+                    .provider_credentials(*index, &image, registry, plugin_deadline, observer)
+                    .await
+            }
+            Source::Helper(helper) => {
+                self.plugins
+                    .helper_credentials(helper, registry, plugin_deadline, observer)
+                    .await
+            }
+        }
+    }
+
+    /// One fetch of the image with `credential` (`None`: anonymous); `None` when the registry
+    /// refused it, so the next is tried. `tried` names every source tried so far.
+    async fn attempt(
+        &self,
+        asked: &Asked,
+        (host, credential): (&str, Option<&Credential>),
+        last: Option<&Arc<ImagePlatforms>>,
+        tried: &[String],
+    ) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
+        let shown = asked.reference.to_string();
+        let label = credential.map_or("anonymous", Credential::source);
+        let source = self.client.source(host, credential);
+        let provenance = credential.map_or(Provenance::Anonymous, |c| {
+            Provenance::Credential(c.shared_source())
+        });
+        Some(match self.fetch(&source, asked, host, last).await {
+            Ok(Fetched::Known(found)) => Ok(opened_by(found, provenance)),
+            Ok(Fetched::Walked(walked))
+                if walked.platforms.is_empty() && walked.artifact.is_none() =>
+            {
+                Err(LookupError::NoPlatforms { reference: shown })
+            }
+            Ok(Fetched::Walked(walked)) => {
+                tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
+                Ok(Arc::new(ImagePlatforms {
+                    digest: walked.digest,
+                    media_type: walked.media_type,
+                    served_by: host.to_owned(),
+                    fact: Arc::new(ImageFact {
+                        platforms: walked.platforms,
+                        artifact: walked.artifact,
+                        credentials: provenance,
+                        stale: None,
+                    }),
+                }))
+            }
+            Err(FetchError::Unauthorized) => {
+                tracing::debug!(image = ?shown, host = ?host, credential = ?label, "registry refused this credential");
+                return None;
+            }
+            Err(e) => Err(e.into_lookup(&shown, host, &tried.join(", "))),
+        })
     }
 
     /// The image's platforms from one host with one credential. A tag with a last answer is
@@ -592,4 +756,23 @@ fn opened_by(found: Arc<ImagePlatforms>, provenance: Provenance) -> Arc<ImagePla
         }),
         ..(*found).clone()
     })
+}
+
+/// The lookup's keys in the shared cache: only when every source is a credential. A plugin's
+/// credentials are minted per run (and its name is no identity other replicas share), so such
+/// lookups keep to the in-memory cache.
+fn shared_keys(
+    shared: &SharedCache,
+    reference: &ImageReference,
+    chain: &[Source],
+    fingerprints: &[u64],
+) -> Option<Keys> {
+    let credentials: Vec<Credential> = chain
+        .iter()
+        .map(|source| match source {
+            Source::Credential(credential) => Some(credential.clone()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    Some(shared.keys(reference, &credentials, fingerprints))
 }

@@ -6,7 +6,8 @@
 //! Nodes: `GET /api/v1/nodes` lists amd-1, arm-1 (tainted arm64), s390-1 (tainted s390x) and
 //! bare-1; the first watch streams the recorded events (arm-2 added, modified, deleted, …), later
 //! watches stay quiet for a few seconds and end, as an idle watch does.
-//! Tokens: `admintoken` may read everything, `nobodytoken` nothing (403), any other gets 401.
+//! Tokens: `admintoken` may read everything, `teamatoken` only in namespace team-a (as a
+//! RoleBinding there grants), `nobodytoken` nothing (403), any other gets 401.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -222,7 +223,9 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
     };
     match token {
         Some("admintoken") => {}
-        Some("nobodytoken") => {
+        // RoleBindings in team-a only (kustomize/components/namespaced-pull-secrets).
+        Some("teamatoken") if namespace == "team-a" => {}
+        Some("nobodytoken" | "teamatoken") => {
             let body = if kind == "secrets" {
                 recording("secret-regcred-get-403.body.json")
                     .replace("\\\"regcred\\\"", &format!("\\\"{name}\\\""))
@@ -232,7 +235,8 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
             };
             return status(
                 StatusCode::FORBIDDEN,
-                body.replace("\"name\":\"regcred\"", &format!("\"name\":\"{name}\"")),
+                body.replace("\"name\":\"regcred\"", &format!("\"name\":\"{name}\""))
+                    .replace("\\\"team-a\\\"", &format!("\\\"{namespace}\\\"")),
             );
         }
         _ => {

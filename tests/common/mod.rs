@@ -9,6 +9,7 @@ pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod kube_api;
+pub mod plugins;
 pub mod redis;
 pub mod registry;
 pub mod token;

@@ -124,19 +124,28 @@ impl TestServer {
         kube: Option<kube::Client>,
         limits: ServerLimits,
     ) -> Self {
-        super::init();
-        let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
-        let volume = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
         let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
         config.policy = policy;
         config.resolver = settings;
         config.server_limits = limits;
-        config.tls_files = Some((volume.cert_path(), volume.key_path()));
-        config.listen_addr = "127.0.0.1:0".parse().unwrap();
-        config.metrics_addr = None;
         // The fake API server serves nodes; pull secrets have their own tests.
         config.read_pull_secrets = false;
         config.watch_nodes = kube.is_some();
+        Self::start_configured(config, kube).await
+    }
+
+    /// The server `config` describes (its policy, resolver, credentials and credential
+    /// plugins), on 127.0.0.1 with the test CA's certificate, `/metrics` on the webhook port.
+    pub async fn start_configured(
+        mut config: tolerable::config::Config,
+        kube: Option<kube::Client>,
+    ) -> Self {
+        super::init();
+        let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
+        let volume = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+        config.tls_files = Some((volume.cert_path(), volume.key_path()));
+        config.listen_addr = "127.0.0.1:0".parse().unwrap();
+        config.metrics_addr = None;
         let webhook = Webhook::build(&config, kube, false).await.unwrap();
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();
