@@ -158,10 +158,12 @@ async fn answers_are_cached_by_their_key_type_for_their_duration() {
     .unwrap()
     .digest
     .clone();
-    // One repository by tag and by digest (two lookups), another repository, another registry.
+    // One repository by digest and by tag (two lookups), another repository, another registry.
+    // The digest first: a tag's answer is also kept under its digest, so the other order would
+    // answer the digest from the lookup cache without asking any credential source.
     let same_repository = [
-        basic_image("multiarch-oci"),
         format!("{}/fixtures/multiarch-oci@{digest}", registry::basic().host),
+        basic_image("multiarch-oci"),
     ];
     let other_repository = basic_image("amd64-docker");
     let other_registry = format!("{}/private/cached:v1", token.host);

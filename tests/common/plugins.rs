@@ -200,6 +200,10 @@ impl Providers {
         );
         let mut config = tolerable::config::Config::load(None, env).unwrap();
         config.resolver = super::settings();
+        // Several Python plugins may run one after another in one lookup, each given half of
+        // what is left: on a loaded 2-core machine 3 s is not enough for four of them. The
+        // hang tests bound themselves by the admission's own timeout.
+        config.resolver.lookup_timeout = std::time::Duration::from_secs(10);
         config
     }
 
