@@ -2,7 +2,8 @@
 //! replicas share what any of them learned (a registry is asked once for the whole cluster), a
 //! restarted replica starts warm, keys carry no credential, and a killed, frozen or restarted
 //! Redis never fails an admission — the in-memory cache and the registry answer alone, within
-//! the budget, and the shared cache is used again once it answers.
+//! the budget, and the shared cache is used again once it answers. `rediss://` is a Redis that
+//! speaks only TLS: shared when its CA is trusted, failing open when it is not.
 
 mod common;
 
@@ -13,7 +14,9 @@ use common::redis::RedisServer;
 use common::registry::{self, Mode, Requests};
 use common::webhook::{self, TestServer};
 use serde_json::{json, Value};
-use tolerable::registry::{CredentialStore, LookupError, Resolver, ResolverSettings};
+use tolerable::registry::{
+    CredentialStore, LookupError, Resolver, ResolverSettings, SharedCacheSettings,
+};
 
 fn settings(redis: &RedisServer) -> ResolverSettings {
     let mut settings = common::settings();
@@ -245,6 +248,82 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
     );
     redis.thaw();
     metric_shows(&server, "tolerable_shared_cache_up 0\n").await;
+}
+
+/// `rediss://` to a Redis that speaks only TLS and asks for a password, its CA trusted
+/// (`cache_ca_path`): a second replica answers from what the first wrote, without a registry
+/// request. With the wrong password over the same TLS it is refused, and the registry answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_its_ca_and_password_is_shared_by_replicas() {
+    let redis = RedisServer::start_tls(Some("tls-pass-456"));
+    assert!(
+        redis.url().starts_with("rediss://127.0.0.1:"),
+        "{}",
+        redis.url()
+    );
+    let registry = registry::plain();
+    let repository = "shared/tls";
+    let index = push(repository, "multiarch-oci", "v1").await;
+    let reference = image(repository, "v1");
+    replica(&redis).resolve(&reference).await.unwrap();
+    // The HEAD for the tag's digest, the GET by digest.
+    let learned = requests(1, 1, 0);
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+    for _ in 0..2 {
+        let found = replica(&redis).resolve(&reference).await.unwrap();
+        assert_eq!(found.digest, index);
+        assert_eq!(found.fact.platforms.len(), 3);
+    }
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+
+    let ca = common::certs::ca().ca_pem.as_bytes().to_vec();
+    let wrong =
+        SharedCacheSettings::new(&redis.url(), Some("not-the-password".into()), Some(ca)).unwrap();
+    let mut refused = common::settings();
+    refused.shared_cache = Some(wrong);
+    let refused = Resolver::new(refused, CredentialStore::default()).unwrap();
+    let found = refused.resolve(&reference).await.unwrap();
+    assert_eq!(found.digest, index);
+    assert_eq!(
+        registry.requests_by_method(repository).await,
+        requests(2, 2, 0)
+    );
+}
+
+/// `rediss://` to a Redis whose certificate another CA signed, or trusting only the system's
+/// roots: the TLS handshake fails, every admission is patched from the registry, and the
+/// metrics count the error and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_another_ca_or_none_fails_open() {
+    let redis = RedisServer::start_tls(None);
+    let registry = registry::plain();
+    let repository = "shared/tls-untrusted";
+    let another_ca = common::certs::TestCa::new().ca_pem;
+    for (tag, ca) in [
+        ("another-ca", Some(another_ca.as_str())),
+        ("system-roots", None),
+    ] {
+        push(repository, "multiarch-oci", tag).await;
+        let before = registry.requests_by_method(repository).await;
+        let mut resolver_settings = common::settings();
+        resolver_settings.shared_cache = Some(redis.settings_trusting(ca));
+        let server = TestServer::start(webhook::policy(), resolver_settings).await;
+        admitted(&server, &image(repository, tag)).await;
+        metric_shows(
+            &server,
+            "tolerable_shared_cache_lookups_total{result=\"error\"} 1\n",
+        )
+        .await;
+        metric_shows(&server, "tolerable_shared_cache_up 0\n").await;
+        let metrics = webhook::metrics_text(&server).await;
+        assert!(
+            !metrics.contains("tolerable_shared_cache_lookups_total{result=\"hit\"}")
+                && !metrics.contains("tolerable_shared_cache_writes_total{result=\"ok\"}"),
+            "{tag}: {metrics}"
+        );
+        let after = registry.requests_by_method(repository).await;
+        assert_eq!(after.manifest_gets, before.manifest_gets + 1, "{tag}");
+    }
 }
 
 /// `cache_url` through the configuration: a password in the URL or from a file is never in an
