@@ -3,7 +3,8 @@
 //! restarted replica starts warm, keys carry no credential, and a killed, frozen or restarted
 //! Redis never fails an admission — the in-memory cache and the registry answer alone, within
 //! the budget, and the shared cache is used again once it answers. `rediss://` is a Redis that
-//! speaks only TLS: shared when its CA is trusted, failing open when it is not.
+//! speaks only TLS: shared when its CA is trusted, failing open when it is not; and the log
+//! warns once per outage, without the password.
 
 mod common;
 
@@ -324,6 +325,76 @@ async fn rediss_with_another_ca_or_none_fails_open() {
         let after = registry.requests_by_method(repository).await;
         assert_eq!(after.manifest_gets, before.manifest_gets + 1, "{tag}");
     }
+}
+
+/// The real binary (`tolerable inspect`, a new process each run: a restarted replica), its
+/// shared cache configured as an operator does — `TOLERABLE_CACHE_URL`, `_PASSWORD`,
+/// `_CA_PATH` — on a TLS Redis: shared across runs; without the CA, or with Redis killed, every
+/// image is still answered and the log has one warning for the outage, naming the cache, never
+/// the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_warns_once_per_outage_and_never_shows_the_password() {
+    const PASSWORD: &str = "tls-log-pass-321";
+    let redis = RedisServer::start_tls(Some(PASSWORD));
+    let registry = registry::plain();
+    let repository = "shared/log";
+    let mut images = Vec::new();
+    // Three indexes, three digests: nothing is coalesced.
+    for fixture in ["multiarch-oci", "multiarch-docker", "buildx-single"] {
+        push(repository, fixture, fixture).await;
+        images.push(image(repository, fixture));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("redis-ca.pem");
+    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
+    let inspect = |ca: Option<&std::path::Path>| {
+        let mut command = common::cli::tolerable();
+        command
+            .args(["inspect", "--json"])
+            .args(&images)
+            .env("TOLERABLE_CACHE_URL", redis.url())
+            .env("TOLERABLE_CACHE_PASSWORD", PASSWORD);
+        if let Some(ca) = ca {
+            command.env("TOLERABLE_CACHE_CA_PATH", ca);
+        }
+        let out = command.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+            "the password is in the output"
+        );
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let items: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(items.len(), images.len(), "{stdout}");
+        stderr
+            .lines()
+            .filter(|l| l.contains("shared cache unavailable"))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(inspect(Some(&ca)), Vec::<String>::new());
+    let learned = requests(3, 3, 0);
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+    // Another process, the same Redis: every answer from it.
+    assert_eq!(inspect(Some(&ca)), Vec::<String>::new());
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+
+    // The system's roots do not trust the test CA: the handshake fails. Each of the three
+    // lookups fails at Redis; the log warns once.
+    let untrusted = inspect(None);
+    assert_eq!(untrusted.len(), 1, "{untrusted:#?}");
+    assert!(untrusted[0].contains(&redis.url()), "{}", untrusted[0]);
+    assert!(untrusted[0].contains("certificate"), "{}", untrusted[0]);
+    redis.kill();
+    let down = inspect(Some(&ca));
+    assert_eq!(down.len(), 1, "{down:#?}");
+    assert!(down[0].contains(&redis.url()), "{}", down[0]);
+    // Both runs asked the registry for every image.
+    assert_eq!(
+        registry.requests_by_method(repository).await,
+        requests(9, 9, 0)
+    );
 }
 
 /// `cache_url` through the configuration: a password in the URL or from a file is never in an
