@@ -2,7 +2,9 @@
 //! replicas share what any of them learned (a registry is asked once for the whole cluster), a
 //! restarted replica starts warm, keys carry no credential, and a killed, frozen or restarted
 //! Redis never fails an admission — the in-memory cache and the registry answer alone, within
-//! the budget, and the shared cache is used again once it answers.
+//! the budget, and the shared cache is used again once it answers. `rediss://` is a Redis that
+//! speaks only TLS: shared when its CA is trusted, failing open when it is not; and the log
+//! warns once per outage, without the password.
 
 mod common;
 
@@ -13,7 +15,9 @@ use common::redis::RedisServer;
 use common::registry::{self, Mode, Requests};
 use common::webhook::{self, TestServer};
 use serde_json::{json, Value};
-use tolerable::registry::{CredentialStore, LookupError, Resolver, ResolverSettings};
+use tolerable::registry::{
+    CredentialStore, LookupError, Resolver, ResolverSettings, SharedCacheSettings,
+};
 
 fn settings(redis: &RedisServer) -> ResolverSettings {
     let mut settings = common::settings();
@@ -245,6 +249,152 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
     );
     redis.thaw();
     metric_shows(&server, "tolerable_shared_cache_up 0\n").await;
+}
+
+/// `rediss://` to a Redis that speaks only TLS and asks for a password, its CA trusted
+/// (`cache_ca_path`): a second replica answers from what the first wrote, without a registry
+/// request. With the wrong password over the same TLS it is refused, and the registry answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_its_ca_and_password_is_shared_by_replicas() {
+    let redis = RedisServer::start_tls(Some("tls-pass-456"));
+    assert!(
+        redis.url().starts_with("rediss://127.0.0.1:"),
+        "{}",
+        redis.url()
+    );
+    let registry = registry::plain();
+    let repository = "shared/tls";
+    let index = push(repository, "multiarch-oci", "v1").await;
+    let reference = image(repository, "v1");
+    replica(&redis).resolve(&reference).await.unwrap();
+    // The HEAD for the tag's digest, the GET by digest.
+    let learned = requests(1, 1, 0);
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+    for _ in 0..2 {
+        let found = replica(&redis).resolve(&reference).await.unwrap();
+        assert_eq!(found.digest, index);
+        assert_eq!(found.fact.platforms.len(), 3);
+    }
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+
+    let ca = common::certs::ca().ca_pem.as_bytes().to_vec();
+    let wrong =
+        SharedCacheSettings::new(&redis.url(), Some("not-the-password".into()), Some(ca)).unwrap();
+    let mut refused = common::settings();
+    refused.shared_cache = Some(wrong);
+    let refused = Resolver::new(refused, CredentialStore::default()).unwrap();
+    let found = refused.resolve(&reference).await.unwrap();
+    assert_eq!(found.digest, index);
+    assert_eq!(
+        registry.requests_by_method(repository).await,
+        requests(2, 2, 0)
+    );
+}
+
+/// `rediss://` to a Redis whose certificate another CA signed, or trusting only the system's
+/// roots: the TLS handshake fails, every admission is patched from the registry, and the
+/// metrics count the error and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_another_ca_or_none_fails_open() {
+    let redis = RedisServer::start_tls(None);
+    let registry = registry::plain();
+    let repository = "shared/tls-untrusted";
+    let another_ca = common::certs::TestCa::new().ca_pem;
+    for (tag, ca) in [
+        ("another-ca", Some(another_ca.as_str())),
+        ("system-roots", None),
+    ] {
+        push(repository, "multiarch-oci", tag).await;
+        let before = registry.requests_by_method(repository).await;
+        let mut resolver_settings = common::settings();
+        resolver_settings.shared_cache = Some(redis.settings_trusting(ca));
+        let server = TestServer::start(webhook::policy(), resolver_settings).await;
+        admitted(&server, &image(repository, tag)).await;
+        metric_shows(
+            &server,
+            "tolerable_shared_cache_lookups_total{result=\"error\"} 1\n",
+        )
+        .await;
+        metric_shows(&server, "tolerable_shared_cache_up 0\n").await;
+        let metrics = webhook::metrics_text(&server).await;
+        assert!(
+            !metrics.contains("tolerable_shared_cache_lookups_total{result=\"hit\"}")
+                && !metrics.contains("tolerable_shared_cache_writes_total{result=\"ok\"}"),
+            "{tag}: {metrics}"
+        );
+        let after = registry.requests_by_method(repository).await;
+        assert_eq!(after.manifest_gets, before.manifest_gets + 1, "{tag}");
+    }
+}
+
+/// The real binary (`tolerable inspect`, a new process each run: a restarted replica), its
+/// shared cache configured as an operator does — `TOLERABLE_CACHE_URL`, `_PASSWORD`,
+/// `_CA_PATH` — on a TLS Redis: shared across runs; without the CA, or with Redis killed, every
+/// image is still answered and the log has one warning for the outage, naming the cache, never
+/// the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_warns_once_per_outage_and_never_shows_the_password() {
+    const PASSWORD: &str = "tls-log-pass-321";
+    let redis = RedisServer::start_tls(Some(PASSWORD));
+    let registry = registry::plain();
+    let repository = "shared/log";
+    let mut images = Vec::new();
+    // Three indexes, three digests: nothing is coalesced.
+    for fixture in ["multiarch-oci", "multiarch-docker", "buildx-single"] {
+        push(repository, fixture, fixture).await;
+        images.push(image(repository, fixture));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("redis-ca.pem");
+    std::fs::write(&ca, &common::certs::ca().ca_pem).unwrap();
+    let inspect = |ca: Option<&std::path::Path>| {
+        let mut command = common::cli::tolerable();
+        command
+            .args(["inspect", "--json"])
+            .args(&images)
+            .env("TOLERABLE_CACHE_URL", redis.url())
+            .env("TOLERABLE_CACHE_PASSWORD", PASSWORD);
+        if let Some(ca) = ca {
+            command.env("TOLERABLE_CACHE_CA_PATH", ca);
+        }
+        let out = command.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+            "the password is in the output"
+        );
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let items: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(items.len(), images.len(), "{stdout}");
+        stderr
+            .lines()
+            .filter(|l| l.contains("shared cache unavailable"))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(inspect(Some(&ca)), Vec::<String>::new());
+    let learned = requests(3, 3, 0);
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+    // Another process, the same Redis: every answer from it.
+    assert_eq!(inspect(Some(&ca)), Vec::<String>::new());
+    assert_eq!(registry.requests_by_method(repository).await, learned);
+
+    // The system's roots do not trust the test CA: the handshake fails. Each of the three
+    // lookups fails at Redis; the log warns once.
+    let untrusted = inspect(None);
+    assert_eq!(untrusted.len(), 1, "{untrusted:#?}");
+    assert!(untrusted[0].contains(&redis.url()), "{}", untrusted[0]);
+    assert!(untrusted[0].contains("certificate"), "{}", untrusted[0]);
+    redis.kill();
+    let down = inspect(Some(&ca));
+    assert_eq!(down.len(), 1, "{down:#?}");
+    assert!(down[0].contains(&redis.url()), "{}", down[0]);
+    // Both runs asked the registry for every image.
+    assert_eq!(
+        registry.requests_by_method(repository).await,
+        requests(9, 9, 0)
+    );
 }
 
 /// `cache_url` through the configuration: a password in the URL or from a file is never in an

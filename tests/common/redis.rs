@@ -1,6 +1,7 @@
 //! A real Redis: Debian's `redis-server` on a free 127.0.0.1 port, no persistence, one per test.
 //! It can be killed by its PID (an outage), frozen (SIGSTOP: a cache that accepts connections
-//! and never answers) and started again on the same port, empty.
+//! and never answers) and started again on the same port, empty. It can also speak TLS only
+//! (`rediss://`), with a certificate for 127.0.0.1 from the test CA (Debian builds it with TLS).
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,8 @@ use tolerable::registry::SharedCacheSettings;
 pub struct RedisServer {
     pub port: u16,
     password: Option<String>,
+    /// Set for a TLS-only server: the CA its certificate chains to (PEM).
+    tls_ca: Option<String>,
     /// The shell wrapper (which kills redis when its stdin closes) and redis' own PID.
     process: Mutex<Option<(Child, u32)>>,
     dir: tempfile::TempDir,
@@ -24,24 +27,96 @@ impl RedisServer {
 
     /// A Redis that asks clients for `password` (`requirepass`).
     pub fn start_with_password(password: Option<&str>) -> Self {
+        Self::start_with(password, false)
+    }
+
+    /// A Redis that speaks only TLS (`--port 0 --tls-port`), its certificate for 127.0.0.1
+    /// from the test CA ([`super::certs::ca`]); clients need no certificate. With `password`,
+    /// it asks for it (`requirepass`).
+    pub fn start_tls(password: Option<&str>) -> Self {
+        Self::start_with(password, true)
+    }
+
+    fn start_with(password: Option<&str>, tls: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tls_ca = tls.then(|| {
+            let ca = super::certs::ca();
+            let leaf = ca.leaf(&["127.0.0.1"]);
+            std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
+            std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
+            std::fs::write(dir.path().join("ca.crt"), &ca.ca_pem).unwrap();
+            ca.ca_pem.clone()
+        });
         let server = Self {
             port: super::free_port(),
             password: password.map(str::to_owned),
+            tls_ca,
             process: Mutex::new(None),
-            dir: tempfile::tempdir().unwrap(),
+            dir,
         };
         server.spawn();
         server
     }
 
-    /// `redis://127.0.0.1:PORT/0`, without the password.
+    /// `redis://127.0.0.1:PORT/0` (`rediss://` for a TLS server), without the password.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
-    /// Settings for tolerable's shared cache on this server.
+    /// Settings for tolerable's shared cache on this server (trusting the test CA for TLS).
     pub fn settings(&self) -> SharedCacheSettings {
-        SharedCacheSettings::new(&self.url(), self.password.clone(), None).unwrap()
+        self.settings_trusting(self.tls_ca.as_deref())
+    }
+
+    /// Settings that trust `ca_pem` (`cache_ca_path`), or the system's roots for `None`.
+    pub fn settings_trusting(&self, ca_pem: Option<&str>) -> SharedCacheSettings {
+        let ca_pem = ca_pem.map(|pem| pem.as_bytes().to_vec());
+        SharedCacheSettings::new(&self.url(), self.password.clone(), ca_pem).unwrap()
+    }
+
+    /// The arguments of `redis-server`: this port, loopback, nothing on disk.
+    fn args(&self) -> Vec<String> {
+        let dir = self.dir.path();
+        let port = self.port.to_string();
+        let mut args: Vec<String> = match self.tls_ca {
+            None => vec!["--port".into(), port],
+            Some(_) => [
+                ("--port", "0".to_owned()),
+                ("--tls-port", port),
+                ("--tls-cert-file", dir.join("tls.crt").display().to_string()),
+                ("--tls-key-file", dir.join("tls.key").display().to_string()),
+                (
+                    "--tls-ca-cert-file",
+                    dir.join("ca.crt").display().to_string(),
+                ),
+                ("--tls-auth-clients", "no".to_owned()),
+            ]
+            .into_iter()
+            .flat_map(|(flag, value)| [flag.to_owned(), value])
+            .collect(),
+        };
+        args.extend(
+            [
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ]
+            .map(str::to_owned),
+        );
+        args.push(dir.display().to_string());
+        if let Some(password) = &self.password {
+            args.extend(["--requirepass".to_owned(), password.clone()]);
+        }
+        args
     }
 
     fn spawn(&self) {
@@ -54,21 +129,7 @@ impl RedisServer {
                 "`redis-server` not found: the shared-cache tests need it. Install it with \
                  `sudo apt-get install -y redis-server` (scripts/install-test-deps.sh does this)",
             );
-        let mut args = vec![
-            "--port".to_owned(),
-            self.port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            "no".into(),
-            "--dir".into(),
-            self.dir.path().display().to_string(),
-        ];
-        if let Some(password) = &self.password {
-            args.extend(["--requirepass".to_owned(), password.clone()]);
-        }
+        let args = self.args();
         // The wrapper prints redis' PID, and kills it when this process closes its stdin (so
         // it dies with the test binary).
         let mut shell = Command::new("sh")
@@ -134,8 +195,9 @@ impl RedisServer {
         self.signal("-CONT");
     }
 
-    /// The keys stored now (`KEYS *`, over a raw connection).
+    /// The keys stored now (`KEYS *`, over a raw connection: not for a TLS server).
     pub fn keys(&self) -> Vec<String> {
+        assert!(self.tls_ca.is_none(), "keys() speaks plain RESP, not TLS");
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
