@@ -201,26 +201,12 @@ async fn a_hanging_helper_is_killed_inside_the_budget_and_the_admission_answered
         warnings.contains("credential helper docker-credential-hanging failed: did not answer"),
         "{warnings}"
     );
-    let pid: u32 = std::fs::read_to_string(pid_file.path())
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut gone = false;
-    for _ in 0..100 {
-        gone = common::plugins::process_gone(pid);
-        if gone {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(gone, "the helper {pid} still runs");
-    let metrics = common::webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains(
-            "tolerable_credential_plugin_runs_total{provider=\"docker-credential-hanging\",result=\"timeout\"} 1"
-        ),
-        "{metrics}"
-    );
+    common::plugins::hung_plugin_killed_and_counted(
+        &server,
+        pid_file.path(),
+        "docker-credential-hanging",
+    )
+    .await;
 }
 
 /// The whole order, each source refused in turn until the last one opens the image: the Pod's

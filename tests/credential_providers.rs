@@ -340,26 +340,7 @@ async fn a_hanging_plugin_is_killed_inside_the_budget_and_the_admission_answered
             && warnings.contains("killed"),
         "{warnings}"
     );
-    let pid: u32 = std::fs::read_to_string(pid_file.path())
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut gone = false;
-    for _ in 0..100 {
-        gone = common::plugins::process_gone(pid);
-        if gone {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(gone, "the plugin {pid} still runs");
-    let metrics = common::webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains(
-            "tolerable_credential_plugin_runs_total{provider=\"hanging\",result=\"timeout\"} 1"
-        ),
-        "{metrics}"
-    );
+    common::plugins::hung_plugin_killed_and_counted(&server, pid_file.path(), "hanging").await;
 }
 
 #[tokio::test]

@@ -205,7 +205,8 @@ fn secret(name: &str, hosts: &RegistryHosts) -> String {
     secret.to_string()
 }
 
-fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+/// A JSON response, as the API server sends every answer.
+pub fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = code;
     response

@@ -231,3 +231,27 @@ pub fn process_gone(pid: u32) -> bool {
         .unwrap_or_default();
     stat.is_empty() || stat.split(' ').nth(2) == Some("Z")
 }
+
+/// After an admission whose plugin hung: the process (pid in `pid_file`) is gone within 2 s and
+/// its run is counted as a timeout under `provider`.
+pub async fn hung_plugin_killed_and_counted(
+    server: &super::webhook::TestServer,
+    pid_file: &std::path::Path,
+    provider: &str,
+) {
+    let pid: u32 = std::fs::read_to_string(pid_file).unwrap().parse().unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        gone = process_gone(pid);
+        if gone {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the plugin {pid} still runs");
+    let metrics = super::webhook::metrics_text(server).await;
+    let series = format!(
+        "tolerable_credential_plugin_runs_total{{provider=\"{provider}\",result=\"timeout\"}} 1"
+    );
+    assert!(metrics.contains(&series), "{metrics}");
+}

@@ -14,7 +14,7 @@ use http_body_util::Full;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api;
+use super::kube_api::{self, status as respond};
 
 pub struct WorkloadsApi {
     pub port: u16,
@@ -28,15 +28,6 @@ fn recording(name: &str, registry_host: &str) -> String {
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .replace("registry.test:5000", registry_host)
-}
-
-fn respond(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = code;
-    response
-        .headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    response
 }
 
 fn not_found(what: &str) -> Response<Full<Bytes>> {
