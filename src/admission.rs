@@ -14,7 +14,7 @@ use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
 use crate::metrics::Metrics;
 use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
-use crate::registry::{Checked, LookupError, Resolver};
+use crate::registry::{Checked, Resolver};
 
 use self::review::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
 
@@ -100,19 +100,28 @@ impl Admission {
     }
 
     /// For `audit --verify`: each of the Pod's images, its index's platforms checked against
-    /// their image configs, with the Pod's pull secrets as a lookup uses them.
+    /// their image configs, with the Pod's pull secrets as a lookup uses them — once per image
+    /// in `done`, whichever Pod names it first (a blob GET per platform counts against a
+    /// registry's pull limits).
     pub(crate) async fn verify(
         &self,
         pod: &PodCreate,
         pull_secrets: &PullSecretRefs,
         budget: Duration,
-    ) -> Vec<(String, Result<Vec<Checked>, LookupError>)> {
+        done: &VerifiedImages,
+    ) -> Vec<(String, Verification)> {
         let pull = self
             .pull_credentials(&pod.namespace, pull_secrets, budget)
             .await;
         let checks = pod.images_to_look_up().iter().map(|image| async {
-            let checked = self.resolver.verify(image, &pull.credentials, budget).await;
-            (image.clone(), checked)
+            let once = done.once(image);
+            let checked = once
+                .get_or_init(|| async {
+                    let checked = self.resolver.verify(image, &pull.credentials, budget).await;
+                    checked.map_err(|e| e.to_string())
+                })
+                .await;
+            (image.clone(), checked.clone())
         });
         futures_util::future::join_all(checks).await
     }
@@ -227,6 +236,22 @@ impl Admission {
     }
 }
 
+/// What `--verify` found for one image: each claimed platform checked, or why it could not be.
+pub(crate) type Verification = Result<Vec<Checked>, String>;
+
+/// Images already verified in one run (`audit --verify`), each at most once.
+#[derive(Default)]
+pub(crate) struct VerifiedImages(
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<Verification>>>>,
+);
+
+impl VerifiedImages {
+    fn once(&self, image: &str) -> Arc<tokio::sync::OnceCell<Verification>> {
+        let mut done = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        done.entry(image.to_owned()).or_default().clone()
+    }
+}
+
 /// What an admission request asks of the core.
 // Built and taken apart once per admission, never stored in bulk: boxing the large variant
 // would only add an allocation.
@@ -281,5 +306,29 @@ impl From<Answer> for PodAnswer {
             shell_warnings: Vec::new(),
             facts: ImageFacts::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn each_image_is_verified_once_whichever_pods_name_it() {
+        let done = VerifiedImages::default();
+        let runs = AtomicUsize::new(0);
+        for image in ["app:1", "app:1", "db:2", "app:1"] {
+            let once = done.once(image);
+            let checked = once
+                .get_or_init(|| async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Err(format!("{image}: not found"))
+                })
+                .await;
+            assert_eq!(checked, &Err(format!("{image}: not found")));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
     }
 }

@@ -15,14 +15,14 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::admission::{Admission, PodAnswer};
+use crate::admission::{Admission, PodAnswer, Verification, VerifiedImages};
 use crate::audit::{judge, Known, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
 use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::config::Config;
 use crate::mutate::{explain, Decision, Policy};
-use crate::registry::{Checked, LookupError};
+
 use crate::workload::Workload;
 
 use self::read::{ClusterState, Running};
@@ -97,11 +97,18 @@ pub(crate) async fn run(
     let admission = Admission::new(resolver, audit_policy(&config.policy), None)
         .with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
-    let verify = args.verify;
+    // With --verify: each image checked once, whichever workloads name it.
+    let verify = args.verify.then(VerifiedImages::default);
     let mut audits = Vec::with_capacity(state.workloads.len());
     let mut audited =
         futures_util::stream::iter(state.workloads.iter().map(|(workload, replicas)| {
-            audit(&admission, &state, (workload, *replicas), budget, verify)
+            audit(
+                &admission,
+                &state,
+                (workload, *replicas),
+                budget,
+                verify.as_ref(),
+            )
         }))
         .buffered(WORKLOADS_AT_ONCE);
     while let Some(audit) = audited.next().await {
@@ -149,17 +156,21 @@ async fn audit(
     state: &ClusterState,
     (workload, replicas): (&Workload, u32),
     budget: Duration,
-    verify: bool,
+    verify: Option<&VerifiedImages>,
 ) -> WorkloadAudit {
-    let mut verified = verify.then(Verified::default);
+    let mut verified = verify.map(|_| Verified::default());
     let WorkloadAnswer {
         answered,
         mut common,
         asked,
     } = answer_workload(admission, &workload.pod, budget).await;
-    if let (Some(verified), Some((pod, pull_secrets))) = (&mut verified, &asked) {
+    if let (Some(verified), Some(verified_images), Some((pod, pull_secrets))) =
+        (&mut verified, verify, &asked)
+    {
         // A child manifest and a config blob per platform: a few lookups' time.
-        let checked = admission.verify(pod, pull_secrets, budget * 3).await;
+        let checked = admission
+            .verify(pod, pull_secrets, budget * 3, verified_images)
+            .await;
         *verified = verified_platforms(&checked);
         if let Some(common) = &mut common {
             common.retain(|arch| !verified.false_architectures.contains(arch));
@@ -212,7 +223,7 @@ async fn audit(
 
 /// `mislabelled image: the index says linux/arm64, its config linux/amd64`, the architectures
 /// that makes false, and the images that could not be verified.
-fn verified_platforms(checked: &[(String, Result<Vec<Checked>, LookupError>)]) -> Verified {
+fn verified_platforms(checked: &[(String, Verification)]) -> Verified {
     let mut verified = Verified::default();
     for (image, result) in checked {
         match result {
