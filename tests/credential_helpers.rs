@@ -9,28 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::plugins::{credential_file, Provider, Providers};
+use common::plugins::{basic_image, credential_file, tried, Provider, Providers};
 use common::registry::{self, Mode, PASSWORD, USER};
 use serde_json::json;
-use tolerable::registry::{CredentialStore, LookupError, Provenance};
-
-fn basic_image(name: &str) -> String {
-    format!("{}/fixtures/{name}:v1", registry::basic().host)
-}
-
-fn provenance(found: &tolerable::registry::ImagePlatforms) -> String {
-    match &found.fact.credentials {
-        Provenance::Anonymous => "anonymous".to_owned(),
-        Provenance::Credential(source) => source.to_string(),
-    }
-}
-
-fn tried(error: &LookupError) -> String {
-    match error {
-        LookupError::Unauthorized { tried, .. } => tried.clone(),
-        other => panic!("not refused: {other}"),
-    }
-}
+use tolerable::registry::CredentialStore;
 
 fn auth(user: &str, password: &str) -> serde_json::Value {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -55,7 +37,7 @@ async fn cred_helpers_and_the_creds_store_open_private_images() {
     let resolver = plugins.resolver(&[]);
     let found = resolver.resolve(&basic_image("arm64-oci")).await.unwrap();
     assert_eq!(
-        provenance(&found),
+        found.fact.credentials.to_string(),
         "credential helper docker-credential-ecr-login"
     );
     let found = resolver
@@ -63,7 +45,7 @@ async fn cred_helpers_and_the_creds_store_open_private_images() {
         .await
         .unwrap();
     assert_eq!(
-        provenance(&found),
+        found.fact.credentials.to_string(),
         "credential helper docker-credential-store"
     );
     // Asked as Docker asks: the registry's host and port on stdin.
@@ -107,9 +89,13 @@ async fn a_registrys_own_helper_replaces_its_auths_entry_and_the_store_comes_aft
         .await
         .unwrap();
     assert!(
-        provenance(&found).contains("docker-config.json"),
+        found
+            .fact
+            .credentials
+            .to_string()
+            .contains("docker-config.json"),
         "{}",
-        provenance(&found)
+        found.fact.credentials.to_string()
     );
     assert!(plugins.runs("docker-credential-store").is_empty());
 }
@@ -258,7 +244,7 @@ async fn every_source_in_order_until_one_is_accepted() {
         .await
         .unwrap();
     assert_eq!(
-        provenance(&found),
+        found.fact.credentials.to_string(),
         "credential helper docker-credential-store"
     );
     assert_eq!(plugins.runs("cloud").len(), 1);

@@ -10,28 +10,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use std::time::Duration;
 
-use common::plugins::{credential_file, Provider, Providers};
+use common::plugins::{basic_image, credential_file, tried, Provider, Providers};
 use common::registry::{self, Mode, PASSWORD, USER};
-use tolerable::registry::{CredentialStore, LookupError, Provenance};
-
-fn basic_image(name: &str) -> String {
-    format!("{}/fixtures/{name}:v1", registry::basic().host)
-}
-
-fn provenance(found: &tolerable::registry::ImagePlatforms) -> String {
-    match &found.fact.credentials {
-        Provenance::Anonymous => "anonymous".to_owned(),
-        Provenance::Credential(source) => source.to_string(),
-    }
-}
-
-/// What an Unauthorized lookup says it tried.
-fn tried(error: &LookupError) -> String {
-    match error {
-        LookupError::Unauthorized { tried, .. } => tried.clone(),
-        other => panic!("not refused: {other}"),
-    }
-}
+use tolerable::registry::CredentialStore;
 
 #[tokio::test]
 async fn a_providers_credentials_open_private_images_on_htpasswd_and_token_registries() {
@@ -47,11 +28,17 @@ async fn a_providers_credentials_open_private_images_on_htpasswd_and_token_regis
     let resolver = providers.resolver(&[]);
 
     let found = resolver.resolve(&basic_image("arm64-oci")).await.unwrap();
-    assert_eq!(provenance(&found), "credential provider registry-login");
+    assert_eq!(
+        found.fact.credentials.to_string(),
+        "credential provider registry-login"
+    );
     let tokens_before = token.token.as_ref().unwrap().requests_by(USER);
     let private = format!("{}/private/provided:v1", token.host);
     let found = resolver.resolve(&private).await.unwrap();
-    assert_eq!(provenance(&found), "credential provider registry-login");
+    assert_eq!(
+        found.fact.credentials.to_string(),
+        "credential provider registry-login"
+    );
     assert!(token.token.as_ref().unwrap().requests_by(USER) > tokens_before);
     // Asked as the kubelet asks: the repository, without tag or digest.
     assert_eq!(
@@ -203,7 +190,10 @@ async fn concurrent_lookups_share_one_run() {
     });
     for lookup in lookups {
         let found = lookup.await.unwrap().unwrap();
-        assert_eq!(provenance(&found), "credential provider slow");
+        assert_eq!(
+            found.fact.credentials.to_string(),
+            "credential provider slow"
+        );
     }
     assert_eq!(providers.runs("slow").len(), 1);
 }
@@ -250,9 +240,9 @@ async fn a_failed_run_is_reported_cached_briefly_and_the_next_source_is_tried() 
         for name in ["arm64-oci", "amd64-docker"] {
             let found = resolver.resolve(&basic_image(name)).await.unwrap();
             assert!(
-                provenance(&found).starts_with(files),
+                found.fact.credentials.to_string().starts_with(files),
                 "{}",
-                provenance(&found)
+                found.fact.credentials.to_string()
             );
         }
         assert_eq!(providers.runs("broken").len(), 1, "{mode}");
@@ -286,7 +276,7 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
         .resolve_with(&image, &pod_secret(PASSWORD))
         .await
         .unwrap();
-    assert_eq!(provenance(&found), "secret team-a/regcred");
+    assert_eq!(found.fact.credentials.to_string(), "secret team-a/regcred");
     assert!(providers.runs("cloud").is_empty());
 
     // A refused pull secret: the provider, before the credential files.
@@ -295,7 +285,10 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
         .resolve_with(&image, &pod_secret("wrong"))
         .await
         .unwrap();
-    assert_eq!(provenance(&found), "credential provider cloud");
+    assert_eq!(
+        found.fact.credentials.to_string(),
+        "credential provider cloud"
+    );
 
     // A refused provider: the credential files.
     let providers = with("wrong");
@@ -304,7 +297,7 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
         .resolve_with(&image, &pod_secret("wrong"))
         .await
         .unwrap();
-    assert!(provenance(&found).starts_with(files));
+    assert!(found.fact.credentials.to_string().starts_with(files));
     let refused = providers
         .resolver(&[])
         .resolve_with(&image, &pod_secret("wrong"))
@@ -415,9 +408,9 @@ async fn a_token_service_refusing_a_providers_credentials_gives_way_to_the_next_
         .await
         .unwrap();
     assert!(
-        provenance(&found).starts_with(files),
+        found.fact.credentials.to_string().starts_with(files),
         "{}",
-        provenance(&found)
+        found.fact.credentials.to_string()
     );
     assert_eq!(providers.runs("cloud").len(), 1);
     let refused = providers.resolver(&[]).resolve(&image).await.unwrap_err();

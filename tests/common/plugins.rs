@@ -255,3 +255,16 @@ pub async fn hung_plugin_killed_and_counted(
     );
     assert!(metrics.contains(&series), "{metrics}");
 }
+
+/// A fixture image on the htpasswd registry.
+pub fn basic_image(name: &str) -> String {
+    format!("{}/fixtures/{name}:v1", super::registry::basic().host)
+}
+
+/// What an Unauthorized lookup says it tried.
+pub fn tried(error: &tolerable::registry::LookupError) -> String {
+    match error {
+        tolerable::registry::LookupError::Unauthorized { tried, .. } => tried.clone(),
+        other => panic!("not refused: {other}"),
+    }
+}
