@@ -7,7 +7,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::cli::workload;
+use common::cli::{succeeded, workload};
 use common::fixtures::Pusher;
 use common::registry::{self, Mode};
 use common::workloads_api::WorkloadsApi;
@@ -65,13 +65,7 @@ fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
 }
 
 fn report(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_str(&succeeded(out)).unwrap()
 }
 
 #[test]
@@ -153,12 +147,7 @@ fn every_status_of_the_recorded_cluster() {
 #[test]
 fn the_table_and_summary_line_for_people() {
     let out = audit(cluster(), "admintoken", &[]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert!(
         lines[0].starts_with("WORKLOAD") && lines[0].contains("STATUS"),

@@ -5,9 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 
-use common::cli::{review, tolerable, workload};
+use common::cli::{json_report, review, succeeded, tolerable, workload};
 use common::fixtures::Pusher;
 use common::registry::{self, Mode};
 use serde_json::Value;
@@ -32,16 +32,6 @@ fn corpus(host: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     copy(Path::new(CORPUS), dir.path(), host);
     dir
-}
-
-fn json_report(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 #[track_caller]
@@ -135,12 +125,7 @@ fn recursive_reads_nested_directories_and_the_table_says_what_would_change() {
     assert_eq!(names, ["old-web", "old-api"]);
 
     let out = review(&["-R", legacy.to_str().unwrap()], None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert!(
         lines[0].starts_with("WORKLOAD") && lines[0].ends_with("WOULD ADD"),
@@ -173,11 +158,7 @@ fn kustomize_output_on_standard_input() {
     // The test tools' kubectl (scripts/install-test-deps.sh), not whatever PATH has.
     let rendered = common::tools::render(dir.path().join("kustomize"));
     let out = review(&["--json", "-"], Some(rendered.as_bytes()));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let api = workload(&json_report(&out), "Deployment", "api").clone();
     assert_eq!(api["namespace"], "kustomized");
     assert_eq!(strings(&api["architectures"]), ["amd64", "arm", "arm64"]);
@@ -200,11 +181,7 @@ async fn an_image_in_many_workloads_is_looked_up_once() {
     let out = tokio::task::spawn_blocking(move || review(&["--json", "-"], Some(yaml.as_bytes())))
         .await
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(json_report(&out)["workloads"].as_array().unwrap().len(), 6);
     // The index names the platforms: one manifest request in all, for six workloads.
     assert_eq!(registry.requests_for("review-once/app").await, (1, 0));
@@ -217,8 +194,7 @@ fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
         &["--patch", dir.path().join("batch.yaml").to_str().unwrap()],
         None,
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = succeeded(&out);
     assert!(text.starts_with("# Job/shop/migrate ("), "{text}");
     assert!(text.contains("# CronJob/shop/nightly ("), "{text}");
     assert_eq!(text.matches("# JSON Patch").count(), 2, "{text}");
@@ -337,11 +313,7 @@ fn unread_pull_secrets_are_named() {
         registry::plain().host
     );
     let out = review(&["--json", "-"], Some(yaml.as_bytes()));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report = json_report(&out);
     let warnings = strings(&workload(&report, "Deployment", "private")["warnings"]).join("\n");
     assert!(
@@ -375,11 +347,7 @@ fn pull_secrets_from_the_cluster_with_a_kubeconfig() {
         .arg(file.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report = json_report(&out);
     let private = workload(&report, "Deployment", "private");
     assert_eq!(strings(&private["architectures"]), ["arm64"], "{private:#}");

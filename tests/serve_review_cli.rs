@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read as _};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cli::{review, tolerable};
+use common::cli::{review, succeeded, tolerable};
 use common::registry;
 use serde_json::{json, Value};
 
@@ -43,12 +43,7 @@ async fn review_the_shipped_example_pod() {
 
 /// `review`'s output says allowed, tolerating arm64, with its JSON Patch; the patched Pod.
 fn allowed_tolerating_arm64(out: &Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(out);
     assert!(text.starts_with("decision: allowed"), "{text}");
     assert!(text.contains("tolerates arm64"), "{text}");
     assert!(text.contains("# JSON Patch"), "{text}");
@@ -77,11 +72,7 @@ fn review_a_pod_manifest_in_yaml() {
 fn review_an_admission_review_as_json_from_stdin() {
     let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
     let out = review(&["--json", "-"], Some(request.to_string().as_bytes()));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["allowed"], true);
     assert_eq!(report["outcome"], "decided");

@@ -52,3 +52,25 @@ pub fn workload<'a>(report: &'a Value, kind: &str, name: &str) -> &'a Value {
     };
     found
 }
+
+/// The standard output of a run that must have succeeded (shown, with its errors, if not).
+pub fn succeeded(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The JSON report a `--json` run printed, whatever its exit status.
+pub fn json_report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
