@@ -279,6 +279,12 @@ pub fn kubeconfig(port: u16, token: &str) -> tempfile::NamedTempFile {
     file
 }
 
+/// The bearer token a client sent, as the API server's token authenticator reads it.
+pub fn bearer_token<B>(req: &hyper::Request<B>) -> Option<String> {
+    let header = req.headers().get("authorization")?.to_str().ok()?;
+    Some(header.strip_prefix("Bearer ")?.to_owned())
+}
+
 /// TLS as an API server serves it: a certificate for 127.0.0.1 from the test CA, HTTP/1.1.
 pub fn api_tls() -> tokio_rustls::TlsAcceptor {
     let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
@@ -339,12 +345,7 @@ impl FakeApiServer {
             Some(acceptor),
             move |req: hyper::Request<hyper::body::Incoming>| {
                 seen.lock().unwrap().push(req.uri().path().to_owned());
-                let token = req
-                    .headers()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::to_owned);
+                let token = bearer_token(&req);
                 let path = req.uri().path().to_owned();
                 let query = req.uri().query().unwrap_or("").to_owned();
                 let method = req.method().clone();

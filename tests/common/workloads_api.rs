@@ -165,12 +165,7 @@ impl WorkloadsApi {
                 let path = req.uri().path().to_owned();
                 let query = req.uri().query().unwrap_or("").to_owned();
                 seen.lock().unwrap().push(format!("{path}?{query}"));
-                let token = req
-                    .headers()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::to_owned);
+                let token = kube_api::bearer_token(&req);
                 let host = host.clone();
                 async move { answer(&path, &query, token.as_deref(), &host) }
             },

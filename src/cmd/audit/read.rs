@@ -325,6 +325,16 @@ mod tests {
             .into()
     }
 
+    /// What is listed without a selector: every workload and Pod.
+    fn unselected(workloads: Vec<Value>, pods: Vec<Value>) -> Listed {
+        Listed {
+            workloads,
+            between: Vec::new(),
+            selected_pods: pods.clone(),
+            pods,
+        }
+    }
+
     fn names(state: &ClusterState) -> Vec<(String, String, u32)> {
         state
             .workloads
@@ -353,12 +363,7 @@ mod tests {
             pod("debug", None, "arm", "Running"),
             pod("pending", None, "", "Pending"),
         ];
-        let listed = Listed {
-            workloads,
-            between: Vec::new(),
-            selected_pods: pods.clone(),
-            pods,
-        };
+        let listed = unselected(workloads, pods);
         let state = assemble(listed, nodes());
         assert_eq!(
             names(&state),
@@ -421,12 +426,7 @@ mod tests {
             object("ReplicaSet", "y", "Y", Some("X")),
         ];
         let pods = vec![pod("p", Some("X"), "amd", "Running")];
-        let listed = Listed {
-            workloads,
-            between: Vec::new(),
-            selected_pods: pods.clone(),
-            pods,
-        };
+        let listed = unselected(workloads, pods);
         let state = assemble(listed, nodes());
         // Neither ReplicaSet is on top; the Pod stands as its own workload.
         assert_eq!(names(&state), [("Pod".into(), "p".into(), 1)]);
