@@ -68,3 +68,13 @@ pub(crate) fn write_table<const N: usize>(
     }
     Ok(())
 }
+
+/// The ARCHITECTURES cell of `review` and `audit`: the architectures a workload's images share,
+/// `none` when they share none, `?` when some image is unknown.
+pub(crate) fn architectures_cell(common: Option<&[String]>) -> String {
+    match common {
+        Some([]) => "none".to_owned(),
+        Some(common) => common.join(","),
+        None => "?".to_owned(),
+    }
+}

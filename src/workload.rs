@@ -20,10 +20,15 @@ pub(crate) struct Workload {
 impl Workload {
     /// `Deployment/web` (or `Deployment/shop/web` when the namespace is known).
     pub(crate) fn label(&self) -> String {
-        match &self.namespace {
-            Some(namespace) => format!("{}/{namespace}/{}", self.kind, self.name),
-            None => format!("{}/{}", self.kind, self.name),
-        }
+        label(&self.kind, self.namespace.as_deref(), &self.name)
+    }
+}
+
+/// `Deployment/shop/web`, or `Deployment/web` without a namespace: how reports name a workload.
+pub(crate) fn label(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(namespace) => format!("{kind}/{namespace}/{name}"),
+        None => format!("{kind}/{name}"),
     }
 }
 

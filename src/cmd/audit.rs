@@ -289,10 +289,7 @@ fn known(
 }
 
 fn label(audit: &WorkloadAudit) -> String {
-    match &audit.namespace {
-        Some(namespace) => format!("{}/{namespace}/{}", audit.kind, audit.name),
-        None => format!("{}/{}", audit.kind, audit.name),
-    }
+    crate::workload::label(&audit.kind, audit.namespace.as_deref(), &audit.name)
 }
 
 /// `WORKLOAD  STATUS  ARCHITECTURES  REASON`, columns as wide as their widest cell; misplaced
@@ -303,11 +300,7 @@ fn write_table(out: &mut impl Write, audits: &[WorkloadAudit]) -> std::io::Resul
     let rows: Vec<[String; 4]> = sorted
         .iter()
         .map(|a| {
-            let architectures = match &a.architectures {
-                Some(common) if common.is_empty() => "none".to_owned(),
-                Some(common) => common.join(","),
-                None => "?".to_owned(),
-            };
+            let architectures = crate::cmd::architectures_cell(a.architectures.as_deref());
             [
                 label(a),
                 a.status.label().to_owned(),

@@ -157,10 +157,7 @@ pub(super) fn write(
 }
 
 fn label(report: &WorkloadReport) -> String {
-    match &report.namespace {
-        Some(namespace) => format!("{}/{namespace}/{}", report.kind, report.name),
-        None => format!("{}/{}", report.kind, report.name),
-    }
+    crate::workload::label(&report.kind, report.namespace.as_deref(), &report.name)
 }
 
 /// `WORKLOAD  ARCHITECTURES  OUTCOME  WOULD ADD`, columns as wide as their widest cell.
@@ -168,11 +165,7 @@ fn write_table(out: &mut impl Write, reports: &[WorkloadReport]) -> std::io::Res
     let rows: Vec<[String; 4]> = reports
         .iter()
         .map(|r| {
-            let architectures = match &r.architectures {
-                Some(common) if common.is_empty() => "none".to_owned(),
-                Some(common) => common.join(","),
-                None => "?".to_owned(),
-            };
+            let architectures = crate::cmd::architectures_cell(r.architectures.as_deref());
             let adds = if r.adds.is_empty() {
                 "-".to_owned()
             } else {
