@@ -136,7 +136,7 @@ impl Admission {
         let (facts, shell_warnings) = self.gather(pod, pull_secrets, budget).await;
         let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
         PodAnswer {
-            answer: mutate::answer(pod, &facts, pools.as_ref(), &self.policy),
+            answer: mutate::answer(pod, &facts, pools.as_deref(), &self.policy),
             shell_warnings,
             facts,
         }

@@ -234,9 +234,7 @@ fn wire_cluster(
 async fn warn_of_fenced_off_pools(watch: NodeWatch, policy: crate::taints::TaintPolicy) {
     watch.synced().await;
     let nodes = watch.nodes();
-    for (node, arch, taint) in
-        crate::taints::fenced_off_nodes(nodes.iter().map(AsRef::as_ref), &policy)
-    {
+    for (node, arch, taint) in crate::taints::fenced_off_nodes(&nodes, &policy) {
         tracing::warn!(
             %node,
             architecture = %arch,

@@ -56,6 +56,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangedLabels {
+    changed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -138,6 +143,9 @@ pub struct Metrics {
     certificate_expiry: Timestamp,
     registry_ca_expiry: Timestamp,
     node_watch_synced: Timestamp,
+    node_pool_builds: Counter,
+    node_watch_nodes: Gauge,
+    node_watch_events: Family<ChangedLabels, Counter>,
     build_info: Family<VersionLabels, Gauge>,
     lookup_duration: Family<ResultLabels, Histogram>,
     registry_requests: Family<RegistryLabels, Counter>,
@@ -182,6 +190,9 @@ impl Metrics {
             certificate_expiry: Timestamp::default(),
             registry_ca_expiry: Timestamp::default(),
             node_watch_synced: Timestamp::default(),
+            node_pool_builds: Counter::default(),
+            node_watch_nodes: Gauge::default(),
+            node_watch_events: Family::default(),
             build_info: Family::default(),
             lookup_duration: Family::new_with_constructor(latency_histogram),
             registry_requests: Family::default(),
@@ -291,6 +302,26 @@ impl Metrics {
             "Until when the node watch was known in sync with the API server (now while it is; when it failed, else), in seconds since the Unix epoch; 0 before the first full list",
             self.node_watch_synced.clone(),
         );
+        registry.register(
+            "tolerable_node_pool_builds",
+            "Times the node pools were built from the watched Nodes: each full list and each coalesced change of a Node's architecture, OS or architecture taints (never a kubelet heartbeat)",
+            self.node_pool_builds.clone(),
+        );
+        registry.register(
+            "tolerable_node_watch_nodes",
+            "Nodes in the node watch's view",
+            self.node_watch_nodes.clone(),
+        );
+        registry.register(
+            "tolerable_node_watch_events",
+            "Node watch events (after the first list): changed=\"true\" when a Node was added or removed or its architecture, OS or architecture taints changed, \"false\" for everything else (kubelet heartbeats, images, conditions)",
+            self.node_watch_events.clone(),
+        );
+        for changed in ["true", "false"] {
+            let _ = self
+                .node_watch_events
+                .get_or_create(&ChangedLabels { changed });
+        }
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
@@ -311,6 +342,20 @@ impl Metrics {
 
     pub(crate) fn set_node_watch_synced(&self, at: Option<SystemTime>) {
         self.node_watch_synced.set(at.map_or(0.0, unix_seconds));
+    }
+
+    /// The node watch's build count and size, read at scrape time.
+    pub(crate) fn set_node_watch_size(&self, builds: u64, nodes: u64, events: (u64, u64)) {
+        for (changed, count) in [("true", events.0), ("false", events.1)] {
+            let counter = self
+                .node_watch_events
+                .get_or_create(&ChangedLabels { changed });
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+        self.node_pool_builds
+            .inc_by(builds.saturating_sub(self.node_pool_builds.get()));
+        self.node_watch_nodes
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
     }
 
     /// A Pod denied (counted besides its `denied` outcome), by why.

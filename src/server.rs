@@ -308,6 +308,11 @@ async fn metrics(state: &AppState, req: &Request<Incoming>) -> Response<Body> {
     state.metrics.set_ready(readiness(state).is_ok());
     if let Some(nodes) = &state.nodes {
         state.metrics.set_node_watch_synced(nodes.last_synced());
+        state.metrics.set_node_watch_size(
+            nodes.pool_builds(),
+            nodes.node_count(),
+            nodes.events_seen(),
+        );
         if let Some(pools) = nodes.pools() {
             state.metrics.set_architectures(&pools);
         }

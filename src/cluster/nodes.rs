@@ -1,30 +1,56 @@
-//! The node watch: a kube-runtime reflector over Nodes, from which the decision core learns which
+//! The node watch: kube-runtime's watcher over Nodes, from which the decision core learns which
 //! architectures the cluster has and which taints each architecture's nodes carry.
+//!
+//! Sized by what is read, not by what the API server sends: each Node is kept as its
+//! [`NodeFacts`] (a name, two labels, the kubelet's report, a few taints), and the core's
+//! [`NodePools`] are built from them only when a fact changes — never per admission, never for
+//! a kubelet heartbeat — coalesced over [`COALESCE`], and published as one shared snapshot that
+//! an admission reads by cloning an `Arc`.
 
-use std::collections::BTreeSet;
+mod projection;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwapOption;
 use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 
+pub(crate) use self::projection::{NodeFacts, WatchedNode};
 use crate::mutate::NodePools;
+
+/// How long changes are gathered before the pools are rebuilt: a burst (a node group scaling,
+/// a re-list) costs one build, and an admission sees a change at most this late.
+pub const COALESCE: Duration = Duration::from_millis(250);
 
 /// A live view of the cluster's Nodes.
 #[derive(Clone)]
 pub struct NodeWatch {
-    store: Store<Node>,
-    /// Set once the first full list is in. Our own signal rather than a second
-    /// `Store::wait_until_ready`: kube-runtime's ready signal is a oneshot receiver polled through
-    /// a shared lock, so of two tasks waiting on it only the last to register is woken.
+    published: Arc<Published>,
+    /// Set once the first full list is in.
     synced: tokio::sync::watch::Receiver<bool>,
-    /// The toleration templates' keys: only taints under these describe a pool.
-    taint_keys: Arc<BTreeSet<String>>,
     /// Whether the view is in sync with the API server, for the sync metric.
     sync: Arc<Mutex<SyncState>>,
+}
+
+/// What the watch task publishes for admissions, the tainter and the metrics.
+#[derive(Default)]
+struct Published {
+    /// The pools as of the last build; `None` before the first full list.
+    pools: ArcSwapOption<NodePools>,
+    /// Every Node's facts as of the last build (for the tainter and the fenced-off warning).
+    nodes: ArcSwapOption<Vec<(String, NodeFacts)>>,
+    /// How many times the pools were built.
+    builds: AtomicU64,
+    /// Nodes in the last build.
+    count: AtomicU64,
+    /// Watch events that changed a Node's facts, and those that did not.
+    changed: AtomicU64,
+    unchanged: AtomicU64,
 }
 
 /// Whether the node watch is in sync: after a full list and while no error has been reported
@@ -42,7 +68,7 @@ struct SyncState {
 impl SyncState {
     /// An event from the watch (`Ok`: an object or a list's end; `Err`: the watch or list
     /// failed), at `now`.
-    fn event(&mut self, event: Result<&watcher::Event<Node>, ()>, now: SystemTime) {
+    fn event<K>(&mut self, event: Result<&watcher::Event<K>, ()>, now: SystemTime) {
         match event {
             Ok(watcher::Event::InitDone) => {
                 self.listed = true;
@@ -72,41 +98,122 @@ impl SyncState {
     }
 }
 
-impl NodeWatch {
-    /// Starts watching Nodes in the background (list, then watch; re-lists and backs off on
-    /// errors, as kube-runtime's watcher does). Only taints under `taint_keys` are kept.
-    pub fn start(client: kube::Client, taint_keys: BTreeSet<String>) -> Self {
-        let (store, writer) = reflector::store();
-        let api: Api<Node> = Api::all(client);
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff();
-        let sync = Arc::new(Mutex::new(SyncState::default()));
-        let state = sync.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = &event {
-                    tracing::warn!(error = %e, "node watch failed; retrying");
+/// The watch task's own state: every Node's facts, and whether the published pools are behind.
+struct Facts {
+    taint_keys: BTreeSet<String>,
+    nodes: HashMap<String, NodeFacts>,
+    /// A re-list in progress: the Nodes listed so far (the old view serves until it is done).
+    listing: Option<HashMap<String, NodeFacts>>,
+    /// A fact changed since the last build.
+    changed: bool,
+}
+
+/// What one watch event did to the facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Part of a (re-)list, not done yet.
+    Listing,
+    /// A full list is in.
+    Listed,
+    /// A Node's facts changed (added, removed, or something a decision reads).
+    Changed,
+    /// Nothing a decision reads changed (a kubelet heartbeat, an image, a condition, a label
+    /// or taint under another key).
+    Unchanged,
+}
+
+impl Facts {
+    /// Takes one watch event in.
+    fn apply(&mut self, event: watcher::Event<WatchedNode>) -> Seen {
+        let keep = |node: WatchedNode| {
+            let name = node.name().to_owned();
+            let mut facts = node.facts;
+            facts.keep_taints(&self.taint_keys);
+            (name, facts)
+        };
+        let changed = match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashMap::new());
+                return Seen::Listing;
+            }
+            watcher::Event::InitApply(node) => {
+                let (name, facts) = keep(node);
+                self.listing
+                    .get_or_insert_with(HashMap::new)
+                    .insert(name, facts);
+                return Seen::Listing;
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                self.changed |= listed != self.nodes;
+                self.nodes = listed;
+                self.nodes.shrink_to_fit();
+                return Seen::Listed;
+            }
+            watcher::Event::Apply(node) => {
+                let (name, facts) = keep(node);
+                let changed = self.nodes.get(&name) != Some(&facts);
+                if changed {
+                    self.nodes.insert(name, facts);
                 }
-                // Plain data: still consistent if a holder panicked.
-                state
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .event(event.as_ref().map_err(|_| ()), SystemTime::now());
+                changed
             }
-        });
+            watcher::Event::Delete(node) => self.nodes.remove(node.name()).is_some(),
+        };
+        self.changed |= changed;
+        if changed {
+            Seen::Changed
+        } else {
+            Seen::Unchanged
+        }
+    }
+
+    /// Builds the pools from the facts and publishes them.
+    fn publish(&mut self, published: &Published) {
+        let mut pools = NodePools::default();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (name, facts) in &self.nodes {
+            if let Some(arch) = facts.architecture() {
+                pools.add_node(Some(name), arch, &facts.taints, &self.taint_keys);
+            }
+            nodes.push((name.clone(), facts.clone()));
+        }
+        published.pools.store(Some(Arc::new(pools)));
+        published.nodes.store(Some(Arc::new(nodes)));
+        published.builds.fetch_add(1, Ordering::Relaxed);
+        published
+            .count
+            .store(self.nodes.len() as u64, Ordering::Relaxed);
+        self.changed = false;
+    }
+}
+
+impl NodeWatch {
+    /// Starts watching Nodes in the background (a list paged at kube-runtime's 500, then a
+    /// watch; re-lists and backs off on errors, as kube-runtime's watcher does). Only taints
+    /// under `taint_keys` are kept.
+    pub fn start(client: kube::Client, taint_keys: BTreeSet<String>) -> Self {
+        let api: Api<WatchedNode> = Api::all(client);
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let sync = Arc::new(Mutex::new(SyncState::default()));
+        let published = Arc::new(Published::default());
         let (flag, synced) = tokio::sync::watch::channel(false);
-        let ready = store.clone();
-        tokio::spawn(async move {
-            if ready.wait_until_ready().await.is_ok() {
-                flag.send_replace(true);
-                tracing::info!("node watch synced");
-            }
-        });
+        let facts = Facts {
+            taint_keys,
+            nodes: HashMap::new(),
+            listing: None,
+            changed: false,
+        };
+        tokio::spawn(keep_facts(
+            stream,
+            facts,
+            published.clone(),
+            sync.clone(),
+            flag,
+        ));
         Self {
-            store,
+            published,
             synced,
-            taint_keys: Arc::new(taint_keys),
             sync,
         }
     }
@@ -132,21 +239,93 @@ impl NodeWatch {
         let _ = self.synced.clone().wait_for(|synced| *synced).await;
     }
 
-    /// The Nodes now (a snapshot of the cache).
-    pub(crate) fn nodes(&self) -> Vec<Arc<Node>> {
-        self.store.state()
+    /// The Nodes as of the last build, as minimal Nodes holding what the watch keeps (for the
+    /// tainter and the fenced-off warning; they plan on whole Nodes).
+    pub(crate) fn nodes(&self) -> Vec<Node> {
+        self.published
+            .nodes
+            .load_full()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|(name, facts)| facts.to_node(name))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
-    /// The pools now; `None` before the first list.
-    pub fn pools(&self) -> Option<NodePools> {
-        if !self.is_synced() {
-            return None;
+    /// The pools now (shared, built when a Node's facts last changed); `None` before the first
+    /// list.
+    pub fn pools(&self) -> Option<Arc<NodePools>> {
+        self.published.pools.load_full()
+    }
+
+    /// How many times the pools have been built (each full list, each coalesced change).
+    pub fn pool_builds(&self) -> u64 {
+        self.published.builds.load(Ordering::Relaxed)
+    }
+
+    /// Watch events so far that changed a Node's facts, and those that changed nothing a
+    /// decision reads (heartbeats).
+    pub fn events_seen(&self) -> (u64, u64) {
+        (
+            self.published.changed.load(Ordering::Relaxed),
+            self.published.unchanged.load(Ordering::Relaxed),
+        )
+    }
+
+    /// How many Nodes the last build saw.
+    pub(crate) fn node_count(&self) -> u64 {
+        self.published.count.load(Ordering::Relaxed)
+    }
+}
+
+/// The watch task: takes each event in, rebuilds the pools [`COALESCE`] after the first change
+/// of a burst (at once for the first full list, which readiness waits for).
+async fn keep_facts(
+    stream: impl futures_util::Stream<Item = Result<watcher::Event<WatchedNode>, watcher::Error>>,
+    mut facts: Facts,
+    published: Arc<Published>,
+    sync: Arc<Mutex<SyncState>>,
+    flag: tokio::sync::watch::Sender<bool>,
+) {
+    let mut stream = std::pin::pin!(stream);
+    let mut rebuild_at: Option<tokio::time::Instant> = None;
+    loop {
+        let event = match rebuild_at {
+            Some(at) => tokio::select! {
+                event = stream.next() => event,
+                () = tokio::time::sleep_until(at) => {
+                    facts.publish(&published);
+                    rebuild_at = None;
+                    continue;
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(event) = event else { return };
+        if let Err(e) = &event {
+            tracing::warn!(error = %e, "node watch failed; retrying");
         }
-        let nodes = self.store.state();
-        Some(NodePools::from_nodes(
-            nodes.iter().map(AsRef::as_ref),
-            &self.taint_keys,
-        ))
+        // Plain data: still consistent if a holder panicked.
+        sync.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .event(event.as_ref().map_err(|_| ()), SystemTime::now());
+        let Ok(event) = event else { continue };
+        let seen = facts.apply(event);
+        match seen {
+            Seen::Changed => published.changed.fetch_add(1, Ordering::Relaxed),
+            Seen::Unchanged => published.unchanged.fetch_add(1, Ordering::Relaxed),
+            Seen::Listing | Seen::Listed => 0,
+        };
+        if seen == Seen::Listed && !*flag.borrow() {
+            facts.publish(&published);
+            rebuild_at = None;
+            flag.send_replace(true);
+            tracing::info!(nodes = facts.nodes.len(), "node watch synced");
+        } else if facts.changed && rebuild_at.is_none() {
+            rebuild_at = Some(tokio::time::Instant::now() + COALESCE);
+        }
     }
 }
 
@@ -304,8 +483,9 @@ pub async fn keep_nodes_tainted(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        // Only nodes whose plan changes anything are patched (each re-read on a conflict).
-        let mut pending: Vec<Node> = Vec::new();
+        // Only nodes whose plan changes anything are patched, each read whole first (the watch
+        // keeps only what planning reads; the patch is guarded by the whole taint list).
+        let mut pending: Vec<String> = Vec::new();
         for node in watch.nodes() {
             let plan = crate::taints::plan_taint(&node, &policy);
             if let Some(why) = &plan.refused {
@@ -313,13 +493,24 @@ pub async fn keep_nodes_tainted(
                     tracing::warn!(node = %plan.node, "not tainting: {why}");
                 }
             } else if plan.changes() {
-                pending.push(node.as_ref().clone());
+                pending.push(plan.node);
             }
         }
         if pending.is_empty() {
             continue;
         }
-        if let Err(e) = apply_taints(&client, &policy, TaintAction::Taint, pending).await {
+        let api: Api<Node> = Api::all(client.clone());
+        let mut whole = Vec::with_capacity(pending.len());
+        for name in pending {
+            match api.get_opt(&name).await {
+                Ok(Some(node)) => whole.push(node),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not read node to taint; retrying")
+                }
+            }
+        }
+        if let Err(e) = apply_taints(&client, &policy, TaintAction::Taint, whole).await {
             tracing::warn!(error = %e, "could not keep node taints up to date; retrying");
         }
     }
@@ -336,29 +527,126 @@ mod tests {
         let node = Node::default();
         let mut sync = SyncState::default();
         assert_eq!(sync.last_synced(t(1)), None, "before the first list");
-        sync.event(Ok(&watcher::Event::Init), t(1));
+        sync.event(Ok(&watcher::Event::<Node>::Init), t(1));
         sync.event(Ok(&watcher::Event::InitApply(node.clone())), t(1));
         assert_eq!(sync.last_synced(t(2)), None, "the list is not done");
         sync.event(Ok(&watcher::Event::Apply(node.clone())), t(2));
         assert_eq!(sync.last_synced(t(2)), None, "an object is no list");
-        sync.event(Ok(&watcher::Event::InitDone), t(3));
+        sync.event(Ok(&watcher::Event::<Node>::InitDone), t(3));
         assert_eq!(sync.last_synced(t(100)), Some(t(100)), "in sync: now");
-        sync.event(Err(()), t(200));
+        sync.event::<Node>(Err(()), t(200));
         assert_eq!(sync.last_synced(t(900)), Some(t(200)), "since the failure");
-        sync.event(Err(()), t(300));
+        sync.event::<Node>(Err(()), t(300));
         assert_eq!(
             sync.last_synced(t(900)),
             Some(t(200)),
             "the first failure counts"
         );
         // The watcher re-lists: not in sync until the list is done.
-        sync.event(Ok(&watcher::Event::Init), t(400));
+        sync.event(Ok(&watcher::Event::<Node>::Init), t(400));
         assert_eq!(sync.last_synced(t(900)), Some(t(200)));
-        sync.event(Ok(&watcher::Event::InitDone), t(500));
+        sync.event(Ok(&watcher::Event::<Node>::InitDone), t(500));
         assert_eq!(sync.last_synced(t(901)), Some(t(901)));
         // Or the watch resumes without a list: its next event says so.
-        sync.event(Err(()), t(1000));
+        sync.event::<Node>(Err(()), t(1000));
         sync.event(Ok(&watcher::Event::Delete(node)), t(1010));
         assert_eq!(sync.last_synced(t(1020)), Some(t(1020)));
+    }
+}
+
+#[cfg(test)]
+mod facts_tests {
+    //! What each recorded kind of watch event does to the facts (the EKS-shaped recording: a
+    //! kubelet heartbeat, a label under another key, a taint change).
+    use super::*;
+    use crate::mutate::ARCH_LABEL;
+
+    fn recorded(name: &str) -> String {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/kube-api/scale")
+                .join(name),
+        )
+        .unwrap()
+    }
+
+    fn listed() -> Facts {
+        let list: serde_json::Value =
+            serde_json::from_str(&recorded("node-list-limit-2.body.json")).unwrap();
+        let mut facts = Facts {
+            taint_keys: BTreeSet::from([ARCH_LABEL.to_owned()]),
+            nodes: HashMap::new(),
+            listing: None,
+            changed: false,
+        };
+        assert_eq!(facts.apply(watcher::Event::Init), Seen::Listing);
+        for item in list["items"].as_array().unwrap() {
+            let node: WatchedNode = serde_json::from_value(item.clone()).unwrap();
+            assert_eq!(facts.apply(watcher::Event::InitApply(node)), Seen::Listing);
+            assert!(
+                facts.nodes.is_empty(),
+                "the old view serves until the list is done"
+            );
+        }
+        assert_eq!(facts.apply(watcher::Event::InitDone), Seen::Listed);
+        assert_eq!(facts.nodes.len(), 2);
+        facts
+    }
+
+    fn events() -> Vec<WatchedNode> {
+        recorded("node-watch.body.json")
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["type"] == "MODIFIED")
+            .map(|e| serde_json::from_value(e["object"].clone()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_heartbeat_or_another_label_changes_nothing_a_taint_change_does() {
+        let mut facts = listed();
+        facts.changed = false;
+        let [heartbeat, label, taint] = <[WatchedNode; 3]>::try_from(events()).unwrap();
+        assert_eq!(
+            facts.apply(watcher::Event::Apply(heartbeat)),
+            Seen::Unchanged
+        );
+        assert_eq!(facts.apply(watcher::Event::Apply(label)), Seen::Unchanged);
+        assert!(!facts.changed, "nothing to rebuild");
+        let name = taint.name().to_owned();
+        assert_eq!(
+            facts.apply(watcher::Event::Apply(taint.clone())),
+            Seen::Changed
+        );
+        assert!(facts.changed);
+        assert_eq!(facts.nodes[&name].taints[0].value.as_deref(), Some("amd64"));
+        // The same event again (a watch resumed) changes nothing more.
+        facts.changed = false;
+        assert_eq!(
+            facts.apply(watcher::Event::Apply(taint.clone())),
+            Seen::Unchanged
+        );
+        assert_eq!(
+            facts.apply(watcher::Event::Delete(taint.clone())),
+            Seen::Changed
+        );
+        assert_eq!(facts.apply(watcher::Event::Delete(taint)), Seen::Unchanged);
+    }
+
+    #[test]
+    fn a_relist_of_the_same_nodes_changes_nothing() {
+        let mut facts = listed();
+        facts.changed = false;
+        let published = Published::default();
+        let again = listed();
+        facts.listing = Some(again.nodes);
+        assert_eq!(facts.apply(watcher::Event::InitDone), Seen::Listed);
+        assert!(!facts.changed);
+        facts.publish(&published);
+        assert_eq!(published.builds.load(Ordering::Relaxed), 1);
+        let pools = published.pools.load_full().unwrap();
+        assert_eq!(pools.architectures.keys().collect::<Vec<_>>(), ["arm64"]);
+        assert_eq!(pools.nodes.len(), 2);
     }
 }

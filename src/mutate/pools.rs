@@ -20,7 +20,9 @@ pub struct NodePools {
 
 impl NodePools {
     /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
-    /// kubelet reports; only taints whose key is one of `taint_keys` count.
+    /// kubelet reports; only taints whose key is one of `taint_keys` count. (The node watch
+    /// builds from its projections with [`NodePools::add_node`]; tests compare the two.)
+    #[cfg(test)]
     pub(crate) fn from_nodes<'a>(
         nodes: impl IntoIterator<Item = &'a Node>,
         taint_keys: &BTreeSet<String>,
@@ -30,26 +32,44 @@ impl NodePools {
             let Some(arch) = node_architecture(node) else {
                 continue;
             };
-            if let Some(name) = &node.metadata.name {
-                pools.nodes.insert(name.clone(), arch.clone());
-            }
-            let taints = pools.architectures.entry(arch).or_default();
-            for taint in node
+            let taints = node
                 .spec
                 .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .into_iter()
-                .flatten()
-            {
-                if taint_keys.contains(&taint.key) && !taints.iter().any(|t| same_taint(t, taint)) {
-                    taints.push(Taint {
-                        time_added: None,
-                        ..taint.clone()
-                    });
-                }
-            }
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or(&[]);
+            pools.add_node(node.metadata.name.as_deref(), &arch, taints, taint_keys);
         }
         pools
+    }
+
+    /// Adds one node of `architecture` carrying `taints` (only those under `taint_keys` count):
+    /// what [`NodePools::from_nodes`] does for each node, for a shell that keeps less than
+    /// whole Nodes.
+    pub fn add_node(
+        &mut self,
+        name: Option<&str>,
+        architecture: &str,
+        taints: &[Taint],
+        taint_keys: &BTreeSet<String>,
+    ) {
+        if let Some(name) = name {
+            self.nodes.insert(name.to_owned(), architecture.to_owned());
+        }
+        let pool = match self.architectures.get_mut(architecture) {
+            Some(pool) => pool,
+            None => self
+                .architectures
+                .entry(architecture.to_owned())
+                .or_default(),
+        };
+        for taint in taints {
+            if taint_keys.contains(&taint.key) && !pool.iter().any(|t| same_taint(t, taint)) {
+                pool.push(Taint {
+                    time_added: None,
+                    ..taint.clone()
+                });
+            }
+        }
     }
 
     pub fn taints(&self, arch: &str) -> &[Taint] {

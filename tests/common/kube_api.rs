@@ -5,7 +5,9 @@
 //! registry hosts inside the recorded pull secrets point at this run's test registries.
 //! Nodes: `GET /api/v1/nodes` lists amd-1, arm-1 (tainted arm64), s390-1 (tainted s390x) and
 //! bare-1; the first watch streams the recorded events (arm-2 added, modified, deleted, …), later
-//! watches stay quiet for a few seconds and end, as an idle watch does.
+//! watches stay quiet for a few seconds and end, as an idle watch does; `GET
+//! /api/v1/nodes/NAME` and JSON Patches on Nodes act on the same Nodes (a failed `test` is the
+//! recorded 422, a missing Node the recorded 404).
 //! Tokens: `admintoken` may read everything, `teamatoken` only in namespace team-a (as a
 //! RoleBinding there grants), `nobodytoken` nothing (403), any other gets 401.
 
@@ -127,6 +129,22 @@ impl State {
             "items": items,
         })
         .to_string()
+    }
+
+    /// `GET /api/v1/nodes/NAME`: the Node as held now, or the recorded 404.
+    fn get(&self, name: &str) -> Response<Full<Bytes>> {
+        match self.nodes.lock().unwrap().get(name) {
+            Some(node) => {
+                let mut node = node.clone();
+                node["kind"] = serde_json::json!("Node");
+                node["apiVersion"] = serde_json::json!("v1");
+                status(StatusCode::OK, node.to_string())
+            }
+            None => status(
+                StatusCode::NOT_FOUND,
+                recording("node-get-missing-404.body.json").replace("missing", name),
+            ),
+        }
     }
 
     /// A JSON Patch on a Node, as the API server applies it: all or nothing, a failed `test` is a
@@ -363,6 +381,9 @@ impl FakeApiServer {
                     match (&method, path.as_str()) {
                         (&hyper::Method::GET, "/api/v1/nodes") if admin => {
                             nodes(&state, &query).await
+                        }
+                        (&hyper::Method::GET, p) if admin && p.starts_with("/api/v1/nodes/") => {
+                            full(state.get(&p["/api/v1/nodes/".len()..]))
                         }
                         (&hyper::Method::PATCH, p) if admin && p.starts_with("/api/v1/nodes/") => {
                             full(state.patch(&p["/api/v1/nodes/".len()..], &body))

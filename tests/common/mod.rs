@@ -12,6 +12,7 @@ pub mod kube_api;
 pub mod plugins;
 pub mod redis;
 pub mod registry;
+pub mod scale_api;
 pub mod token;
 pub mod tools;
 pub mod webhook;
