@@ -22,7 +22,44 @@ use crate::registry::CredentialStore;
 pub(crate) const CACHE_TTL: Duration = Duration::from_secs(30);
 /// Reads that failed for a reason that may pass (API unreachable) are retried this soon.
 const ERROR_TTL: Duration = Duration::from_secs(2);
-const MAX_CACHED: u64 = 10_000;
+/// What the Secret and ServiceAccount caches may hold, each, in bytes (weighed by what they
+/// keep: registry names, credentials, secret names, warnings), whatever the Secrets hold: a
+/// bound per cache, not per entry (a 1 MiB docker config is weighed as such).
+const MAX_CACHED_BYTES: u64 = 8 << 20;
+
+/// Roughly what a cached read keeps, in bytes (the key, the value and the cache's own
+/// per-entry overhead).
+fn weight(key: &(String, String), kept: usize) -> u32 {
+    u32::try_from(key.0.len() + key.1.len() + kept + 128).unwrap_or(u32::MAX)
+}
+
+impl SecretRead {
+    fn kept_bytes(&self) -> usize {
+        match self {
+            Self::Credentials(entries, warnings) => {
+                entries
+                    .iter()
+                    .map(|(registry, c)| {
+                        registry.len() + c.user().len() + c.secret().len() + c.source().len() + 96
+                    })
+                    .sum::<usize>()
+                    + warnings.iter().map(String::len).sum::<usize>()
+            }
+            Self::Problem(why) | Self::Transient(why) => why.len(),
+            Self::Forbidden => 0,
+        }
+    }
+}
+
+impl AccountRead {
+    fn kept_bytes(&self) -> usize {
+        match self {
+            Self::PullSecrets(names) => names.iter().map(|n| n.len() + 24).sum(),
+            Self::Problem(why) | Self::Transient(why) => why.len(),
+            Self::Forbidden => 0,
+        }
+    }
+}
 
 /// Where a Pod's registry credentials are named: its `imagePullSecrets` and its ServiceAccount.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +136,14 @@ fn no_access(namespace: &str) -> String {
     )
 }
 
+fn secret_cache() -> Cache<(String, String), Arc<SecretRead>> {
+    Cache::builder()
+        .max_capacity(MAX_CACHED_BYTES)
+        .weigher(|key, read: &Arc<SecretRead>| weight(key, read.kept_bytes()))
+        .expire_after(ReadExpiry)
+        .build()
+}
+
 pub struct Cluster {
     client: kube::Client,
     secrets: Cache<(String, String), Arc<SecretRead>>,
@@ -109,12 +154,10 @@ impl Cluster {
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
-            secrets: Cache::builder()
-                .max_capacity(MAX_CACHED)
-                .expire_after(ReadExpiry)
-                .build(),
+            secrets: secret_cache(),
             accounts: Cache::builder()
-                .max_capacity(MAX_CACHED)
+                .max_capacity(MAX_CACHED_BYTES)
+                .weigher(|key, read: &Arc<AccountRead>| weight(key, read.kept_bytes()))
                 .expire_after(ReadExpiry)
                 .build(),
         }
@@ -287,5 +330,46 @@ fn read_secret(secret: &Secret, what: &str) -> SecretRead {
     ) {
         Ok((entries, warnings)) => SecretRead::Credentials(entries, warnings),
         Err(e) => SecretRead::Problem(format!("{what}: {e}; ignored")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Large docker configs fill the cache by their size, not by their count: 64 Secrets of
+    /// 512 KiB of credentials each are more than the cache may hold, and it keeps within its
+    /// bytes.
+    #[tokio::test]
+    async fn the_secret_cache_is_bounded_by_bytes_not_by_entries() {
+        let cache = secret_cache();
+        let credential =
+            crate::registry::Credential::new("u", "p".repeat(512 << 10), "secret ns/x");
+        for i in 0..64 {
+            let read = SecretRead::Credentials(
+                vec![(format!("r{i}.example"), credential.clone())],
+                Vec::new(),
+            );
+            assert!(read.kept_bytes() > 512 << 10);
+            cache
+                .insert(("ns".into(), format!("s{i}")), Arc::new(read))
+                .await;
+        }
+        cache.run_pending_tasks().await;
+        assert!(
+            cache.weighted_size() <= MAX_CACHED_BYTES,
+            "{}",
+            cache.weighted_size()
+        );
+        assert!(
+            cache.entry_count() < 64,
+            "{} entries kept",
+            cache.entry_count()
+        );
+        assert!(
+            cache.entry_count() >= 8,
+            "{} entries kept",
+            cache.entry_count()
+        );
     }
 }

@@ -55,13 +55,13 @@ async fn metric(server: &TestServer, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pools_are_built_once_then_only_when_a_fact_changes() {
-    // 1,200 Nodes: three pages of 500 (the last one short), 400 arm64 ones tainted.
+    // 1,200 Nodes: five pages of 250 (the last one short), 400 arm64 ones tainted.
     let api = ScaleApiServer::start(1200, 400);
     let server =
         TestServer::start_with_cluster(webhook::policy(), common::settings(), api.client()).await;
     let watch: NodeWatch = server.state.nodes.clone().expect("the node watch runs");
     until("the node watch to sync", || watch.is_synced()).await;
-    assert_eq!(api.lists(), 3, "the list is paged at 500");
+    assert_eq!(api.lists(), 5, "the list is paged at 250");
     assert_eq!(
         watch.pool_builds(),
         1,

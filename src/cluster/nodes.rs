@@ -23,6 +23,11 @@ use kube::runtime::{watcher, WatchStreamExt as _};
 pub(crate) use self::projection::{NodeFacts, WatchedNode};
 use crate::mutate::NodePools;
 
+/// Nodes per list page. A page is read whole before it is parsed, twice over in the client's
+/// buffers: at ~18 KB per EKS-shaped Node, 250 keep a list's peak ~9 MB above the kept facts
+/// (client-go's 500 doubled that; BENCHMARKS.md), for twice the list requests.
+pub const LIST_PAGE: u32 = 250;
+
 /// How long changes are gathered before the pools are rebuilt: a burst (a node group scaling,
 /// a re-list) costs one build, and an admission sees a change at most this late.
 pub const COALESCE: Duration = Duration::from_millis(250);
@@ -43,7 +48,7 @@ struct Published {
     /// The pools as of the last build; `None` before the first full list.
     pools: ArcSwapOption<NodePools>,
     /// Every Node's facts as of the last build (for the tainter and the fenced-off warning).
-    nodes: ArcSwapOption<Vec<(String, NodeFacts)>>,
+    nodes: ArcSwapOption<Vec<(Arc<str>, Arc<NodeFacts>)>>,
     /// How many times the pools were built.
     builds: AtomicU64,
     /// Nodes in the last build.
@@ -101,9 +106,10 @@ impl SyncState {
 /// The watch task's own state: every Node's facts, and whether the published pools are behind.
 struct Facts {
     taint_keys: BTreeSet<String>,
-    nodes: HashMap<String, NodeFacts>,
+    /// Shared with the published list: a build copies two pointers per Node, not its facts.
+    nodes: HashMap<Arc<str>, Arc<NodeFacts>>,
     /// A re-list in progress: the Nodes listed so far (the old view serves until it is done).
-    listing: Option<HashMap<String, NodeFacts>>,
+    listing: Option<HashMap<Arc<str>, Arc<NodeFacts>>>,
     /// A fact changed since the last build.
     changed: bool,
 }
@@ -126,10 +132,10 @@ impl Facts {
     /// Takes one watch event in.
     fn apply(&mut self, event: watcher::Event<WatchedNode>) -> Seen {
         let keep = |node: WatchedNode| {
-            let name = node.name().to_owned();
+            let name: Arc<str> = Arc::from(node.name());
             let mut facts = node.facts;
             facts.keep_taints(&self.taint_keys);
-            (name, facts)
+            (name, Arc::new(facts))
         };
         let changed = match event {
             watcher::Event::Init => {
@@ -189,12 +195,13 @@ impl Facts {
 }
 
 impl NodeWatch {
-    /// Starts watching Nodes in the background (a list paged at kube-runtime's 500, then a
-    /// watch; re-lists and backs off on errors, as kube-runtime's watcher does). Only taints
-    /// under `taint_keys` are kept.
+    /// Starts watching Nodes in the background (a list paged at [`LIST_PAGE`], then a watch;
+    /// re-lists and backs off on errors, as kube-runtime's watcher does). Only taints under
+    /// `taint_keys` are kept.
     pub fn start(client: kube::Client, taint_keys: BTreeSet<String>) -> Self {
         let api: Api<WatchedNode> = Api::all(client);
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let config = watcher::Config::default().page_size(LIST_PAGE);
+        let stream = watcher(api, config).default_backoff();
         let sync = Arc::new(Mutex::new(SyncState::default()));
         let published = Arc::new(Published::default());
         let (flag, synced) = tokio::sync::watch::channel(false);
@@ -620,7 +627,10 @@ mod facts_tests {
             Seen::Changed
         );
         assert!(facts.changed);
-        assert_eq!(facts.nodes[&name].taints[0].value.as_deref(), Some("amd64"));
+        assert_eq!(
+            facts.nodes[name.as_str()].taints[0].value.as_deref(),
+            Some("amd64")
+        );
         // The same event again (a watch resumed) changes nothing more.
         facts.changed = false;
         assert_eq!(
