@@ -184,7 +184,9 @@ fn listed_and_more(named: &[String], total: usize) -> String {
     match named {
         [] => String::new(),
         [only] if total == 1 => only.clone(),
-        _ if total > named.len() => format!("{} and {} more", named.join(", "), total - named.len()),
+        _ if total > named.len() => {
+            format!("{} and {} more", named.join(", "), total - named.len())
+        }
         [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
 }
@@ -314,10 +316,7 @@ mod tests {
                 "1 of 52 Pods on s390x nodes: q on s390x-node; its images support arm64",
             ]
         );
-        assert_eq!(
-            listed_and_more(&["a".into(), "b".into()], 2),
-            "a and b"
-        );
+        assert_eq!(listed_and_more(&["a".into(), "b".into()], 2), "a and b");
     }
 
     #[test]

@@ -211,11 +211,7 @@ impl ObjectItem {
                 .into()
         });
         ObjectSeen {
-            key: (
-                kind.to_owned(),
-                self.metadata.namespace,
-                self.metadata.name,
-            ),
+            key: (kind.to_owned(), self.metadata.namespace, self.metadata.name),
             uid: self.metadata.uid,
             controller,
             replicas: self

@@ -98,19 +98,18 @@ pub(crate) async fn run(
     // With --verify: each image checked once, whichever workloads name it.
     let verify = args.verify.then(VerifiedImages::default);
     let mut audits = Vec::with_capacity(state.workloads.len());
-    let mut audited =
-        futures_util::stream::iter(state.workloads.iter().filter_map(|seen| {
-            let workload = seen.workload()?;
-            let running = state.running_for(&seen.key);
-            Some(audit(
-                &admission,
-                (workload, seen.replicas),
-                running,
-                budget,
-                verify.as_ref(),
-            ))
-        }))
-        .buffered(WORKLOADS_AT_ONCE);
+    let mut audited = futures_util::stream::iter(state.workloads.iter().filter_map(|seen| {
+        let workload = seen.workload()?;
+        let running = state.running_for(&seen.key);
+        Some(audit(
+            &admission,
+            (workload, seen.replicas),
+            running,
+            budget,
+            verify.as_ref(),
+        ))
+    }))
+    .buffered(WORKLOADS_AT_ONCE);
     while let Some(audit) = audited.next().await {
         audits.push(audit);
         if audits.len() % PROGRESS_EVERY == 0 {

@@ -55,11 +55,7 @@ impl Lister<'_> {
     {
         let namespaced = std::any::TypeId::of::<K::Scope>()
             == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>();
-        let namespace = if namespaced {
-            self.namespace
-        } else {
-            None
-        };
+        let namespace = if namespaced { self.namespace } else { None };
         K::url_path(&(), namespace)
     }
 
@@ -141,7 +137,9 @@ pub(super) async fn cluster(
     // The kinds that own others first: a ReplicaSet or Job listed after its owner keeps no
     // template.
     let top = |kind: &'static str| move |item: ObjectItem| Some(item.project(kind, |_| false));
-    listed.workloads = lister.list::<Deployment, _, _>(selector, top("Deployment")).await?;
+    listed.workloads = lister
+        .list::<Deployment, _, _>(selector, top("Deployment"))
+        .await?;
     let more = lister.list::<StatefulSet, _, _>(selector, top("StatefulSet"));
     listed.workloads.extend(more.await?);
     let more = lister.list::<DaemonSet, _, _>(selector, top("DaemonSet"));
