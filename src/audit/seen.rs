@@ -464,12 +464,23 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
             });
         }
     }
+    finish(workloads, &replicas, running, nodes.len())
+}
+
+/// The workloads in the order reports list their kinds, each with the Pods it asks for (a
+/// DaemonSet one per node it runs on), and the images they name; a template without containers
+/// is no workload.
+fn finish(
+    mut workloads: Vec<(WorkloadKey, Box<str>)>,
+    replicas: &HashMap<WorkloadKey, u32>,
+    running: HashMap<WorkloadKey, Vec<Placed>>,
+    nodes: usize,
+) -> ClusterState {
     workloads.sort_by_key(|(key, _)| kind_rank(key));
     let mut images = BTreeSet::new();
     let workloads = workloads
         .into_iter()
         .map(|(key, object)| {
-            // A DaemonSet asks for one Pod per node it runs on.
             let n = if key.0 == "DaemonSet" {
                 running.get(&key).map_or(0, Vec::len) as u32
             } else {
@@ -491,7 +502,7 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
         .collect();
     ClusterState {
         workloads,
-        nodes: nodes.len(),
+        nodes,
         images,
         running,
     }

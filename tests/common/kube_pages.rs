@@ -21,13 +21,12 @@ pub struct ListQuery {
     pub selector: Vec<(String, String)>,
 }
 
-/// Why the API server refuses a list request: the status code and its `Status` reason.
+/// Why the API server refuses a list request with 400 BadRequest (a continue token that is not
+/// one, or one with a resourceVersion): its message. (A token whose revision was compacted is
+/// the server's state, not the request's: see the workloads fake.)
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// 400 BadRequest: a continue token that is not one, or one with a resourceVersion.
     BadRequest(String),
-    /// 410 Expired: the token's revision was compacted.
-    Expired,
 }
 
 fn unescape(value: &str) -> String {

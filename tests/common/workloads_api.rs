@@ -193,11 +193,9 @@ impl State {
     }
 
     /// The revision a continue token may go on at, or why not.
-    fn go_on(&self, token: &str) -> Result<i64, Response<Full<Bytes>>> {
-        let token = Continue::decode(token).map_err(|refused| match refused {
-            Refused::BadRequest(why) => bad_request(&why),
-            Refused::Expired => unreachable!("decoding expires nothing"),
-        })?;
+    fn go_on(&self, token: &str) -> Result<i64, Box<Response<Full<Bytes>>>> {
+        let token = Continue::decode(token)
+            .map_err(|Refused::BadRequest(why)| Box::new(bad_request(&why)))?;
         let compact = self
             .expire_next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -209,7 +207,7 @@ impl State {
         }
         if token.revision < self.compacted.load(Ordering::SeqCst) {
             let body = recording("pod-list-continue-expired-410.body.json", "");
-            return Err(respond(StatusCode::GONE, body));
+            return Err(Box::new(respond(StatusCode::GONE, body)));
         }
         Ok(token.revision)
     }
@@ -227,7 +225,6 @@ impl State {
         let asked = match ListQuery::parse(query) {
             Ok(asked) => asked,
             Err(Refused::BadRequest(why)) => return bad_request(&why),
-            Err(Refused::Expired) => unreachable!("parsing expires nothing"),
         };
         let path_and_query = format!("{path}?{query}");
         if let Some((400, _)) = self.recorded.get(&path_and_query) {
@@ -235,7 +232,7 @@ impl State {
             return self.recorded(&path_and_query).unwrap();
         }
         let revision = match asked.continue_token.as_deref().map(|t| self.go_on(t)) {
-            Some(Err(refused)) => return refused,
+            Some(Err(refused)) => return *refused,
             Some(Ok(revision)) => revision,
             None => self.revision.load(Ordering::SeqCst),
         };
