@@ -122,12 +122,21 @@ pub(crate) async fn run(
     }
     progress("done");
     if args.json {
-        let report = serde_json::json!({
-            "summary": summary_counts(&audits),
-            "workloads": audits,
-        });
-        serde_json::to_writer_pretty(&mut *out, &report)?;
-        writeln!(out)?;
+        // Written from the audits as they are (not copied into one JSON value first: on a big
+        // cluster that copy would double the report's memory).
+        #[derive(Serialize)]
+        struct Report<'a> {
+            summary: serde_json::Value,
+            workloads: &'a [WorkloadAudit],
+        }
+        let report = Report {
+            summary: summary_counts(&audits),
+            workloads: &audits,
+        };
+        let mut buffered = std::io::BufWriter::new(&mut *out);
+        serde_json::to_writer_pretty(&mut buffered, &report)?;
+        writeln!(buffered)?;
+        buffered.flush()?;
     } else {
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
