@@ -34,6 +34,7 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(CARGO) bench --locked --bench webhook
 	$(CARGO) bench --locked --bench cluster
 	$(CARGO) bench --locked --bench nodes
+	$(CARGO) bench --locked --bench audit
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

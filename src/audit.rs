@@ -2,7 +2,14 @@
 //! architectures its images share, what the webhook would add to its Pods, and the nodes its
 //! Pods sit on. Pure, so every status is a plain table test; `cmd/audit.rs` gathers the facts.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
+
+pub(crate) mod seen;
+
+/// How many Pods a reason names before it says "and N more".
+const PODS_NAMED: usize = 3;
 
 /// One status per workload ([`judge`] says which applies first); declared in the order
 /// reports list them.
@@ -78,21 +85,7 @@ pub(crate) fn judge(known: &Known) -> (Status, Vec<String>) {
     let Some(common) = &known.common else {
         return (Status::Unknown, known.unknown.clone());
     };
-    let misplaced: Vec<String> = known
-        .running
-        .iter()
-        .filter_map(|p| {
-            let arch = p.architecture.as_deref()?;
-            (!common.iter().any(|c| c == arch)).then(|| {
-                format!(
-                    "Pod {} runs on {} ({arch}); its images support {}",
-                    p.pod,
-                    p.node,
-                    arch_list(common)
-                )
-            })
-        })
-        .collect();
+    let misplaced = misplaced(&known.running, common);
     if !misplaced.is_empty() {
         return (Status::Misplaced, misplaced);
     }
@@ -153,6 +146,49 @@ pub(crate) fn judge(known: &Known) -> (Status, Vec<String>) {
             known.additions.join("; ")
         )],
     )
+}
+
+/// `2 of 5 Pods on arm64 nodes: a on arm-1, b on arm-2; its images support amd64`: one reason
+/// per architecture its images do not support, however many Pods run there.
+fn misplaced(running: &[Placed], common: &[String]) -> Vec<String> {
+    let mut wrong: BTreeMap<&str, Vec<&Placed>> = BTreeMap::new();
+    for p in running {
+        if let Some(arch) = p.architecture.as_deref() {
+            if !common.iter().any(|c| c == arch) {
+                wrong.entry(arch).or_default().push(p);
+            }
+        }
+    }
+    wrong
+        .iter()
+        .map(|(arch, pods)| {
+            let named: Vec<String> = pods
+                .iter()
+                .take(PODS_NAMED)
+                .map(|p| format!("{} on {}", p.pod, p.node))
+                .collect();
+            format!(
+                "{} of {} Pod{} on {arch} nodes: {}; its images support {}",
+                pods.len(),
+                running.len(),
+                if running.len() == 1 { "" } else { "s" },
+                listed_and_more(&named, pods.len()),
+                arch_list(common)
+            )
+        })
+        .collect()
+}
+
+/// `a, b and c`, or `a, b, c and 47 more` when `total` is more than named.
+fn listed_and_more(named: &[String], total: usize) -> String {
+    match named {
+        [] => String::new(),
+        [only] if total == 1 => only.clone(),
+        _ if total > named.len() => {
+            format!("{} and {} more", named.join(", "), total - named.len())
+        }
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
 }
 
 fn arch_list(architectures: &[String]) -> String {
@@ -219,7 +255,7 @@ mod tests {
         assert_eq!(status, Status::Misplaced);
         assert_eq!(
             reasons,
-            ["Pod z runs on s390x-node (s390x); its images support amd64"]
+            ["1 of 2 Pods on s390x nodes: z on s390x-node; its images support amd64"]
         );
 
         let pinned = Known {
@@ -259,6 +295,28 @@ mod tests {
             ..movable.clone()
         };
         assert_eq!(judge(&ready).0, Status::Ready);
+    }
+
+    #[test]
+    fn misplaced_pods_are_grouped_by_architecture_with_a_few_named() {
+        let mut running: Vec<Placed> = (0..50).map(|i| on(&format!("p{i}"), "amd64")).collect();
+        running.push(on("q", "s390x"));
+        running.push(on("r", "arm64"));
+        let known = Known {
+            common: archs(&["arm64"]),
+            running,
+            ..Known::default()
+        };
+        let (status, reasons) = judge(&known);
+        assert_eq!(status, Status::Misplaced);
+        assert_eq!(
+            reasons,
+            [
+                "50 of 52 Pods on amd64 nodes: p0 on amd64-node, p1 on amd64-node, p2 on amd64-node and 47 more; its images support arm64",
+                "1 of 52 Pods on s390x nodes: q on s390x-node; its images support arm64",
+            ]
+        );
+        assert_eq!(listed_and_more(&["a".into(), "b".into()], 2), "a and b");
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub(crate) struct AuditArgs {
     /// platform).
     #[arg(long)]
     pub(crate) verify: bool,
+
+    /// Items per page of each list (the API server's `limit`), as kubectl's --chunk-size.
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) chunk_size: u32,
 }
 
 #[derive(Debug, Args)]

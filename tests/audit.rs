@@ -9,8 +9,9 @@ use std::process::{Command, Output};
 
 use common::cli::{succeeded, workload};
 use common::fixtures::Pusher;
+use common::kube_pages::{self, Continue};
 use common::registry::{self, Mode};
-use common::workloads_api::WorkloadsApi;
+use common::workloads_api::{RecordedList, WorkloadsApi};
 use serde_json::Value;
 
 /// The recorded cluster's images, pushed as: multi-architecture (amd64, arm/v7, arm64),
@@ -76,14 +77,15 @@ fn every_status_of_the_recorded_cluster() {
     // one on z-1 is the recorded CrashLoopBackOff).
     let agent = workload(&report, "DaemonSet", "agent");
     assert_eq!(agent["status"], "misplaced", "{agent:#}");
+    // One reason per architecture its images do not support, naming the Pods and nodes.
     let reasons = agent["reasons"].to_string();
     for pod in [
-        "agent-c9v5t runs on arm-1 (arm64)",
-        "agent-h4r2w runs on arm-2 (arm64)",
-        "agent-zt6ls runs on z-1 (s390x)",
+        "2 of 5 Pods on arm64 nodes: agent-c9v5t on arm-1 and agent-h4r2w on arm-2",
+        "1 of 5 Pods on s390x nodes: agent-zt6ls on z-1",
     ] {
         assert!(reasons.contains(pod), "{reasons}");
     }
+    assert_eq!(agent["reasons"].as_array().unwrap().len(), 2, "{reasons}");
     assert!(
         !reasons.contains("agent-2xk8p"),
         "the amd64 Pods are where they belong: {reasons}"
@@ -189,12 +191,19 @@ fn namespace_and_label_selector_narrow_what_is_read() {
     let workloads = web_only["workloads"].as_array().unwrap();
     assert_eq!(workloads.len(), 1);
     assert_eq!(workloads[0]["pods"].as_array().unwrap().len(), 2);
-    // The fake returns at most 3 items a page: team-a's 4 Pods took two, and the audit
-    // followed the continue token (the web Pods are the fourth item).
+    // Every list is paged, 500 items a page as kubectl asks (paging itself: below).
     assert!(api
         .requests()
         .iter()
-        .any(|r| r.starts_with("/api/v1/namespaces/team-a/pods?") && r.contains("continue=3")));
+        .any(|r| r.starts_with("/api/v1/namespaces/team-a/pods?") && r.contains("limit=500")));
+    assert!(
+        api.requests()
+            .iter()
+            .filter(|r| r.contains('?') && !r.contains("/serviceaccounts/"))
+            .all(|r| r.contains("limit=")),
+        "{:?}",
+        api.requests()
+    );
     assert!(api.requests().iter().any(|r| r
         .starts_with("/apis/apps/v1/namespaces/team-a/deployments?")
         && r.contains("labelSelector=app%3Dweb")));
@@ -242,4 +251,176 @@ fn verify_finds_a_mislabelled_image() {
     assert!(workload(&plain, "CronJob", "nightly")
         .get("mislabelled")
         .is_none());
+}
+
+/// What a report says of each workload: kind, name, status, reasons, Pods.
+fn verdicts(report: &Value) -> Vec<String> {
+    let mut all: Vec<String> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            format!(
+                "{} {} {} {} {}",
+                w["kind"], w["name"], w["status"], w["reasons"], w["pods"]
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// A fake of its own (a test that expires continue tokens must not expire another's), with the
+/// images `cluster()` pushed.
+fn own_cluster() -> WorkloadsApi {
+    cluster();
+    WorkloadsApi::start(&registry::plain().host)
+}
+
+fn pod_pages_requested(api: &WorkloadsApi) -> Vec<String> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.starts_with("/api/v1/pods?"))
+        .collect()
+}
+
+/// `--chunk-size 3` reads the Pods in the 4 pages the real API server served (the recorded
+/// tokens, followed to the last page, which has no `continue`), and the report is the one read
+/// in a single page.
+#[test]
+fn small_pages_follow_the_recorded_continue_tokens_to_the_same_report() {
+    let api = own_cluster();
+    let paged = report(&audit(&api, "admintoken", &["--json", "--chunk-size", "3"]));
+    let whole = report(&audit(cluster(), "admintoken", &["--json"]));
+    assert_eq!(verdicts(&paged), verdicts(&whole));
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/kube-api/workloads/index.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let recorded_pages: Vec<&str> = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("pod-list-limit-3-page")
+        })
+        .map(|e| e["path_and_query"].as_str().unwrap())
+        .collect();
+    assert_eq!(recorded_pages.len(), 4);
+    assert_eq!(pod_pages_requested(&api), recorded_pages);
+}
+
+/// The API server answers 410 Expired to a continue token etcd compacted away: the audit reads
+/// that list again from its first page (as client-go does) and reports the same.
+#[test]
+fn an_expired_continue_token_starts_the_list_again() {
+    let api = own_cluster();
+    api.expire_continue_tokens(1);
+    let out = audit(&api, "admintoken", &["--json", "--chunk-size", "3"]);
+    let again = report(&out);
+    let whole = report(&audit(cluster(), "admintoken", &["--json"]));
+    assert_eq!(verdicts(&again), verdicts(&whole));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("expired the list of pods") && stderr.contains("Expired"),
+        "{stderr}"
+    );
+    let pages = pod_pages_requested(&api);
+    let first_pages = pages.iter().filter(|r| !r.contains("continue=")).count();
+    assert_eq!(first_pages, 2, "{pages:#?}");
+    // Page 1, the expired page 2, then the 4 pages of the fresh list.
+    assert_eq!(pages.len(), 6, "{pages:#?}");
+}
+
+/// A list that expires every time is given up after a bounded number of fresh starts, with
+/// the API server's reason, and exit status 2.
+#[test]
+fn a_list_that_keeps_expiring_is_given_up_after_three_starts() {
+    let api = own_cluster();
+    api.expire_continue_tokens(usize::MAX);
+    let out = audit(&api, "admintoken", &["--json", "--chunk-size", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("could not list pods: the API server expired its continue token 3 times"),
+        "{stderr}"
+    );
+    let pages = pod_pages_requested(&api);
+    let first_pages = pages.iter().filter(|r| !r.contains("continue=")).count();
+    assert_eq!((first_pages, pages.len()), (3, 6), "{pages:#?}");
+}
+
+/// The fake's paging rules reproduce the real server's pages byte for byte (items, tokens,
+/// `remainingItemCount`, no `continue` on the last page), and it refuses what the real one
+/// refuses.
+#[test]
+fn the_fake_pages_and_refuses_as_the_recorded_api_server() {
+    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kube-api/workloads");
+    let list = RecordedList::read("pod-list.body.json", "registry.test:5000");
+    let mut after: Option<String> = None;
+    for n in 1..=4 {
+        let page = kube_pages::page(&list.items, Some(3), after.as_deref(), 301);
+        let body = kube_pages::list_body(&list.kind, &list.api_version, 301, &page);
+        let recorded =
+            std::fs::read_to_string(format!("{folder}/pod-list-limit-3-page{n}.body.json"))
+                .unwrap();
+        assert_eq!(body, recorded, "page {n}");
+        after = page
+            .more
+            .as_ref()
+            .map(|(token, _)| Continue::decode(token).unwrap().after);
+        assert_eq!(after.is_none(), n == 4);
+    }
+    // The 410's token for an inconsistent continuation: rv -1, the same place.
+    let expired =
+        std::fs::read_to_string(format!("{folder}/pod-list-continue-expired-410.body.json"))
+            .unwrap();
+    let expired: Value = serde_json::from_str(&expired).unwrap();
+    let token = Continue::decode(expired["metadata"]["continue"].as_str().unwrap()).unwrap();
+    assert_eq!(token.revision, -1);
+    assert_eq!(token.after, "team-a/api-7f8b6c-x5rtz");
+
+    let api = own_cluster();
+    let refused = |path: &str| {
+        let port = api.port;
+        let path = path.to_owned();
+        common::block_on_own_thread(async move {
+            let client = common::kube_api::client(port, "admintoken");
+            let request = http::Request::get(&path).body(Vec::new()).unwrap();
+            match client.request_text(request).await {
+                Err(kube::Error::Api(status)) => (status.code, status.message),
+                other => panic!("{path}: {other:?}"),
+            }
+        })
+    };
+    let (code, message) = refused("/api/v1/pods?&limit=3&continue=bm90LWEtdG9rZW4");
+    assert_eq!(code, 400);
+    assert!(
+        message.contains("invalid character 'o' in literal null"),
+        "{message}"
+    );
+    let (code, message) = refused("/api/v1/pods?&limit=3&continue=eyJub3QiOiJ0aGlzIn0");
+    assert_eq!(code, 400, "{message}");
+    let token = Continue {
+        revision: 301,
+        after: "batch/once-f5gbc".into(),
+    }
+    .encode();
+    let (code, message) = refused(&format!(
+        "/api/v1/pods?&limit=3&continue={token}&resourceVersion=301"
+    ));
+    assert_eq!(code, 400);
+    assert!(
+        message.contains("resource version is not allowed"),
+        "{message}"
+    );
+    let (code, _) = refused("/apis/apps/v1/namespaces/team-a/replicasets/web-0ld0ne");
+    assert_eq!(code, 404);
 }

@@ -16,7 +16,7 @@ use futures_util::StreamExt as _;
 use serde::Serialize;
 
 use crate::admission::{Admission, PodAnswer, Verification, VerifiedImages};
-use crate::audit::{judge, Known, Status};
+use crate::audit::{judge, Known, Placed, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
 use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
@@ -25,7 +25,6 @@ use crate::mutate::{explain, Decision, Policy};
 
 use crate::workload::Workload;
 
-use self::read::{ClusterState, Running};
 use self::requests::Requests;
 
 /// A progress line every this many workloads.
@@ -79,19 +78,18 @@ pub(crate) async fn run(
         None => Cluster::client_from_environment().await,
     }
     .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
-    let namespace = args.namespace.as_deref();
-    let state = read::cluster(&client, namespace, args.selector.as_deref()).await?;
-    let images: std::collections::BTreeSet<&str> = state
-        .workloads
-        .iter()
-        .flat_map(|(w, _)| read::images_of(&w.pod))
-        .collect();
+    let lister = read::Lister {
+        client: &client,
+        namespace: args.namespace.as_deref(),
+        page: args.chunk_size,
+    };
+    let state = read::cluster(&lister, args.selector.as_deref()).await?;
     progress(&format!(
         "read {} workloads, {} nodes and {} running Pods; resolving {} images",
         state.workloads.len(),
-        state.node_architectures.len(),
+        state.nodes,
         state.running_pods(),
-        images.len()
+        state.images.len()
     ));
     let resolver = Arc::new(crate::app::resolver(config, None)?);
     let admission = Admission::new(resolver, audit_policy(&config.policy), None)
@@ -100,17 +98,18 @@ pub(crate) async fn run(
     // With --verify: each image checked once, whichever workloads name it.
     let verify = args.verify.then(VerifiedImages::default);
     let mut audits = Vec::with_capacity(state.workloads.len());
-    let mut audited =
-        futures_util::stream::iter(state.workloads.iter().map(|(workload, replicas)| {
-            audit(
-                &admission,
-                &state,
-                (workload, *replicas),
-                budget,
-                verify.as_ref(),
-            )
-        }))
-        .buffered(WORKLOADS_AT_ONCE);
+    let mut audited = futures_util::stream::iter(state.workloads.iter().filter_map(|seen| {
+        let workload = seen.workload()?;
+        let running = state.running_for(&seen.key);
+        Some(audit(
+            &admission,
+            (workload, seen.replicas),
+            running,
+            budget,
+            verify.as_ref(),
+        ))
+    }))
+    .buffered(WORKLOADS_AT_ONCE);
     while let Some(audit) = audited.next().await {
         audits.push(audit);
         if audits.len() % PROGRESS_EVERY == 0 {
@@ -123,12 +122,21 @@ pub(crate) async fn run(
     }
     progress("done");
     if args.json {
-        let report = serde_json::json!({
-            "summary": summary_counts(&audits),
-            "workloads": audits,
-        });
-        serde_json::to_writer_pretty(&mut *out, &report)?;
-        writeln!(out)?;
+        // Written from the audits as they are (not copied into one JSON value first: on a big
+        // cluster that copy would double the report's memory).
+        #[derive(Serialize)]
+        struct Report<'a> {
+            summary: serde_json::Value,
+            workloads: &'a [WorkloadAudit],
+        }
+        let report = Report {
+            summary: summary_counts(&audits),
+            workloads: &audits,
+        };
+        let mut buffered = std::io::BufWriter::new(&mut *out);
+        serde_json::to_writer_pretty(&mut buffered, &report)?;
+        writeln!(buffered)?;
+        buffered.flush()?;
     } else {
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
@@ -153,8 +161,8 @@ fn progress(text: &str) {
 
 async fn audit(
     admission: &Admission,
-    state: &ClusterState,
-    (workload, replicas): (&Workload, u32),
+    (workload, replicas): (Workload, u32),
+    running: &[Placed],
     budget: Duration,
     verify: Option<&VerifiedImages>,
 ) -> WorkloadAudit {
@@ -176,23 +184,22 @@ async fn audit(
             common.retain(|arch| !verified.false_architectures.contains(arch));
         }
     }
-    let running = state.running_for(workload);
     let pools = admission
         .policy()
         .supported_architectures
         .iter()
         .cloned()
         .collect();
-    let known = known(&answered, common, &running, pools);
+    let known = known(&answered, common, running, pools);
     let (status, mut reasons) = judge(&known);
     if let Some(verified) = &verified {
         reasons.extend(verified.mislabelled.iter().cloned());
         reasons.extend(verified.unverified.iter().cloned());
     }
     WorkloadAudit {
-        kind: workload.kind.clone(),
-        namespace: workload.namespace.clone(),
-        name: workload.name.clone(),
+        kind: workload.kind,
+        namespace: workload.namespace,
+        name: workload.name,
         status,
         reasons,
         architectures: known.common,
@@ -210,9 +217,9 @@ async fn audit(
         pods: running
             .iter()
             .map(|r| PodPlacement {
-                name: r.placed.pod.clone(),
-                node: r.placed.node.clone(),
-                architecture: r.placed.architecture.clone(),
+                name: r.pod.clone(),
+                node: r.node.clone(),
+                architecture: r.architecture.clone(),
             })
             .collect(),
         requests: Requests::of_template(&workload.pod).times(replicas),
@@ -250,7 +257,7 @@ fn verified_platforms(checked: &[(String, Verification)]) -> Verified {
 fn known(
     answered: &PodAnswer,
     common: Option<Vec<String>>,
-    running: &[Running],
+    running: &[Placed],
     pools: Vec<String>,
 ) -> Known {
     let mut unknown = Vec::new();
@@ -283,7 +290,7 @@ fn known(
         unknown,
         single_architecture,
         additions,
-        running: running.iter().map(|r| r.placed.clone()).collect(),
+        running: running.to_vec(),
         pools,
     }
 }

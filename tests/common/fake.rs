@@ -1,5 +1,6 @@
-//! The only fakes: behaviour a real registry cannot be made to show on demand — a server that
-//! accepts and never answers, and one that serves a manifest that is not JSON.
+//! Hand-written servers for behaviour a real registry cannot be made to show on demand: one that
+//! accepts and never answers, and one that serves a manifest that is not JSON (the other servers
+//! written for the tests are listed in `mod.rs`).
 
 use std::net::TcpListener;
 

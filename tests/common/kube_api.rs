@@ -432,20 +432,24 @@ impl FakeApiServer {
 
     /// A real `kube` client for this server, authenticating with `token`.
     pub fn client(&self, token: &str) -> kube::Client {
-        let mut config =
-            kube::Config::new(format!("https://127.0.0.1:{}", self.port).parse().unwrap());
-        config.root_cert = Some(vec![CertificateDer::from_pem_slice(
-            certs::ca().ca_pem.as_bytes(),
-        )
-        .unwrap()
-        .to_vec()]);
-        config.auth_info.token = Some(token.to_owned().into());
-        config.default_namespace = "team-a".into();
-        kube::Client::try_from(config).unwrap()
+        client(self.port, token)
     }
 
     /// Paths requested so far.
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// A real `kube` client for a fake on `port`, authenticating with `token`.
+pub fn client(port: u16, token: &str) -> kube::Client {
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+    config.root_cert = Some(vec![CertificateDer::from_pem_slice(
+        certs::ca().ca_pem.as_bytes(),
+    )
+    .unwrap()
+    .to_vec()]);
+    config.auth_info.token = Some(token.to_owned().into());
+    config.default_namespace = "team-a".into();
+    kube::Client::try_from(config).unwrap()
 }

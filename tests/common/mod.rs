@@ -1,6 +1,10 @@
 //! Test support: real registries (Debian's `docker-registry`, the CNCF distribution server) on
-//! 127.0.0.1 in each auth mode, a token service, fixture images of every shape, certificates,
-//! and the few fake servers for what a real registry cannot be made to do (hang, send garbage).
+//! 127.0.0.1 in each auth mode, fixture images of every shape, certificates, and the servers
+//! written for the tests, each described in its module: a token service (`token`), hostile
+//! registries and a fault proxy for what a real registry cannot be made to do (`fake`,
+//! `fault_proxy`: hang, send garbage, misbehave on purpose), and two thin fakes of the
+//! Kubernetes API server serving recorded responses (`kube_api`: pull secrets, Nodes with
+//! emulated PATCH and watch; `workloads_api`: `audit`'s lists, paged as recorded).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod certs;
@@ -9,6 +13,7 @@ pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod kube_api;
+pub mod kube_pages;
 pub mod plugins;
 pub mod redis;
 pub mod registry;

@@ -1,33 +1,89 @@
 //! A thin fake of the Kubernetes API server for `tolerable audit`: HTTPS on 127.0.0.1 serving the
-//! list responses recorded from a real kube-apiserver v1.26 in `tests/data/kube-api/workloads/`
+//! 23 exchanges recorded from a real kube-apiserver v1.26 in `tests/data/kube-api/workloads/`
 //! (a mixed cluster: amd64, arm64 and s390x nodes; Deployments, a StatefulSet, a DaemonSet with a
 //! crash-looping Pod on s390x, Jobs, a CronJob, a bare Pod). The recorded image host
-//! `registry.test:5000` is replaced by this run's test registry. A namespaced list, a label
-//! selector and a ServiceAccount GET are answered from the recorded cluster-wide lists, as the
-//! API server would; `nobodytoken` gets the recorded 403.
+//! `registry.test:5000` is replaced by this run's test registry; nothing else is changed.
+//!
+//! - A request that was recorded (path and query exactly as kube-core writes them) gets the
+//!   recorded status and body: the lists, the four real pages of `?&limit=3` with their real
+//!   continue tokens, the GETs by name, the 404, the 400 for a malformed token.
+//! - A list request no recording answers (another namespace, another `limit`, a selector) is
+//!   derived from the recorded cluster-wide list by the rules the recorded pages show
+//!   ([`super::kube_pages`]: etcd key order, real-format continue tokens, `remainingItemCount`,
+//!   the first page's revision on every page); a list that fits in one page is the recorded
+//!   body itself when one was recorded for the same path and selector. A ServiceAccount GET is
+//!   answered from the recorded list.
+//! - Refused as the real one refuses: a continue token it did not write (400, the recorded
+//!   body for the recorded malformed token), a continue token with a `resourceVersion` (400),
+//!   a token whose revision was compacted (410 Expired, the recorded body; see
+//!   [`WorkloadsApi::expire_continue_tokens`]), `nobodytoken` (the recorded 403), any other
+//!   token (401), an unknown path (404).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::kube_api::{self, status as respond};
+use super::kube_pages::{self, Continue, ListQuery, Refused};
+
+/// The recorded lists' revision (every recorded list says `"resourceVersion":"301"`).
+const RECORDED_REVISION: i64 = 301;
 
 pub struct WorkloadsApi {
     pub port: u16,
     requests: Arc<Mutex<Vec<String>>>,
+    state: Arc<State>,
+}
+
+struct State {
+    registry_host: String,
+    /// path and query → (status, body), the `admintoken` exchanges but the 410.
+    recorded: HashMap<String, (u16, String)>,
+    /// etcd's current revision, moved on by a compaction.
+    revision: AtomicI64,
+    /// Tokens of a revision below this one are expired.
+    compacted: AtomicI64,
+    /// How many of the next continue requests find their token compacted first.
+    expire_next: AtomicUsize,
+}
+
+fn folder() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/kube-api/workloads")
 }
 
 fn recording(name: &str, registry_host: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api/workloads")
-        .join(name);
+    let path = folder().join(name);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .replace("registry.test:5000", registry_host)
+}
+
+/// The recorded `admintoken` exchanges by path and query (`index.json`), but the 410: its
+/// request is page 2's, answered so only after a compaction.
+fn recorded_exchanges(registry_host: &str) -> HashMap<String, (u16, String)> {
+    let index: Value = serde_json::from_str(&recording("index.json", "")).unwrap();
+    index
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["request_headers"]["Authorization"] == "Bearer admintoken")
+        .filter(|e| e["status"] != 410)
+        .map(|e| {
+            let body = recording(e["body_file"].as_str().unwrap(), registry_host);
+            let status = u16::try_from(e["status"].as_u64().unwrap()).unwrap();
+            (
+                e["path_and_query"].as_str().unwrap().to_owned(),
+                (status, body),
+            )
+        })
+        .collect()
 }
 
 fn not_found(what: &str) -> Response<Full<Bytes>> {
@@ -35,6 +91,15 @@ fn not_found(what: &str) -> Response<Full<Bytes>> {
         StatusCode::NOT_FOUND,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": format!("{what} not found"), "reason": "NotFound", "code": 404})
+        .to_string(),
+    )
+}
+
+fn bad_request(message: &str) -> Response<Full<Bytes>> {
+    respond(
+        StatusCode::BAD_REQUEST,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": "BadRequest", "code": 400})
         .to_string(),
     )
 }
@@ -55,54 +120,48 @@ fn list_file(plural: &str) -> Option<&'static str> {
     })
 }
 
-/// `app%3Dweb,tier%3Dfront` → the label pairs an item must carry.
-fn selector(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter_map(|p| p.strip_prefix("labelSelector="))
-        .flat_map(|s| {
-            s.replace("%3D", "=")
-                .replace("%2C", ",")
-                .split(',')
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .filter_map(|pair| {
-            let (k, v) = pair.split_once('=')?;
-            Some((k.to_owned(), v.to_owned()))
-        })
-        .collect()
+/// A recorded list: its kind and apiVersion, and its items (key, text as recorded) in etcd
+/// key order.
+pub struct RecordedList {
+    pub kind: String,
+    pub api_version: String,
+    pub items: Vec<(String, String)>,
 }
 
-/// Items per page at most, whatever `limit` asks: an API server may return fewer items than
-/// asked, with a `continue` token, and the client must follow it (the recorded pages show the
-/// shape: `continue` while more remain, no key at all on the last page).
-const PAGE: usize = 3;
-
-/// The recorded list, narrowed to `namespace` and the selector's labels, one page of it when
-/// `limit` is asked (`continue` is the offset of the next page).
-fn list(plural: &str, namespace: Option<&str>, query: &str, host: &str) -> Option<String> {
-    let mut list: Value = serde_json::from_str(&recording(list_file(plural)?, host)).unwrap();
-    let wanted = selector(query);
-    let items = list["items"].as_array_mut().unwrap();
-    items.retain(|item| {
-        let meta = &item["metadata"];
-        namespace.is_none_or(|ns| meta["namespace"] == ns)
-            && wanted.iter().all(|(k, v)| meta["labels"][k] == v.as_str())
-    });
-    if query.split('&').any(|p| p.starts_with("limit=")) {
-        let start: usize = query
-            .split('&')
-            .find_map(|p| p.strip_prefix("continue="))
-            .map_or(0, |offset| offset.parse().unwrap());
-        let rest = items.split_off(start.min(items.len()));
-        let more = rest.len() > PAGE;
-        *items = rest.into_iter().take(PAGE).collect();
-        if more {
-            list["metadata"]["continue"] = json!((start + PAGE).to_string());
+impl RecordedList {
+    pub fn read(file: &str, registry_host: &str) -> Self {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct List {
+            kind: String,
+            api_version: String,
+            items: Vec<Box<RawValue>>,
+        }
+        let list: List = serde_json::from_str(&recording(file, registry_host)).unwrap();
+        let mut items: Vec<(String, String)> = list
+            .items
+            .into_iter()
+            .map(|raw| {
+                let value: Value = serde_json::from_str(raw.get()).unwrap();
+                (kube_pages::key_of(&value), raw.get().to_owned())
+            })
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        Self {
+            kind: list.kind,
+            api_version: list.api_version,
+            items,
         }
     }
-    Some(list.to_string())
+}
+
+fn matches(item: &str, namespace: Option<&str>, selector: &[(String, String)]) -> bool {
+    let item: Value = serde_json::from_str(item).unwrap();
+    let meta = &item["metadata"];
+    namespace.is_none_or(|ns| meta["namespace"] == ns)
+        && selector
+            .iter()
+            .all(|(k, v)| meta["labels"][k] == v.as_str())
 }
 
 /// A ServiceAccount by name, from the recorded list (a GET by name carries kind and apiVersion).
@@ -124,32 +183,120 @@ fn service_account(namespace: &str, name: &str, host: &str) -> Response<Full<Byt
     }
 }
 
-fn answer(path: &str, query: &str, token: Option<&str>, host: &str) -> Response<Full<Bytes>> {
-    match token {
-        Some("admintoken") => {}
-        Some("nobodytoken") => {
-            return respond(
-                StatusCode::FORBIDDEN,
-                recording("deployment-list-403.body.json", host),
-            )
-        }
-        _ => return respond(StatusCode::UNAUTHORIZED, "{}".into()),
+impl State {
+    fn recorded(&self, path_and_query: &str) -> Option<Response<Full<Bytes>>> {
+        let (status, body) = self.recorded.get(path_and_query)?;
+        Some(respond(
+            StatusCode::from_u16(*status).unwrap(),
+            body.clone(),
+        ))
     }
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (namespace, rest) = match parts[..] {
-        ["api", "v1", "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
-        ["apis", _, _, "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
-        ["api", "v1", ref rest @ ..] | ["apis", _, _, ref rest @ ..] => (None, rest),
-        _ => return not_found(path),
-    };
-    match (namespace, rest) {
-        (Some(ns), ["serviceaccounts", name]) => service_account(ns, name, host),
-        (Some(_), ["secrets", name]) => not_found(&format!("secrets \"{name}\"")),
-        (namespace, [plural]) => match list(plural, namespace, query, host) {
-            Some(body) => respond(StatusCode::OK, body),
-            None => not_found(path),
-        },
-        _ => not_found(path),
+
+    /// The revision a continue token may go on at, or why not.
+    fn go_on(&self, token: &str) -> Result<i64, Box<Response<Full<Bytes>>>> {
+        let token = Continue::decode(token)
+            .map_err(|Refused::BadRequest(why)| Box::new(bad_request(&why)))?;
+        let compact = self
+            .expire_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if compact {
+            // etcd compacted at its current revision; the next write moves it on.
+            let now = self.revision.fetch_add(1, Ordering::SeqCst);
+            self.compacted.store(now + 1, Ordering::SeqCst);
+        }
+        if token.revision < self.compacted.load(Ordering::SeqCst) {
+            let body = recording("pod-list-continue-expired-410.body.json", "");
+            return Err(Box::new(respond(StatusCode::GONE, body)));
+        }
+        Ok(token.revision)
+    }
+
+    fn list(
+        &self,
+        path: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        query: &str,
+    ) -> Response<Full<Bytes>> {
+        let Some(file) = list_file(plural) else {
+            return not_found(path);
+        };
+        let asked = match ListQuery::parse(query) {
+            Ok(asked) => asked,
+            Err(Refused::BadRequest(why)) => return bad_request(&why),
+        };
+        let path_and_query = format!("{path}?{query}");
+        if let Some((400, _)) = self.recorded.get(&path_and_query) {
+            // The recorded refusal, in the API server's own words.
+            return self.recorded(&path_and_query).unwrap();
+        }
+        let revision = match asked.continue_token.as_deref().map(|t| self.go_on(t)) {
+            Some(Err(refused)) => return *refused,
+            Some(Ok(revision)) => revision,
+            None => self.revision.load(Ordering::SeqCst),
+        };
+        let now = self.revision.load(Ordering::SeqCst);
+        if now == RECORDED_REVISION {
+            if let Some(recorded) = self.recorded(&path_and_query) {
+                return recorded;
+            }
+        }
+        let mut list = RecordedList::read(file, &self.registry_host);
+        list.items
+            .retain(|(_, item)| matches(item, namespace, &asked.selector));
+        let after = asked
+            .continue_token
+            .as_deref()
+            .map(|t| Continue::decode(t).unwrap().after);
+        let page = kube_pages::page(&list.items, asked.limit, after.as_deref(), revision);
+        if page.more.is_none() && after.is_none() && now == RECORDED_REVISION {
+            // All of it in one page: what the same request without `limit` got.
+            let selector = query
+                .split('&')
+                .find(|p| p.starts_with("labelSelector="))
+                .map_or(String::new(), |p| format!("&{p}"));
+            if let Some(recorded) = self.recorded(&format!("{path}?{selector}")) {
+                return recorded;
+            }
+        }
+        let body = kube_pages::list_body(&list.kind, &list.api_version, revision, &page);
+        respond(StatusCode::OK, body)
+    }
+
+    fn answer(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        token: Option<&str>,
+    ) -> Response<Full<Bytes>> {
+        let host = &self.registry_host;
+        match token {
+            Some("admintoken") => {}
+            Some("nobodytoken") => {
+                return respond(
+                    StatusCode::FORBIDDEN,
+                    recording("deployment-list-403.body.json", host),
+                )
+            }
+            _ => return respond(StatusCode::UNAUTHORIZED, "{}".into()),
+        }
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let (namespace, rest) = match parts[..] {
+            ["api", "v1", "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
+            ["apis", _, _, "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
+            ["api", "v1", ref rest @ ..] | ["apis", _, _, ref rest @ ..] => (None, rest),
+            _ => return self.recorded(path).unwrap_or_else(|| not_found(path)),
+        };
+        match (namespace, rest, query) {
+            (namespace, [plural], Some(query)) => self.list(path, plural, namespace, query),
+            (Some(ns), ["serviceaccounts", name], None) => service_account(ns, name, host),
+            (Some(_), ["secrets", name], None) => not_found(&format!("secrets \"{name}\"")),
+            (_, [plural, name], None) => self
+                .recorded(path)
+                .unwrap_or_else(|| not_found(&format!("{plural} \"{name}\""))),
+            _ => not_found(path),
+        }
     }
 }
 
@@ -158,19 +305,32 @@ impl WorkloadsApi {
         super::init();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
-        let host = Arc::new(registry_host.to_owned());
+        let state = Arc::new(State {
+            registry_host: registry_host.to_owned(),
+            recorded: recorded_exchanges(registry_host),
+            revision: AtomicI64::new(RECORDED_REVISION),
+            compacted: AtomicI64::new(0),
+            expire_next: AtomicUsize::new(0),
+        });
+        let serving = state.clone();
         let port = super::serve(
             Some(kube_api::api_tls()),
             move |req: hyper::Request<hyper::body::Incoming>| {
                 let path = req.uri().path().to_owned();
-                let query = req.uri().query().unwrap_or("").to_owned();
-                seen.lock().unwrap().push(format!("{path}?{query}"));
+                let query = req.uri().query().map(str::to_owned);
+                seen.lock()
+                    .unwrap()
+                    .push(format!("{path}?{}", query.as_deref().unwrap_or("")));
                 let token = kube_api::bearer_token(&req);
-                let host = host.clone();
-                async move { answer(&path, &query, token.as_deref(), &host) }
+                let state = serving.clone();
+                async move { state.answer(&path, query.as_deref(), token.as_deref()) }
             },
         );
-        Self { port, requests }
+        Self {
+            port,
+            requests,
+            state,
+        }
     }
 
     /// A kubeconfig for this server with `token`.
@@ -181,5 +341,12 @@ impl WorkloadsApi {
     /// Paths (with queries) requested so far.
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// Each of the next `n` requests with a continue token comes after an etcd compaction
+    /// (as the recorder did for the 410): its token is expired and it gets the recorded 410
+    /// Expired; a list started afresh is at the new revision, and its tokens hold.
+    pub fn expire_continue_tokens(&self, n: usize) {
+        self.state.expire_next.store(n, Ordering::SeqCst);
     }
 }
