@@ -246,3 +246,41 @@ fn exit_statuses_say_problems_skipped_inputs_or_nothing_read() {
         Some("0 workloads; 1 object without a Pod template skipped")
     );
 }
+
+/// The command ends once its answer is written: a registry on 127.0.0.1 that accepts
+/// connections and never answers holds no lookup past `lookup_timeout`, and no connection
+/// holds the exit. (A DNS query that blocks cannot be made on loopback; the runtime's end
+/// without waiting for a blocking task is the unit test in `cmd.rs`.)
+#[test]
+fn the_command_ends_when_its_answer_is_written() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    // Accepts, keeps every connection open, answers nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in silent.incoming() {
+            held.push(connection);
+        }
+    });
+    let yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: slow}}\nspec:\n  template:\n    spec:\n      containers: [{{name: c, image: '{host}/app:v1'}}]\n"
+    );
+    let started = std::time::Instant::now();
+    let out = common::cli::tolerable()
+        .env("TOLERABLE_LOOKUP_TIMEOUT", "1s")
+        .env("TOLERABLE_INSECURE_REGISTRIES", &host)
+        .args(["review", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(yaml.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    // Before the API server's own timeout for a webhook (10 s), with the lookup's 1 s spent.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let report = json_report(&out);
+    assert_eq!(workload(&report, "Deployment", "slow")["outcome"], "lookup_failed", "{report:#}");
+}
