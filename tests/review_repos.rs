@@ -293,3 +293,44 @@ fn the_command_ends_when_its_answer_is_written() {
         "{report:#}"
     );
 }
+
+/// A List item without a kind is a skipped input; the List's other items are reviewed and the
+/// run passes (it could read something).
+#[test]
+fn a_list_with_an_item_without_kind_keeps_its_other_items() {
+    let list = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- metadata: {{name: x}}\n- apiVersion: v1\n  kind: Pod\n  metadata: {{name: p}}\n  spec:\n    containers: [{{name: c, image: '{}/fixtures/multiarch-oci:v1'}}]\n",
+        registry::plain().host
+    );
+    let out = review(&["--json", "-"], Some(list.as_bytes()));
+    let report = json_report(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(workload(&report, "Pod", "p")["outcome"], "decided");
+    assert_eq!(
+        skipped_inputs(&report),
+        [(
+            "-:1".to_owned(),
+            "List item 1: an object without a kind: not a Kubernetes object".to_owned()
+        )]
+    );
+    let strict = review(&["--strict", "-"], Some(list.as_bytes()));
+    assert_eq!(strict.status.code(), Some(3));
+}
+
+/// `review --help` states the rules a CI gate relies on.
+#[test]
+fn help_states_the_rule_for_partial_templates_and_the_exit_statuses() {
+    let out = common::cli::tolerable()
+        .args(["review", "--help"])
+        .output()
+        .unwrap();
+    let help = succeeded(&out);
+    for said in [
+        "a Pod template with no containers, `containers: []`, or a\ncontainer without an image is partial",
+        "  2  could not run",
+        "  3  with --strict: no problem found, but inputs were skipped",
+        "--strict",
+    ] {
+        assert!(help.contains(said), "{said:?} not in:\n{help}");
+    }
+}

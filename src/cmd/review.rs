@@ -180,9 +180,11 @@ pub(crate) async fn run(
     let workloads = head.into_iter().chain(inputs).flat_map(|input| {
         match input {
             Input::Object(value, document) => {
-                let before = found.unread.len();
+                let objects = found.skipped.len();
                 found.add_document(value, &document);
-                read += usize::from(found.unread.len() == before);
+                // Read: it held a workload or an object (a List may hold both and bad items).
+                let held = !found.workloads.is_empty() || found.skipped.len() > objects;
+                read += usize::from(held);
             }
             Input::Unread(unread) => found.unread.push(unread),
         }
