@@ -440,4 +440,19 @@ mod tests {
         assert_eq!(reasons[2], "repo/app.yaml:4 (line 10): List item 1: an object without a kind: not a Kubernetes object");
         assert_eq!(reasons.len(), 3);
     }
+
+    #[test]
+    fn a_field_the_webhook_refuses_is_placed_in_the_input_not_in_a_rewritten_pod() {
+        let found = read(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      tolerations: [{key: a, effect: 5}]\n      containers: [{name: a, image: app}]\n",
+        );
+        assert_eq!(
+            found.workloads[0].problems,
+            ["the object is not a valid Pod: invalid type: integer `5`, expected a string (in the Pod template at line 10)"]
+        );
+        let unnamed = read(
+            "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: a}]}\n",
+        );
+        assert_eq!(unnamed.workloads[0].label(), "Pod/(no name)");
+    }
 }

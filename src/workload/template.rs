@@ -107,12 +107,16 @@ pub(super) fn pod_of(
     } else {
         pod_from_template(template, Value::Object(spec), namespace)
     };
-    // What else the webhook would refuse, said here with the input's line rather than a
-    // position in the Pod re-written as one line of JSON.
+    // What else the webhook would refuse, said here with the input's line (of the template:
+    // the parser names no field) rather than a position in the Pod re-written as one line of
+    // JSON.
     if let Err(reason) = PodObject::parse(&pod.to_string()) {
         let reason = reason.split(" at line ").next().unwrap_or_default();
         let template_path = &spec_path[..spec_path.len() - 1];
-        problems.push(format!("{reason}{}", at_line(read.line_of(template_path))));
+        let at = read
+            .line_of(template_path)
+            .map(|l| format!(" (in the Pod template at line {l})"));
+        problems.push(format!("{reason}{}", at.unwrap_or_default()));
     }
     Template::Pod { pod, problems }
 }
