@@ -35,6 +35,7 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(CARGO) bench --locked --bench cluster
 	$(CARGO) bench --locked --bench nodes
 	$(CARGO) bench --locked --bench audit
+	$(CARGO) bench --locked --bench review
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

@@ -29,8 +29,8 @@ pub(crate) enum Command {
     Nodes(NodesCommand),
     /// Decide offline for manifests: every workload (Pod, Deployment, StatefulSet, DaemonSet,
     /// Job, CronJob, any kind with a Pod template) in a table, or one Pod / AdmissionReview with
-    /// its JSON Patch and patched Pod. Exit status 1 when a workload's images share no
-    /// architecture or it would be denied.
+    /// its JSON Patch and patched Pod.
+    #[command(after_long_help = REVIEW_HELP)]
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
     Inspect(InspectArgs),
@@ -102,9 +102,14 @@ pub(crate) struct ReviewArgs {
     #[arg(long)]
     pub(crate) patch: bool,
 
-    /// Read the directories named, and the directories in them.
+    /// Read the directories named, and the directories in them (a directory reached again
+    /// through a symlink is read once).
     #[arg(short = 'R', long)]
     pub(crate) recursive: bool,
+
+    /// Fail (exit status 3) when any input was skipped, not only on problems found.
+    #[arg(long)]
+    pub(crate) strict: bool,
 
     /// Read the workloads' image pull secrets (and their ServiceAccounts') from the cluster of
     /// this kubeconfig, as the webhook does.
@@ -121,6 +126,36 @@ pub(crate) struct ReviewArgs {
     #[arg(value_name = "FILE", required = true)]
     pub(crate) files: Vec<String>,
 }
+
+/// `review --help`: what is read, what is skipped, and the exit statuses.
+const REVIEW_HELP: &str = "\
+Inputs: each file and each document is read on its own. A file or document that is not a
+Kubernetes object with a kind (a kustomization, Chart.yaml, Helm values, a JSON Patch, a
+Helm template with {{ }}, an empty file, a dangling symlink, a List item without a kind) is
+skipped: listed with its file, document number and line and the reason, counted in the
+summary, and the run goes on. The files of a Helm chart (a directory with Chart.yaml; not
+its crds/) are skipped: review `helm template`'s output. Empty documents are passed over.
+
+Patches and partial templates: a Pod template with no containers, `containers: []`, or a
+container without an image is partial (a kustomize patch, an overlay's part): it is skipped
+with that reason, never reviewed; review `kubectl kustomize`'s output instead. Objects with
+no Pod template at all (Services, ConfigMaps) are counted, not reviewed.
+
+Containers: a name is optional where the kind allows it (custom kinds such as Knative
+Services); Kubernetes' own kinds need one. An image that is not a string is a problem of its
+container: the workload is invalid_object, with the line, and its other images are still
+looked up.
+
+SOURCE is FILE:DOCUMENT (documents counted from 1, as YAML counts them; `-` is standard input).
+A workload with only generateName is shown as `prefix-*`.
+
+Exit status:
+  0  no problem found (skipped inputs are listed, and do not fail the run)
+  1  problems found: a workload's images share no architecture, it would be denied, or it is
+     invalid (invalid_object)
+  2  could not run: bad arguments or configuration, or no input held a Kubernetes object
+  3  with --strict: no problem found, but inputs were skipped
+141  the reader stopped reading (`| head`)";
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {

@@ -22,22 +22,27 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         runtime.worker_threads(threads);
     }
     let runtime = runtime.enable_all().build()?;
+    let mut out = std::io::stdout();
     let result = match cli.command {
-        Command::Inspect(args) => {
-            runtime.block_on(inspect::run(&config, &args, &mut std::io::stdout()))
-        }
-        Command::Serve(args) => runtime.block_on(serve::run(&config, &args)),
-        Command::Nodes(command) => {
-            runtime.block_on(nodes::run(&config, &command, &mut std::io::stdout()))
-        }
-        Command::Audit(args) => {
-            runtime.block_on(audit::run(&config, &args, &mut std::io::stdout()))
-        }
-        Command::Review(args) => {
-            runtime.block_on(review::run(&config, &args, &mut std::io::stdout()))
-        }
+        Command::Inspect(args) => run_to_end(runtime, inspect::run(&config, &args, &mut out)),
+        Command::Serve(args) => run_to_end(runtime, serve::run(&config, &args)),
+        Command::Nodes(command) => run_to_end(runtime, nodes::run(&config, &command, &mut out)),
+        Command::Audit(args) => run_to_end(runtime, audit::run(&config, &args, &mut out)),
+        Command::Review(args) => run_to_end(runtime, review::run(&config, &args, &mut out)),
     };
     crate::telemetry::flush();
+    result
+}
+
+/// Runs `command` on `runtime`, then leaves whatever is still running on it without waiting:
+/// the answer is written, and a DNS query (getaddrinfo runs on a blocking thread that cannot be
+/// cancelled) or a connection that outlived its lookup's deadline must not hold the exit.
+fn run_to_end<T>(
+    runtime: tokio::runtime::Runtime,
+    command: impl std::future::Future<Output = T>,
+) -> T {
+    let result = runtime.block_on(command);
+    runtime.shutdown_background();
     result
 }
 
@@ -76,5 +81,46 @@ pub(crate) fn architectures_cell(common: Option<&[String]>) -> String {
         Some([]) => "none".to_owned(),
         Some(common) => common.join(","),
         None => "?".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// A blocking task left behind (as a getaddrinfo past its lookup's deadline) does not hold
+    /// the command's end: it is still blocked when the answer comes back.
+    #[test]
+    fn the_answer_does_not_wait_for_a_blocking_task_left_behind() {
+        let (release, blocked) = mpsc::channel::<()>();
+        let (answered, answer) = mpsc::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let task_finished = Arc::clone(&finished);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let value = super::run_to_end(runtime, async move {
+                let (started, running) = tokio::sync::oneshot::channel();
+                drop(tokio::task::spawn_blocking(move || {
+                    let _ = started.send(());
+                    let _ = blocked.recv();
+                    task_finished.store(true, Ordering::SeqCst);
+                }));
+                running.await.unwrap();
+                42
+            });
+            let _ = answered.send(value);
+        });
+        // A bound far above any scheduling delay: without shutdown_background the runtime
+        // waits for the blocked task, which waits for this test.
+        let value = answer.recv_timeout(Duration::from_secs(60));
+        let still_blocked = !finished.load(Ordering::SeqCst);
+        let _ = release.send(());
+        assert_eq!(value, Ok(42), "the command did not end");
+        assert!(still_blocked);
     }
 }

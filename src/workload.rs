@@ -2,7 +2,11 @@
 //! Rollout …), found in the documents an operator keeps in Git, with the Pod its template makes.
 //! `tolerable review` decides on that Pod as the webhook would when the controller creates it.
 
-use serde_json::{json, Map, Value};
+mod documents;
+
+use serde_json::Value;
+
+pub(crate) use self::documents::{Document, Documents, Place, Step, Unread};
 
 /// An object with a Pod template, and the Pod the template makes.
 #[derive(Clone, Debug)]
@@ -10,11 +14,17 @@ pub(crate) struct Workload {
     pub(crate) kind: String,
     pub(crate) name: String,
     pub(crate) namespace: Option<String>,
-    /// Where it was read (a file, or `-` for standard input).
+    /// Where it was read: `file:document` (`-` for standard input), `cluster` for `audit`.
     pub(crate) source: String,
+    /// The line its document starts on.
+    pub(crate) line: Option<usize>,
     /// The Pod the template makes: `apiVersion: v1`, `kind: Pod`, the template's metadata (in the
-    /// workload's namespace) and spec.
+    /// workload's namespace) and spec — without the containers whose image is unreadable.
     pub(crate) pod: Value,
+    /// What in its manifest the API server would refuse (an image that is not a string), each
+    /// on its container, with the input's line: the workload is then `invalid_object`, and its
+    /// other images are still looked up.
+    pub(crate) problems: Vec<String>,
 }
 
 impl Workload {
@@ -45,88 +55,171 @@ pub(crate) struct Skipped {
 pub(crate) struct Found {
     pub(crate) workloads: Vec<Workload>,
     pub(crate) skipped: Vec<Skipped>,
+    /// Documents (and List items) that are no Kubernetes object, and partial Pod templates.
+    pub(crate) unread: Vec<Unread>,
 }
 
 impl Found {
     /// Adds what `document` holds: itself, or the items of a `List` (`kind: List`,
     /// `DeploymentList` …), each read the same way. `Err` for a document that is no Kubernetes
-    /// object at all (a scalar, a mapping without `kind`).
+    /// object at all (a scalar, a mapping without `kind`), or for a List item that is none.
     pub(crate) fn add(&mut self, document: Value, source: &str) -> Result<(), String> {
-        let Value::Object(mut object) = document else {
-            return Err(format!(
-                "{source}: expected a Kubernetes object, got {}",
-                value_kind(&document)
-            ));
+        let unread = self.unread.len();
+        self.add_object(document, &Read::new(Place::file(source), None));
+        match self.unread.get(unread) {
+            Some(first) => Err(format!("{source}: {}", first.reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds what one document read from a file holds; what is not a Kubernetes object is kept
+    /// in `unread`, with where it is and why.
+    pub(crate) fn add_document(&mut self, value: Value, document: &Document) {
+        let read = Read::new(document.place.clone(), Some(document));
+        self.add_object(value, &read);
+    }
+
+    fn add_object(&mut self, value: Value, read: &Read) {
+        let mut object = match value {
+            Value::Object(object) => object,
+            other => return self.not_an_object(read, &other),
         };
         let Some(kind) = object
             .get("kind")
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            return Err(format!("{source}: an object without a kind"));
+            let hint = hint_for(&read.place.file);
+            return self.unread(read, format!("an object without a kind{hint}"));
         };
         if kind.ends_with("List") {
             if let Some(Value::Array(items)) = object.remove("items") {
-                for item in items {
-                    self.add(item, source)?;
+                for (i, item) in items.into_iter().enumerate() {
+                    self.add_object(item, &read.item(i));
                 }
-                return Ok(());
+                return;
             }
         }
         let meta = object.get("metadata");
-        let name = string_at(meta, "name")
-            .or_else(|| string_at(meta, "generateName"))
-            .unwrap_or_default();
-        let namespace = string_at(meta, "namespace");
-        match pod_of(&kind, &object, namespace.as_deref()) {
-            Some(pod) => self.workloads.push(Workload {
+        let name = name_of(meta);
+        let namespace = meta
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match template::pod_of(&kind, &object, namespace.as_deref(), read) {
+            template::Template::None => self.skipped.push(Skipped {
+                kind,
+                name,
+                source: read.place.source(),
+            }),
+            template::Template::Partial(why) => self.unread(
+                read,
+                format!("{kind}/{name}: a partial Pod template ({why}): a patch or an overlay's part; review the rendered manifests"),
+            ),
+            template::Template::Pod { pod, problems } => self.workloads.push(Workload {
                 kind,
                 name,
                 namespace,
-                source: source.to_owned(),
+                source: read.place.source(),
+                line: read.place.line,
                 pod,
-            }),
-            None => self.skipped.push(Skipped {
-                kind,
-                name,
-                source: source.to_owned(),
+                problems,
             }),
         }
-        Ok(())
+    }
+
+    fn not_an_object(&mut self, read: &Read, value: &Value) {
+        let patch = value
+            .as_array()
+            .and_then(|items| items.first())
+            .is_some_and(|first| first.get("op").is_some() && first.get("path").is_some());
+        let hint = if patch { " (a JSON Patch)" } else { "" };
+        let reason = format!(
+            "expected a Kubernetes object, got {}{hint}",
+            value_kind(value)
+        );
+        self.unread(read, reason);
+    }
+
+    fn unread(&mut self, read: &Read, reason: String) {
+        let reason = match read.item {
+            Some(i) => format!("List item {}: {reason}", i + 1),
+            None => reason,
+        };
+        self.unread.push(Unread {
+            place: read.place.clone(),
+            reason,
+        });
     }
 }
 
-/// The Pod `object` makes: a Pod is its own; a CronJob's is under `spec.jobTemplate`; a
-/// PodTemplate's under `template`; any other kind's under `spec.template` when that has
-/// containers (Deployments, StatefulSets, Jobs, and custom kinds shaped like them).
-fn pod_of(kind: &str, object: &Map<String, Value>, namespace: Option<&str>) -> Option<Value> {
-    let template = match kind {
-        "Pod" => return Some(Value::Object(object.clone())),
-        "CronJob" => object.get("spec")?.pointer("/jobTemplate/spec/template")?,
-        "PodTemplate" => object.get("template")?,
-        _ => object.get("spec")?.get("template")?,
-    };
-    let spec = template.get("spec")?;
-    spec.get("containers")?.as_array()?;
-    let mut metadata = template
-        .get("metadata")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    if let (Some(namespace), Some(meta)) = (namespace, metadata.as_object_mut()) {
-        meta.entry("namespace")
-            .or_insert_with(|| Value::String(namespace.to_owned()));
-    }
-    Some(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": spec,
-    }))
+/// Where an object is being read: its place, its document (to find lines in), and its index in
+/// the document's List.
+struct Read<'d> {
+    place: Place,
+    document: Option<&'d Document>,
+    item: Option<usize>,
 }
 
-fn string_at(meta: Option<&Value>, key: &str) -> Option<String> {
-    Some(meta?.get(key)?.as_str()?.to_owned())
+impl<'d> Read<'d> {
+    fn new(place: Place, document: Option<&'d Document>) -> Self {
+        Self {
+            place,
+            document,
+            item: None,
+        }
+    }
+
+    fn item(&self, index: usize) -> Self {
+        Self {
+            place: self.place.clone(),
+            document: self.document,
+            item: Some(index),
+        }
+    }
+
+    /// The input's line of `path` in this object, if known.
+    fn line_of(&self, path: &[Step]) -> Option<usize> {
+        let document = self.document?;
+        let mut full = Vec::with_capacity(path.len() + 2);
+        if let Some(item) = self.item {
+            full.extend([Step::Key("items"), Step::Index(item)]);
+        }
+        full.extend_from_slice(path);
+        document.line_of(&full)
+    }
 }
+
+/// Why a file's object has no kind, when its name says what it is.
+fn hint_for(file: &str) -> &'static str {
+    let name = file.rsplit('/').next().unwrap_or(file);
+    match name {
+        "kustomization.yaml" | "kustomization.yml" | "Kustomization" => {
+            " (a kustomization: review `kubectl kustomize DIR` instead)"
+        }
+        "Chart.yaml" => " (a Helm chart's Chart.yaml: review `helm template` instead)",
+        _ if name.starts_with("values") => " (Helm values? review `helm template` instead)",
+        _ => ": not a Kubernetes object",
+    }
+}
+
+/// `metadata.name`; `cleanup-*` for a `generateName: cleanup-`; a number as written;
+/// `(no name)` without either.
+fn name_of(meta: Option<&Value>) -> String {
+    match meta.and_then(|m| m.get("name")) {
+        Some(Value::String(name)) => name.clone(),
+        Some(other @ (Value::Number(_) | Value::Bool(_))) => other.to_string(),
+        _ => match meta
+            .and_then(|m| m.get("generateName"))
+            .and_then(Value::as_str)
+        {
+            Some(prefix) => format!("{prefix}*"),
+            None => "(no name)".to_owned(),
+        },
+    }
+}
+
+mod template;
 
 fn value_kind(value: &Value) -> &'static str {
     match value {
@@ -139,21 +232,14 @@ fn value_kind(value: &Value) -> &'static str {
     }
 }
 
-/// The documents of one text: one JSON value, or every document of a (multi-document) YAML
-/// stream, empty documents left out.
+/// The documents of one text, empty documents left out.
+#[cfg(test)]
 pub(crate) fn documents(text: &str) -> Result<Vec<Value>, String> {
-    if let Ok(value) = serde_json::from_str::<Value>(text) {
-        return Ok(vec![value]);
-    }
-    let mut out = Vec::new();
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value: Value = serde::Deserialize::deserialize(document)
-            .map_err(|e| format!("input is neither JSON nor YAML: {e}"))?;
-        if !value.is_null() {
-            out.push(value);
-        }
-    }
-    Ok(out)
+    Documents::new(text.as_bytes(), "-")
+        .filter(|d| !matches!(d, Err(u) if u.reason.starts_with("empty")))
+        .map(|d| d.map_err(|u| u.reason)?.parse())
+        .filter(|v| !matches!(v, Ok(Value::Null)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -241,5 +327,132 @@ mod tests {
         assert!(documents("key: [unclosed")
             .unwrap_err()
             .contains("neither JSON nor YAML"));
+    }
+
+    /// Every document of `text`, read as `review` reads a file.
+    fn read(text: &str) -> Found {
+        let mut found = Found::default();
+        for document in Documents::new(text.as_bytes(), "repo/app.yaml") {
+            match document {
+                Ok(document) => match document.parse() {
+                    Ok(value) => found.add_document(value, &document),
+                    Err(reason) => found.unread.push(Unread {
+                        place: document.place,
+                        reason,
+                    }),
+                },
+                Err(unread) => found.unread.push(unread),
+            }
+        }
+        found
+    }
+
+    fn reasons(found: &Found) -> Vec<String> {
+        found.unread.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_knative_service_needs_no_container_name_and_a_deployment_does() {
+        let found = read(
+            "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: hello}\nspec:\n  template:\n    spec:\n      containers:\n      - image: nginx\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - image: nginx\n",
+        );
+        let hello = &found.workloads[0];
+        assert_eq!(
+            (hello.label(), hello.source.as_str()),
+            ("Service/hello".into(), "repo/app.yaml:1")
+        );
+        assert!(hello.problems.is_empty(), "{:?}", hello.problems);
+        assert_eq!(hello.pod["spec"]["containers"][0]["name"], "containers[0]");
+        assert_eq!(
+            found.workloads[1].problems,
+            ["containers[0] has no name (line 17)"]
+        );
+    }
+
+    #[test]
+    fn an_image_that_is_not_a_string_is_its_containers_problem_at_its_line() {
+        let found = read(
+            "# web\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: nginx\n      - name: sidecar\n        image: 1.0\n",
+        );
+        let web = &found.workloads[0];
+        assert_eq!(
+            web.problems,
+            ["container \"sidecar\": its image 1.0 is not a string (line 12)"]
+        );
+        // The valid image is still looked up.
+        let images: Vec<_> = web.pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["image"].clone())
+            .collect();
+        assert_eq!(images, ["nginx"]);
+    }
+
+    #[test]
+    fn patches_and_partial_templates_follow_one_rule() {
+        let found = read(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\nspec:\n  template:\n    spec:\n      nodeSelector: {disk: ssd}\n\
+             ---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b}\nspec:\n  template:\n    spec:\n      containers: []\n\
+             ---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: c}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        env: [{name: X, value: '1'}]\n",
+        );
+        assert!(found.workloads.is_empty());
+        assert_eq!(
+            reasons(&found),
+            [
+                "repo/app.yaml:1 (line 1): Deployment/a: a partial Pod template (no containers): a patch or an overlay's part; review the rendered manifests",
+                "repo/app.yaml:2 (line 9): Deployment/b: a partial Pod template (containers: []): a patch or an overlay's part; review the rendered manifests",
+                "repo/app.yaml:3 (line 17): Deployment/c: a partial Pod template (containers[0] (app) has no image): a patch or an overlay's part; review the rendered manifests",
+            ]
+        );
+    }
+
+    #[test]
+    fn one_bad_document_or_list_item_loses_nothing_else() {
+        let found = read(
+            "apiVersion: v1\nkind: Pod\nmetadata: {generateName: cleanup-}\nspec: {containers: [{name: c, image: a}]}\n\
+             ---\n- {op: add, path: /spec/replicas, value: 3}\n\
+             ---\nimage: {{ .Values.image }}\n\
+             ---\napiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n- {apiVersion: v1, kind: Pod, metadata: {name: 7}, spec: {containers: [{name: c, image: b}]}}\n",
+        );
+        let names: Vec<_> = found
+            .workloads
+            .iter()
+            .map(|w| (w.label(), w.source.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("Pod/cleanup-*".to_owned(), "repo/app.yaml:1".to_owned()),
+                ("Pod/7".to_owned(), "repo/app.yaml:4".to_owned())
+            ]
+        );
+        let reasons = reasons(&found);
+        assert_eq!(
+            reasons[0],
+            "repo/app.yaml:2 (line 6): expected a Kubernetes object, got a list (a JSON Patch)"
+        );
+        assert!(
+            reasons[1].starts_with("repo/app.yaml:3 (line 8): a template ({{ … }})"),
+            "{}",
+            reasons[1]
+        );
+        assert_eq!(reasons[2], "repo/app.yaml:4 (line 10): List item 1: an object without a kind: not a Kubernetes object");
+        assert_eq!(reasons.len(), 3);
+    }
+
+    #[test]
+    fn a_field_the_webhook_refuses_is_placed_in_the_input_not_in_a_rewritten_pod() {
+        let found = read(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      tolerations: [{key: a, effect: 5}]\n      containers: [{name: a, image: app}]\n",
+        );
+        assert_eq!(
+            found.workloads[0].problems,
+            ["the object is not a valid Pod: invalid type: integer `5`, expected a string (in the Pod template at line 10)"]
+        );
+        let unnamed = read(
+            "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: a}]}\n",
+        );
+        assert_eq!(unnamed.workloads[0].label(), "Pod/(no name)");
     }
 }

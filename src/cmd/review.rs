@@ -1,17 +1,21 @@
 //! `tolerable review FILE|-`: the webhook's decision, offline, for a Pod manifest or an
 //! AdmissionReview — for operators debugging and for CI pipelines.
 
+mod inputs;
 mod report;
 
 pub(crate) use self::report::WORKLOADS_AT_ONCE;
 
-use std::io::{Read as _, Write};
-use std::path::Path;
+use std::fmt::Write as _;
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+
+use self::inputs::Input;
+use self::inputs::Inputs;
 use serde_json::{json, Value};
 
 use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
@@ -19,8 +23,8 @@ use crate::admission::{self, Admission, Asked, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::cluster::{Cluster, PullSecretRefs};
 use crate::config::Config;
-use crate::mutate::{self, Answer, PodCreate};
-use crate::workload::{self, Found};
+use crate::mutate::{self, Answer, Outcome, PodCreate};
+use crate::workload::{Found, Workload};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
 /// the object the patch applies to.
@@ -138,68 +142,11 @@ pub(crate) async fn answer_workload(
 /// The uid of the response `review` shows for a Pod manifest (there is no request).
 const REVIEW_UID: &str = "tolerable-review";
 
-/// Every document of the inputs, each with where it was read: files, the `.yaml`/`.yml`/`.json`
-/// files of directories (and of theirs with `recursive`), `-` for standard input.
-fn read_inputs(names: &[String], recursive: bool) -> anyhow::Result<Vec<(String, Value)>> {
-    let mut texts = Vec::new();
-    for name in names {
-        if name == "-" {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading standard input")?;
-            texts.push((name.clone(), text));
-        } else {
-            read_path(Path::new(name), recursive, true, &mut texts)?;
-        }
-    }
-    let mut documents = Vec::new();
-    for (source, text) in texts {
-        let found = workload::documents(&text).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
-        documents.extend(found.into_iter().map(|d| (source.clone(), d)));
-    }
-    Ok(documents)
-}
-
-/// Reads `path`: a file as named, a directory's manifests in name order (`kubectl -f DIR`'s
-/// rule: its own files only unless `recursive`).
-fn read_path(
-    path: &Path,
-    recursive: bool,
-    named: bool,
-    texts: &mut Vec<(String, String)>,
-) -> anyhow::Result<()> {
-    let shown = path.display().to_string();
-    if path.is_dir() {
-        if !named && !recursive {
-            return Ok(());
-        }
-        let mut entries: Vec<_> = std::fs::read_dir(path)
-            .with_context(|| format!("reading {shown}"))?
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("reading {shown}"))?;
-        entries.sort();
-        for entry in entries {
-            let manifest = entry
-                .extension()
-                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json");
-            if manifest || entry.is_dir() {
-                read_path(&entry, recursive, false, texts)?;
-            }
-        }
-        return Ok(());
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {shown}"))?;
-    texts.push((shown, text));
-    Ok(())
-}
-
 /// One Pod or AdmissionReview: shown with its JSON Patch and patched object, as the webhook
 /// would answer it.
-fn is_single_object(documents: &[(String, Value)]) -> bool {
-    match documents {
-        [(_, document)] => matches!(
+fn is_single_object(inputs: &[Input]) -> bool {
+    match inputs {
+        [Input::Object(document, _)] => matches!(
             document.get("kind").and_then(Value::as_str),
             Some("Pod" | "AdmissionReview")
         ),
@@ -212,28 +159,69 @@ pub(crate) async fn run(
     args: &ReviewArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let documents = read_inputs(&args.files, args.recursive)?;
+    let mut inputs = Inputs::new(&args.files, args.recursive);
+    // Two inputs tell one Pod or AdmissionReview (shown in detail) from a set of workloads.
+    let head: Vec<Input> = inputs.by_ref().take(2).collect();
     let resolver = Arc::new(crate::app::resolver(config, None)?);
     let mut admission = Admission::new(resolver, config.policy.clone(), None);
     if let Some(cluster) = cluster(args).await? {
         admission = admission.with_cluster(Arc::new(cluster));
     }
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
-    if is_single_object(&documents) {
-        let (_, document) = documents.into_iter().next().expect("one document");
+    if is_single_object(&head) {
+        let Some(Input::Object(document, _)) = head.into_iter().next() else {
+            unreachable!("one object")
+        };
         let reviewed = review_document(&admission, document, budget).await?;
         return write_one(out, &reviewed, args.json);
     }
     let mut found = Found::default();
-    for (source, document) in documents {
-        found.add(document, &source).map_err(anyhow::Error::msg)?;
+    let mut read = 0;
+    let workloads = head.into_iter().chain(inputs).flat_map(|input| {
+        match input {
+            Input::Object(value, document) => {
+                let objects = found.skipped.len();
+                found.add_document(value, &document);
+                // Read: it held a workload or an object (a List may hold both and bad items).
+                let held = !found.workloads.is_empty() || found.skipped.len() > objects;
+                read += usize::from(held);
+            }
+            Input::Unread(unread) => found.unread.push(unread),
+        }
+        std::mem::take(&mut found.workloads)
+    });
+    let reports = if args.patch {
+        let workloads: Vec<_> = workloads.collect();
+        let outcomes = write_each(&admission, &workloads, budget, args.json, out).await?;
+        nothing_read(read, &found)?;
+        for unread in &found.unread {
+            let _ = writeln!(std::io::stderr(), "skipped: {unread}");
+        }
+        let skipped_inputs = found.unread.len();
+        return Ok(report::exit_status(outcomes, skipped_inputs, args.strict));
+    } else {
+        report::review_all(&admission, workloads, budget).await
+    };
+    nothing_read(read, &found)?;
+    report::write(out, &reports, &found, args.json)?;
+    let skipped_inputs = found.unread.len();
+    Ok(report::exit_status(
+        reports.iter().map(|r| r.outcome),
+        skipped_inputs,
+        args.strict,
+    ))
+}
+
+/// "Could not run" (exit status 2): no input held a Kubernetes object, each said with why.
+fn nothing_read(read: usize, found: &Found) -> anyhow::Result<()> {
+    if read > 0 {
+        return Ok(());
     }
-    if args.patch {
-        return write_each(&admission, &found, budget, args.json, out).await;
+    let mut message = String::from("nothing to review: no input holds a Kubernetes object");
+    for unread in &found.unread {
+        let _ = write!(message, "\n  {unread}");
     }
-    let reports = report::review_all(&admission, &found.workloads, budget).await;
-    report::write(out, &reports, &found.skipped, args.json)?;
-    Ok(report::exit_status(reports.iter().map(|r| r.outcome)))
+    bail!(message)
 }
 
 /// The cluster pull secrets are read from, when asked for.
@@ -261,26 +249,25 @@ fn write_one(out: &mut impl Write, reviewed: &Reviewed, json: bool) -> anyhow::R
     } else {
         write_text(out, reviewed, &patched)?;
     }
-    Ok(report::exit_status([reviewed.answer.outcome()]))
+    Ok(report::exit_status([reviewed.answer.outcome()], 0, false))
 }
 
 /// `--patch` for several workloads: each one's Pod in detail, under a heading naming it.
 async fn write_each(
     admission: &Admission,
-    found: &Found,
+    workloads: &[Workload],
     budget: Duration,
     json: bool,
     out: &mut impl Write,
-) -> anyhow::Result<ExitCode> {
-    let reviews = found
-        .workloads
+) -> anyhow::Result<Vec<Outcome>> {
+    let reviews = workloads
         .iter()
         .map(|w| review_document(admission, w.pod.clone(), budget));
     let reviews = futures_util::future::join_all(reviews).await;
     let mut outcomes = Vec::new();
     // JSON: one array of what each workload's Pod shows, so the output is one JSON value.
     let mut buffered = Vec::new();
-    for (workload, reviewed) in found.workloads.iter().zip(reviews) {
+    for (workload, reviewed) in workloads.iter().zip(reviews) {
         let reviewed = reviewed?;
         if json {
             write_one(&mut buffered, &reviewed, true)?;
@@ -295,7 +282,7 @@ async fn write_each(
         buffered.pop();
         writeln!(out, "[{}]", String::from_utf8_lossy(&buffered))?;
     }
-    Ok(report::exit_status(outcomes))
+    Ok(outcomes)
 }
 
 fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::admission::review::cut_warning;
 use crate::admission::{Admission, PodAnswer};
 use crate::mutate::{explain, Decision, Outcome};
-use crate::workload::{Skipped, Workload};
+use crate::workload::{Found, Workload};
 
 /// What `review` reports of one workload.
 #[derive(Debug, Serialize)]
@@ -21,7 +21,13 @@ pub(super) struct WorkloadReport {
     kind: String,
     name: String,
     namespace: Option<String>,
+    /// `file:document`.
     source: String,
+    /// The line its document starts on.
+    line: Option<usize>,
+    /// What its manifest has that the API server would refuse, each with its line: the outcome
+    /// is then `invalid_object` (the other images are still looked up and shown).
+    problems: Vec<String>,
     /// Each image and its platforms (`linux/arm64/v8`), or why they are unknown.
     images: BTreeMap<String, ImageReport>,
     /// The architectures every image supports; `None` when some are unknown (or the Pod is
@@ -51,13 +57,15 @@ fn outcome_label<S: serde::Serializer>(outcome: &Outcome, s: S) -> Result<S::Ok,
 /// Reviews the workloads a few at a time, each with its own budget: the same image in several
 /// workloads is looked up once (the resolver's cache joins concurrent lookups of one image), and
 /// no lookup spends its budget waiting for a turn behind hundreds of others.
+/// `workloads` is read as the reviews go, so memory holds the reports and the few workloads under
+/// review, not every workload's Pod.
 pub(super) async fn review_all(
     admission: &Admission,
-    workloads: &[Workload],
+    workloads: impl Iterator<Item = Workload>,
     budget: Duration,
 ) -> Vec<WorkloadReport> {
     use futures_util::StreamExt as _;
-    futures_util::stream::iter(workloads.iter().map(|w| review(admission, w, budget)))
+    futures_util::stream::iter(workloads.map(|w| review(admission, w, budget)))
         .buffered(WORKLOADS_AT_ONCE)
         .collect()
         .await
@@ -67,7 +75,7 @@ pub(super) async fn review_all(
 /// once, and the registry client bounds requests per registry (16) on top.
 pub(crate) const WORKLOADS_AT_ONCE: usize = 8;
 
-async fn review(admission: &Admission, workload: &Workload, budget: Duration) -> WorkloadReport {
+async fn review(admission: &Admission, workload: Workload, budget: Duration) -> WorkloadReport {
     let super::WorkloadAnswer {
         answered: pod_answer,
         common: architectures,
@@ -94,11 +102,18 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         Decision::Placed(placement) => explain::additions(placement),
         _ => Vec::new(),
     };
-    WorkloadReport {
-        kind: workload.kind.clone(),
-        name: workload.name.clone(),
-        namespace: workload.namespace.clone(),
-        source: workload.source.clone(),
+    let warnings = answer
+        .warnings()
+        .iter()
+        .chain(&shell_warnings)
+        .map(|w| cut_warning(w));
+    let mut report = WorkloadReport {
+        kind: workload.kind,
+        name: workload.name,
+        namespace: workload.namespace,
+        source: workload.source,
+        line: workload.line,
+        problems: Vec::new(),
         images,
         architectures,
         outcome: answer.outcome(),
@@ -106,41 +121,65 @@ async fn review(admission: &Admission, workload: &Workload, budget: Duration) ->
         adds,
         // What would be denied, under enforce = false too: review is a gate either way.
         denied: answer.decision.denial().map(str::to_owned),
-        warnings: answer
-            .warnings()
-            .iter()
-            .chain(&shell_warnings)
-            .map(|w| cut_warning(w))
-            .collect(),
+        warnings: warnings.collect(),
+    };
+    if !workload.problems.is_empty() {
+        // The manifest itself is wrong: what its valid images are is still shown, but no
+        // decision stands for a Pod the API server would refuse.
+        report.outcome = Outcome::InvalidObject;
+        report.architectures = None;
+        report.adds.clear();
+        report.denied = None;
+        report.summary = workload.problems.join("; ");
+        report.warnings = workload.problems.iter().map(|p| cut_warning(p)).collect();
+        report.problems = workload.problems;
     }
+    report
 }
 
-/// Failure when any workload could not run anywhere its images do, or would be denied: a gate
-/// for a GitOps repository.
-pub(super) fn exit_status(outcomes: impl IntoIterator<Item = Outcome>) -> ExitCode {
-    let failed = outcomes
-        .into_iter()
-        .any(|o| matches!(o, Outcome::NoCommonArchitecture | Outcome::Denied));
+/// The exit status, a gate for a GitOps repository: 1 (problems found) when any workload could
+/// not run anywhere its images do, would be denied, or is invalid; else 3 with `--strict` when
+/// inputs were skipped; else 0. (2, could not run, is `main`'s for an error.)
+pub(super) fn exit_status(
+    outcomes: impl IntoIterator<Item = Outcome>,
+    skipped_inputs: usize,
+    strict: bool,
+) -> ExitCode {
+    let failed = outcomes.into_iter().any(|o| {
+        matches!(
+            o,
+            Outcome::NoCommonArchitecture | Outcome::Denied | Outcome::InvalidObject
+        )
+    });
     if failed {
         ExitCode::FAILURE
+    } else if strict && skipped_inputs > 0 {
+        ExitCode::from(SKIPPED_INPUTS)
     } else {
         ExitCode::SUCCESS
     }
 }
 
+/// The exit status of a `--strict` run that skipped inputs and found no problem.
+pub(super) const SKIPPED_INPUTS: u8 = 3;
+
 pub(super) fn write(
     out: &mut impl Write,
     reports: &[WorkloadReport],
-    skipped: &[Skipped],
+    found: &Found,
     json: bool,
 ) -> anyhow::Result<()> {
     if json {
         let report = serde_json::json!({
             "workloads": reports,
-            "skipped": skipped.iter().map(|s| serde_json::json!({
+            "skipped": found.skipped.iter().map(|s| serde_json::json!({
                 "kind": s.kind, "name": s.name, "source": s.source,
             })).collect::<Vec<_>>(),
-            "summary": summary(reports, skipped),
+            "skipped_inputs": found.unread.iter().map(|u| serde_json::json!({
+                "source": u.place.source(), "file": u.place.file,
+                "document": u.place.document, "line": u.place.line, "reason": u.reason,
+            })).collect::<Vec<_>>(),
+            "summary": summary(reports, found),
         });
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
@@ -152,7 +191,10 @@ pub(super) fn write(
             writeln!(out, "warning: {}: {warning}", label(report))?;
         }
     }
-    writeln!(out, "{}", summary(reports, skipped))?;
+    for unread in &found.unread {
+        writeln!(out, "skipped: {unread}")?;
+    }
+    writeln!(out, "{}", summary(reports, found))?;
     Ok(())
 }
 
@@ -160,9 +202,9 @@ fn label(report: &WorkloadReport) -> String {
     crate::workload::label(&report.kind, report.namespace.as_deref(), &report.name)
 }
 
-/// `WORKLOAD  ARCHITECTURES  OUTCOME  WOULD ADD`, columns as wide as their widest cell.
+/// `WORKLOAD  SOURCE  ARCHITECTURES  OUTCOME  WOULD ADD`, columns as wide as their widest cell.
 fn write_table(out: &mut impl Write, reports: &[WorkloadReport]) -> std::io::Result<()> {
-    let rows: Vec<[String; 4]> = reports
+    let rows: Vec<[String; 5]> = reports
         .iter()
         .map(|r| {
             let architectures = crate::cmd::architectures_cell(r.architectures.as_deref());
@@ -171,18 +213,32 @@ fn write_table(out: &mut impl Write, reports: &[WorkloadReport]) -> std::io::Res
             } else {
                 r.adds.join("; ")
             };
-            [label(r), architectures, r.outcome.label().to_owned(), adds]
+            [
+                label(r),
+                r.source.clone(),
+                architectures,
+                r.outcome.label().to_owned(),
+                adds,
+            ]
         })
         .collect();
     crate::cmd::write_table(
         out,
-        ["WORKLOAD", "ARCHITECTURES", "OUTCOME", "WOULD ADD"],
+        [
+            "WORKLOAD",
+            "SOURCE",
+            "ARCHITECTURES",
+            "OUTCOME",
+            "WOULD ADD",
+        ],
         &rows,
     )
 }
 
-/// `3 workloads: 2 decided, 1 no_common_architecture; 1 object without a Pod template skipped`.
-fn summary(reports: &[WorkloadReport], skipped: &[Skipped]) -> String {
+/// `3 workloads: 2 decided, 1 no_common_architecture; 1 object without a Pod template skipped;
+/// 2 inputs skipped`.
+fn summary(reports: &[WorkloadReport], found: &Found) -> String {
+    let skipped = &found.skipped;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for report in reports {
         *counts.entry(report.outcome.label()).or_default() += 1;
@@ -203,6 +259,11 @@ fn summary(reports: &[WorkloadReport], skipped: &[Skipped]) -> String {
             skipped.len(),
             if skipped.len() == 1 { "" } else { "s" }
         );
+    }
+    let unread = found.unread.len();
+    if unread > 0 {
+        let s = if unread == 1 { "" } else { "s" };
+        let _ = write!(line, "; {unread} input{s} skipped (not reviewed)");
     }
     line
 }
