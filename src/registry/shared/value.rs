@@ -122,6 +122,11 @@ pub(super) fn answer(value: &[u8]) -> Option<ImagePlatforms> {
         .iter()
         .map(|p| Platform::normalized(&p.os, &p.architecture, p.variant.as_deref()))
         .collect();
+    // What another replica (or anything that can write the cache) says goes through the same
+    // check as what a registry says: a name no node label can hold never reaches a patch.
+    if !platforms.iter().all(Platform::is_label_safe) {
+        return None;
+    }
     platforms.sort();
     platforms.dedup();
     Some(ImagePlatforms {
