@@ -658,8 +658,10 @@ pub fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), Fetc
 const INITIAL_BODY_CAPACITY: usize = 16 << 10;
 
 /// Reads a body of at most `max_bytes` into one buffer whose every byte of capacity is first
-/// reserved from the lookup's `bounds` — as the bytes arrive, not as the registry declares
-/// them, so a body that stalls holds only what it sent. The reservation ends with the read.
+/// reserved from the lookup's `bounds`: a declared length at once (so children that declare
+/// more than the lookup's share end it before sending it), an undeclared one as the bytes
+/// arrive. The buffer itself grows as the bytes arrive, so a body that stalls occupies only
+/// what it sent. The reservation ends with the read.
 async fn read_capped(
     mut response: reqwest::Response,
     max_bytes: usize,
@@ -673,6 +675,7 @@ async fn read_capped(
     // hyper's error), nor than `max_bytes`.
     let ceiling = declared.map_or(max_bytes, |n| (n as usize).min(max_bytes));
     let mut reserved = bounds.reservation();
+    reserved.grow_to(ceiling.min(declared.map_or(0, |n| n as usize)))?;
     let mut body = Vec::new();
     while let Some(chunk) = response
         .chunk()

@@ -166,13 +166,15 @@ fn platforms_of<'a, S: ManifestSource>(
                 if !unknown.is_empty() && depth >= MAX_INDEX_DEPTH {
                     return Err(FetchError::TooDeep);
                 }
-                // The lookup's turns bound the fetches; this bounds the futures waiting.
+                // The lookup's turns bound the fetches; this bounds the futures waiting. In
+                // any order: the first failure ends the walk at once, not after the children
+                // listed before it (one may be stalling).
                 let children: Vec<Vec<Platform>> = futures_util::stream::iter(
                     unknown
                         .into_iter()
                         .map(move |digest| async move { child(walk, &digest, depth).await }),
                 )
-                .buffered(FETCHES_AT_ONCE)
+                .buffer_unordered(FETCHES_AT_ONCE)
                 .try_collect()
                 .await?;
                 known.extend(children.into_iter().flatten());

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod hostile;
 pub mod kube_api;
 pub mod plugins;
 pub mod redis;
