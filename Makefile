@@ -33,6 +33,7 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(CARGO) bench --locked --bench lookup
 	$(CARGO) bench --locked --bench webhook
 	$(CARGO) bench --locked --bench cluster
+	$(CARGO) bench --locked --bench hostile_registry
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

@@ -321,7 +321,7 @@ async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
     settings.breaker.failures = 1;
     let server = TestServer::start(webhook::policy(), settings).await;
     let image = format!("{}/evil/stalled:v1", hostile.host);
-    let (response, elapsed) = admit(&server, &pod_with_images(&[image.clone()])).await;
+    let (response, elapsed) = admit(&server, &pod_with_images(std::slice::from_ref(&image))).await;
     assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none(), "{response}");
