@@ -180,6 +180,18 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_naming_a_platform_no_node_label_can_hold_is_not_used() {
+        let mut written: serde_json::Value =
+            serde_json::from_slice(&encode_answer(&found(Provenance::Anonymous))).unwrap();
+        written["platforms"][0]["architecture"] = "amd64 x".into();
+        assert_eq!(answer(written.to_string().as_bytes()), None);
+        written["platforms"][0]["architecture"] = "a".repeat(64).into();
+        assert_eq!(answer(written.to_string().as_bytes()), None);
+        written["platforms"][0]["architecture"] = "riscv64".into();
+        assert!(answer(written.to_string().as_bytes()).is_some());
+    }
+
+    #[test]
     fn answers_read_back_as_written() {
         for credentials in [
             Provenance::Anonymous,
