@@ -4,7 +4,8 @@
 //! [`Resolver`] (in `resolver`) is the entry point: it parses the reference, picks the registry
 //! host (a mirror first, then the origin), takes a lookup turn (`turns`), asks the host's circuit
 //! breaker (`breaker`), tries each credential in order, walks the manifest tree, and caches the
-//! answer. The walk itself (`walk`) is generic over `ManifestSource`, the I/O boundary.
+//! answer. The walk itself (`walk`) is generic over `ManifestSource`, the I/O boundary; what one
+//! lookup may cost — fetches, turns, registry bytes in flight — is bounded in `bounds`.
 //! The breaker and the cache read time from an injected `clock`, so their tests move time by hand.
 
 pub mod access;
