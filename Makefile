@@ -36,6 +36,7 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(CARGO) bench --locked --bench nodes
 	$(CARGO) bench --locked --bench audit
 	$(CARGO) bench --locked --bench review
+	$(CARGO) bench --locked --bench hostile_registry
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

@@ -1777,7 +1777,8 @@ mod tests {
             ("TOLERABLE_REGISTRY_DENYLIST", "10.0.0.1/8"),
             ("TOLERABLE_REGISTRY_DENYLIST", "169.254.0.0/40"),
             ("TOLERABLE_REGISTRY_ALLOWLIST", "reg*.example.com"),
-            ("TOLERABLE_REGISTRY_ALLOWLIST", "10.0.0.1:5000"),
+            // An address may take a port; a network may not.
+            ("TOLERABLE_REGISTRY_ALLOWLIST", "10.0.0.0/8:5000"),
         ] {
             let err = Config::load(None, env(&[(key, value)]))
                 .unwrap_err()

@@ -151,6 +151,7 @@ pub struct Metrics {
     registry_requests: Family<RegistryLabels, Counter>,
     cache_lookups: Family<ResultLabels, Counter>,
     cache_entries: Gauge,
+    registry_bytes: Gauge,
     certificate_reloads: Family<ResultLabels, Counter>,
     architecture_taints: Family<ArchitectureLabels, Gauge>,
     circuits_opened: Family<CircuitLabels, Counter>,
@@ -198,6 +199,7 @@ impl Metrics {
             registry_requests: Family::default(),
             cache_lookups: Family::default(),
             cache_entries: Gauge::default(),
+            registry_bytes: Gauge::default(),
             certificate_reloads: Family::default(),
             architecture_taints: Family::default(),
             circuits_opened: Family::default(),
@@ -472,6 +474,11 @@ impl Metrics {
             self.cache_entries.clone(),
         );
         registry.register(
+            "tolerable_registry_bytes_in_flight",
+            "Bytes of registry answers the lookups hold while they arrive (a process-wide budget of 32 MiB, at most 5 MiB per lookup)",
+            self.registry_bytes.clone(),
+        );
+        registry.register(
             "tolerable_registry_circuit_opened",
             "Times the circuit breaker stopped asking a registry (repeated failures or Retry-After)",
             self.circuits_opened.clone(),
@@ -721,6 +728,10 @@ impl RegistryObserver for Metrics {
 
     fn shared_cache_up(&self, up: bool) {
         self.shared_cache_up.set(i64::from(up));
+    }
+
+    fn registry_bytes(&self, change: i64) {
+        self.registry_bytes.inc_by(change);
     }
 
     fn stale_answer(&self) {

@@ -4,10 +4,12 @@
 //! [`Resolver`] (in `resolver`) is the entry point: it parses the reference, picks the registry
 //! host (a mirror first, then the origin), takes a lookup turn (`turns`), asks the host's circuit
 //! breaker (`breaker`), tries each credential in order, walks the manifest tree, and caches the
-//! answer. The walk itself (`walk`) is generic over `ManifestSource`, the I/O boundary.
+//! answer. The walk itself (`walk`) is generic over `ManifestSource`, the I/O boundary; what one
+//! lookup may cost — fetches, turns, registry bytes in flight — is bounded in `bounds`.
 //! The breaker and the cache read time from an injected `clock`, so their tests move time by hand.
 
 pub mod access;
+mod bounds;
 mod breaker;
 pub mod cache;
 pub mod challenge;
@@ -138,6 +140,14 @@ pub enum LookupError {
         /// A 429's `Retry-After`, for the circuit breaker.
         retry_after: Option<Duration>,
     },
+    /// The image is more than one lookup may cost (manifests and blobs to read, bytes in flight
+    /// at once): the image's own doing, so its registry's circuit breaker does not count it.
+    #[error("{reference}: too costly to look up: {limit} (tolerable's bound for one image)")]
+    OverLimit { reference: String, limit: String },
+    /// The process-wide budget of registry bytes in flight is spent by other lookups: tolerable's
+    /// own bound, like `Throttled` — not counted by the breaker, not cached.
+    #[error("{reference}: not looked up: too many registry bytes in flight")]
+    Busy { reference: String },
     /// The circuit breaker: the registry failed repeatedly (or asked us to back off), so it is
     /// left alone for a while instead of being hammered.
     #[error("{reference}: not asking registry {registry} again for {retry_in_secs}s (last failure: {cause})")]
@@ -162,8 +172,10 @@ impl From<&LookupError> for crate::mutate::LookupFailure {
             | LookupError::Malformed { .. }
             | LookupError::NoPlatforms { .. } => Failure::NotAnImage(reason),
             LookupError::NotAllowed { .. } => Failure::NotAllowed(reason),
+            LookupError::OverLimit { .. } => Failure::OverLimit(reason),
             LookupError::Timeout { .. }
             | LookupError::Throttled { .. }
+            | LookupError::Busy { .. }
             | LookupError::Unreachable { .. }
             | LookupError::Registry { .. }
             | LookupError::CircuitOpen { .. } => Failure::Unavailable(reason),
@@ -186,6 +198,8 @@ impl LookupError {
             | Self::Timeout { reference, .. }
             | Self::Throttled { reference, .. }
             | Self::NotAllowed { reference, .. }
+            | Self::OverLimit { reference, .. }
+            | Self::Busy { reference }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
             | Self::CircuitOpen { reference, .. } => format!("{reference}: "),
@@ -201,6 +215,7 @@ impl LookupError {
         match self {
             Self::Timeout { .. }
             | Self::Throttled { .. }
+            | Self::Busy { .. }
             | Self::Unreachable { .. }
             | Self::CircuitOpen { .. } => true,
             Self::Registry { status, .. } => *status == 429 || *status >= 500,
@@ -220,6 +235,8 @@ impl LookupError {
             Self::Timeout { .. } => "timeout",
             Self::Throttled { .. } => "throttled",
             Self::NotAllowed { .. } => "not_allowed",
+            Self::OverLimit { .. } => "over_limit",
+            Self::Busy { .. } => "busy",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -249,6 +266,10 @@ pub enum FetchError {
     },
     /// A host the access rules forbid (or a redirect or realm that would reach one).
     NotAllowed(String),
+    /// The lookup reached one of its own bounds (`bounds`): which one.
+    OverLimit(String),
+    /// The process-wide budget of registry bytes in flight is spent.
+    Busy,
     /// No answer; the text is safe to show (it never says why the connection failed).
     Transport(String),
 }
@@ -302,6 +323,8 @@ impl FetchError {
                 retry_after,
             },
             Self::NotAllowed(reason) => LookupError::NotAllowed { reference, reason },
+            Self::OverLimit(limit) => LookupError::OverLimit { reference, limit },
+            Self::Busy => LookupError::Busy { reference },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),
@@ -378,6 +401,8 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn shared_cache_lookup(&self, _result: &'static str) {}
     /// A registry's answer was written to the shared cache: `ok`, `error` or `skipped`.
     fn shared_cache_write(&self, _result: &'static str) {}
+    /// Registry bytes in flight rose (or, negative, fell) by `change`.
+    fn registry_bytes(&self, _change: i64) {}
     /// Whether the shared cache answered the last request.
     fn shared_cache_up(&self, _up: bool) {}
     /// A credential plugin ran: `result` is `ok`, `failed` (non-zero exit), `invalid_response`,

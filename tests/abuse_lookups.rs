@@ -2,7 +2,8 @@
 //! lookups against one registry, an index that fans out or invents platforms. Every admission is
 //! answered inside its deadline with bounded registry work, and one tenant's flood does not
 //! switch lookups off for the others. All on loopback: a real registry, the fault proxy in front
-//! of it, and a small hostile registry written here.
+//! of it, and the hostile registry of `common::hostile` (nested indexes, stalled bodies,
+//! invented platforms).
 
 mod common;
 
@@ -10,11 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use base64::Engine as _;
 use common::fault_proxy::{Fault, FaultProxy};
+use common::hostile::{self, HostileRegistry};
 use common::registry;
 use common::webhook::{self, recorded, warnings, TestServer};
-use http_body_util::Full;
 use serde_json::{json, Value};
 use tolerable::mutate::OnLookupFailure;
 use tolerable::registry::{CredentialStore, LookupError, Resolver};
@@ -224,122 +225,217 @@ async fn hostile_indexes_cost_bounded_work() {
     );
 }
 
-/// A plain-http registry serving indexes built to cost work.
-struct HostileRegistry {
-    host: String,
-    requests: Arc<AtomicUsize>,
-}
-
-impl HostileRegistry {
-    fn start() -> Self {
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counter = requests.clone();
-        let documents = HostileDocuments::new();
-        let port = common::serve_http(move |req| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            documents.answer(req.uri().path())
-        });
-        Self {
-            host: format!("127.0.0.1:{port}"),
-            requests,
-        }
-    }
-
-    fn requests(&self) -> usize {
-        self.requests.load(Ordering::SeqCst)
-    }
-}
-
-/// What the hostile registry serves: one ordinary arm64 image (a child manifest and its
-/// config) and the indexes built on it.
-struct HostileDocuments {
-    config: String,
-    child: String,
-    child_digest: String,
-    /// `evil/fanout:v1`: 500 platform-less entries, all the one child.
-    fanout: String,
-    /// `evil/huge:v1`: 5,000 platform-less entries.
-    huge: String,
-    /// `evil/platforms:v1`: 500 entries, each an invented architecture.
-    platforms: String,
-    /// `evil/long:v1`: 600 entries, all linux/amd64.
-    long: String,
-}
-
-impl HostileDocuments {
-    fn new() -> Self {
-        let config = json!({"os": "linux", "architecture": "arm64", "rootfs": {"type": "layers", "diff_ids": []}})
-            .to_string();
-        let config_digest = common::fixtures::sha256(config.as_bytes());
-        let child = json!({
-            "schemaVersion": 2,
-            "mediaType": common::fixtures::OCI_MANIFEST,
-            "config": {"mediaType": common::fixtures::OCI_CONFIG, "digest": config_digest, "size": config.len()},
-            "layers": [],
+/// The sum of every sample of `name` in a `/metrics` text (0 when it has none).
+fn metric_sum(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
         })
-        .to_string();
-        let child_digest = common::fixtures::sha256(child.as_bytes());
-        let index = |entries: Vec<Value>| {
-            json!({"schemaVersion": 2, "mediaType": common::fixtures::OCI_INDEX, "manifests": entries})
-                .to_string()
-        };
-        let child_entry = json!({"mediaType": common::fixtures::OCI_MANIFEST, "digest": child_digest, "size": child.len()});
-        let fanout = index(vec![child_entry.clone(); 500]);
-        let huge = index(vec![child_entry.clone(); 5000]);
-        let platforms = index(
-            (0..500)
-                .map(|i| {
-                    let mut e = child_entry.clone();
-                    e["platform"] = json!({"os": "linux", "architecture": format!("arch{i}")});
-                    e
-                })
-                .collect(),
-        );
-        let long = index(
-            (0..600)
-                .map(|_| {
-                    let mut e = child_entry.clone();
-                    e["platform"] = json!({"os": "linux", "architecture": "amd64"});
-                    e
-                })
-                .collect(),
-        );
-        Self {
-            config,
-            child,
-            child_digest,
-            fanout,
-            huge,
-            platforms,
-            long,
-        }
-    }
+        .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
 
-    /// The registry's answer to a GET of `path`: a manifest or the config blob with its
-    /// digest, or the registry's 404.
-    fn answer(&self, path: &str) -> hyper::Response<Full<Bytes>> {
-        let (media_type, body) = match path {
-            "/v2/evil/fanout/manifests/v1" => (common::fixtures::OCI_INDEX, &self.fanout),
-            "/v2/evil/huge/manifests/v1" => (common::fixtures::OCI_INDEX, &self.huge),
-            "/v2/evil/platforms/manifests/v1" => (common::fixtures::OCI_INDEX, &self.platforms),
-            "/v2/evil/long/manifests/v1" => (common::fixtures::OCI_INDEX, &self.long),
-            p if p.ends_with(&format!("/manifests/{}", self.child_digest)) => {
-                (common::fixtures::OCI_MANIFEST, &self.child)
-            }
-            p if p.contains("/blobs/") => ("application/octet-stream", &self.config),
-            _ => {
-                let mut response = hyper::Response::new(Full::new(Bytes::from_static(
-                    br#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#,
-                )));
-                *response.status_mut() = hyper::StatusCode::NOT_FOUND;
-                return response;
-            }
-        };
-        let digest = common::fixtures::sha256(body.as_bytes());
-        let mut response = hyper::Response::new(Full::new(Bytes::from(body.clone())));
-        let headers = response.headers_mut();
-        headers.insert("content-type", media_type.parse().unwrap());
-        headers.insert("docker-content-digest", digest.parse().unwrap());
-        response
+/// Waits until the server's `tolerable_registry_bytes_in_flight` reads 0 (the lookups an
+/// admission abandoned give their bytes back as they are dropped); the last reading otherwise.
+async fn registry_bytes_drained(server: &TestServer) -> f64 {
+    let mut held = f64::NAN;
+    for _ in 0..100 {
+        held = metric_sum(
+            &webhook::metrics_text(server).await,
+            "tolerable_registry_bytes_in_flight",
+        );
+        if held == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    held
+}
+
+/// Nested indexes, each within every per-index limit but 64³ image reads when walked index by
+/// index: one lookup makes at most 128 registry requests, asks for each document at most once,
+/// and ends as the image's own failure, naming the bound. Five such images leave the registry's
+/// breaker closed — one that opens on the first failure it counts — and another image on the
+/// same registry still resolves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_indexes_cost_a_bounded_number_of_requests_and_never_open_the_breaker() {
+    let hostile = HostileRegistry::start();
+    let mut settings = settings_for(&hostile.host);
+    settings.breaker.failures = 1;
+    let resolver = Resolver::new(settings.clone(), CredentialStore::default()).unwrap();
+    for i in 0..5 {
+        let image = format!("{}/evil/nested{i}:v1", hostile.host);
+        let err = resolver.resolve(&image).await.unwrap_err();
+        assert!(matches!(err, LookupError::OverLimit { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with(&image), "{text}");
+        assert!(text.contains("more than 64 manifests and blobs"), "{text}");
+    }
+    let good = format!("{}/good/app:v1", hostile.host);
+    let found = resolver.resolve(&good).await.unwrap();
+    assert_eq!(found.fact.platforms.len(), 1);
+
+    // Through the webhook: allowed unchanged, each image named with the bound it reached.
+    let server = TestServer::start(webhook::policy(), settings).await;
+    let images: Vec<String> = (5..10)
+        .map(|i| format!("{}/evil/nested{i}:v1", hostile.host))
+        .collect();
+    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
+    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let warned = warnings(&response);
+    for image in &images {
+        let named = |w: &&String| w.contains(image.as_str()) && w.contains("too costly to look up");
+        assert!(warned.iter().any(|w| named(&w)), "{image}: {warned:?}");
+    }
+    let metrics = webhook::metrics_text(&server).await;
+    assert_eq!(
+        metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
+        0.0,
+        "{metrics}"
+    );
+    let (response, _) = admit(&server, &pod_with_images(&[good])).await;
+    assert!(response.get("patch").is_some(), "{response}");
+
+    for i in 0..10 {
+        let asked = hostile.requests_for(&format!("evil/nested{i}"));
+        let total: usize = asked.values().sum();
+        eprintln!("evil/nested{i}: {total} registry requests");
+        assert!(total <= 128, "{total} requests for one lookup");
+        let twice: Vec<_> = asked.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "asked more than once: {twice:?}");
+    }
+}
+
+/// Children that send 4 MiB − 2 bytes and stall: a lookup holds at most its share of the
+/// registry bytes, ends as the image's own failure inside the admission's deadline (not the
+/// registry's: its breaker, opening on the first failure it counts, stays closed), and gives
+/// every byte back — for one image and for sixteen in one Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
+    let hostile = HostileRegistry::start();
+    let mut settings = settings_for(&hostile.host);
+    settings.breaker.failures = 1;
+    let server = TestServer::start(webhook::policy(), settings).await;
+    let image = format!("{}/evil/stalled:v1", hostile.host);
+    let (response, elapsed) = admit(&server, &pod_with_images(std::slice::from_ref(&image))).await;
+    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let warned = warnings(&response);
+    assert!(
+        warned.iter().any(|w| w.contains(&image)
+            && w.contains(
+                "too costly to look up: more than 5 MiB of manifests and blobs in flight"
+            )),
+        "{warned:?}"
+    );
+    assert_eq!(registry_bytes_drained(&server).await, 0.0);
+    let requested = hostile.requests_for("evil/stalled");
+    assert!(
+        requested.len() <= 1 + 4 && requested.values().all(|n| *n == 1),
+        "{requested:?}"
+    );
+
+    let images: Vec<String> = (0..16)
+        .map(|i| format!("{}/evil/stalled{i}:v1", hostile.host))
+        .collect();
+    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
+    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
+    assert_eq!(response["allowed"], true);
+    let warned = warnings(&response);
+    for image in &images {
+        let own_bound = |w: &String| {
+            w.contains(image.as_str())
+                && (w.contains("too costly to look up")
+                    || w.contains("too many registry bytes in flight"))
+        };
+        assert!(warned.iter().any(own_bound), "{image}: {warned:?}");
+    }
+    assert_eq!(registry_bytes_drained(&server).await, 0.0);
+    let good = format!("{}/good/app:v1", hostile.host);
+    let (response, _) = admit(&server, &pod_with_images(&[good])).await;
+    assert!(
+        response.get("patch").is_some(),
+        "breaker closed: {response}"
+    );
+}
+
+/// 4 Pods × 16 single images whose config blobs stall (64 lookups at once): together they never
+/// hold more than the process-wide budget (32 MiB); those that find it spent fail at once as
+/// busy, the others end by their deadline; every byte is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_config_blobs_stay_within_the_process_budget() {
+    let hostile = HostileRegistry::start();
+    let mut settings = settings_for(&hostile.host);
+    settings.lookup_timeout = Duration::from_secs(2);
+    let resolver = Arc::new(Resolver::new(settings, CredentialStore::default()).unwrap());
+    let most = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (resolver, most) = (resolver.clone(), most.clone());
+        tokio::spawn(async move {
+            loop {
+                most.fetch_max(resolver.registry_bytes_in_flight(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let lookups = (0..64).map(|i| {
+        let resolver = resolver.clone();
+        let image = format!("{}/evil/stallcfg{i}:v1", hostile.host);
+        async move { resolver.resolve(&image).await }
+    });
+    let results = futures_util::future::join_all(lookups).await;
+    sampler.abort();
+    let kinds: std::collections::BTreeMap<&str, usize> =
+        results.iter().fold(Default::default(), |mut m, r| {
+            *m.entry(r.as_ref().err().map_or("ok", LookupError::metric_label))
+                .or_default() += 1;
+            m
+        });
+    eprintln!(
+        "64 stalled config blobs: {kinds:?}, at most {} bytes held",
+        most.load(Ordering::SeqCst)
+    );
+    let expected = ["busy", "timeout", "throttled", "circuit_open"];
+    assert!(kinds.keys().all(|k| expected.contains(k)), "{kinds:?}");
+    assert!(kinds.get("busy").is_some_and(|n| *n >= 1), "{kinds:?}");
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 32 << 20, "{most} bytes held at once");
+    assert!(most >= 4 << 20, "the stalled blobs were held ({most})");
+    assert_eq!(resolver.registry_bytes_in_flight(), 0);
+}
+
+/// A registry naming 64 invented 110-character architectures beside arm64: only arm64 reaches
+/// the answer and the patch (a required node affinity of values no node label can hold would
+/// leave the Pod unschedulable, or rejected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn architectures_that_are_not_label_values_never_reach_the_patch() {
+    let hostile = HostileRegistry::start();
+    let settings = settings_for(&hostile.host);
+    let image = format!("{}/evil/labels:v1", hostile.host);
+    let resolver = Resolver::new(settings.clone(), CredentialStore::default()).unwrap();
+    let found = resolver.resolve(&image).await.unwrap();
+    let names: Vec<String> = found
+        .fact
+        .platforms
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(names, ["linux/arm64"]);
+
+    let server = TestServer::start(webhook::policy(), settings).await;
+    let (response, _) = admit(&server, &pod_with_images(&[image])).await;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let patch = String::from_utf8(patch).unwrap();
+    assert!(patch.contains("arm64"), "{patch}");
+    assert!(!patch.contains("invented"), "{patch}");
+    assert!(!response
+        .to_string()
+        .contains(&hostile::invented_architecture(0)));
 }

@@ -563,3 +563,45 @@ async fn admission_warnings_carry_no_remote_body() {
     );
     assert!(imds.seen().is_empty(), "followed: {:?}", imds.seen());
 }
+
+/// Allowing an internal registry by address can be limited to its port: the real registry on
+/// 127.0.0.1 is reached on the port the entry names, an internal service on another port of the
+/// same address is never contacted. A deny entry with a port refuses that port only.
+#[tokio::test]
+async fn an_address_with_a_port_allows_or_denies_that_port_only() {
+    let origin = registry::plain();
+    let origin_port = origin.host.rsplit_once(':').unwrap().1.to_owned();
+    let target = internal(Ipv4Addr::LOCALHOST, false);
+    let mut allowed = settings(&[&origin.host, &target.host], &[]);
+    allowed.transport.access = AccessRules::new(
+        &[format!("127.0.0.1:{origin_port}")],
+        &LINK_LOCAL.map(String::from),
+    )
+    .unwrap();
+    let resolver = Resolver::new(allowed.clone(), CredentialStore::default()).unwrap();
+    let found = resolver
+        .resolve(&format!("{}/fixtures/arm64-oci:v1", origin.host))
+        .await
+        .unwrap();
+    assert_eq!(found.fact.platforms.len(), 1);
+    let err = lookup_error(allowed, &format!("{}/app:v1", target.host)).await;
+    assert!(matches!(err, LookupError::NotAllowed { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("not in registry_allowlist"),
+        "{err}"
+    );
+    assert!(target.seen().is_empty(), "contacted: {:?}", target.seen());
+
+    let denied = settings(
+        &[&origin.host, &target.host],
+        &[&format!("127.0.0.1:{}", target.port())],
+    );
+    let err = lookup_error(denied.clone(), &format!("{}/app:v1", target.host)).await;
+    assert!(err.to_string().contains("registry_denylist"), "{err}");
+    assert!(target.seen().is_empty(), "contacted: {:?}", target.seen());
+    let resolver = Resolver::new(denied, CredentialStore::default()).unwrap();
+    let found = resolver
+        .resolve(&format!("{}/fixtures/arm64-oci:v1", origin.host))
+        .await;
+    assert!(found.is_ok(), "{found:?}");
+}

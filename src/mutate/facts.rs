@@ -73,6 +73,9 @@ pub enum LookupFailure {
     NotAnImage(String),
     /// The access rules forbid asking that registry.
     NotAllowed(String),
+    /// The image is more than one lookup may cost (tolerable's bounds per image): the image's
+    /// own doing, not its registry's.
+    OverLimit(String),
     /// The registry could not be asked in time: unreachable, erroring, rate limiting, its circuit
     /// open, or the admission's budget spent.
     Unavailable(String),
@@ -86,6 +89,7 @@ impl LookupFailure {
             | Self::Unauthorized(reason)
             | Self::NotAnImage(reason)
             | Self::NotAllowed(reason)
+            | Self::OverLimit(reason)
             | Self::Unavailable(reason) => reason,
         }
     }

@@ -68,6 +68,19 @@ impl Platform {
         }
     }
 
+    /// Whether each name is a valid Kubernetes label value — what the `kubernetes.io/os` and
+    /// `kubernetes.io/arch` node labels a patch selects on can hold: at most 63 characters,
+    /// ASCII letters, digits, `-`, `_` and `.`, beginning and ending with a letter or digit.
+    /// A registry can name anything; only such names may reach a patch.
+    pub(crate) fn is_label_safe(&self) -> bool {
+        let names = [
+            Some(&self.os),
+            Some(&self.architecture),
+            self.variant.as_ref(),
+        ];
+        names.into_iter().flatten().all(|name| is_label_value(name))
+    }
+
     /// Attestation and other non-runnable entries in an index say `unknown/unknown`.
     pub(crate) fn is_unknown(&self) -> bool {
         &*self.os == "unknown" || &*self.architecture == "unknown" || self.os.is_empty()
@@ -82,6 +95,20 @@ impl fmt::Display for Platform {
         }
         Ok(())
     }
+}
+
+/// A non-empty Kubernetes label value: `[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`.
+fn is_label_value(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+        return false;
+    };
+    bytes.len() <= 63
+        && first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// containerd's `normalizeArch` rules, restated.
@@ -117,6 +144,33 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_label_values_are_label_safe() {
+        let ok = |os: &str, arch: &str, variant: Option<&str>| {
+            Platform::normalized(os, arch, variant).is_label_safe()
+        };
+        assert!(ok("linux", "amd64", None));
+        assert!(ok("linux", "arm", Some("v7")));
+        assert!(ok("wasi", "wasm32", None));
+        assert!(ok("linux", "my_arch.2-b", None));
+        assert!(ok("linux", &"a".repeat(63), None));
+        assert!(!ok("linux", &"a".repeat(64), None));
+        for bad in [
+            "",
+            "-arm",
+            "arm-",
+            "arm64 x",
+            "arm/64",
+            "ärm",
+            "a\u{2028}b",
+            "x:y",
+        ] {
+            assert!(!ok("linux", bad, None), "{bad:?}");
+            assert!(!ok(bad, "amd64", None), "{bad:?}");
+        }
+        assert!(!ok("linux", "arm", Some("v7 ")));
+    }
 
     #[test]
     fn normalizes_like_containerd() {

@@ -8,7 +8,13 @@
 //! Rules are host names (`registry.example.com`, any port), `host:port` (that port only),
 //! wildcards (`*.example.com`: a leading `*` stands for one or more labels; `*.dkr.ecr.*.amazonaws.com`:
 //! an inner `*` for exactly one), addresses and CIDR networks (`10.0.0.0/8`, `fd00::/8`; every
-//! port). Matching ignores case.
+//! port), and addresses with a port (`10.0.0.5:5000`, `[fd00::5]:5000`; that port only).
+//! Matching ignores case.
+//!
+//! An address with a port judges hosts written as that address (an image `10.0.0.5:5000/app`,
+//! a realm, a redirect). A name's addresses are judged when it is resolved, where the port is
+//! not known: there an allow entry with a port allows nothing (allow the name itself, with its
+//! port), and a deny entry with a port denies the address on every port.
 //!
 //! A name is checked twice: as written, before any request ([`AccessRules::check_url`]), and by
 //! the addresses it resolves to, at connect time ([`FilteringResolver`]), so a name pointing at
@@ -23,14 +29,76 @@ use std::sync::Arc;
 /// unless `registry_allowlist` names an address or network inside them.
 pub const LINK_LOCAL: [&str; 2] = ["169.254.0.0/16", "fd00:ec2::254/128"];
 
-/// One address or network (an address is a /32 or /128).
+/// One address or network (an address is a /32 or /128), on every port or (an address only)
+/// on one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Net {
     addr: IpAddr,
     prefix: u8,
+    port: Option<u16>,
 }
 
 impl Net {
+    /// `10.0.0.5:5000` or `[fd00::5]:5000` (and `[fd00::5]`); `None` when `text` is not an
+    /// address written with a port or brackets.
+    fn parse_with_port(text: &str) -> Option<Result<Self, String>> {
+        let (addr, port) = match text.strip_prefix('[') {
+            Some(bracketed) => {
+                let Some((addr, rest)) = bracketed.split_once(']') else {
+                    return Some(Err("an IPv6 address in brackets lacks its `]`".to_owned()));
+                };
+                match rest {
+                    "" => (addr, None),
+                    _ => match rest.strip_prefix(':') {
+                        Some(port) => (addr, Some(port)),
+                        None => return Some(Err(format!("{rest:?} after `]` is not `:port`"))),
+                    },
+                }
+            }
+            None => {
+                let (addr, port) = text.rsplit_once(':')?;
+                match addr.split_once('/') {
+                    Some((network, _)) if network.parse::<Ipv4Addr>().is_ok() => {
+                        return Some(Err(
+                            "a network applies to every port: give a port to an address only"
+                                .to_owned(),
+                        ))
+                    }
+                    _ => (addr.parse::<Ipv4Addr>().ok().map(|_| addr)?, Some(port)),
+                }
+            }
+        };
+        if addr.contains('/') {
+            return Some(Err(
+                "a network applies to every port: give a port to an address only".to_owned(),
+            ));
+        }
+        let Ok(ip) = addr
+            .parse::<Ipv6Addr>()
+            .map(IpAddr::V6)
+            .or_else(|_| match port {
+                // `[10.0.0.5]:5000` is not how an IPv4 address is written.
+                Some(_) if text.starts_with('[') => Err(()),
+                _ => addr.parse::<Ipv4Addr>().map(IpAddr::V4).map_err(|_| ()),
+            })
+        else {
+            return Some(Err(format!("{addr:?} is not an IP address")));
+        };
+        let port = match port.map(|p| p.parse::<u16>().ok().filter(|p| *p > 0).ok_or(p)) {
+            None => None,
+            Some(Ok(port)) => Some(port),
+            Some(Err(p)) => {
+                return Some(Err(format!("port {p:?} is not a number from 1 to 65535")))
+            }
+        };
+        let prefix = if ip.is_ipv4() { 32 } else { 128 };
+        Some(Ok(Self {
+            addr: ip,
+            prefix,
+            port,
+        }))
+    }
+
     fn parse(text: &str) -> Result<Self, String> {
         let (addr_text, prefix_text) = match text.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
@@ -48,7 +116,11 @@ impl Net {
                 .filter(|p| *p <= max)
                 .ok_or_else(|| format!("prefix length {p:?} is not between 0 and {max}"))?,
         };
-        let net = Self { addr, prefix };
+        let net = Self {
+            addr,
+            prefix,
+            port: None,
+        };
         if net.network() != addr {
             // `10.0.0.1/8` is usually a typo for an address or for `10.0.0.0/8`: ask.
             return Err(format!(
@@ -76,6 +148,18 @@ impl Net {
             }
             _ => false,
         }
+    }
+
+    /// Whether an allow entry lets `ip` be reached on `port` (`None`: not known, as when a name
+    /// is resolved — then an entry for one port allows nothing).
+    fn allows(&self, ip: IpAddr, port: Option<u16>) -> bool {
+        self.contains(ip) && self.port.is_none_or(|want| port == Some(want))
+    }
+
+    /// Whether a deny entry refuses `ip` on `port` (`None`: not known — then an entry for one
+    /// port refuses the address on every port).
+    fn denies(&self, ip: IpAddr, port: Option<u16>) -> bool {
+        self.contains(ip) && self.port.is_none_or(|want| port.is_none_or(|p| p == want))
     }
 
     /// Whether every address of `self` is inside `other`.
@@ -199,6 +283,9 @@ impl Rule {
         if text.is_empty() {
             return Err("empty entry".to_owned());
         }
+        if let Some(net) = Net::parse_with_port(text) {
+            return net.map(Rule::Net);
+        }
         if text.contains('/') || text.parse::<IpAddr>().is_ok() {
             return Net::parse(text).map(Rule::Net);
         }
@@ -292,12 +379,18 @@ impl AccessRules {
         })
     }
 
-    /// Deny rules and the link-local pair, for one address.
-    fn address_denied(&self, ip: IpAddr) -> Option<Denied> {
+    /// Whether the allowlist has networks that apply to every port: then a name it does not
+    /// name is judged by its addresses.
+    fn allows_by_address(&self) -> bool {
+        self.allow_nets().any(|n| n.port.is_none())
+    }
+
+    /// Deny rules and the link-local pair, for one address on `port` (`None`: not known).
+    fn address_denied(&self, ip: IpAddr, port: Option<u16>) -> Option<Denied> {
         let denied = self
             .deny
             .iter()
-            .any(|r| matches!(r, Rule::Net(n) if n.contains(ip)));
+            .any(|r| matches!(r, Rule::Net(n) if n.denies(ip, port)));
         if denied {
             return Some(Denied::Denylist);
         }
@@ -307,7 +400,7 @@ impl AccessRules {
         if let Some(range) = link_local {
             let lifted = self
                 .allow_nets()
-                .any(|allowed| allowed.contains(ip) && allowed.within(range));
+                .any(|allowed| allowed.allows(ip, port) && allowed.within(range));
             if !lifted {
                 return Some(Denied::LinkLocal);
             }
@@ -322,10 +415,10 @@ impl AccessRules {
         let port = url.port_or_known_default();
         let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
         if let Ok(ip) = literal.unwrap_or(host).parse::<IpAddr>() {
-            if let Some(denied) = self.address_denied(ip) {
+            if let Some(denied) = self.address_denied(ip, port) {
                 return Err(denied);
             }
-            if self.allow.is_empty() || self.allow_nets().any(|n| n.contains(ip)) {
+            if self.allow.is_empty() || self.allow_nets().any(|n| n.allows(ip, port)) {
                 return Ok(());
             }
             return Err(Denied::NotAllowlisted);
@@ -346,8 +439,8 @@ impl AccessRules {
         if self.allow_names().any(|p| p.matches(name, None)) {
             return Err(Denied::NotAllowlisted);
         }
-        // The addresses decide, when the allowlist has networks.
-        if self.allow_nets().next().is_some() {
+        // The addresses decide, when the allowlist has networks for every port.
+        if self.allows_by_address() {
             return Ok(());
         }
         Err(Denied::NotAllowlisted)
@@ -355,16 +448,16 @@ impl AccessRules {
 
     /// Whether `name` (already passed by [`AccessRules::check_url`]) may be reached at `ip`.
     pub(crate) fn address_allowed(&self, name: &str, ip: IpAddr) -> Result<(), Denied> {
-        if let Some(denied) = self.address_denied(ip) {
+        if let Some(denied) = self.address_denied(ip, None) {
             return Err(denied);
         }
-        if self.allow_nets().next().is_none() {
+        if !self.allows_by_address() {
             return Ok(());
         }
         let name = name.to_ascii_lowercase();
         let name = name.strip_suffix('.').unwrap_or(&name);
         if self.allow_names().any(|p| p.matches(name, None))
-            || self.allow_nets().any(|n| n.contains(ip))
+            || self.allow_nets().any(|n| n.allows(ip, None))
         {
             Ok(())
         } else {
@@ -579,8 +672,15 @@ mod tests {
             ("a..b", "empty label"),
             ("host:0", "port"),
             ("host:http", "port"),
-            ("10.0.0.1:5000", "without one"),
-            ("[::1]:5000", "without one"),
+            ("10.0.0.1:0", "port"),
+            ("10.0.0.1:http", "port"),
+            ("[::1]:70000", "port"),
+            ("10.0.0.0/8:5000", "every port"),
+            ("[fd00::/8]:5000", "every port"),
+            ("[::1", "lacks its `]`"),
+            ("[::1]5000", "is not `:port`"),
+            ("[10.0.0.1]:5000", "not an IP address"),
+            ("[nope]:5000", "not an IP address"),
             ("bad host", "not a host name label"),
             ("", "empty"),
         ] {
@@ -600,8 +700,72 @@ mod tests {
             "*",
             "*.x.y:5000",
             "h_1.x",
+            "10.0.0.1:5000",
+            "[::1]:5000",
+            "[fd00::5]",
         ] {
             AccessRules::new(&[good.to_owned()], &[]).unwrap_or_else(|e| panic!("{good}: {e:?}"));
         }
+    }
+
+    #[test]
+    fn addresses_with_a_port_allow_and_deny_that_port_only() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let r = rules(&["10.0.0.5:5000", "[fd00::5]:5000"], &[]);
+        for (url, want) in [
+            ("http://10.0.0.5:5000/v2/", Ok(())),
+            ("http://10.0.0.5:5001/v2/", Err(Denied::NotAllowlisted)),
+            ("https://10.0.0.5/v2/", Err(Denied::NotAllowlisted)),
+            ("http://10.0.0.6:5000/v2/", Err(Denied::NotAllowlisted)),
+            ("http://[fd00::5]:5000/v2/", Ok(())),
+            ("http://[fd00::5]:443/v2/", Err(Denied::NotAllowlisted)),
+            // The same address, spelled another way.
+            ("http://[::ffff:10.0.0.5]:5000/v2/", Ok(())),
+            ("http://167772165:5000/v2/", Ok(())),
+            // A name is allowed by its name: an address with a port does not let a name through.
+            (
+                "http://registry.internal:5000/v2/",
+                Err(Denied::NotAllowlisted),
+            ),
+        ] {
+            assert_eq!(check(&r, url), want, "{url}");
+        }
+        assert_eq!(
+            r.address_allowed("registry.internal", ip("10.0.0.5")),
+            Ok(()),
+            "only deny rules judge a name's addresses when no network allows by address"
+        );
+
+        // A deny entry with a port: that port, as written; every port for a resolved name.
+        let r = rules(&[], &["10.0.0.5:5000", "[fd00::5]:22"]);
+        assert_eq!(check(&r, "http://10.0.0.5:5000/"), Err(Denied::Denylist));
+        assert_eq!(check(&r, "http://10.0.0.5:5001/"), Ok(()));
+        assert_eq!(check(&r, "http://[fd00::5]:22/"), Err(Denied::Denylist));
+        assert_eq!(check(&r, "https://[fd00::5]/"), Ok(()));
+        assert_eq!(
+            r.address_allowed("sneaky.example", ip("10.0.0.5")),
+            Err(Denied::Denylist)
+        );
+
+        // With a network for every port beside it, names are judged by address, the port-bound
+        // entry not counting (its port is not known there).
+        let r = rules(&["10.0.0.5:5000", "192.168.0.0/16"], &[]);
+        assert_eq!(check(&r, "https://registry.corp/"), Ok(()));
+        assert_eq!(
+            r.address_allowed("registry.corp", ip("10.0.0.5")),
+            Err(Denied::NotAllowlisted)
+        );
+        assert_eq!(
+            r.address_allowed("registry.corp", ip("192.168.1.1")),
+            Ok(())
+        );
+
+        // A port on a link-local address lifts it for that port only.
+        let r = rules(&["169.254.20.10:5000"], &[]);
+        assert_eq!(check(&r, "http://169.254.20.10:5000/"), Ok(()));
+        assert_eq!(
+            check(&r, "http://169.254.20.10:80/"),
+            Err(Denied::LinkLocal)
+        );
     }
 }

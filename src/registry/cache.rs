@@ -251,7 +251,9 @@ impl LookupCache {
                     .as_ref()
                     .and_then(|s| s.result.as_ref().ok().cloned());
                 let result = resolve(last).await;
-                if let Err(e @ LookupError::Throttled { .. }) = &result {
+                // tolerable's own bounds on all lookups, not an answer: nothing to keep.
+                if let Err(e @ (LookupError::Throttled { .. } | LookupError::Busy { .. })) = &result
+                {
                     *answered.lock().expect("not poisoned") = Some(Err(e.clone()));
                     return Op::Nop;
                 }

@@ -19,6 +19,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::access::{AccessRules, FilteringResolver};
+use super::bounds::LookupBounds;
 use super::challenge::{self, Challenge};
 use super::credentials::Credential;
 use super::manifest::ACCEPT as MANIFEST_TYPES;
@@ -146,17 +147,20 @@ impl RegistryClient {
         self.hasher.hash_one(("source", label))
     }
 
-    /// Requests to `host` (an API host such as `registry-1.docker.io`) with `credential`.
+    /// Requests to `host` (an API host such as `registry-1.docker.io`) with `credential`, their
+    /// answers read within the lookup's `bounds`.
     pub(crate) fn source<'a>(
         &'a self,
         host: &str,
         credential: Option<&'a Credential>,
+        bounds: &'a LookupBounds,
     ) -> HostSource<'a> {
         HostSource {
             client: self,
             host: host.to_owned(),
             fingerprint: credential.map(|c| self.fingerprint(c)),
             credential,
+            bounds,
         }
     }
 
@@ -266,6 +270,8 @@ pub(crate) struct HostSource<'a> {
     host: String,
     credential: Option<&'a Credential>,
     fingerprint: Option<u64>,
+    /// Every body read holds its bytes from the lookup's share while it arrives.
+    bounds: &'a LookupBounds,
 }
 
 impl HostSource<'_> {
@@ -330,7 +336,7 @@ impl HostSource<'_> {
         };
         let response = self.request(RequestMethod::Get, &path, accept).await?;
         let headers = response.headers().clone();
-        let body = read_capped(response, max_bytes).await?;
+        let body = read_capped(response, max_bytes, self.bounds).await?;
         Ok((body, headers))
     }
 
@@ -378,7 +384,7 @@ impl HostSource<'_> {
         }
         let status = response.status();
         if status != StatusCode::OK {
-            return Err(status_error(status, response).await);
+            return Err(status_error(status, response, self.bounds).await);
         }
         Ok(response)
     }
@@ -501,7 +507,7 @@ impl HostSource<'_> {
                 })
             }
         }
-        let body = read_capped(response, 1 << 20).await?;
+        let body = read_capped(response, 1 << 20, self.bounds).await?;
         parse_token_response(&body)
     }
 }
@@ -648,24 +654,45 @@ pub fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), Fetc
     Ok((value, Duration::from_millis(seconds * 900)))
 }
 
+/// First capacity of a body buffer; it doubles as bytes arrive.
+const INITIAL_BODY_CAPACITY: usize = 16 << 10;
+
+/// Reads a body of at most `max_bytes` into one buffer whose every byte of capacity is first
+/// reserved from the lookup's `bounds`: a declared length at once (so children that declare
+/// more than the lookup's share end it before sending it), an undeclared one as the bytes
+/// arrive. The buffer itself grows as the bytes arrive, so a body that stalls occupies only
+/// what it sent. The reservation ends with the read.
 async fn read_capped(
     mut response: reqwest::Response,
     max_bytes: usize,
+    bounds: &LookupBounds,
 ) -> Result<Bytes, FetchError> {
-    if response
-        .content_length()
-        .is_some_and(|n| n > max_bytes as u64)
-    {
+    let declared = response.content_length();
+    if declared.is_some_and(|n| n > max_bytes as u64) {
         return Err(FetchError::TooLarge);
     }
+    // The buffer grows no larger than the declared length (a body longer than it declared is
+    // hyper's error), nor than `max_bytes`.
+    let ceiling = declared.map_or(max_bytes, |n| (n as usize).min(max_bytes));
+    let mut reserved = bounds.reservation();
+    reserved.grow_to(ceiling.min(declared.map_or(0, |n| n as usize)))?;
     let mut body = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|e| transport_error(&e, "-", CONNECTION_FAILED))?
     {
-        if body.len() + chunk.len() > max_bytes {
+        let needed = body.len() + chunk.len();
+        if needed > max_bytes {
             return Err(FetchError::TooLarge);
+        }
+        if needed > body.capacity() {
+            let capacity = needed
+                .max(body.capacity() * 2)
+                .max(INITIAL_BODY_CAPACITY)
+                .min(ceiling.max(needed));
+            reserved.grow_to(capacity)?;
+            body.reserve_exact(capacity - body.len());
         }
         body.extend_from_slice(&chunk);
     }
@@ -708,7 +735,11 @@ const ERROR_CODES: &[&str] = &[
 /// A non-success answer as an error: the status and the spec's error codes, never the body's
 /// text. The URL may have been named by a Pod or a hostile registry (a redirect, a realm), and
 /// an internal service's error page must not come back in an admission warning.
-async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchError {
+async fn status_error(
+    status: StatusCode,
+    response: reqwest::Response,
+    bounds: &LookupBounds,
+) -> FetchError {
     match status {
         StatusCode::NOT_FOUND => return FetchError::NotFound,
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return FetchError::Unauthorized,
@@ -724,7 +755,9 @@ async fn status_error(status: StatusCode, response: reqwest::Response) -> FetchE
         }
         _ => {}
     }
-    let body = read_capped(response, 64 << 10).await.unwrap_or_default();
+    let body = read_capped(response, 64 << 10, bounds)
+        .await
+        .unwrap_or_default();
     FetchError::Status {
         code: status.as_u16(),
         message: error_codes(&body)

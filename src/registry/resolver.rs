@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::bounds::{LookupBounds, RegistryBytes, REGISTRY_BYTES_BUDGET};
 use super::breaker::{BreakerSettings, CircuitBreakers};
 use super::cache::{CacheKey, CacheSettings, Learned, LookupCache};
 use super::client::{HostSource, RegistryClient, TransportSettings};
@@ -60,6 +61,8 @@ pub struct Resolver {
     shared: Option<SharedCache>,
     breakers: CircuitBreakers,
     turns: LookupTurns,
+    /// Registry bytes in flight, all lookups together; each lookup holds a share.
+    registry_bytes: Arc<RegistryBytes>,
     /// Hosts whose HEAD answers name no digest: their tags are revalidated with a GET.
     no_head_digest: Mutex<HashSet<String>>,
     observer: Option<Arc<dyn RegistryObserver>>,
@@ -73,6 +76,8 @@ struct Asked {
     identity: Vec<u64>,
     /// Its keys in the shared cache, when there is one.
     shared_keys: Option<Keys>,
+    /// What asking the registry may cost, over every host and credential tried.
+    bounds: LookupBounds,
 }
 
 impl Asked {
@@ -126,6 +131,7 @@ impl Resolver {
             ),
             clock,
             turns: LookupTurns::default(),
+            registry_bytes: Arc::new(RegistryBytes::new(REGISTRY_BYTES_BUDGET, None)),
             no_head_digest: Mutex::default(),
             settings,
             credentials,
@@ -156,6 +162,11 @@ impl Resolver {
         if let Some(shared) = &mut self.shared {
             shared.set_observer(observer.clone());
         }
+        // Built before any lookup, so nothing is held yet.
+        self.registry_bytes = Arc::new(RegistryBytes::new(
+            REGISTRY_BYTES_BUDGET,
+            Some(observer.clone()),
+        ));
         self.observer = Some(observer);
         self
     }
@@ -212,6 +223,7 @@ impl Resolver {
             reference,
             chain,
             shared_keys,
+            bounds: LookupBounds::new(self.registry_bytes.clone()),
         };
         Box::pin(self.resolve_uncached(key, asked, timeout)).await
     }
@@ -227,10 +239,19 @@ impl Resolver {
         budget: Duration,
     ) -> Result<Vec<Checked>, LookupError> {
         let reference = ImageReference::parse(image)?;
+        // Every claimed child costs a manifest and a blob: the index's own limit bounds them.
+        let bounds = LookupBounds::with_limits(
+            self.registry_bytes.clone(),
+            super::bounds::LOOKUP_BYTES_SHARE,
+            2 * super::MAX_INDEX_ENTRIES + 1,
+        );
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
             let chain: Vec<&Credential> = self.credentials.for_registry(mirror).iter().collect();
             let share = crate::budget::mirror_share(budget);
-            match self.verify_at(&reference, (mirror, &chain), share).await {
+            match self
+                .verify_at(&reference, ((mirror.as_str(), &bounds), &chain), share)
+                .await
+            {
                 Ok(checked) => return Ok(checked),
                 Err(e) => {
                     tracing::info!(image = ?image, mirror = ?mirror, error = ?e.to_string(), "mirror failed; asking the origin registry")
@@ -242,15 +263,19 @@ impl Resolver {
             .iter()
             .chain(self.credentials.for_registry(reference.registry()))
             .collect();
-        self.verify_at(&reference, (reference.api_host(), &chain), budget)
-            .await
+        self.verify_at(
+            &reference,
+            ((reference.api_host(), &bounds), &chain),
+            budget,
+        )
+        .await
     }
 
     /// [`Resolver::verify`] at one host: each credential in turn, then anonymous.
     async fn verify_at(
         &self,
         reference: &ImageReference,
-        (host, chain): (&str, &[&Credential]),
+        ((host, bounds), chain): ((&str, &LookupBounds), &[&Credential]),
         budget: Duration,
     ) -> Result<Vec<Checked>, LookupError> {
         let shown = reference.to_string();
@@ -262,7 +287,7 @@ impl Resolver {
                     .map_or("anonymous", Credential::source)
                     .to_owned(),
             );
-            let source = self.client.source(host, credential);
+            let source = self.client.source(host, credential, bounds);
             let checked = verify(
                 &source,
                 reference.repository(),
@@ -488,6 +513,9 @@ impl Resolver {
             }),
         };
         match &result {
+            // The image's own bounds, or tolerable's on all lookups: the registry did nothing
+            // wrong, and did not show it is up either.
+            Err(LookupError::OverLimit { .. } | LookupError::Busy { .. }) => {}
             Err(e) if e.is_unavailable() => {
                 let retry_after = match e {
                     LookupError::Registry { retry_after, .. } => *retry_after,
@@ -603,7 +631,7 @@ impl Resolver {
     ) -> Option<Result<Arc<ImagePlatforms>, LookupError>> {
         let shown = asked.reference.to_string();
         let label = credential.map_or("anonymous", Credential::source);
-        let source = self.client.source(host, credential);
+        let source = self.client.source(host, credential, &asked.bounds);
         let provenance = credential.map_or(Provenance::Anonymous, |c| {
             Provenance::Credential(c.shared_source())
         });
@@ -616,6 +644,9 @@ impl Resolver {
             }
             Ok(Fetched::Walked(walked)) => {
                 tracing::debug!(image = ?shown, host = ?host, credential = ?label, digest = ?walked.digest, "resolved");
+                if walked.ignored > 0 {
+                    tracing::warn!(image = ?shown, ignored = walked.ignored, "the image names platforms whose OS, architecture or variant is not a valid Kubernetes label value: ignored");
+                }
                 Ok(Arc::new(ImagePlatforms {
                     digest: walked.digest,
                     media_type: walked.media_type,
@@ -656,7 +687,9 @@ impl Resolver {
             && (last.is_some() || asked.shared_keys.is_some())
             && self.names_digests_on_head(host);
         if !head_first {
-            return Ok(Fetched::Walked(walk(source, repository, reference).await?));
+            return Ok(Fetched::Walked(
+                walk(source, repository, reference, &asked.bounds).await?,
+            ));
         }
         let named = match source.head_digest(repository, reference).await {
             // A registry that does not do HEAD (405, 501…) is treated as one naming no digest.
@@ -672,14 +705,14 @@ impl Resolver {
                 None => match self.fetched_elsewhere(asked, &digest).await {
                     Some(found) => (Revalidation::KnownDigest, Fetched::Known(found)),
                     None => {
-                        let walked = walk(source, repository, &digest).await?;
+                        let walked = walk(source, repository, &digest, &asked.bounds).await?;
                         (Revalidation::Changed, Fetched::Walked(walked))
                     }
                 },
             },
             (None, _) => {
                 self.remember_no_head_digest(host);
-                let walked = walk(source, repository, reference).await?;
+                let walked = walk(source, repository, reference, &asked.bounds).await?;
                 (Revalidation::NoDigest, Fetched::Walked(walked))
             }
         };
@@ -735,6 +768,11 @@ impl Resolver {
         if hosts.len() < MAX_TRACKED_HOSTS && hosts.insert(host.to_owned()) {
             tracing::info!(registry = ?host, "registry names no Docker-Content-Digest on HEAD: its tags are revalidated with a GET");
         }
+    }
+
+    /// Registry bytes the lookups hold now (`tolerable_registry_bytes_in_flight`).
+    pub fn registry_bytes_in_flight(&self) -> usize {
+        self.registry_bytes.in_flight()
     }
 
     /// Entries currently cached (for metrics and tests).

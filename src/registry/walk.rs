@@ -1,16 +1,20 @@
 //! The manifest-tree walk: from a tag or digest to the platforms it names. Generic over
 //! [`ManifestSource`], the I/O boundary, so it runs the same over HTTP and over a map in a test.
+//!
+//! Bounded per lookup, not per index ([`LookupBounds`]): every manifest and blob fetched counts
+//! against the lookup's total, a few at a time for the whole tree, and each digest is fetched
+//! once however many indexes name it (a child naming an ancestor is a loop, walked once).
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 
+use super::bounds::{LookupBounds, FETCHES_AT_ONCE};
 use super::manifest::{self, ManifestError, ParsedManifest};
 use super::{FetchError, Platform, MAX_INDEX_DEPTH, MAX_INDEX_ENTRIES, MAX_PLATFORMS};
-
-/// Child manifests of one index fetched at the same time.
-const CHILD_FETCHES: usize = 4;
 
 /// The I/O boundary: one registry host with one credential.
 pub trait ManifestSource: Sync {
@@ -35,17 +39,56 @@ pub(crate) struct Walked {
     pub(crate) platforms: Vec<Platform>,
     /// The config media type of a platform-less artifact (then `platforms` is empty).
     pub(crate) artifact: Option<String>,
+    /// Platforms left out because a name is not a valid Kubernetes label value (the node
+    /// labels a patch selects on could never hold it).
+    pub(crate) ignored: usize,
 }
 
-/// Walks from `reference` (tag or digest) to the set of platforms. An index answers in one
-/// request when its entries carry platforms; entries without one, and single manifests, cost a
-/// config blob read each (done concurrently).
+/// One walk of one tree: the lookup's bounds, and the digests already fetched in it.
+struct Walk<'a, S> {
+    source: &'a S,
+    repository: &'a str,
+    bounds: &'a LookupBounds,
+    fetched: Mutex<HashSet<String>>,
+}
+
+impl<S: ManifestSource> Walk<'_, S> {
+    /// True the first time `digest` is named in this walk: only then is it fetched.
+    fn first_time(&self, digest: &str) -> bool {
+        self.fetched
+            .lock()
+            .expect("not poisoned")
+            .insert(digest.to_owned())
+    }
+
+    async fn manifest(&self, reference: &str) -> Result<(Bytes, String), FetchError> {
+        let _turn = self.bounds.fetch_turn().await?;
+        self.source.manifest(self.repository, reference).await
+    }
+
+    async fn blob(&self, digest: &str) -> Result<Bytes, FetchError> {
+        let _turn = self.bounds.fetch_turn().await?;
+        self.source.blob(self.repository, digest).await
+    }
+}
+
+/// Walks from `reference` (tag or digest) to the set of platforms, within the lookup's
+/// `bounds`. An index answers in one request when its entries carry platforms; entries without
+/// one, and single manifests, cost a config blob read each (done concurrently).
 pub(crate) async fn walk(
     source: &impl ManifestSource,
     repository: &str,
     reference: &str,
+    bounds: &LookupBounds,
 ) -> Result<Walked, FetchError> {
-    let (body, digest) = source.manifest(repository, reference).await?;
+    let walk = Walk {
+        source,
+        repository,
+        bounds,
+        fetched: Mutex::default(),
+    };
+    let (body, digest) = walk.manifest(reference).await?;
+    walk.first_time(&digest);
     let parsed = match manifest::parse_manifest(&body, None) {
         Ok(parsed) => parsed,
         // A single manifest whose config is not an image config names no platform: an
@@ -56,12 +99,18 @@ pub(crate) async fn walk(
                 media_type: manifest::single_manifest_type(&body),
                 platforms: Vec::new(),
                 artifact: Some(media_type),
+                ignored: 0,
             })
         }
         Err(e) => return Err(FetchError::Manifest(e)),
     };
+    // Not held while the children are fetched.
+    drop(body);
     let media_type = manifest::known_media_type(parsed.media_type());
-    let mut platforms = platforms_of(source, repository, parsed, 0).await?;
+    let mut platforms = platforms_of(&walk, parsed, 0).await?;
+    let named = platforms.len();
+    platforms.retain(Platform::is_label_safe);
+    let ignored = named - platforms.len();
     platforms.sort();
     platforms.dedup();
     if platforms.len() > MAX_PLATFORMS {
@@ -75,20 +124,24 @@ pub(crate) async fn walk(
         media_type,
         platforms,
         artifact: None,
+        ignored,
     })
 }
 
 fn platforms_of<'a, S: ManifestSource>(
-    source: &'a S,
-    repository: &'a str,
+    walk: &'a Walk<'a, S>,
     parsed: ParsedManifest,
     depth: usize,
 ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Platform>, FetchError>> + Send + 'a>> {
     Box::pin(async move {
         match parsed {
             ParsedManifest::Schema1 { platform, .. } => Ok(vec![platform]),
+            // A config already read in this walk gave its platform there.
+            ParsedManifest::Image { config, .. } if !walk.first_time(&config.digest) => {
+                Ok(Vec::new())
+            }
             ParsedManifest::Image { config, .. } => {
-                let blob = source.blob(repository, &config.digest).await?;
+                let blob = walk.blob(&config.digest).await?;
                 Ok(vec![
                     manifest::parse_image_config(&blob).map_err(FetchError::Manifest)?
                 ])
@@ -105,39 +158,50 @@ fn platforms_of<'a, S: ManifestSource>(
                     match entry.platform {
                         // A nested index's own platform field is not trusted: read it.
                         Some(p) if !entry.is_index() => known.push(p),
-                        // Each child once, however often the index lists it.
-                        _ if unknown.contains(&entry.descriptor.digest) => {}
+                        // Each child once in the whole walk, however often it is listed.
+                        _ if !walk.first_time(&entry.descriptor.digest) => {}
                         _ => unknown.push(entry.descriptor.digest),
                     }
                 }
                 if !unknown.is_empty() && depth >= MAX_INDEX_DEPTH {
                     return Err(FetchError::TooDeep);
                 }
-                // A few children at a time: an index is a list the registry's owner chose.
-                let children: Vec<Vec<Platform>> =
-                    futures_util::stream::iter(unknown.into_iter().map(move |digest| async move {
-                        let (body, _) = source.manifest(repository, &digest).await?;
-                        let child =
-                            manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
-                        match child {
-                            Ok(child) => platforms_of(source, repository, child, depth + 1).await,
-                            // An artifact inside an index (a signature, an SBOM) is not a platform.
-                            Err(FetchError::Manifest(
-                                ManifestError::NotAnImage { .. }
-                                | ManifestError::UnknownType { .. },
-                            )) => Ok(Vec::new()),
-                            Err(e) => Err(e),
-                        }
-                    }))
-                    .buffered(CHILD_FETCHES)
-                    .try_collect()
-                    .await?;
+                // The lookup's turns bound the fetches; this bounds the futures waiting. In
+                // any order: the first failure ends the walk at once, not after the children
+                // listed before it (one may be stalling).
+                let children: Vec<Vec<Platform>> = futures_util::stream::iter(
+                    unknown
+                        .into_iter()
+                        .map(move |digest| async move { child(walk, &digest, depth).await }),
+                )
+                .buffer_unordered(FETCHES_AT_ONCE)
+                .try_collect()
+                .await?;
                 known.extend(children.into_iter().flatten());
                 known.retain(|p| !p.is_unknown());
                 Ok(known)
             }
         }
     })
+}
+
+/// The platforms of the child manifest `digest` of an index at `depth`.
+async fn child<S: ManifestSource>(
+    walk: &Walk<'_, S>,
+    digest: &str,
+    depth: usize,
+) -> Result<Vec<Platform>, FetchError> {
+    let (body, _) = walk.manifest(digest).await?;
+    let child = manifest::parse_manifest(&body, None).map_err(FetchError::Manifest);
+    drop(body);
+    match child {
+        Ok(child) => platforms_of(walk, child, depth + 1).await,
+        // An artifact inside an index (a signature, an SBOM) is not a platform.
+        Err(FetchError::Manifest(
+            ManifestError::NotAnImage { .. } | ManifestError::UnknownType { .. },
+        )) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// One platform an index claims, checked against the image config of the manifest it names.
@@ -195,7 +259,7 @@ pub(crate) async fn verify(
         let actual = manifest::parse_image_config(&blob).map_err(FetchError::Manifest)?;
         Ok(Some(Checked { claimed, actual }))
     }))
-    .buffered(CHILD_FETCHES)
+    .buffered(FETCHES_AT_ONCE)
     .try_filter_map(|checked| async move { Ok(checked) })
     .try_collect()
     .await
@@ -204,19 +268,25 @@ pub(crate) async fn verify(
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::registry::bounds::{RegistryBytes, MAX_FETCHES_PER_LOOKUP, REGISTRY_BYTES_BUDGET};
     use crate::registry::manifest::{OCI_CONFIG, OCI_INDEX, OCI_MANIFEST};
 
-    /// A registry in a map: manifests by tag or digest, blobs by digest. Records what was asked.
+    /// A registry in a map: manifests by tag or digest, blobs by digest. Records what was asked,
+    /// and how many requests were answering at once (each answer yields to the runtime first,
+    /// so concurrent requests overlap).
     #[derive(Default)]
     struct MemorySource {
         manifests: HashMap<String, Bytes>,
         blobs: HashMap<String, Bytes>,
         asked: Mutex<Vec<String>>,
+        in_flight: AtomicUsize,
+        most_in_flight: AtomicUsize,
     }
 
     impl MemorySource {
@@ -239,6 +309,16 @@ mod tests {
         fn record(&self, what: String) {
             self.asked.lock().unwrap().push(what);
         }
+
+        async fn answer<T>(&self, found: Option<T>) -> Result<T, FetchError> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            found.ok_or(FetchError::NotFound)
+        }
     }
 
     impl ManifestSource for MemorySource {
@@ -254,7 +334,7 @@ mod tests {
                 format!("sha256:tag-{reference}")
             };
             let found = self.manifests.get(reference).cloned();
-            std::future::ready(found.map(|body| (body, digest)).ok_or(FetchError::NotFound))
+            self.answer(found.map(|body| (body, digest)))
         }
 
         fn blob(
@@ -263,7 +343,7 @@ mod tests {
             digest: &str,
         ) -> impl Future<Output = Result<Bytes, FetchError>> + Send {
             self.record(format!("blob {digest}"));
-            std::future::ready(self.blobs.get(digest).cloned().ok_or(FetchError::NotFound))
+            self.answer(self.blobs.get(digest).cloned())
         }
     }
 
@@ -301,8 +381,13 @@ mod tests {
         walked.platforms.iter().map(ToString::to_string).collect()
     }
 
+    /// A lookup's bounds, with a process budget of its own.
+    fn bounds() -> LookupBounds {
+        LookupBounds::new(Arc::new(RegistryBytes::new(REGISTRY_BYTES_BUDGET, None)))
+    }
+
     async fn walk_tag(source: &MemorySource) -> Result<Walked, FetchError> {
-        walk(source, "app", "v1").await
+        walk(source, "app", "v1", &bounds()).await
     }
 
     #[tokio::test]
@@ -523,5 +608,104 @@ mod tests {
             .manifest("v1", &image("sha256:ca"))
             .blob("sha256:ca", &config("amd64"));
         assert!(verify(&single, "repo", "v1").await.unwrap().is_empty());
+    }
+
+    /// An index of `children` nested indexes, each listing `images` platform-less images of
+    /// their own (each with its own config): far more fetches than one lookup may make, while
+    /// every index stays within its own limits.
+    fn wide_tree(children: usize, images: usize) -> MemorySource {
+        let mut source = MemorySource::default();
+        let mut top = Vec::new();
+        for c in 0..children {
+            let mut listed = Vec::new();
+            for i in 0..images {
+                let (manifest, blob) = (format!("sha256:m{c}-{i}"), format!("sha256:c{c}-{i}"));
+                source = source
+                    .manifest(&manifest, &image(&blob))
+                    .blob(&blob, &config("arm64"));
+                listed.push(entry(OCI_MANIFEST, &manifest, None));
+            }
+            let name = format!("sha256:i{c}");
+            source = source.manifest(&name, &index(listed));
+            top.push(entry(OCI_INDEX, &name, None));
+        }
+        source.manifest("v1", &index(top))
+    }
+
+    #[tokio::test]
+    async fn the_whole_walk_is_bounded_not_each_index() {
+        let source = wide_tree(8, 16);
+        let err = walk(&source, "app", "v1", &bounds()).await.unwrap_err();
+        assert_eq!(
+            err,
+            FetchError::OverLimit(format!(
+                "more than {MAX_FETCHES_PER_LOOKUP} manifests and blobs to read"
+            ))
+        );
+        let asked = source.asked().len();
+        assert!(asked <= MAX_FETCHES_PER_LOOKUP, "{asked} fetches");
+        // Four at a time for the whole tree, not four per index.
+        let most = source.most_in_flight.load(Ordering::SeqCst);
+        assert!(most <= FETCHES_AT_ONCE && most > 1, "{most} at once");
+        // Within the bound, the same shape is walked whole.
+        let small = wide_tree(3, 10);
+        let walked = walk(&small, "app", "v1", &bounds()).await.unwrap();
+        assert_eq!(names(&walked), ["linux/arm64"]);
+        assert_eq!(small.asked().len(), 1 + 3 + 3 * 10 * 2);
+    }
+
+    #[tokio::test]
+    async fn a_child_named_by_several_indexes_or_looping_back_is_fetched_once() {
+        let shared = entry(OCI_MANIFEST, "sha256:s", None);
+        let source = MemorySource::default()
+            .manifest(
+                "v1",
+                &index(vec![
+                    entry(OCI_INDEX, "sha256:a", None),
+                    entry(OCI_INDEX, "sha256:b", None),
+                ]),
+            )
+            .manifest(
+                "sha256:a",
+                &index(vec![shared.clone(), entry(OCI_INDEX, "sha256:b", None)]),
+            )
+            // Names the top of the tree again (its digest, as the registry gave it): a loop.
+            .manifest(
+                "sha256:b",
+                &index(vec![shared, entry(OCI_INDEX, "sha256:tag-v1", None)]),
+            )
+            .manifest("sha256:s", &image("sha256:sc"))
+            .blob("sha256:sc", &config("s390x"));
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/s390x"]);
+        let mut asked = source.asked();
+        asked.sort();
+        assert_eq!(
+            asked,
+            [
+                "blob sha256:sc",
+                "manifest sha256:a",
+                "manifest sha256:b",
+                "manifest sha256:s",
+                "manifest v1"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn platforms_that_are_not_label_values_are_ignored_and_counted() {
+        let long = "a".repeat(64);
+        let source = MemorySource::default().manifest(
+            "v1",
+            &index(vec![
+                entry(OCI_MANIFEST, "sha256:a", Some("amd64")),
+                entry(OCI_MANIFEST, "sha256:b", Some(&long)),
+                entry(OCI_MANIFEST, "sha256:c", Some("arm64 ; x")),
+                entry(OCI_MANIFEST, "sha256:d", Some("-arm")),
+            ]),
+        );
+        let walked = walk_tag(&source).await.unwrap();
+        assert_eq!(names(&walked), ["linux/amd64"]);
+        assert_eq!(walked.ignored, 3);
     }
 }

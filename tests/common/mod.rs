@@ -12,6 +12,7 @@ pub mod cli;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod hostile;
 pub mod kube_api;
 pub mod kube_pages;
 pub mod plugins;

@@ -122,6 +122,11 @@ pub(super) fn answer(value: &[u8]) -> Option<ImagePlatforms> {
         .iter()
         .map(|p| Platform::normalized(&p.os, &p.architecture, p.variant.as_deref()))
         .collect();
+    // What another replica (or anything that can write the cache) says goes through the same
+    // check as what a registry says: a name no node label can hold never reaches a patch.
+    if !platforms.iter().all(Platform::is_label_safe) {
+        return None;
+    }
     platforms.sort();
     platforms.dedup();
     Some(ImagePlatforms {
@@ -172,6 +177,18 @@ mod tests {
                 stale: None,
             }),
         }
+    }
+
+    #[test]
+    fn an_answer_naming_a_platform_no_node_label_can_hold_is_not_used() {
+        let mut written: serde_json::Value =
+            serde_json::from_slice(&encode_answer(&found(Provenance::Anonymous))).unwrap();
+        written["platforms"][0]["architecture"] = "amd64 x".into();
+        assert_eq!(answer(written.to_string().as_bytes()), None);
+        written["platforms"][0]["architecture"] = "a".repeat(64).into();
+        assert_eq!(answer(written.to_string().as_bytes()), None);
+        written["platforms"][0]["architecture"] = "riscv64".into();
+        assert!(answer(written.to_string().as_bytes()).is_some());
     }
 
     #[test]
