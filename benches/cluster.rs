@@ -1,4 +1,6 @@
-//! Registry cost of a cluster (`cargo bench --bench cluster`, or `make bench`): how many manifest
+//! Registry cost of a cluster (`cargo bench --bench cluster`, or `make bench`), first a rollout
+//! storm (2,000 admissions in 2 s of one new image over 3 replicas sharing redis, 5,000 Nodes,
+//! each answer within 1 s, one GET per digest), then how many manifest
 //! GETs and HEADs the real registry sees, counted in its own access log, while admissions are
 //! spread over several release `tolerable serve` processes — with a shared cache (one Debian
 //! `redis-server`) and without.
@@ -111,6 +113,17 @@ impl Drop for Server {
 }
 
 fn start_server(registry: &str, cache_url: Option<&str>, ttl: Duration) -> Server {
+    start_server_in(registry, cache_url, ttl, None)
+}
+
+/// [`start_server`], reading the cluster behind `kubeconfig` (pull secrets, the node watch)
+/// when given.
+fn start_server_in(
+    registry: &str,
+    cache_url: Option<&str>,
+    ttl: Duration,
+    kubeconfig: Option<&std::path::Path>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
     std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
@@ -134,6 +147,9 @@ fn start_server(registry: &str, cache_url: Option<&str>, ttl: Duration) -> Serve
         .stdout(Stdio::null());
     if let Some(url) = cache_url {
         command.env("TOLERABLE_CACHE_URL", url);
+    }
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
     }
     let child = command.spawn().unwrap();
     let server = Server {
@@ -399,6 +415,64 @@ fn report(name: &str, f: &Figures, ttl: Duration, periods: u32, checked: bool) {
     assert!(failed.is_empty(), "{name}: {failed:?}");
 }
 
+/// Issue 22's rollout storm: [`STORM`] admissions in 2 s of Pods naming one image no replica
+/// has seen, spread over 3 replicas sharing `redis`, each with the shipped defaults against a
+/// cluster of 5,000 EKS-shaped Nodes (node watch on, pull secrets read). Returns the slowest
+/// answer and the manifest GETs the registry saw for the image.
+async fn storm(registry: &Registry, redis: &RedisServer) -> (Duration, usize, usize) {
+    let api = common::scale_api::ScaleApiServer::start(5_000, 1_500);
+    let kubeconfig = api.kubeconfig();
+    let url = redis.url();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| {
+            start_server_in(
+                &registry.host,
+                Some(&url),
+                Duration::from_secs(300),
+                Some(kubeconfig.path()),
+            )
+        })
+        .collect();
+    let client = common::webhook::client();
+    for server in &servers {
+        let readyz = format!("https://localhost:{}/readyz", server.addr.port());
+        let started = Instant::now();
+        while client
+            .get(&readyz)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .ok()
+            != Some(200)
+        {
+            assert!(started.elapsed() < Duration::from_secs(60), "never synced");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let image = push_image(&registry.host, "bench-storm", 0).await;
+    let body = review(&format!("{}/{}:v1", registry.host, image.repository));
+    let mut ticks = tokio::time::interval(Duration::from_secs(2) / STORM as u32);
+    let mut tasks = Vec::new();
+    for n in 0..STORM {
+        ticks.tick().await;
+        let (client, body) = (client.clone(), body.clone());
+        let server = servers[n % servers.len()].addr;
+        tasks.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            admit(&client, server, body).await;
+            sent.elapsed()
+        }));
+    }
+    let mut slowest = Duration::ZERO;
+    for task in tasks {
+        slowest = slowest.max(task.await.unwrap());
+    }
+    let (gets, _) = manifest_requests(registry, "bench-storm").await;
+    (slowest, gets, STORM)
+}
+
+const STORM: usize = 2_000;
+
 fn main() {
     common::init();
     let registry = registry::plain();
@@ -412,6 +486,21 @@ fn main() {
     println!("| scenario | admissions | manifest GETs (distinct digests) | HEADs (bound) | latest pick-up of a move | GETs after restart |");
     println!("| --- | --- | --- | --- | --- | --- |");
     let redis = RedisServer::start();
+    {
+        let (slowest, gets, sent) = runtime.block_on(storm(registry, &redis));
+        println!(
+            "| rollout storm: {sent} admissions in 2 s, one new image, 3 replicas sharing redis, 5,000 Nodes | {sent} | {gets} (1) | — | slowest answer {:.0} ms | — |",
+            slowest.as_secs_f64() * 1000.0
+        );
+        assert!(
+            slowest < Duration::from_secs(1),
+            "an answer took {slowest:?}"
+        );
+        assert_eq!(gets, 1, "one manifest GET for the one digest");
+        if std::env::var_os("BENCH_STORM_ONLY").is_some() {
+            return;
+        }
+    }
     let shared = runtime.block_on(scenario(
         registry,
         "bench-shared",
