@@ -1,9 +1,12 @@
 //! Request bodies read into one buffer under memory budgets. Collecting a body frame by frame
 //! keeps every frame as its own allocation: a body sent as one-byte chunks cost ~40 times its
-//! size. Here the buffer is sized from `Content-Length` (or grown by doubling) and every byte of
-//! capacity is first reserved from the connection's budget and the process-wide one, so neither
-//! one HTTP/2 connection with many streams nor many connections can run the process out of
-//! memory.
+//! size. Here the buffer grows as bytes arrive (to the declared `Content-Length` at once, past a
+//! first few KiB) and every byte of capacity is first reserved from the connection's budget and
+//! the process-wide one, so neither one HTTP/2 connection with many streams nor many connections
+//! can run the process out of memory, and a body that declares 3 MiB and stalls holds a few KiB.
+//!
+//! A gzip body's inflated copy is reserved the same way as it grows (see [`inflate`]): 3 KB of
+//! gzip can inflate to 3 MiB, and that copy lives through the whole admission.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,7 +23,9 @@ pub(crate) const CONNECTION_BODY_BUDGET: usize = 2 * MAX_BODY_BYTES;
 /// Bytes of body buffers the whole process may hold at once, well inside the shipped
 /// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take).
 pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
-/// First capacity of a body that does not declare its length.
+/// First capacity of a body (or less when it declares less): a declared length is only taken
+/// for the buffer once this much has arrived, so a client that declares 3 MiB and sends ten
+/// bytes holds 16 KiB of the budgets, not 3 MiB.
 const INITIAL_CAPACITY: usize = 16 << 10;
 
 /// A number of bytes that reservations draw from.
@@ -38,7 +43,7 @@ impl Budget {
         }
     }
 
-    #[cfg(test)]
+    /// Bytes reserved now.
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
@@ -90,6 +95,15 @@ impl Reservation {
         self.bytes = total;
         true
     }
+
+    /// Lowers the reservation to `total` bytes (a buffer it paid for was freed).
+    fn shrink_to(&mut self, total: usize) {
+        let freed = self.bytes.saturating_sub(total);
+        for budget in &self.budgets {
+            budget.give_back(freed);
+        }
+        self.bytes -= freed;
+    }
 }
 
 impl Drop for Reservation {
@@ -107,6 +121,8 @@ pub(crate) enum BodyError {
     /// A memory budget is exhausted: the server is busy, the client may retry.
     OverBudget,
     Unreadable(String),
+    /// `Content-Encoding: gzip`, but not gzip.
+    NotGzip(String),
 }
 
 /// Reads `body` into one buffer. `declared` is its `Content-Length`. The caller bounds the time.
@@ -120,9 +136,7 @@ pub(crate) async fn read(
         Some(n) => Some(n as usize),
         None => None,
     };
-    // A declared length is trusted for the first allocation only up to the limit checked above;
-    // a client that lies gets an error from hyper, never more than it declared.
-    let first = declared.unwrap_or(INITIAL_CAPACITY);
+    let first = declared.unwrap_or(INITIAL_CAPACITY).min(INITIAL_CAPACITY);
     if !reservation.grow_to(first) {
         return Err(BodyError::OverBudget);
     }
@@ -132,20 +146,76 @@ pub(crate) async fn read(
         let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
+        // A declared length, checked above, is taken once the body outgrows its first buffer;
+        // a client that lies gets an error from hyper, never more than it declared.
         let needed = buffer.len() + data.len();
-        if needed > MAX_BODY_BYTES {
-            return Err(BodyError::TooLarge);
-        }
-        if needed > buffer.capacity() {
-            let capacity = needed.max(buffer.capacity() * 2).min(MAX_BODY_BYTES);
-            if !reservation.grow_to(capacity) {
-                return Err(BodyError::OverBudget);
-            }
-            buffer.reserve_exact(capacity - buffer.len());
-        }
+        let capacity = match declared {
+            Some(declared) if declared >= needed => declared,
+            _ => needed.max(buffer.capacity() * 2).min(MAX_BODY_BYTES),
+        };
+        grow(&mut buffer, needed, capacity, reservation)?;
         buffer.extend_from_slice(&data);
     }
     Ok(Bytes::from(buffer))
+}
+
+/// Makes room in `buffer` for `needed` bytes in all, growing it to `capacity` when it must grow,
+/// once the reservation pays for it.
+fn grow(
+    buffer: &mut Vec<u8>,
+    needed: usize,
+    capacity: usize,
+    reservation: &mut Reservation,
+) -> Result<(), BodyError> {
+    if needed > MAX_BODY_BYTES {
+        return Err(BodyError::TooLarge);
+    }
+    if needed <= buffer.capacity() {
+        return Ok(());
+    }
+    // The reservation pays for what is held besides this buffer too (the compressed body).
+    let others = reservation.bytes.saturating_sub(buffer.capacity());
+    if !reservation.grow_to(others + capacity) {
+        return Err(BodyError::OverBudget);
+    }
+    buffer.reserve_exact(capacity - buffer.len());
+    Ok(())
+}
+
+/// Inflates a gzip body, every byte of the inflated copy reserved before it is written, then
+/// frees the compressed one.
+///
+/// Counting the inflated bytes (rather than refusing gzip past a small size) keeps gzip working
+/// for any client that uses it, and makes a body cost the same memory however it was sent: a
+/// 3 KB gzip bomb now holds what a 3 MiB plain body holds, within the same budgets. (The API
+/// server itself never compresses a webhook request.)
+pub(crate) fn inflate(
+    compressed: Bytes,
+    reservation: &mut Reservation,
+) -> Result<Bytes, BodyError> {
+    use std::io::Read as _;
+    let mut decoder = flate2::read::GzDecoder::new(&compressed[..]);
+    let mut inflated: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8 << 10];
+    loop {
+        let n = decoder
+            .read(&mut chunk)
+            .map_err(|e| BodyError::NotGzip(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        let needed = inflated.len() + n;
+        let capacity = needed
+            .max(inflated.capacity() * 2)
+            .max(INITIAL_CAPACITY)
+            .min(MAX_BODY_BYTES);
+        grow(&mut inflated, needed, capacity, reservation)?;
+        inflated.extend_from_slice(&chunk[..n]);
+    }
+    drop(decoder);
+    drop(compressed);
+    reservation.shrink_to(inflated.capacity());
+    Ok(Bytes::from(inflated))
 }
 
 #[cfg(test)]
@@ -171,5 +241,73 @@ mod tests {
         assert_eq!((connection.used(), process.used()), (0, 50));
         drop(b);
         assert_eq!((other.used(), process.used()), (0, 0));
+    }
+
+    fn gzip(plain: &[u8]) -> Bytes {
+        use std::io::Write as _;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(plain).unwrap();
+        encoder.finish().unwrap().into()
+    }
+
+    /// The compressed body's reservation, as `read` leaves it.
+    fn reserved_for(
+        compressed: &Bytes,
+        connection: &Arc<Budget>,
+        process: &Arc<Budget>,
+    ) -> Reservation {
+        let mut reservation = Reservation::new(connection.clone(), process.clone());
+        assert!(reservation.grow_to(compressed.len()));
+        reservation
+    }
+
+    #[test]
+    fn inflated_bytes_are_reserved_as_they_grow() {
+        let (connection, process) = (
+            Arc::new(Budget::new(CONNECTION_BODY_BUDGET)),
+            Arc::new(Budget::new(PROCESS_BODY_BUDGET)),
+        );
+        // A bomb: 3 MiB of spaces in about 3 KB.
+        let bomb = gzip(&vec![b' '; MAX_BODY_BYTES]);
+        assert!(bomb.len() < 4 << 10, "{}", bomb.len());
+        let mut reservation = reserved_for(&bomb, &connection, &process);
+        let inflated = inflate(bomb, &mut reservation).unwrap();
+        assert_eq!(inflated.len(), MAX_BODY_BYTES);
+        // The inflated copy is what is held now, in both budgets; the compressed one is freed.
+        assert_eq!(reservation.bytes, MAX_BODY_BYTES);
+        assert_eq!(
+            (connection.used(), process.used()),
+            (MAX_BODY_BYTES, MAX_BODY_BYTES)
+        );
+        drop((inflated, reservation));
+        assert_eq!((connection.used(), process.used()), (0, 0));
+
+        // A budget with less room than the inflated copy: refused, and nothing kept.
+        let small = Arc::new(Budget::new(MAX_BODY_BYTES / 2));
+        let bomb = gzip(&vec![b' '; MAX_BODY_BYTES]);
+        let mut reservation = reserved_for(&bomb, &small, &process);
+        assert_eq!(
+            inflate(bomb, &mut reservation).unwrap_err(),
+            BodyError::OverBudget
+        );
+        drop(reservation);
+        assert_eq!((small.used(), process.used()), (0, 0));
+
+        // Inflating past the size limit, and something that is not gzip.
+        let over = gzip(&vec![b' '; MAX_BODY_BYTES + 1]);
+        let mut reservation = reserved_for(&over, &connection, &process);
+        assert_eq!(
+            inflate(over, &mut reservation).unwrap_err(),
+            BodyError::TooLarge
+        );
+        drop(reservation);
+        let mut reservation = reserved_for(&Bytes::new(), &connection, &process);
+        let not_gzip = inflate(Bytes::from_static(b"not gzip"), &mut reservation);
+        assert!(
+            matches!(not_gzip, Err(BodyError::NotGzip(_))),
+            "{not_gzip:?}"
+        );
+        drop(reservation);
+        assert_eq!((connection.used(), process.used()), (0, 0));
     }
 }
