@@ -687,3 +687,180 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
         .unwrap();
     assert_eq!(response.status(), 400);
 }
+
+/// The connection the API server keeps open: HTTP/1.1 keep-alive over TLS, one request at a
+/// time.
+struct KeepAlive(hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>);
+
+impl KeepAlive {
+    async fn open(addr: SocketAddr) -> Self {
+        let tls = connect(addr, b"http/1.1").await;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        Self(sender)
+    }
+
+    /// Posts an AdmissionReview on this connection; the HTTP status.
+    async fn admit(&mut self, review: &serde_json::Value) -> u16 {
+        use http_body_util::BodyExt as _;
+        self.0
+            .ready()
+            .await
+            .expect("the open connection was closed");
+        let request = http::Request::post("/mutate?timeout=10s")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from(review.to_string())))
+            .unwrap();
+        let response = self.0.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let _ = response.into_body().collect().await;
+        status
+    }
+}
+
+/// An admission answered at once: its image's registry refuses connections (allowed with a
+/// warning).
+fn quick_review() -> serde_json::Value {
+    review_of_image_on("127.0.0.1:1")
+}
+
+/// A metric's value in a Prometheus text exposition, parsed as a number.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{series}: {e}"))
+}
+
+/// Issue 23, item 4: connections sending a few bytes of a body and stalling no longer take the
+/// in-flight permits: the API server's already-open connection gets no 503, and the stalled
+/// bodies hold what they declared at most (the body gauge), all given back at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_do_not_lock_out_the_api_servers_open_connection() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_requests_in_flight: 4,
+        ..limits(Duration::from_secs(2), Duration::from_secs(30))
+    })
+    .await;
+    let mut api_server = KeepAlive::open(server.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    // Ten times the in-flight cap: 10 bytes of a 1,000-byte body each, then nothing.
+    let mut stalled = Vec::new();
+    for _ in 0..40 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(
+            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000\r\n\r\n{\"kind\":\"A",
+        )
+        .await
+        .unwrap();
+        stalled.push(tls);
+    }
+    // Every body is being read: each holds its declared 1,000 bytes of the budget.
+    loop {
+        let text = webhook::metrics_text(&server).await;
+        if metric(&text, "tolerable_request_body_bytes") >= 40_000.0 {
+            assert_eq!(metric(&text, "tolerable_request_body_bytes"), 40_000.0);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(api_server.admit(&quick_review()).await);
+    }
+    assert_eq!(statuses, [200; 8], "the open connection's admissions");
+    let (status, _) = webhook::admit_owned(server.url("/mutate?timeout=10s"), quick_review()).await;
+    assert_eq!(status, 200, "a new connection's admission");
+    for tls in &mut stalled {
+        let response = closed_within(tls, Duration::from_secs(4)).await.unwrap();
+        assert!(
+            response.starts_with(b"HTTP/1.1 408"),
+            "{}",
+            status_line(&response)
+        );
+    }
+    let text = webhook::metrics_text(&server).await;
+    assert_eq!(metric(&text, "tolerable_request_body_bytes"), 0.0);
+    assert_eq!(metric(&text, "tolerable_requests_in_flight"), 0.0);
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"requests_in_flight\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"read_timeout\"}"
+        ),
+        40.0
+    );
+}
+
+/// Issue 23, item 6: keep-alive connections that asked `/healthz` once and idle fill every
+/// slot; new connections' admissions take their slots, the longest idle first, and never the
+/// slot of the API server's connection, which answered admissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connections_give_their_slots_to_new_admissions() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_connections: 40,
+        max_connections_per_peer: 40,
+        ..limits(Duration::from_secs(2), Duration::from_secs(60))
+    })
+    .await;
+    let mut api_server = KeepAlive::open(server.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    let mut hoarders = Vec::new();
+    for _ in 0..39 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        hoarders.push(tls);
+    }
+    // Every slot is held. Ten new connections, one admission each.
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let (status, _) =
+            webhook::admit_owned(server.url("/mutate?timeout=10s"), quick_review()).await;
+        statuses.push(status);
+    }
+    assert_eq!(statuses, [200; 10], "new connections' admissions");
+    // Each took the slot of the longest idle hoarder, or one a previous new connection gave
+    // back when it closed.
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    let reclaimed = metric(
+        &metrics,
+        "tolerable_connections_closed_total{reason=\"reclaimed\"}",
+    ) as usize;
+    assert!((1..=10).contains(&reclaimed), "{reclaimed} reclaimed");
+    assert_eq!(
+        metric(
+            &metrics,
+            "tolerable_requests_refused_total{reason=\"too_many_connections\"}"
+        ),
+        0.0
+    );
+    // Those were the longest idle hoarders; the API server's connection kept its slot.
+    for (i, tls) in hoarders.iter_mut().enumerate() {
+        let wait = Duration::from_millis(if i < reclaimed { 2000 } else { 50 });
+        let closed = closed_within(tls, wait).await.is_some();
+        assert_eq!(
+            closed,
+            i < reclaimed,
+            "hoarder {i} of {reclaimed} reclaimed"
+        );
+    }
+    for _ in 0..8 {
+        assert_eq!(api_server.admit(&quick_review()).await, 200);
+    }
+}
