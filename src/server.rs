@@ -253,7 +253,7 @@ async fn mutate(
     let state = &server.app;
     let started = Instant::now();
     let budget = crate::budget::for_query(req.uri().query());
-    let (body, _reservation) = match read_body(server, connection, req, read_deadline).await {
+    let (body, mut reservation) = match read_body(server, connection, req, read_deadline).await {
         Ok(read) => read,
         Err(response) => {
             state
@@ -262,6 +262,15 @@ async fn mutate(
             return response;
         }
     };
+    // What is parsed out of the body lives as long as it, and counts too: without this, 16
+    // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
+    if !reservation.cover_admission(body.len()) {
+        state.metrics.request_refused("body_memory");
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many request bodies being answered at once",
+        );
+    }
     // Taken once the body is read, not before: bodies are bounded by the body budgets and the
     // read deadline, and stalled ones holding these permits locked out the API server's own
     // requests (issue 23). The permits bound the work: lookups, parsing, answers.

@@ -864,3 +864,151 @@ async fn idle_keep_alive_connections_give_their_slots_to_new_admissions() {
         assert_eq!(api_server.admit(&quick_review()).await, 200);
     }
 }
+
+/// A gzip bomb: an AdmissionReview whose one image is on `host`, padded with an annotation to
+/// nearly 3 MiB, compressed to a few KB.
+fn gzip_bomb(host: &str) -> Bytes {
+    use std::io::Write as _;
+    let mut review = review_of_image_on(host);
+    let size = review.to_string().len();
+    review["request"]["object"]["metadata"]["annotations"]["padding"] =
+        serde_json::Value::String("a".repeat(MAX_BODY_BYTES - size - 4096));
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(review.to_string().as_bytes()).unwrap();
+    let bomb = encoder.finish().unwrap();
+    assert!(bomb.len() < 8 << 10, "{} bytes", bomb.len());
+    bomb.into()
+}
+
+/// The served process's `/metrics` (on the webhook port: no metrics_addr).
+async fn served_metrics(addr: SocketAddr) -> String {
+    webhook::client()
+        .get(format!("https://localhost:{}/metrics", addr.port()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Counts statuses; panics on anything but a 200 or a 503.
+fn tally(statuses: impl IntoIterator<Item = u16>) -> (usize, usize) {
+    statuses
+        .into_iter()
+        .fold((0, 0), |(ok, busy), status| match status {
+            200 => (ok + 1, busy),
+            503 => (ok, busy + 1),
+            other => panic!("status {other}"),
+        })
+}
+
+/// After an attack: nothing held, and the peak RSS within the issue's bound.
+async fn all_given_back(served: &Served, peak_kib: u64, attack: &str) {
+    let text = served_metrics(served.addr).await;
+    assert_eq!(
+        metric(&text, "tolerable_request_body_bytes"),
+        0.0,
+        "{attack}"
+    );
+    assert_eq!(
+        metric(&text, "tolerable_requests_in_flight"),
+        0.0,
+        "{attack}"
+    );
+    let peak_mib = peak_kib as f64 / 1024.0;
+    eprintln!("{attack}: peak RSS {peak_mib:.1} MiB");
+    assert!(peak_mib < 96.0, "{attack}: peak RSS {peak_mib:.1} MiB");
+}
+
+/// Issue 23, item 3: 20 connections each post a 3 KB gzip body that inflates to nearly 3 MiB,
+/// kept in flight by a registry that never answers. The inflated bytes count against the
+/// process's body budget (48 MiB: 16 such bodies), so the rest get a 503 and RSS stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_on_many_connections_count_their_inflated_bytes() {
+    let served = Served::start(&[]).await;
+    let registry = SilentRegistry::start().await;
+    let bomb = gzip_bomb(&registry.host);
+    let (stop, peak) = served.sample_peak_rss();
+    let url = format!(
+        "https://localhost:{}/mutate?timeout=10s",
+        served.addr.port()
+    );
+    let mut posts = Vec::new();
+    for _ in 0..20 {
+        let request = webhook::client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(bomb.clone());
+        posts.push(tokio::spawn(async move {
+            request.send().await.unwrap().status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for post in posts {
+        statuses.push(post.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, busy) = tally(statuses);
+    eprintln!("20 gzip bombs on 20 connections: {ok} answered, {busy} got 503");
+    assert!(
+        busy >= 4,
+        "{ok} answered, {busy} refused: more than 16 held 3 MiB each"
+    );
+    let text = served_metrics(served.addr).await;
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"body_memory\"}"
+        ),
+        busy as f64
+    );
+    all_given_back(
+        &served,
+        peak.join().unwrap(),
+        "20 gzip bombs, 20 connections",
+    )
+    .await;
+}
+
+/// Issue 23, item 3: one h2 connection, 60 streams of gzip bombs: the connection's budget
+/// (6 MiB) holds two inflated bodies at once; the others get a 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_on_one_h2_connection_count_their_inflated_bytes() {
+    let served = Served::start(&[]).await;
+    let registry = SilentRegistry::start().await;
+    let bomb = gzip_bomb(&registry.host);
+    let (stop, peak) = served.sample_peak_rss();
+    let tls = connect(served.addr, b"h2").await;
+    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(connection);
+    let mut streams = Vec::new();
+    for _ in 0..60 {
+        client = client.ready().await.unwrap();
+        let request = http::Request::post("https://localhost/mutate?timeout=10s")
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(bomb.clone(), true).unwrap();
+        streams.push(tokio::spawn(async move {
+            response.await.unwrap().status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for stream in streams {
+        statuses.push(stream.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, busy) = tally(statuses);
+    eprintln!("60 gzip bombs on one h2 connection: {ok} answered, {busy} got 503");
+    assert!(busy >= 50, "{ok} answered, {busy} refused");
+    all_given_back(
+        &served,
+        peak.join().unwrap(),
+        "60 gzip bombs, one h2 connection",
+    )
+    .await;
+}

@@ -17,9 +17,14 @@ use hyper::body::Incoming;
 
 use super::MAX_BODY_BYTES;
 
-/// Bytes of body buffers one connection may hold at once: two full-size AdmissionReviews, or
-/// many ordinary ones multiplexed on one HTTP/2 connection (the API server's way).
-pub(crate) const CONNECTION_BODY_BUDGET: usize = 2 * MAX_BODY_BYTES;
+/// What an admission being answered holds per byte of its body: the body, the object's fields
+/// parsed out of it (a 3 MiB annotation is a 3 MiB string) and what is built from them. Measured
+/// on gzip-bombed AdmissionReviews padded by an annotation: about 2.5 (BENCHMARKS.md).
+pub(crate) const ADMISSION_BYTES_PER_BODY_BYTE: usize = 3;
+/// Bytes of body buffers one connection may hold at once: one full-size AdmissionReview being
+/// answered (or three being read), or many ordinary ones multiplexed on one HTTP/2 connection
+/// (the API server's way).
+pub(crate) const CONNECTION_BODY_BUDGET: usize = ADMISSION_BYTES_PER_BODY_BYTE * MAX_BODY_BYTES;
 /// Bytes of body buffers the whole process may hold at once, well inside the shipped
 /// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take).
 pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
@@ -94,6 +99,14 @@ impl Reservation {
         }
         self.bytes = total;
         true
+    }
+
+    /// Raises the reservation to cover an admission of a `body_len`-byte body being answered
+    /// ([`ADMISSION_BYTES_PER_BODY_BYTE`]); `false` (and nothing more taken) when a budget is
+    /// exhausted.
+    pub(crate) fn cover_admission(&mut self, body_len: usize) -> bool {
+        let needed = ADMISSION_BYTES_PER_BODY_BYTE * body_len;
+        self.grow_to(needed.max(self.bytes))
     }
 
     /// Lowers the reservation to `total` bytes (a buffer it paid for was freed).
