@@ -609,7 +609,17 @@ pub(crate) async fn run(
             },
             () = &mut shutdown => break,
         };
-        let permit = match slots.admit(peer.ip()) {
+        let mut slot = slots.admit(peer.ip());
+        if slot.is_none() {
+            // Too many connections whose slots were taken back are still closing (a flood
+            // accepted faster than the workers close them): wait for one, briefly, instead of
+            // refusing; the backlog holds the next connections meanwhile.
+            let room = slots.room_to_reclaim();
+            if tokio::time::timeout(PROBE_TIMEOUT, room).await.is_ok() {
+                slot = slots.admit(peer.ip());
+            }
+        }
+        let permit = match slot {
             Some(slot) => Permit::Slot(slot),
             None => match probe_connections.clone().try_acquire_owned() {
                 Ok(permit) => Permit::Probes { _held: permit },
@@ -632,11 +642,6 @@ pub(crate) async fn run(
             server.clone(),
             stopping.clone(),
         ));
-        if slots.held() > max_connections {
-            // A connection whose slot was taken back closes when its task runs: let it, so a
-            // flood accepted faster than that does not pile up closing connections.
-            tokio::task::yield_now().await;
-        }
     }
     state.ready.store(false, Ordering::Relaxed);
     drop(listener);

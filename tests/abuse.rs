@@ -1012,3 +1012,105 @@ async fn gzip_bombs_on_one_h2_connection_count_their_inflated_bytes() {
     )
     .await;
 }
+
+/// The first bytes of a TLS ClientHello, never finished.
+const PARTIAL_CLIENT_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+
+/// Connects to `addr` about `per_second` times a second until `stop`, each connection saying
+/// nothing or a partial ClientHello and kept open (the newest `keep` of them), as a reconnect
+/// flood does. Counts the connections made.
+fn flood(
+    addr: SocketAddr,
+    per_second: u64,
+    keep: usize,
+    partial_hello: bool,
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut open = std::collections::VecDeque::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            for _ in 0..per_second / 100 {
+                let Ok(mut tcp) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                if partial_hello {
+                    let _ = tcp.write_all(PARTIAL_CLIENT_HELLO).await;
+                }
+                open.push_back(tcp);
+                if open.len() > keep {
+                    open.pop_front();
+                }
+                made.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// Issue 23, item 5: a reconnect flood (raw TCP connects and partial ClientHellos, ~5,000 a
+/// second, more than `max_connections_per_peer` kept open) only ever takes back its own pending
+/// connections' slots: `/healthz` from a new connection is answered (within the kubelet's 1 s
+/// probe timeout) every time, and the API server's open connection gets no 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut files = getrlimit(Resource::Nofile);
+    files.current = files.maximum;
+    let _ = setrlimit(Resource::Nofile, files);
+    let served = Served::start(&[]).await;
+    let mut api_server = KeepAlive::open(served.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    let (stop, made) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let flooders = [false, true].map(|partial_hello| {
+        flood(
+            served.addr,
+            2500,
+            700,
+            partial_hello,
+            stop.clone(),
+            made.clone(),
+        )
+    });
+    // The flood has filled the peer's share of the slots and goes on.
+    while made.load(Ordering::Relaxed) < 3000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let probe = webhook::client_builder()
+        .timeout(Duration::from_secs(1))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/healthz", served.addr.port());
+    let mut probes_answered = 0;
+    let mut admissions = Vec::new();
+    for _ in 0..20 {
+        match probe.get(&url).send().await {
+            Ok(response) if response.status() == 200 => probes_answered += 1,
+            other => eprintln!("/healthz during the flood: {other:?}"),
+        }
+        admissions.push(api_server.admit(&quick_review()).await);
+    }
+    let flooded = made.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.await.unwrap();
+    }
+    let text = served_metrics(served.addr).await;
+    let reclaimed = metric(
+        &text,
+        "tolerable_connections_closed_total{reason=\"reclaimed\"}",
+    );
+    let refused = metric(&text, "tolerable_connections_refused_total");
+    eprintln!(
+        "reconnect flood, {flooded} connections: /healthz answered {probes_answered} of 20; \
+         {reclaimed} slots taken back, {refused} connections refused; admissions {admissions:?}"
+    );
+    assert_eq!(probes_answered, 20);
+    assert_eq!(admissions, [200; 20], "the API server's open connection");
+    assert!(reclaimed > 0.0, "the flood never reached the per-peer cap");
+}

@@ -47,6 +47,8 @@ pub(crate) struct Slots {
     per_peer: usize,
     /// Woken when the last slot is given back (shutdown waits on it).
     emptied: Notify,
+    /// Woken when a connection whose slot was taken back has closed.
+    closed: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +97,7 @@ impl Slots {
             cap,
             per_peer: per_peer.clamp(1, cap.max(1)),
             emptied: Notify::new(),
+            closed: Notify::new(),
         })
     }
 
@@ -151,6 +154,20 @@ impl Slots {
             slots: self.clone(),
             entry,
         }))
+    }
+
+    /// Resolves once fewer than [`MAX_CLOSING`] connections whose slots were taken back are
+    /// still closing (at once if so already).
+    pub(crate) async fn room_to_reclaim(&self) {
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            if self.table().closing < MAX_CLOSING {
+                return;
+            }
+            closed.await;
+        }
     }
 
     /// Slots held now (connections taken back and still closing included).
@@ -239,6 +256,7 @@ impl Drop for Slot {
         let mut table = slots.table();
         if entry.reclaimed.load(Ordering::Acquire) {
             table.closing -= 1;
+            slots.closed.notify_waiters();
         } else {
             table.remove(entry);
             table.forget_peer(entry.peer);
