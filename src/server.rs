@@ -262,27 +262,9 @@ async fn mutate(
             return response;
         }
     };
-    // What is parsed out of the body lives as long as it, and counts too: without this, 16
-    // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
-    if !reservation.cover_admission(body.len()) {
-        state.metrics.request_refused("body_memory");
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy: too many request bodies being answered at once",
-        );
-    }
-    // Taken once the body is read, not before: bodies are bounded by the body budgets and the
-    // read deadline, and stalled ones holding these permits locked out the API server's own
-    // requests (issue 23). The permits bound the work: lookups, parsing, answers.
-    let Ok(_in_flight) = state.load.requests.clone().try_acquire_owned() else {
-        state.metrics.request_refused("requests_in_flight");
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "busy: {} requests in flight (max_requests_in_flight)",
-                server.limits.max_requests_in_flight
-            ),
-        );
+    let _in_flight = match take_in_flight(server, &mut reservation, body.len()) {
+        Ok(permit) => permit,
+        Err(busy) => return *busy,
     };
     // The request's uid tags what is logged while it is answered, at debug level; the one info
     // line per admission names it itself (a span per admission at info costs about a
@@ -325,6 +307,43 @@ async fn mutate(
             json_error(StatusCode::BAD_REQUEST, &e.to_string())
         }
     }
+}
+
+/// What an admission whose body is read takes before it is answered: memory for what is parsed
+/// out of the body, and an in-flight permit; a 503 when either is exhausted.
+fn take_in_flight(
+    server: &Server,
+    reservation: &mut Reservation,
+    body_len: usize,
+) -> Result<OwnedSemaphorePermit, Box<Response<Body>>> {
+    let state = &server.app;
+    // What is parsed out of the body lives as long as it, and counts too: without this, 16
+    // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
+    if !reservation.cover_admission(body_len) {
+        state.metrics.request_refused("body_memory");
+        return Err(Box::new(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many request bodies being answered at once",
+        )));
+    }
+    // Taken once the body is read, not before: bodies are bounded by the body budgets and the
+    // read deadline, and stalled ones holding these permits locked out the API server's own
+    // requests (issue 23). The permits bound the work: lookups, parsing, answers.
+    state
+        .load
+        .requests
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            state.metrics.request_refused("requests_in_flight");
+            Box::new(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "busy: {} requests in flight (max_requests_in_flight)",
+                    server.limits.max_requests_in_flight
+                ),
+            ))
+        })
 }
 
 /// What every connection's requests share.
@@ -689,6 +708,36 @@ async fn drain(stop: watch::Sender<()>, slots: &Slots, probe_connections: &Semap
     }
 }
 
+/// The TLS handshake, within `read_timeout` and while the connection keeps its slot.
+async fn handshake(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    permit: &Permit,
+    acceptor: &TlsAcceptor,
+    read_timeout: Duration,
+    metrics: &Metrics,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let handshake = tokio::time::timeout(read_timeout, acceptor.accept(tcp));
+    tokio::select! {
+        accepted = handshake => match accepted {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                metrics.connection_closed("idle");
+                None
+            }
+        },
+        () = permit.reclaimed() => {
+            metrics.connection_closed("reclaimed");
+            None
+        }
+    }
+}
+
 /// How a connection's serving ended.
 enum Ended {
     /// Idle too long, or a request head too slow.
@@ -724,24 +773,9 @@ async fn serve_connection(
             server.limits.connection_idle_timeout,
         )
     };
-    let handshake = tokio::time::timeout(read_timeout, acceptor.accept(tcp));
-    let stream = tokio::select! {
-        accepted = handshake => match accepted {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake timed out");
-                metrics.connection_closed("idle");
-                return;
-            }
-        },
-        () = permit.reclaimed() => {
-            metrics.connection_closed("reclaimed");
-            return;
-        }
+    let Some(stream) = handshake(tcp, peer, &permit, &acceptor, read_timeout, &metrics).await
+    else {
+        return;
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let state = ConnectionState::new(!h2, body::CONNECTION_BODY_BUDGET, peer.ip(), slot);

@@ -476,23 +476,8 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     // A webhook request on such a connection takes the slot of the longest idle held one
     // (held[0], which only asked /healthz) instead of a 503 (issue 23): answered, here 400 for
     // a body that is not an AdmissionReview. (Retried while the probes' headroom is taken.)
-    let mut response = None;
-    for _ in 0..20 {
-        match webhook::client()
-            .post(server.url("/mutate"))
-            .body("{}")
-            .send()
-            .await
-        {
-            Ok(answered) => {
-                response = Some(answered);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    let response = mutate_on_a_new_connection(&server).await;
     let flood_lasted = started.elapsed();
-    let response = response.expect("no connection for /mutate");
     assert_eq!(response.status(), 400);
     closed_within(&mut held[0], Duration::from_secs(2))
         .await
@@ -525,6 +510,23 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     eprintln!(
         "max_connections 20: 20 held, 200 more opened: {closed_at_once} closed at once, {refused} refused; /healthz answered in {probe:?}; {flood_lasted:?} in all"
     );
+}
+
+/// `POST /mutate` with `{}` on a new connection, retried for 2 s while connections are
+/// refused.
+async fn mutate_on_a_new_connection(server: &TestServer) -> reqwest::Response {
+    for _ in 0..20 {
+        let sent = webhook::client()
+            .post(server.url("/mutate"))
+            .body("{}")
+            .send()
+            .await;
+        match sent {
+            Ok(answered) => return answered,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("no connection for /mutate");
 }
 
 /// The issue's lock-out: under a hard limit of 1,024 open files, 1,012 idle connections made

@@ -218,10 +218,10 @@ pub(crate) fn inflate(
             break;
         }
         let needed = inflated.len() + n;
+        // `grow` refuses `needed` past the limit before using the capacity.
         let capacity = needed
             .max(inflated.capacity() * 2)
-            .max(INITIAL_CAPACITY)
-            .min(MAX_BODY_BYTES);
+            .clamp(INITIAL_CAPACITY, MAX_BODY_BYTES);
         grow(&mut inflated, needed, capacity, reservation)?;
         inflated.extend_from_slice(&chunk[..n]);
     }
