@@ -1066,6 +1066,7 @@ async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered
     let served = Served::start(&[]).await;
     let mut api_server = KeepAlive::open(served.addr).await;
     assert_eq!(api_server.admit(&quick_review()).await, 200);
+    let (sampling, peak) = served.sample_peak_rss();
     let (stop, made) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -1117,4 +1118,6 @@ async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered
     assert_eq!(probes_answered, 20);
     assert_eq!(admissions, [200; 20], "the API server's open connection");
     assert!(reclaimed > 0.0, "the flood never reached the per-peer cap");
+    sampling.store(true, Ordering::Relaxed);
+    all_given_back(&served, peak.join().unwrap(), "reconnect flood").await;
 }
