@@ -384,7 +384,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_requests_refused",
-            "Requests answered with an error before being read, by reason: requests_in_flight (503), body_memory (503), read_timeout (408), too_many_connections (503)",
+            "Requests refused before being answered, by reason: requests_in_flight (503), body_memory (503: a body, or what an admission parses from it, past the body budgets), read_timeout (408), too_many_connections (503)",
             self.requests_refused.clone(),
         );
     }
