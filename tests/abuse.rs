@@ -120,7 +120,7 @@ impl Served {
             .arg(format!(
                 "ulimit {ulimit} && exec '{}' serve",
                 // BENCHMARKS.md runs these attacks against a release build this way.
-                std::env::var("TOLERABLE_ABUSE_BIN")
+                std::env::var("ABUSE_SERVE_BIN")
                     .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
             ))
             .current_dir(dir.path())

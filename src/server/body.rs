@@ -1,9 +1,11 @@
 //! Request bodies read into one buffer under memory budgets. Collecting a body frame by frame
 //! keeps every frame as its own allocation: a body sent as one-byte chunks cost ~40 times its
-//! size. Here the buffer grows as bytes arrive (to the declared `Content-Length` at once, past a
-//! first few KiB) and every byte of capacity is first reserved from the connection's budget and
-//! the process-wide one, so neither one HTTP/2 connection with many streams nor many connections
-//! can run the process out of memory, and a body that declares 3 MiB and stalls holds a few KiB.
+//! size. Here the buffer is sized from `Content-Length` (or grown by doubling) and every byte of
+//! capacity is first reserved from the connection's budget and the process-wide one, so neither
+//! one HTTP/2 connection with many streams nor many connections can run the process out of
+//! memory. (Reserving a declared length only as bytes arrive was tried: an HTTP/2 client whose
+//! streams are refused later, mid-body, has more DATA in flight on them, and h2's limit on
+//! streams reset for protocol errors then closes the whole connection.)
 //!
 //! A gzip body's inflated copy is reserved the same way as it grows (see [`inflate`]): 3 KB of
 //! gzip can inflate to 3 MiB, and that copy lives through the whole admission.
@@ -28,9 +30,7 @@ pub(crate) const CONNECTION_BODY_BUDGET: usize = ADMISSION_BYTES_PER_BODY_BYTE *
 /// Bytes of body buffers the whole process may hold at once, well inside the shipped
 /// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take).
 pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
-/// First capacity of a body (or less when it declares less): a declared length is only taken
-/// for the buffer once this much has arrived, so a client that declares 3 MiB and sends ten
-/// bytes holds 16 KiB of the budgets, not 3 MiB.
+/// First capacity of a body that does not declare its length (and of an inflated one).
 const INITIAL_CAPACITY: usize = 16 << 10;
 
 /// A number of bytes that reservations draw from.
@@ -149,7 +149,9 @@ pub(crate) async fn read(
         Some(n) => Some(n as usize),
         None => None,
     };
-    let first = declared.unwrap_or(INITIAL_CAPACITY).min(INITIAL_CAPACITY);
+    // A declared length is trusted for the first allocation only up to the limit checked above;
+    // a client that lies gets an error from hyper, never more than it declared.
+    let first = declared.unwrap_or(INITIAL_CAPACITY);
     if !reservation.grow_to(first) {
         return Err(BodyError::OverBudget);
     }
@@ -159,13 +161,8 @@ pub(crate) async fn read(
         let Ok(data) = frame.into_data() else {
             continue; // trailers
         };
-        // A declared length, checked above, is taken once the body outgrows its first buffer;
-        // a client that lies gets an error from hyper, never more than it declared.
         let needed = buffer.len() + data.len();
-        let capacity = match declared {
-            Some(declared) if declared >= needed => declared,
-            _ => needed.max(buffer.capacity() * 2).min(MAX_BODY_BYTES),
-        };
+        let capacity = needed.max(buffer.capacity() * 2).min(MAX_BODY_BYTES);
         grow(&mut buffer, needed, capacity, reservation)?;
         buffer.extend_from_slice(&data);
     }
