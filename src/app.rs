@@ -95,6 +95,7 @@ impl Webhook {
             resolver,
             ready: AtomicBool::new(false),
             metrics_on_webhook_port: config.metrics_addr.is_none(),
+            load: server::Load::new(&config.server_limits),
         });
         Ok(Self {
             state,

@@ -318,6 +318,8 @@ struct RawConfig {
     log_format: Word<LogFormat>,
     worker_threads: usize,
     max_connections: usize,
+    /// Unset: half of `max_connections`.
+    max_connections_per_peer: Option<usize>,
     max_requests_in_flight: usize,
     request_read_timeout: String,
     connection_idle_timeout: String,
@@ -385,6 +387,7 @@ impl Default for RawConfig {
             log_format: Word::Known(LogFormat::Text),
             worker_threads: 0,
             max_connections: 1000,
+            max_connections_per_peer: None,
             max_requests_in_flight: 256,
             request_read_timeout: "5s".into(),
             connection_idle_timeout: "120s".into(),
@@ -836,8 +839,12 @@ fn validate_worker_threads(worker_threads: usize) -> Result<Option<usize>, Confi
 
 /// The abuse limits of `serve`: every bound is checked, so a typo cannot switch one off.
 fn validate_server_limits(raw: &RawConfig) -> Result<ServerLimits, ConfigError> {
+    let max_connections_per_peer = raw
+        .max_connections_per_peer
+        .unwrap_or((raw.max_connections / 2).max(1));
     for (key, n) in [
         ("max_connections", raw.max_connections),
+        ("max_connections_per_peer", max_connections_per_peer),
         ("max_requests_in_flight", raw.max_requests_in_flight),
     ] {
         if !(1..=MAX_CONNECTIONS_LIMIT).contains(&n) {
@@ -862,8 +869,18 @@ fn validate_server_limits(raw: &RawConfig) -> Result<ServerLimits, ConfigError> 
             "must be above 0 and at most 1h",
         ));
     }
+    if max_connections_per_peer > raw.max_connections {
+        return Err(ConfigError::key(
+            "max_connections_per_peer",
+            format!(
+                "{max_connections_per_peer} is above max_connections ({})",
+                raw.max_connections
+            ),
+        ));
+    }
     Ok(ServerLimits {
         max_connections: raw.max_connections,
+        max_connections_per_peer,
         max_requests_in_flight: raw.max_requests_in_flight,
         request_read_timeout,
         connection_idle_timeout,
@@ -1594,6 +1611,14 @@ mod tests {
         (&[("TOLERABLE_WORKER_THREADS", "two")], "worker_threads"),
         (&[("TOLERABLE_MAX_CONNECTIONS", "0")], "max_connections"),
         (
+            &[("TOLERABLE_MAX_CONNECTIONS_PER_PEER", "0")],
+            "max_connections_per_peer",
+        ),
+        (
+            &[("TOLERABLE_MAX_CONNECTIONS_PER_PEER", "1001")],
+            "max_connections_per_peer",
+        ),
+        (
             &[("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "0")],
             "max_requests_in_flight",
         ),
@@ -2036,6 +2061,7 @@ mod tests {
             None,
             env(&[
                 ("TOLERABLE_MAX_CONNECTIONS", "50"),
+                ("TOLERABLE_MAX_CONNECTIONS_PER_PEER", "20"),
                 ("TOLERABLE_MAX_REQUESTS_IN_FLIGHT", "7"),
                 ("TOLERABLE_REQUEST_READ_TIMEOUT", "1500ms"),
                 ("TOLERABLE_CONNECTION_IDLE_TIMEOUT", "2s"),
@@ -2047,6 +2073,7 @@ mod tests {
             c.server_limits,
             ServerLimits {
                 max_connections: 50,
+                max_connections_per_peer: 20,
                 max_requests_in_flight: 7,
                 request_read_timeout: Duration::from_millis(1500),
                 connection_idle_timeout: Duration::from_secs(2),

@@ -168,6 +168,8 @@ pub struct Metrics {
     pull_secrets_forbidden: Family<NamespaceLabels, Counter>,
     namespaces_named: Mutex<HashSet<String>>,
     open_connections: Gauge,
+    request_body_bytes: Gauge,
+    requests_in_flight: Gauge,
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
     requests_refused: Family<ReasonLabels, Counter>,
@@ -215,6 +217,8 @@ impl Metrics {
             pull_secrets_forbidden: Family::default(),
             namespaces_named: Mutex::default(),
             open_connections: Gauge::default(),
+            request_body_bytes: Gauge::default(),
+            requests_in_flight: Gauge::default(),
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
             requests_refused: Family::default(),
@@ -249,9 +253,11 @@ impl Metrics {
                 .requests_refused
                 .get_or_create(&ReasonLabels { reason });
         }
-        let _ = self
-            .connections_closed
-            .get_or_create(&ReasonLabels { reason: "idle" });
+        for reason in ["idle", "reclaimed"] {
+            let _ = self
+                .connections_closed
+                .get_or_create(&ReasonLabels { reason });
+        }
         for result in ["ok", "error"] {
             let _ = self.lookup_duration.get_or_create(&ResultLabels { result });
             let _ = self
@@ -324,6 +330,14 @@ impl Metrics {
                 .node_watch_events
                 .get_or_create(&ChangedLabels { changed });
         }
+    }
+
+    /// What requests hold now: body bytes, and admissions being answered.
+    pub(crate) fn set_request_load(&self, body_bytes: usize, in_flight: usize) {
+        self.request_body_bytes
+            .set(i64::try_from(body_bytes).unwrap_or(i64::MAX));
+        self.requests_in_flight
+            .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
@@ -401,13 +415,23 @@ impl Metrics {
             self.connections_refused.clone(),
         );
         registry.register(
+            "tolerable_request_body_bytes",
+            "Bytes of request bodies held now (inflated gzip bodies included), within a process-wide budget of 48 MiB",
+            self.request_body_bytes.clone(),
+        );
+        registry.register(
+            "tolerable_requests_in_flight",
+            "POST /mutate requests being answered now (bodies read), at most max_requests_in_flight",
+            self.requests_in_flight.clone(),
+        );
+        registry.register(
             "tolerable_connections_closed",
-            "Connections the server closed, by reason: idle (connection_idle_timeout, or no request within request_read_timeout)",
+            "Connections the server closed, by reason: idle (connection_idle_timeout, or no request within request_read_timeout), reclaimed (at max_connections or max_connections_per_peer, its slot given to a new connection: one with no request answered yet, or an idle one for a request)",
             self.connections_closed.clone(),
         );
         registry.register(
             "tolerable_requests_refused",
-            "Requests answered with an error before being read, by reason: requests_in_flight (503), body_memory (503), read_timeout (408), too_many_connections (503)",
+            "Requests refused before being answered, by reason: requests_in_flight (503), body_memory (503: a body, or what an admission parses from it, past the body budgets), read_timeout (408), too_many_connections (503)",
             self.requests_refused.clone(),
         );
     }

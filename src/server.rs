@@ -4,11 +4,11 @@
 
 pub mod body;
 pub mod connection;
+pub(crate) mod slots;
 pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,14 +31,17 @@ use crate::registry::Resolver;
 
 use self::body::{Budget, Reservation};
 use self::connection::{ConnectionState, Tracked};
+use self::slots::{Slot, Slots};
 use self::tls::CertStore;
 
 /// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
 /// How long in-flight requests get to finish on shutdown.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-/// Connections accepted past `max_connections` that may only ask `/healthz` and `/readyz`, so
-/// the kubelet's probes get through a flood (each lives at most [`PROBE_TIMEOUT`] idle).
+/// Connections accepted past `max_connections` (when no pending connection's slot can be taken
+/// back) that may ask `/healthz` and `/readyz`, so the kubelet's probes get through a flood
+/// (each lives at most [`PROBE_TIMEOUT`] idle); any other request on one takes an idle
+/// connection's slot, or gets a 503.
 pub const PROBE_CONNECTIONS: usize = 8;
 /// Handshake, request and idle timeout of a connection beyond `max_connections`.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -58,10 +61,15 @@ const H1_MAX_BUF_SIZE: usize = 64 << 10;
 /// Connection and request limits (config keys of the same names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Open client connections; more are closed as soon as accepted (bar
-    /// [`PROBE_CONNECTIONS`] for health probes). Lowered at start to fit the fd limit.
+    /// Open client connections. At the cap a new one takes the slot of the oldest connection
+    /// that has not had a request answered yet; failing that it is let in for probes (bar
+    /// [`PROBE_CONNECTIONS`]) or closed at once. Lowered at start to fit the fd limit.
     pub max_connections: usize,
-    /// `/mutate` requests being read or answered at once; more get a fast 503.
+    /// Open connections from one client address (the same rules at its own cap: its own
+    /// connections give way), so one client cannot take every slot.
+    pub max_connections_per_peer: usize,
+    /// `/mutate` requests being answered at once (their bodies read: reading a body is bounded
+    /// by the body budgets and `request_read_timeout` instead); more get a fast 503.
     pub max_requests_in_flight: usize,
     /// TLS handshake, then a request's head and body, each within this.
     pub request_read_timeout: Duration,
@@ -73,6 +81,7 @@ impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 1000,
+            max_connections_per_peer: 500,
             max_requests_in_flight: 256,
             request_read_timeout: Duration::from_secs(5),
             // Longer than the API server's own idle timeout (Go's 90 s): the client closes an
@@ -94,6 +103,28 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// `/metrics` is served on the webhook port too (no `metrics_addr` configured).
     pub(crate) metrics_on_webhook_port: bool,
+    /// What requests hold: body bytes and in-flight permits (shown at scrape time).
+    pub(crate) load: Load,
+}
+
+/// What the server's requests hold, process-wide.
+#[derive(Debug)]
+pub(crate) struct Load {
+    /// Bytes of request bodies held (compressed and inflated alike).
+    bodies: Arc<Budget>,
+    /// Permits for `/mutate` requests being answered.
+    requests: Arc<Semaphore>,
+    max_requests: usize,
+}
+
+impl Load {
+    pub(crate) fn new(limits: &ServerLimits) -> Self {
+        Self {
+            bodies: Arc::new(Budget::new(body::PROCESS_BODY_BUDGET)),
+            requests: Arc::new(Semaphore::new(limits.max_requests_in_flight)),
+            max_requests: limits.max_requests_in_flight,
+        }
+    }
 }
 
 type Body = Full<Bytes>;
@@ -142,7 +173,8 @@ fn refuse(status: StatusCode, reason: &str) -> Response<Body> {
 }
 
 /// Reads the body by `deadline`, within the size limit and the memory budgets, un-gzipping it
-/// if needed. The returned reservation pays for the body: keep it while the body lives.
+/// if needed (the inflated copy reserved as it grows). The returned reservation pays for the
+/// body: keep it while the body lives.
 async fn read_body(
     server: &Server,
     connection: &ConnectionState,
@@ -162,10 +194,22 @@ async fn read_body(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase());
-    let mut reservation = Reservation::new(connection.bodies.clone(), server.bodies.clone());
-    let read = body::read(req.into_body(), declared, &mut reservation);
+    let mut reservation =
+        Reservation::new(connection.bodies.clone(), server.app.load.bodies.clone());
+    let read = async {
+        let body = body::read(req.into_body(), declared, &mut reservation).await?;
+        match encoding.as_deref() {
+            None | Some("identity") | Some("") => Ok(Ok(body)),
+            Some("gzip") => body::inflate(body, &mut reservation).map(Ok),
+            Some(other) => Ok(Err(json_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!("unsupported Content-Encoding {other:?} (gzip or none)"),
+            ))),
+        }
+    };
     let body = match tokio::time::timeout_at(deadline, read).await {
-        Ok(Ok(body)) => body,
+        Ok(Ok(Ok(body))) => body,
+        Ok(Ok(Err(unsupported))) => return Err(unsupported),
         Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
         Ok(Err(body::BodyError::OverBudget)) => {
             metrics.request_refused("body_memory");
@@ -180,6 +224,12 @@ async fn read_body(
                 &format!("cannot read the body: {e}"),
             ))
         }
+        Ok(Err(body::BodyError::NotGzip(e))) => {
+            return Err(json_error(
+                StatusCode::BAD_REQUEST,
+                &format!("body is not valid gzip: {e}"),
+            ))
+        }
         Err(_) => {
             metrics.request_refused("read_timeout");
             return Err(refuse(
@@ -191,29 +241,7 @@ async fn read_body(
             ));
         }
     };
-    match encoding.as_deref() {
-        None | Some("identity") | Some("") => Ok((body, reservation)),
-        Some("gzip") => {
-            let mut out = Vec::new();
-            flate2::read::GzDecoder::new(&body[..])
-                .take(MAX_BODY_BYTES as u64 + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| {
-                    json_error(
-                        StatusCode::BAD_REQUEST,
-                        &format!("body is not valid gzip: {e}"),
-                    )
-                })?;
-            if out.len() > MAX_BODY_BYTES {
-                return Err(too_large());
-            }
-            Ok((out.into(), reservation))
-        }
-        Some(other) => Err(json_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            &format!("unsupported Content-Encoding {other:?} (gzip or none)"),
-        )),
-    }
+    Ok((body, reservation))
 }
 
 async fn mutate(
@@ -224,20 +252,8 @@ async fn mutate(
 ) -> Response<Body> {
     let state = &server.app;
     let started = Instant::now();
-    // Taken before the body is read: a stalled body holds a slot, so stalled bodies cannot
-    // pile up past the cap.
-    let Ok(_in_flight) = server.requests.clone().try_acquire_owned() else {
-        state.metrics.request_refused("requests_in_flight");
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "busy: {} requests in flight (max_requests_in_flight)",
-                server.limits.max_requests_in_flight
-            ),
-        );
-    };
     let budget = crate::budget::for_query(req.uri().query());
-    let (body, _reservation) = match read_body(server, connection, req, read_deadline).await {
+    let (body, mut reservation) = match read_body(server, connection, req, read_deadline).await {
         Ok(read) => read,
         Err(response) => {
             state
@@ -245,6 +261,10 @@ async fn mutate(
                 .admission(Outcome::BadRequest, started.elapsed());
             return response;
         }
+    };
+    let _in_flight = match take_in_flight(server, &mut reservation, body.len()) {
+        Ok(permit) => permit,
+        Err(busy) => return *busy,
     };
     // The request's uid tags what is logged while it is answered, at debug level; the one info
     // line per admission names it itself (a span per admission at info costs about a
@@ -270,6 +290,7 @@ async fn mutate(
                 "{summary}"
             );
             state.metrics.admission(outcome, started.elapsed());
+            connection.served();
             // Under enforce = false nothing is denied: counted as what would have been.
             if let Some(would_deny) = reviewed.answer.not_enforced() {
                 state.metrics.not_enforced(would_deny);
@@ -288,14 +309,49 @@ async fn mutate(
     }
 }
 
+/// What an admission whose body is read takes before it is answered: memory for what is parsed
+/// out of the body, and an in-flight permit; a 503 when either is exhausted.
+fn take_in_flight(
+    server: &Server,
+    reservation: &mut Reservation,
+    body_len: usize,
+) -> Result<OwnedSemaphorePermit, Box<Response<Body>>> {
+    let state = &server.app;
+    // What is parsed out of the body lives as long as it, and counts too: without this, 16
+    // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
+    if !reservation.cover_admission(body_len) {
+        state.metrics.request_refused("body_memory");
+        return Err(Box::new(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many request bodies being answered at once",
+        )));
+    }
+    // Taken once the body is read, not before: bodies are bounded by the body budgets and the
+    // read deadline, and stalled ones holding these permits locked out the API server's own
+    // requests (issue 23). The permits bound the work: lookups, parsing, answers.
+    state
+        .load
+        .requests
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            state.metrics.request_refused("requests_in_flight");
+            Box::new(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "busy: {} requests in flight (max_requests_in_flight)",
+                    server.limits.max_requests_in_flight
+                ),
+            ))
+        })
+}
+
 /// What every connection's requests share.
 struct Server {
     app: Arc<AppState>,
     limits: ServerLimits,
-    /// Permits for `/mutate` requests in flight.
-    requests: Arc<Semaphore>,
-    /// Bytes of request bodies held, process-wide.
-    bodies: Arc<Budget>,
+    /// Client connections' slots.
+    slots: Arc<Slots>,
 }
 
 /// The Prometheus exposition, with the gauges read at scrape time brought up to date:
@@ -305,6 +361,11 @@ async fn metrics(state: &AppState, req: &Request<Incoming>) -> Response<Body> {
     state
         .metrics
         .set_cache_entries(state.resolver.cached_entries().await);
+    let load = &state.load;
+    state.metrics.set_request_load(
+        load.bodies.used(),
+        load.max_requests - load.requests.available_permits(),
+    );
     state.metrics.set_ready(readiness(state).is_ok());
     if let Some(nodes) = &state.nodes {
         state.metrics.set_node_watch_synced(nodes.last_synced());
@@ -392,6 +453,13 @@ async fn route(
 ) -> Result<Response<Body>, Infallible> {
     let (_active, head_started) = connection.request_started();
     let version = req.version();
+    let is_probe = matches!(
+        (req.method(), req.uri().path()),
+        (&Method::GET, "/healthz" | "/readyz")
+    );
+    // A connection let in past the cap for probes that asks for more takes an idle
+    // connection's slot when there is one.
+    let probe_only = probe_only && (is_probe || !promote(&server, &connection));
     let read_timeout = if probe_only {
         PROBE_TIMEOUT
     } else {
@@ -429,6 +497,21 @@ async fn route(
         response.headers_mut().remove(header::CONNECTION);
     }
     Ok(response)
+}
+
+/// Gives `connection` (let in for probes) a regular slot, taken back from an idle connection if
+/// need be; whether it has one now.
+fn promote(server: &Server, connection: &ConnectionState) -> bool {
+    if connection.has_slot() {
+        return true;
+    }
+    match server.slots.promote(connection.peer) {
+        Some(slot) => {
+            connection.promote(slot);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Whether the webhook is ready (serving, and the node watch synced when enabled); else why not.
@@ -471,7 +554,8 @@ pub(crate) fn raise_fd_limit() -> std::io::Result<Option<u64>> {
     Ok(limit.current)
 }
 
-/// `configured`, lowered so that every connection (probes' headroom included) and
+/// `configured`, lowered so that every connection (probes' headroom and connections still
+/// closing after their slot was taken back included) and
 /// [`RESERVED_FDS`] fit under the soft limit on open files: past it, `accept` fails and nothing,
 /// `/healthz` included, gets through.
 fn connection_cap(configured: usize) -> usize {
@@ -479,7 +563,7 @@ fn connection_cap(configured: usize) -> usize {
     let Some(soft) = soft else {
         return configured;
     };
-    let fit = soft.saturating_sub(RESERVED_FDS + PROBE_CONNECTIONS as u64);
+    let fit = soft.saturating_sub(RESERVED_FDS + (PROBE_CONNECTIONS + slots::MAX_CLOSING) as u64);
     let fit = usize::try_from(fit).unwrap_or(usize::MAX).max(1);
     if fit < configured {
         tracing::warn!(
@@ -525,13 +609,12 @@ pub(crate) async fn run(
 ) {
     let acceptor = TlsAcceptor::from(certs.server_config());
     let max_connections = connection_cap(limits.max_connections);
-    let connections = Arc::new(Semaphore::new(max_connections));
+    let slots = Slots::new(max_connections, limits.max_connections_per_peer);
     let probe_connections = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
     let builders = Arc::new([http_builder(true), http_builder(false)]);
     let server = Arc::new(Server {
         app: state.clone(),
-        requests: Arc::new(Semaphore::new(limits.max_requests_in_flight)),
-        bodies: Arc::new(Budget::new(body::PROCESS_BODY_BUDGET)),
+        slots: slots.clone(),
         limits,
     });
     let (stop, stopping) = watch::channel(());
@@ -550,10 +633,20 @@ pub(crate) async fn run(
             },
             () = &mut shutdown => break,
         };
-        let (permit, probe_only) = match connections.clone().try_acquire_owned() {
-            Ok(permit) => (permit, false),
-            Err(_) => match probe_connections.clone().try_acquire_owned() {
-                Ok(permit) => (permit, true),
+        let mut slot = slots.admit(peer.ip());
+        if slot.is_none() {
+            // Too many connections whose slots were taken back are still closing (a flood
+            // accepted faster than the workers close them): wait for one, briefly, instead of
+            // refusing; the backlog holds the next connections meanwhile.
+            let room = slots.room_to_reclaim();
+            if tokio::time::timeout(PROBE_TIMEOUT, room).await.is_ok() {
+                slot = slots.admit(peer.ip());
+            }
+        }
+        let permit = match slot {
+            Some(slot) => Permit::Slot(slot),
+            None => match probe_connections.clone().try_acquire_owned() {
+                Ok(permit) => Permit::Probes { _held: permit },
                 Err(_) => {
                     // Closing at once costs the client a retry and us nothing; queueing would
                     // hold the descriptor the flood is trying to exhaust.
@@ -568,7 +661,6 @@ pub(crate) async fn run(
             tcp,
             peer,
             permit,
-            probe_only,
             acceptor.clone(),
             builders.clone(),
             server.clone(),
@@ -577,29 +669,41 @@ pub(crate) async fn run(
     }
     state.ready.store(false, Ordering::Relaxed);
     drop(listener);
-    drain(stop, &connections, max_connections, &probe_connections).await;
+    drain(stop, &slots, &probe_connections).await;
+}
+
+/// What lets a connection in: a slot, or the probes' headroom past the cap.
+enum Permit {
+    Slot(Slot),
+    /// Held while the connection lives.
+    Probes {
+        _held: OwnedSemaphorePermit,
+    },
+}
+
+impl Permit {
+    /// Resolves when the slot was taken back for another connection; never for the probes'.
+    async fn reclaimed(&self) {
+        match self {
+            Self::Slot(slot) => slot.reclaimed().await,
+            Self::Probes { .. } => std::future::pending().await,
+        }
+    }
 }
 
 /// Tells every connection to finish (dropping `stop`) and waits, at most [`SHUTDOWN_GRACE`],
-/// for them to end (each holds a permit of `connections` or `probe_connections` until its task
-/// ends).
-async fn drain(
-    stop: watch::Sender<()>,
-    connections: &Semaphore,
-    max_connections: usize,
-    probe_connections: &Semaphore,
-) {
-    let open = max_connections - connections.available_permits() + PROBE_CONNECTIONS
-        - probe_connections.available_permits();
+/// for them to end (each holds a slot or a permit of `probe_connections` until its task ends).
+async fn drain(stop: watch::Sender<()>, slots: &Slots, probe_connections: &Semaphore) {
+    let open = slots.held() + PROBE_CONNECTIONS - probe_connections.available_permits();
     tracing::info!(
         connections = open,
         "shutting down: finishing requests in flight"
     );
     drop(stop);
     let all_closed = async {
-        let all = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let _ = connections.acquire_many(all(max_connections)).await;
-        let _ = probe_connections.acquire_many(all(PROBE_CONNECTIONS)).await;
+        slots.all_closed().await;
+        let all = u32::try_from(PROBE_CONNECTIONS).unwrap_or(u32::MAX);
+        let _ = probe_connections.acquire_many(all).await;
     };
     match tokio::time::timeout(SHUTDOWN_GRACE, all_closed).await {
         Ok(()) => tracing::info!("all connections closed"),
@@ -609,14 +713,52 @@ async fn drain(
     }
 }
 
+/// The TLS handshake, within `read_timeout` and while the connection keeps its slot.
+async fn handshake(
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    permit: &Permit,
+    acceptor: &TlsAcceptor,
+    read_timeout: Duration,
+    metrics: &Metrics,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let handshake = tokio::time::timeout(read_timeout, acceptor.accept(tcp));
+    tokio::select! {
+        accepted = handshake => match accepted {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                metrics.connection_closed("idle");
+                None
+            }
+        },
+        () = permit.reclaimed() => {
+            metrics.connection_closed("reclaimed");
+            None
+        }
+    }
+}
+
+/// How a connection's serving ended.
+enum Ended {
+    /// Idle too long, or a request head too slow.
+    Idle,
+    /// Its slot was taken back for another connection.
+    Reclaimed,
+    /// The server is shutting down.
+    ShuttingDown,
+}
+
 /// One client connection: TLS, then HTTP/1.1 or h2 under a watchdog that closes it when idle
-/// (or when a request head is too slow), and on shutdown.
-#[allow(clippy::too_many_arguments)]
+/// (or when a request head is too slow), when its slot is taken back, and on shutdown.
 async fn serve_connection(
     tcp: TcpStream,
     peer: std::net::SocketAddr,
-    _permit: OwnedSemaphorePermit,
-    probe_only: bool,
+    permit: Permit,
     acceptor: TlsAcceptor,
     builders: Arc<[auto::Builder<TokioExecutor>; 2]>,
     server: Arc<Server>,
@@ -624,6 +766,10 @@ async fn serve_connection(
 ) {
     let metrics = server.app.metrics.clone();
     let _open = metrics.connection_opened();
+    let (slot, probe_only) = match &permit {
+        Permit::Slot(slot) => (Some(slot.handle()), false),
+        Permit::Probes { .. } => (None, true),
+    };
     let (read_timeout, idle_timeout) = if probe_only {
         (PROBE_TIMEOUT, PROBE_TIMEOUT)
     } else {
@@ -632,20 +778,12 @@ async fn serve_connection(
             server.limits.connection_idle_timeout,
         )
     };
-    let stream = match tokio::time::timeout(read_timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            metrics.connection_closed("idle");
-            return;
-        }
+    let Some(stream) = handshake(tcp, peer, &permit, &acceptor, read_timeout, &metrics).await
+    else {
+        return;
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-    let state = ConnectionState::new(!h2, body::CONNECTION_BODY_BUDGET);
+    let state = ConnectionState::new(!h2, body::CONNECTION_BODY_BUDGET, peer.ip(), slot);
     let io = TokioIo::new(Tracked::new(stream, state.clone()));
     let service = {
         let (server, state) = (server.clone(), state.clone());
@@ -653,7 +791,7 @@ async fn serve_connection(
     };
     let connection = builders[usize::from(probe_only)].serve_connection(io, service);
     tokio::pin!(connection);
-    let shutting_down = loop {
+    let ended = loop {
         let deadline = state.deadline(idle_timeout, read_timeout);
         tokio::select! {
             result = connection.as_mut() => {
@@ -667,20 +805,26 @@ async fn serve_connection(
                 if due.is_some_and(|due| due <= tokio::time::Instant::now()) {
                     tracing::debug!(%peer, "closing an idle connection");
                     metrics.connection_closed("idle");
-                    break false;
+                    break Ended::Idle;
                 }
             }
             () = state.changed() => {}
-            _ = stopping.changed() => break true,
+            () = permit.reclaimed() => {
+                tracing::debug!(%peer, "closing a connection whose slot was taken back");
+                metrics.connection_closed("reclaimed");
+                break Ended::Reclaimed;
+            }
+            _ = stopping.changed() => break Ended::ShuttingDown,
         }
     };
     // Finishes the request in progress (h2: sends GOAWAY); a client that does not read its
     // answer is not waited for beyond the grace.
     connection.as_mut().graceful_shutdown();
-    let grace = if shutting_down {
-        SHUTDOWN_GRACE
-    } else {
-        read_timeout
+    let grace = match ended {
+        Ended::ShuttingDown => SHUTDOWN_GRACE,
+        Ended::Idle => read_timeout,
+        // Its slot is someone else's already: it counts as closing, of which few may be.
+        Ended::Reclaimed => PROBE_TIMEOUT,
     };
     match tokio::time::timeout(grace, connection).await {
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),

@@ -3,7 +3,10 @@
 //! Every event is one line, whatever it carries: image names, hosts and registry answers come
 //! from Pod authors and registries, so a newline or an escape sequence inside a value is
 //! written escaped (`\n`, `\u{1b}`) and can never start a forged line, and a line longer than
-//! [`MAX_LINE_BYTES`] is cut with a marker.
+//! [`MAX_LINE_BYTES`] is cut with a marker. So are, in every part of the line (the message
+//! included), the characters that make a line read other than it is: Unicode line and paragraph
+//! separators (a viewer may break the line there), bidi controls (they reorder what follows)
+//! and zero-width characters (they hide text or make two names look alike).
 //!
 //! Lines are batched: an event appends its line to one buffer, and a background thread writes
 //! the buffer out [`BATCH_WINDOW`] after its first line — one `write` per batch instead of one
@@ -163,19 +166,40 @@ impl<W: Write> Write for OneLine<W> {
     }
 }
 
-/// Whether `event` is short, ends with its only newline and holds no control character (C1
-/// controls start with the byte 0xC2 in UTF-8: such an event takes the careful path).
+/// Whether `event` is short, ends with its only newline and holds no character to escape (C1
+/// controls start with the byte 0xC2 in UTF-8; the separators, bidi and zero-width characters
+/// with 0xD8, 0xE2 or 0xEF: such an event takes the careful path when it holds one).
 fn is_one_clean_line(event: &[u8]) -> bool {
     let Some((b'\n', body)) = event.split_last() else {
         return false;
     };
-    body.len() <= MAX_LINE_BYTES
-        && !body
-            .iter()
-            .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f || b == 0xc2)
+    if body.len() > MAX_LINE_BYTES {
+        return false;
+    }
+    let mut lead_bytes_of_deceptive = false;
+    for &b in body {
+        if (b < 0x20 && b != b'\t') || b == 0x7f || b == 0xc2 {
+            return false;
+        }
+        lead_bytes_of_deceptive |= matches!(b, 0xd8 | 0xe2 | 0xef);
+    }
+    !(lead_bytes_of_deceptive && String::from_utf8_lossy(body).chars().any(is_deceptive))
 }
 
-/// `event` as one line: control characters inside it escaped, cut at [`MAX_LINE_BYTES`], and
+/// A character that changes how a line reads without being seen: a Unicode line or paragraph
+/// separator, a bidi control (embeddings, overrides, isolates, marks) or a zero-width one.
+fn is_deceptive(c: char) -> bool {
+    matches!(
+        c,
+        '\u{2028}' | '\u{2029}' // line and paragraph separators
+            | '\u{202a}'..='\u{202e}' // bidi embeddings and overrides
+            | '\u{2066}'..='\u{2069}' // bidi isolates
+            | '\u{200e}' | '\u{200f}' | '\u{061c}' // bidi marks
+            | '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' // zero-width
+    )
+}
+
+/// `event` as one line: control and [deceptive](is_deceptive) characters inside it escaped, cut at [`MAX_LINE_BYTES`], and
 /// ended by exactly one newline.
 pub(crate) fn one_line(event: &[u8]) -> Vec<u8> {
     let text = String::from_utf8_lossy(event);
@@ -190,7 +214,7 @@ pub(crate) fn one_line(event: &[u8]) -> Vec<u8> {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push('\t'),
-            c if c.is_control() => out.push_str(&c.escape_unicode().to_string()),
+            c if c.is_control() || is_deceptive(c) => out.push_str(&c.escape_unicode().to_string()),
             c => out.push(c),
         }
     }
@@ -269,5 +293,57 @@ mod tests {
         assert!(line.len() < MAX_LINE_BYTES + 64, "{}", line.len());
         assert!(line.contains("…[cut "), "{}", &line[line.len() - 40..]);
         assert_eq!(line.matches('\n').count(), 1);
+    }
+
+    #[test]
+    fn separators_bidi_and_zero_width_characters_are_escaped_in_every_part_of_the_line() {
+        let deceptive = [
+            '\u{2028}', '\u{2029}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}',
+            '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{200e}', '\u{200f}', '\u{061c}',
+            '\u{200b}', '\u{200c}', '\u{200d}', '\u{feff}', '\u{2060}',
+        ];
+        for c in deceptive {
+            let event = format!("INFO admission: unchanged: ima{c}ge\n");
+            assert!(!is_one_clean_line(event.as_bytes()), "{c:?}");
+            let line = String::from_utf8(one_line(event.as_bytes())).unwrap();
+            let escaped = format!("ima\\u{{{:x}}}ge", u32::from(c));
+            assert!(line.contains(&escaped), "{c:?}: {line}");
+            assert!(!line.contains(c), "{c:?} written raw: {line}");
+        }
+        // Characters that only share a lead byte with them stay as they are, on the fast path.
+        for fine in ["…", "—", "€", "\u{fb01}", "\u{0627}"] {
+            let event = format!("INFO admission: {fine}\n");
+            assert!(is_one_clean_line(event.as_bytes()), "{fine}");
+        }
+
+        // Through the subscriber: the message, a field's value and a quoted (Debug) value.
+        let config = Config::load(None, Vec::new()).unwrap();
+        let captured = Captured::default();
+        let subscriber = subscriber(&config, OneLineCaptured(captured.clone())).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let image = "evil\u{2028}INFO forged\u{202e}gpj.exe";
+            tracing::warn!(image, quoted = ?image, "lookup of {image} failed\u{200b}");
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        for raw in ['\u{2028}', '\u{202e}', '\u{200b}'] {
+            assert!(!text.contains(raw), "{raw:?} written raw: {text}");
+        }
+        assert!(
+            text.contains("lookup of evil\\u{2028}INFO forged\\u{202e}gpj.exe failed\\u{200b}"),
+            "{text}"
+        );
+    }
+
+    /// [`Captured`] behind the [`OneLine`] writer `init` installs.
+    #[derive(Clone)]
+    struct OneLineCaptured(Captured);
+
+    impl<'a> MakeWriter<'a> for OneLineCaptured {
+        type Writer = OneLine<Captured>;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            OneLine(self.0.clone())
+        }
     }
 }

@@ -1,15 +1,26 @@
-//! The one thing tolerable reads from an X.509 certificate itself: when it expires (`notAfter`),
-//! for the expiry metrics. rustls and webpki check certificates but do not expose their
-//! validity, so the DER is walked here: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
-//! [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
-//! notAfter }, … } … }` (RFC 5280, section 4.1).
+//! The two things tolerable reads from an X.509 certificate itself: when it expires
+//! (`notAfter`), for the expiry metrics, and the IP addresses it is for (its `iPAddress`
+//! subject alternative names), for the reload's name check. rustls and webpki check
+//! certificates but expose neither, so the DER is walked here: `Certificate ::= SEQUENCE {
+//! tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber, signature, issuer, validity
+//! SEQUENCE { notBefore, notAfter }, subject, subjectPublicKeyInfo, [1] issuerUniqueID
+//! OPTIONAL, [2] subjectUniqueID OPTIONAL, [3] extensions OPTIONAL } … }` (RFC 5280, section
+//! 4.1).
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::CertificateDer;
 
 const SEQUENCE: u8 = 0x30;
 const INTEGER: u8 = 0x02;
+const OID: u8 = 0x06;
+const BOOLEAN: u8 = 0x01;
+const OCTET_STRING: u8 = 0x04;
 const VERSION: u8 = 0xA0;
+const EXTENSIONS: u8 = 0xA3;
+/// `GeneralName`'s `[7] IMPLICIT OCTET STRING`: 4 bytes (IPv4) or 16 (IPv6).
+const IP_ADDRESS: u8 = 0x87;
+/// The contents of the OID 2.5.29.17, subjectAltName.
+const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 const UTC_TIME: u8 = 0x17;
 const GENERALIZED_TIME: u8 = 0x18;
 
@@ -40,8 +51,8 @@ fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
     (found == tag).then_some((contents, rest))
 }
 
-/// `notAfter` of a DER certificate, in seconds since the Unix epoch.
-pub(crate) fn not_after(der: &[u8]) -> Option<i64> {
+/// The tbsCertificate's fields from `validity` on.
+fn from_validity(der: &[u8]) -> Option<&[u8]> {
     let (certificate, _) = expect(der, SEQUENCE)?;
     let (tbs, _) = expect(certificate, SEQUENCE)?;
     let mut rest = tbs;
@@ -51,10 +62,66 @@ pub(crate) fn not_after(der: &[u8]) -> Option<i64> {
     let (_, rest) = expect(rest, INTEGER)?; // serialNumber
     let (_, rest) = expect(rest, SEQUENCE)?; // signature
     let (_, rest) = expect(rest, SEQUENCE)?; // issuer
-    let (validity, _) = expect(rest, SEQUENCE)?;
+    Some(rest)
+}
+
+/// `notAfter` of a DER certificate, in seconds since the Unix epoch.
+pub(crate) fn not_after(der: &[u8]) -> Option<i64> {
+    let (validity, _) = expect(from_validity(der)?, SEQUENCE)?;
     let (_, _, after_not_before) = element(validity)?;
     let (tag, time, _) = element(after_not_before)?;
     parse_time(tag, time)
+}
+
+/// The IP addresses among a DER certificate's subject alternative names (none when it has no
+/// such extension, or cannot be read).
+pub(crate) fn ip_addresses(der: &[u8]) -> Vec<std::net::IpAddr> {
+    subject_alt_names(der)
+        .map(|names| {
+            let mut found = Vec::new();
+            let mut rest = names;
+            while let Some((tag, contents, next)) = element(rest) {
+                match (
+                    tag,
+                    <[u8; 4]>::try_from(contents),
+                    <[u8; 16]>::try_from(contents),
+                ) {
+                    (IP_ADDRESS, Ok(v4), _) => found.push(v4.into()),
+                    (IP_ADDRESS, _, Ok(v6)) => found.push(v6.into()),
+                    _ => {}
+                }
+                rest = next;
+            }
+            found
+        })
+        .unwrap_or_default()
+}
+
+/// The contents of the subjectAltName extension's `GeneralNames` sequence.
+fn subject_alt_names(der: &[u8]) -> Option<&[u8]> {
+    let (_, rest) = expect(from_validity(der)?, SEQUENCE)?; // validity
+    let (_, rest) = expect(rest, SEQUENCE)?; // subject
+    let (_, mut rest) = expect(rest, SEQUENCE)?; // subjectPublicKeyInfo
+    let extensions = loop {
+        let (tag, contents, next) = element(rest)?;
+        if tag == EXTENSIONS {
+            break contents;
+        }
+        rest = next; // the unique IDs
+    };
+    let (mut extensions, _) = expect(extensions, SEQUENCE)?;
+    while let Some((extension, next)) = expect(extensions, SEQUENCE) {
+        let (oid, mut value) = expect(extension, OID)?;
+        if oid == SUBJECT_ALT_NAME {
+            if value.first() == Some(&BOOLEAN) {
+                value = element(value)?.2; // critical
+            }
+            let (names, _) = expect(value, OCTET_STRING)?;
+            return Some(expect(names, SEQUENCE)?.0);
+        }
+        extensions = next;
+    }
+    None
 }
 
 /// The earliest `notAfter` of the certificates in a PEM bundle; `None` when it holds none.
@@ -175,6 +242,27 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn reads_the_ip_address_names_and_nothing_else() {
+        let params = rcgen::CertificateParams::new(
+            ["tolerable.test", "127.0.0.1", "::1", "10.1.2.3"].map(String::from),
+        )
+        .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let der = params.self_signed(&key).unwrap().der().to_vec();
+        let expected: Vec<std::net::IpAddr> = ["127.0.0.1", "::1", "10.1.2.3"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(ip_addresses(&der), expected);
+        let pem = certificate(None, 0);
+        let dns_only = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert!(ip_addresses(&dns_only).is_empty());
+        for cut in [0, 10, der.len() / 2, der.len() - 1] {
+            assert!(ip_addresses(&der[..cut]).is_empty(), "cut at {cut}");
         }
     }
 

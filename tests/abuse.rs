@@ -119,7 +119,9 @@ impl Served {
             .arg("-c")
             .arg(format!(
                 "ulimit {ulimit} && exec '{}' serve",
-                env!("CARGO_BIN_EXE_tolerable")
+                // BENCHMARKS.md runs these attacks against a release build this way.
+                std::env::var("ABUSE_SERVE_BIN")
+                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
             ))
             .current_dir(dir.path())
             .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
@@ -473,20 +475,22 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     );
     // The probes' headroom frees up within its short timeout: /healthz gets through.
     let probe = healthz_answers_within(server.addr, Duration::from_secs(4)).await;
-    // A webhook request on such a connection is told why, fast.
-    let response = webhook::client()
-        .post(server.url("/mutate"))
-        .body("{}")
-        .send()
-        .await;
+    // A webhook request on such a connection takes the slot of the longest idle held one
+    // (held[0], which only asked /healthz) instead of a 503 (issue 23): answered, here 400 for
+    // a body that is not an AdmissionReview. (Retried while the probes' headroom is taken.)
+    let response = mutate_on_a_new_connection(&server).await;
     let flood_lasted = started.elapsed();
-    if let Ok(response) = response {
-        assert_eq!(response.status(), 503);
-        let body = response.text().await.unwrap();
-        assert!(body.contains("max_connections"), "{body}");
-    }
-    // The connections within the cap still work.
-    let tls = &mut held[0];
+    assert_eq!(response.status(), 400);
+    closed_within(&mut held[0], Duration::from_secs(2))
+        .await
+        .expect("the longest idle connection was not closed for the new one");
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    assert!(
+        metrics.contains("tolerable_connections_closed_total{reason=\"reclaimed\"} 1"),
+        "{metrics}"
+    );
+    // The other connections within the cap still work.
+    let tls = &mut held[1];
     tls.write_all(b"GET /readyz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
@@ -508,6 +512,23 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     eprintln!(
         "max_connections 20: 20 held, 200 more opened: {closed_at_once} closed at once, {refused} refused; /healthz answered in {probe:?}; {flood_lasted:?} in all"
     );
+}
+
+/// `POST /mutate` with `{}` on a new connection, retried for 2 s while connections are
+/// refused.
+async fn mutate_on_a_new_connection(server: &TestServer) -> reqwest::Response {
+    for _ in 0..20 {
+        let sent = webhook::client()
+            .post(server.url("/mutate"))
+            .body("{}")
+            .send()
+            .await;
+        match sent {
+            Ok(answered) => return answered,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("no connection for /mutate");
 }
 
 /// The issue's lock-out: under a hard limit of 1,024 open files, 1,012 idle connections made
@@ -545,6 +566,52 @@ async fn idle_connections_past_the_open_files_limit_do_not_lock_out_healthz() {
     );
 }
 
+/// A "registry" on 127.0.0.1 that accepts connections and never says a word: a lookup against
+/// it stays in flight until its deadline. Counts the connections it accepted.
+struct SilentRegistry {
+    host: String,
+    accepted: tokio::sync::watch::Receiver<usize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilentRegistry {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        let (count, accepted) = tokio::sync::watch::channel(0);
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                held.push(tcp);
+                count.send_replace(held.len());
+            }
+        });
+        Self {
+            host,
+            accepted,
+            task,
+        }
+    }
+
+    /// Waits until it has accepted `n` connections.
+    async fn accepted(&mut self, n: usize) {
+        self.accepted.wait_for(|&seen| seen >= n).await.unwrap();
+    }
+}
+
+impl Drop for SilentRegistry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An AdmissionReview of a Pod whose one image is on `host`.
+fn review_of_image_on(host: &str) -> serde_json::Value {
+    webhook::recorded("pod-create-simple.v1.json", host)
+}
+
+/// Bodies being read take no in-flight permit (issue 23): the budgets and the read deadline
+/// bound them. Admissions being answered do, and past the cap get a fast 503.
 #[tokio::test]
 async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer() {
     let server = TestServer::start_with_limits(ServerLimits {
@@ -552,7 +619,7 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
         ..limits(Duration::from_secs(3), Duration::from_secs(30))
     })
     .await;
-    // Two requests in flight, their bodies stalled.
+    // Two requests whose bodies are stalled: they hold no permit, a third request is answered.
     let mut stalled = Vec::new();
     for _ in 0..2 {
         let mut tls = connect(server.addr, b"http/1.1").await;
@@ -561,7 +628,24 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
             .unwrap();
         stalled.push(tls);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let response = webhook::client()
+        .post(server.url("/mutate"))
+        .body("not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400, "stalled bodies held the permits");
+    // Two admissions in flight: their lookups wait on registries that never answer.
+    let mut registries = [SilentRegistry::start().await, SilentRegistry::start().await];
+    let mut in_flight = Vec::new();
+    for registry in &mut registries {
+        let review = review_of_image_on(&registry.host);
+        in_flight.push(tokio::spawn(webhook::admit_owned(
+            server.url("/mutate?timeout=10s"),
+            review,
+        )));
+        registry.accepted(1).await;
+    }
     let started = Instant::now();
     let response = webhook::client()
         .post(server.url("/mutate"))
@@ -588,10 +672,16 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
         metrics.contains("tolerable_requests_refused_total{reason=\"requests_in_flight\"} 1"),
         "{metrics}"
     );
-    // Once the stalled ones time out, requests are taken again.
+    // The stalled bodies time out; once the admissions are answered (allowed, with a warning),
+    // requests are taken again.
     for tls in &mut stalled {
         let response = closed_within(tls, Duration::from_secs(5)).await.unwrap();
         assert!(response.starts_with(b"HTTP/1.1 408"));
+    }
+    for admission in in_flight {
+        let (status, response) = admission.await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(response["response"]["allowed"], true, "{response}");
     }
     let response = webhook::client()
         .post(server.url("/mutate"))
@@ -600,4 +690,434 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
+}
+
+/// The connection the API server keeps open: HTTP/1.1 keep-alive over TLS, one request at a
+/// time.
+struct KeepAlive(hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>);
+
+impl KeepAlive {
+    async fn open(addr: SocketAddr) -> Self {
+        let tls = connect(addr, b"http/1.1").await;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        Self(sender)
+    }
+
+    /// Posts an AdmissionReview on this connection; the HTTP status.
+    async fn admit(&mut self, review: &serde_json::Value) -> u16 {
+        use http_body_util::BodyExt as _;
+        self.0
+            .ready()
+            .await
+            .expect("the open connection was closed");
+        let request = http::Request::post("/mutate?timeout=10s")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from(review.to_string())))
+            .unwrap();
+        let response = self.0.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let _ = response.into_body().collect().await;
+        status
+    }
+}
+
+/// An admission answered at once: its image's registry refuses connections (allowed with a
+/// warning).
+fn quick_review() -> serde_json::Value {
+    review_of_image_on("127.0.0.1:1")
+}
+
+/// A metric's value in a Prometheus text exposition, parsed as a number.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{series}: {e}"))
+}
+
+/// Issue 23, item 4: connections sending a few bytes of a body and stalling no longer take the
+/// in-flight permits: the API server's already-open connection gets no 503, and the stalled
+/// bodies hold what they declared at most (the body gauge), all given back at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_do_not_lock_out_the_api_servers_open_connection() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_requests_in_flight: 4,
+        ..limits(Duration::from_secs(2), Duration::from_secs(30))
+    })
+    .await;
+    let mut api_server = KeepAlive::open(server.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    // Ten times the in-flight cap: 10 bytes of a 1,000-byte body each, then nothing.
+    let mut stalled = Vec::new();
+    for _ in 0..40 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(
+            b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000\r\n\r\n{\"kind\":\"A",
+        )
+        .await
+        .unwrap();
+        stalled.push(tls);
+    }
+    // Every body is being read: each holds its declared 1,000 bytes of the budget.
+    loop {
+        let text = webhook::metrics_text(&server).await;
+        if metric(&text, "tolerable_request_body_bytes") >= 40_000.0 {
+            assert_eq!(metric(&text, "tolerable_request_body_bytes"), 40_000.0);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(api_server.admit(&quick_review()).await);
+    }
+    assert_eq!(statuses, [200; 8], "the open connection's admissions");
+    let (status, _) = webhook::admit_owned(server.url("/mutate?timeout=10s"), quick_review()).await;
+    assert_eq!(status, 200, "a new connection's admission");
+    for tls in &mut stalled {
+        let response = closed_within(tls, Duration::from_secs(4)).await.unwrap();
+        assert!(
+            response.starts_with(b"HTTP/1.1 408"),
+            "{}",
+            status_line(&response)
+        );
+    }
+    let text = webhook::metrics_text(&server).await;
+    assert_eq!(metric(&text, "tolerable_request_body_bytes"), 0.0);
+    assert_eq!(metric(&text, "tolerable_requests_in_flight"), 0.0);
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"requests_in_flight\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"read_timeout\"}"
+        ),
+        40.0
+    );
+}
+
+/// Issue 23, item 6: keep-alive connections that asked `/healthz` once and idle fill every
+/// slot; new connections' admissions take their slots, the longest idle first, and never the
+/// slot of the API server's connection, which answered admissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connections_give_their_slots_to_new_admissions() {
+    let server = TestServer::start_with_limits(ServerLimits {
+        max_connections: 40,
+        max_connections_per_peer: 40,
+        ..limits(Duration::from_secs(2), Duration::from_secs(60))
+    })
+    .await;
+    let mut api_server = KeepAlive::open(server.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    let mut hoarders = Vec::new();
+    for _ in 0..39 {
+        let mut tls = connect(server.addr, b"http/1.1").await;
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        hoarders.push(tls);
+    }
+    // Every slot is held. Ten new connections, one admission each.
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let (status, _) =
+            webhook::admit_owned(server.url("/mutate?timeout=10s"), quick_review()).await;
+        statuses.push(status);
+    }
+    assert_eq!(statuses, [200; 10], "new connections' admissions");
+    // Each took the slot of the longest idle hoarder, or one a previous new connection gave
+    // back when it closed.
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    let reclaimed = metric(
+        &metrics,
+        "tolerable_connections_closed_total{reason=\"reclaimed\"}",
+    ) as usize;
+    assert!((1..=10).contains(&reclaimed), "{reclaimed} reclaimed");
+    assert_eq!(
+        metric(
+            &metrics,
+            "tolerable_requests_refused_total{reason=\"too_many_connections\"}"
+        ),
+        0.0
+    );
+    // Those were the longest idle hoarders; the API server's connection kept its slot.
+    for (i, tls) in hoarders.iter_mut().enumerate() {
+        let wait = Duration::from_millis(if i < reclaimed { 2000 } else { 50 });
+        let closed = closed_within(tls, wait).await.is_some();
+        assert_eq!(
+            closed,
+            i < reclaimed,
+            "hoarder {i} of {reclaimed} reclaimed"
+        );
+    }
+    for _ in 0..8 {
+        assert_eq!(api_server.admit(&quick_review()).await, 200);
+    }
+}
+
+/// A gzip bomb: an AdmissionReview whose one image is on `host`, padded with an annotation to
+/// nearly 3 MiB, compressed to a few KB.
+fn gzip_bomb(host: &str) -> Bytes {
+    use std::io::Write as _;
+    let mut review = review_of_image_on(host);
+    let size = review.to_string().len();
+    review["request"]["object"]["metadata"]["annotations"]["padding"] =
+        serde_json::Value::String("a".repeat(MAX_BODY_BYTES - size - 4096));
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(review.to_string().as_bytes()).unwrap();
+    let bomb = encoder.finish().unwrap();
+    assert!(bomb.len() < 8 << 10, "{} bytes", bomb.len());
+    bomb.into()
+}
+
+/// The served process's `/metrics` (on the webhook port: no metrics_addr).
+async fn served_metrics(addr: SocketAddr) -> String {
+    webhook::client()
+        .get(format!("https://localhost:{}/metrics", addr.port()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Counts statuses; panics on anything but a 200 or a 503.
+fn tally(statuses: impl IntoIterator<Item = u16>) -> (usize, usize) {
+    statuses
+        .into_iter()
+        .fold((0, 0), |(ok, busy), status| match status {
+            200 => (ok + 1, busy),
+            503 => (ok, busy + 1),
+            other => panic!("status {other}"),
+        })
+}
+
+/// After an attack: nothing held, and the peak RSS within the issue's bound.
+async fn all_given_back(served: &Served, peak_kib: u64, attack: &str) {
+    let text = served_metrics(served.addr).await;
+    assert_eq!(
+        metric(&text, "tolerable_request_body_bytes"),
+        0.0,
+        "{attack}"
+    );
+    assert_eq!(
+        metric(&text, "tolerable_requests_in_flight"),
+        0.0,
+        "{attack}"
+    );
+    let peak_mib = peak_kib as f64 / 1024.0;
+    eprintln!("{attack}: peak RSS {peak_mib:.1} MiB");
+    assert!(peak_mib < 96.0, "{attack}: peak RSS {peak_mib:.1} MiB");
+}
+
+/// Issue 23, item 3: 20 connections each post a 3 KB gzip body that inflates to nearly 3 MiB,
+/// kept in flight by a registry that never answers. The inflated bytes count against the
+/// process's body budget (48 MiB: 16 such bodies), so the rest get a 503 and RSS stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_on_many_connections_count_their_inflated_bytes() {
+    let served = Served::start(&[]).await;
+    let registry = SilentRegistry::start().await;
+    let bomb = gzip_bomb(&registry.host);
+    let (stop, peak) = served.sample_peak_rss();
+    let url = format!(
+        "https://localhost:{}/mutate?timeout=10s",
+        served.addr.port()
+    );
+    let mut posts = Vec::new();
+    for _ in 0..20 {
+        let request = webhook::client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(bomb.clone());
+        posts.push(tokio::spawn(async move {
+            request.send().await.unwrap().status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for post in posts {
+        statuses.push(post.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, busy) = tally(statuses);
+    eprintln!("20 gzip bombs on 20 connections: {ok} answered, {busy} got 503");
+    assert!(
+        busy >= 4,
+        "{ok} answered, {busy} refused: more than 16 held 3 MiB each"
+    );
+    let text = served_metrics(served.addr).await;
+    assert_eq!(
+        metric(
+            &text,
+            "tolerable_requests_refused_total{reason=\"body_memory\"}"
+        ),
+        busy as f64
+    );
+    all_given_back(
+        &served,
+        peak.join().unwrap(),
+        "20 gzip bombs, 20 connections",
+    )
+    .await;
+}
+
+/// Issue 23, item 3: one h2 connection, 60 streams of gzip bombs: the connection's budget
+/// (6 MiB) holds two inflated bodies at once; the others get a 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bombs_on_one_h2_connection_count_their_inflated_bytes() {
+    let served = Served::start(&[]).await;
+    let registry = SilentRegistry::start().await;
+    let bomb = gzip_bomb(&registry.host);
+    let (stop, peak) = served.sample_peak_rss();
+    let tls = connect(served.addr, b"h2").await;
+    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(connection);
+    let mut streams = Vec::new();
+    for _ in 0..60 {
+        client = client.ready().await.unwrap();
+        let request = http::Request::post("https://localhost/mutate?timeout=10s")
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.send_data(bomb.clone(), true).unwrap();
+        streams.push(tokio::spawn(async move {
+            response.await.unwrap().status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for stream in streams {
+        statuses.push(stream.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, busy) = tally(statuses);
+    eprintln!("60 gzip bombs on one h2 connection: {ok} answered, {busy} got 503");
+    assert!(busy >= 50, "{ok} answered, {busy} refused");
+    all_given_back(
+        &served,
+        peak.join().unwrap(),
+        "60 gzip bombs, one h2 connection",
+    )
+    .await;
+}
+
+/// The first bytes of a TLS ClientHello, never finished.
+const PARTIAL_CLIENT_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+
+/// Connects to `addr` about `per_second` times a second until `stop`, each connection saying
+/// nothing or a partial ClientHello and kept open (the newest `keep` of them), as a reconnect
+/// flood does. Counts the connections made.
+fn flood(
+    addr: SocketAddr,
+    per_second: u64,
+    keep: usize,
+    partial_hello: bool,
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut open = std::collections::VecDeque::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            for _ in 0..per_second / 100 {
+                let Ok(mut tcp) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                if partial_hello {
+                    let _ = tcp.write_all(PARTIAL_CLIENT_HELLO).await;
+                }
+                open.push_back(tcp);
+                if open.len() > keep {
+                    open.pop_front();
+                }
+                made.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// Issue 23, item 5: a reconnect flood (raw TCP connects and partial ClientHellos, ~5,000 a
+/// second, more than `max_connections_per_peer` kept open) only ever takes back its own pending
+/// connections' slots: `/healthz` from a new connection is answered (within the kubelet's 1 s
+/// probe timeout) every time, and the API server's open connection gets no 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut files = getrlimit(Resource::Nofile);
+    files.current = files.maximum;
+    let _ = setrlimit(Resource::Nofile, files);
+    let served = Served::start(&[]).await;
+    let mut api_server = KeepAlive::open(served.addr).await;
+    assert_eq!(api_server.admit(&quick_review()).await, 200);
+    let (sampling, peak) = served.sample_peak_rss();
+    let (stop, made) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let flooders = [false, true].map(|partial_hello| {
+        flood(
+            served.addr,
+            2500,
+            700,
+            partial_hello,
+            stop.clone(),
+            made.clone(),
+        )
+    });
+    // The flood has filled the peer's share of the slots and goes on.
+    while made.load(Ordering::Relaxed) < 3000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let probe = webhook::client_builder()
+        .timeout(Duration::from_secs(1))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/healthz", served.addr.port());
+    let mut probes_answered = 0;
+    let mut admissions = Vec::new();
+    for _ in 0..20 {
+        match probe.get(&url).send().await {
+            Ok(response) if response.status() == 200 => probes_answered += 1,
+            other => eprintln!("/healthz during the flood: {other:?}"),
+        }
+        admissions.push(api_server.admit(&quick_review()).await);
+    }
+    let flooded = made.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        flooder.await.unwrap();
+    }
+    let text = served_metrics(served.addr).await;
+    let reclaimed = metric(
+        &text,
+        "tolerable_connections_closed_total{reason=\"reclaimed\"}",
+    );
+    let refused = metric(&text, "tolerable_connections_refused_total");
+    eprintln!(
+        "reconnect flood, {flooded} connections: /healthz answered {probes_answered} of 20; \
+         {reclaimed} slots taken back, {refused} connections refused; admissions {admissions:?}"
+    );
+    assert_eq!(probes_answered, 20);
+    assert_eq!(admissions, [200; 20], "the API server's open connection");
+    assert!(reclaimed > 0.0, "the flood never reached the per-peer cap");
+    sampling.store(true, Ordering::Relaxed);
+    all_given_back(&served, peak.join().unwrap(), "reconnect flood").await;
 }

@@ -174,9 +174,10 @@ async fn answered(client: &reqwest::Client, url: &str, body: &str) -> bool {
 async fn a_broken_rotation_keeps_the_old_certificate() {
     let mut server = TestServer::start(webhook::policy(), common::settings()).await;
     let current = served_certificate(server.addr).await;
-    // A certificate with somebody else's key (a half-finished or botched rotation).
-    let a = common::certs::ca().leaf(&["localhost"]);
-    let b = common::certs::ca().leaf(&["localhost"]);
+    // A certificate with somebody else's key (a half-finished or botched rotation). Both for
+    // the names and the address the served one is for, as a rotation keeps them.
+    let a = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
+    let b = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
     server.volume.rotate(&a.cert_pem, &b.key_pem);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(served_certificate(server.addr).await, current);
@@ -205,8 +206,10 @@ async fn a_certificate_for_other_names_is_refused_and_every_refusal_counted() {
     let failed = reloads(&server, "error").await;
     assert!(failed >= 2, "{failed} failed reloads counted");
 
-    // A certificate with more names than before is fine.
-    let wider = common::certs::ca().leaf(&["localhost", "tolerable.tolerable-system.svc"]);
+    // A certificate with more names than before is fine (the starting one's address included:
+    // IP addresses are checked too).
+    let wider =
+        common::certs::ca().leaf(&["localhost", "127.0.0.1", "tolerable.tolerable-system.svc"]);
     server.volume.rotate(&wider.cert_pem, &wider.key_pem);
     wait_until_served(&server, &der(&wider.cert_pem)).await;
     server.shutdown().await;
@@ -243,4 +246,58 @@ fn name_check_warn_serves_the_certificate_and_says_which_names_it_drops() {
         Reloaded::SwappedWithoutNames(vec!["tolerable.tolerable-system.svc".into()])
     );
     assert_eq!(warning.reload().unwrap(), Reloaded::Unchanged);
+}
+
+/// A reloaded certificate must keep the starting one's IP addresses as well as its DNS names
+/// (a webhook called by `url` at an address), and a certificate or key file over the size limit
+/// is refused without being read, keeping the current pair.
+#[test]
+fn reloads_check_ip_addresses_and_refuse_oversized_files() {
+    use tolerable::server::tls::{CertStore, Reloaded, TlsError, MAX_PEM_BYTES};
+    common::init();
+    let first = common::certs::ca().leaf(&["localhost", "127.0.0.1", "::1"]);
+    let mut volume = webhook::SecretVolume::new(&first.cert_pem, &first.key_pem);
+    let store = CertStore::from_files(&volume.cert_path(), &volume.key_path()).unwrap();
+    assert_eq!(store.names(), ["localhost", "127.0.0.1", "::1"]);
+
+    let no_v4 = common::certs::ca().leaf(&["localhost", "::1", "127.0.0.2"]);
+    volume.rotate(&no_v4.cert_pem, &no_v4.key_pem);
+    match store.reload() {
+        Err(TlsError::NamesDropped { missing, .. }) => assert_eq!(missing, ["127.0.0.1"]),
+        other => panic!("{other:?}"),
+    }
+
+    // A valid pair padded past the limit (PEM allows text around the blocks): not read.
+    let padding = "#".repeat(MAX_PEM_BYTES as usize);
+    let same = common::certs::ca().leaf(&["localhost", "127.0.0.1", "::1"]);
+    volume.rotate(&format!("{}{padding}\n", same.cert_pem), &same.key_pem);
+    let refused = store.reload().unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            TlsError::TooLarge {
+                key: "ssl_cert_path",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let said = refused.to_string();
+    assert!(
+        said.contains("ssl_cert_path") && said.contains("not read"),
+        "{said}"
+    );
+    volume.rotate(&same.cert_pem, &format!("{}{padding}\n", same.key_pem));
+    assert!(matches!(
+        store.reload(),
+        Err(TlsError::TooLarge {
+            key: "ssl_key_path",
+            ..
+        })
+    ));
+    // Neither was taken: the same pair within the limit is new to the store.
+    let just_under = "#".repeat(MAX_PEM_BYTES as usize - same.cert_pem.len() - 1);
+    volume.rotate(&format!("{}{just_under}", same.cert_pem), &same.key_pem);
+    assert_eq!(store.reload().unwrap(), Reloaded::Swapped);
+    assert_eq!(store.reload().unwrap(), Reloaded::Unchanged);
 }

@@ -1,10 +1,13 @@
 //! What one connection is doing, for its watchdog: whether a request is in progress, since when
-//! it has been idle, and when the client started sending the next request's head. hyper's own
+//! it has been idle, and when the client started sending the next request's head; and for the
+//! connection slots ([`super::slots`]): busy, idle, or idle after answering an admission. hyper's own
 //! timers do not cover an accepted connection that never sends a byte (the auto builder waits
 //! for the protocol preface forever), nor an idle HTTP/2 connection.
 
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -15,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::body::Budget;
+use super::slots::{Slot, SlotHandle, Standing};
 
 /// One connection's activity.
 #[derive(Debug)]
@@ -28,6 +32,15 @@ pub(crate) struct ConnectionState {
     track_heads: bool,
     /// Bytes of body buffers this connection holds.
     pub(crate) bodies: Arc<Budget>,
+    /// The client's address.
+    pub(crate) peer: IpAddr,
+    /// Its connection slot, told when the connection is busy and when idle; `None` for a
+    /// connection let in past the cap for probes, until a request of another kind takes a slot.
+    slot: Mutex<Option<SlotHandle>>,
+    /// The slot such a connection took for its request (its task holds a regular one).
+    promoted: Mutex<Option<Slot>>,
+    /// An admission was answered on this connection: its slot is taken back last.
+    served: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -40,7 +53,12 @@ impl ConnectionState {
     /// A connection that has just been accepted. Its first request's head is due within the read
     /// timeout, as if it had started now: a client opens a connection to send a request, and one
     /// that sends nothing is only holding a file descriptor.
-    pub(crate) fn new(track_heads: bool, body_budget: usize) -> Arc<Self> {
+    pub(crate) fn new(
+        track_heads: bool,
+        body_budget: usize,
+        peer: IpAddr,
+        slot: Option<SlotHandle>,
+    ) -> Arc<Self> {
         let now = Instant::now();
         Arc::new(Self {
             active: AtomicUsize::new(0),
@@ -51,7 +69,34 @@ impl ConnectionState {
             changed: Notify::new(),
             track_heads,
             bodies: Arc::new(Budget::new(body_budget)),
+            peer,
+            slot: Mutex::new(slot),
+            promoted: Mutex::new(None),
+            served: AtomicBool::new(false),
         })
+    }
+
+    fn slot(&self) -> Option<SlotHandle> {
+        self.slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Whether the connection holds a regular slot (not only the probes' headroom).
+    pub(crate) fn has_slot(&self) -> bool {
+        self.slot().is_some()
+    }
+
+    /// Gives a connection let in for probes the slot `promoted` took for its request.
+    pub(crate) fn promote(&self, promoted: Slot) {
+        *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(promoted.handle());
+        *self.promoted.lock().unwrap_or_else(|p| p.into_inner()) = Some(promoted);
+    }
+
+    /// An admission was answered on this connection.
+    pub(crate) fn served(&self) {
+        self.served.store(true, Ordering::Relaxed);
     }
 
     fn times(&self) -> MutexGuard<'_, Times> {
@@ -76,7 +121,11 @@ impl ConnectionState {
     /// A request has arrived (its head is read). Returns when its first byte came, if known, so
     /// the request's read deadline can count from there.
     pub(crate) fn request_started(self: &Arc<Self>) -> (ActiveRequest, Option<Instant>) {
-        self.active.fetch_add(1, Ordering::AcqRel);
+        if self.active.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(slot) = self.slot() {
+                slot.busy();
+            }
+        }
         let head_started = self.times().head_started.take();
         self.changed.notify_one();
         (ActiveRequest(self.clone()), head_started)
@@ -114,6 +163,18 @@ impl Drop for ActiveRequest {
     fn drop(&mut self) {
         if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.times().idle_since = Instant::now();
+            if let Some(slot) = self.0.slot() {
+                slot.idle(if self.0.served.load(Ordering::Relaxed) {
+                    Standing::Serving
+                } else {
+                    Standing::Idle
+                });
+                // A request that started meanwhile (another h2 stream) may have found the slot
+                // still busy: it is busy again.
+                if self.0.active.load(Ordering::Acquire) > 0 {
+                    slot.busy();
+                }
+            }
         }
         self.0.changed.notify_one();
     }
@@ -185,7 +246,8 @@ mod tests {
     fn idle_and_head_deadlines() {
         let (idle, read) = (Duration::from_secs(60), Duration::from_secs(5));
         let before = Instant::now();
-        let state = ConnectionState::new(true, 0);
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        let state = ConnectionState::new(true, 0, peer, None);
         let after = Instant::now();
         let due = state.deadline(idle, read).unwrap();
         assert!(
@@ -210,7 +272,7 @@ mod tests {
         drop(second);
         assert!(state.deadline(idle, read).unwrap() >= Instant::now() + read * 2);
 
-        let h2 = ConnectionState::new(false, 0);
+        let h2 = ConnectionState::new(false, 0, peer, None);
         drop(h2.request_started());
         h2.bytes_read(); // a PING is not a request
         assert!(h2.deadline(idle, read).unwrap() >= Instant::now() + read * 2);

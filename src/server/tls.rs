@@ -2,8 +2,9 @@
 //! restart when cert-manager rotates them. A Secret volume rotates by swapping a `..data`
 //! symlink, so the files are re-read by path on an interval (inotify on the old files would never
 //! fire); a half-written or mismatched pair keeps the old certificate, and so does a valid
-//! certificate that no longer covers a DNS name the starting one did (the Service's names: the
-//! API server would refuse it and every admission would fail).
+//! certificate that no longer covers a DNS name or IP address the starting one did (the
+//! Service's names, or the address a `url` webhook calls: the API server would refuse it and
+//! every admission would fail), and a file over [`MAX_PEM_BYTES`] (never read into memory).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,9 +24,13 @@ use crate::metrics::Metrics;
 pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// A reload failing the same way again is logged at most this often (and counted every time).
 pub(crate) const REPEATED_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// Largest certificate or key file read: a chain of a few certificates is a few KiB, and the
+/// files are re-read every second, so a huge file (a mistake, or a volume someone else can
+/// write) must cost nothing but the warning.
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
 
-/// What a reload does with a certificate that does not cover every DNS name the certificate
-/// served at start covered (config key `tls_reload_name_check`).
+/// What a reload does with a certificate that does not cover every DNS name and IP address the
+/// certificate served at start covered (config key `tls_reload_name_check`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NameCheck {
     /// Keep serving the current certificate; the reload counts as failed.
@@ -50,6 +55,15 @@ pub enum TlsError {
         path: PathBuf,
         reason: String,
     },
+    #[error(
+        "{key} {path}: {size} bytes, larger than any certificate or key file ({MAX_PEM_BYTES} \
+         bytes at most); not read"
+    )]
+    TooLarge {
+        key: &'static str,
+        path: PathBuf,
+        size: u64,
+    },
     #[error("cannot generate a self-signed certificate: {0}")]
     Generate(String),
     #[error(
@@ -59,15 +73,21 @@ pub enum TlsError {
     NamesDropped { path: PathBuf, missing: Vec<String> },
 }
 
-/// The DNS names (subject alternative names) a certificate is for.
-pub(crate) fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
-    webpki::EndEntityCert::try_from(cert)
+/// The DNS names and IP addresses (subject alternative names) a certificate is for.
+pub(crate) fn subject_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    let mut names: Vec<String> = webpki::EndEntityCert::try_from(cert)
         .map(|cert| cert.valid_dns_names().map(str::to_owned).collect())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    names.extend(
+        crate::x509::ip_addresses(cert)
+            .iter()
+            .map(|ip| ip.to_string()),
+    );
+    names
 }
 
-/// Whether `cert` is valid for `name`, as a TLS client would check it. A wildcard `name` must
-/// be in the certificate as written.
+/// Whether `cert` is valid for `name` (a DNS name or an IP address), as a TLS client would
+/// check it. A wildcard `name` must be in the certificate as written.
 fn covers(cert: &CertificateDer<'_>, name: &str) -> bool {
     let Ok(end_entity) = webpki::EndEntityCert::try_from(cert) else {
         return false;
@@ -116,12 +136,33 @@ pub(crate) fn certified_key(
     })
 }
 
+/// The file at `path`, unless it is over [`MAX_PEM_BYTES`] (then not read at all: its size is
+/// checked first, and the read stops past the limit if the file grows meanwhile).
 fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    use std::io::Read as _;
+    let failed = |source| TlsError::Read {
         key,
         path: path.to_owned(),
         source,
-    })
+    };
+    let too_large = |size| TlsError::TooLarge {
+        key,
+        path: path.to_owned(),
+        size,
+    };
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let size = file.metadata().map_err(failed)?.len();
+    if size > MAX_PEM_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// The serving certificate, swappable while connections are being accepted.
@@ -131,7 +172,8 @@ pub struct CertStore {
     files: Option<(PathBuf, PathBuf)>,
     /// The bytes the current certificate was built from, to notice a change.
     loaded: std::sync::Mutex<(Vec<u8>, Vec<u8>)>,
-    /// The DNS names of the certificate served at start: every reload must keep covering them.
+    /// The DNS names and IP addresses of the certificate served at start: every reload must
+    /// keep covering them.
     names: Vec<String>,
     name_check: NameCheck,
 }
@@ -161,7 +203,7 @@ impl CertStore {
         let cert_pem = read("ssl_cert_path", cert_path)?;
         let key_pem = read("ssl_key_path", key_path)?;
         let key = certified_key(&cert_pem, &key_pem, cert_path, key_path)?;
-        let names = key.end_entity_cert().map(dns_names).unwrap_or_default();
+        let names = key.end_entity_cert().map(subject_names).unwrap_or_default();
         Ok(Self {
             current: ArcSwap::from_pointee(key),
             files: Some((cert_path.to_owned(), key_path.to_owned())),
@@ -171,7 +213,7 @@ impl CertStore {
         })
     }
 
-    /// Sets what a reload does with a certificate that drops a starting DNS name.
+    /// Sets what a reload does with a certificate that drops a starting DNS name or address.
     pub fn with_name_check(mut self, name_check: NameCheck) -> Self {
         self.name_check = name_check;
         self
@@ -183,7 +225,7 @@ impl CertStore {
         crate::x509::not_after(current.end_entity_cert().ok()?)
     }
 
-    /// The DNS names every reloaded certificate must cover.
+    /// The DNS names and IP addresses every reloaded certificate must cover.
     pub fn names(&self) -> &[String] {
         &self.names
     }
@@ -200,7 +242,8 @@ impl CertStore {
     }
 
     /// Re-reads the files; swaps in the new pair if it changed and is valid (and, unless
-    /// [`NameCheck::Warn`], covers the starting DNS names). Returns what happened, or why the
+    /// [`NameCheck::Warn`], covers the starting DNS names and IP addresses). A file over
+    /// [`MAX_PEM_BYTES`] is not read. Returns what happened, or why the
     /// reload failed (the old certificate stays, and the next reload tries again).
     pub fn reload(&self) -> Result<Reloaded, TlsError> {
         let Some((cert_path, key_path)) = &self.files else {
@@ -417,12 +460,26 @@ mod tests {
 
     #[test]
     fn names_are_covered_as_a_client_checks_them() {
-        let key = leaf(&["tolerable.tolerable-system.svc", "*.example.com"]);
+        let key = leaf(&[
+            "tolerable.tolerable-system.svc",
+            "*.example.com",
+            "10.96.0.10",
+            "fd00::10",
+        ]);
         let cert = key.end_entity_cert().unwrap();
         assert_eq!(
-            dns_names(cert),
-            ["tolerable.tolerable-system.svc", "*.example.com"]
+            subject_names(cert),
+            [
+                "tolerable.tolerable-system.svc",
+                "*.example.com",
+                "10.96.0.10",
+                "fd00::10"
+            ]
         );
+        assert!(covers(cert, "10.96.0.10"));
+        assert!(covers(cert, "fd00::10"));
+        assert!(!covers(cert, "10.96.0.11"));
+        assert!(!covers(cert, "fd00::11"));
         assert!(covers(cert, "tolerable.tolerable-system.svc"));
         assert!(covers(cert, "a.example.com"));
         assert!(covers(cert, "*.example.com"));

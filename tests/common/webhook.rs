@@ -225,6 +225,21 @@ pub async fn admit(
     (body["response"].clone(), started.elapsed())
 }
 
+/// Posts `review` to `url` on a connection of its own (for a spawned task): the HTTP status and
+/// the body as JSON (`null` when it is not JSON).
+pub async fn admit_owned(url: String, review: serde_json::Value) -> (u16, serde_json::Value) {
+    let response = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(review.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, body)
+}
+
 /// The warnings of an AdmissionReview `response`.
 pub fn warnings(response: &serde_json::Value) -> Vec<String> {
     response["warnings"]
