@@ -18,7 +18,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -99,18 +99,7 @@ async fn push_images(host: &str, prefix: &str) -> Vec<Image> {
 }
 
 /// A release `tolerable serve` on a free port.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = common::process::ServerProcess;
 
 fn start_server(registry: &str, cache_url: Option<&str>, ttl: Duration) -> Server {
     start_server_in(registry, cache_url, ttl, None)
@@ -124,26 +113,16 @@ fn start_server_in(
     ttl: Duration,
     kubeconfig: Option<&std::path::Path>,
 ) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
-    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
-        .parse()
-        .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    let (dir, addr) = common::process::prepare();
+    let mut command =
+        common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), dir.path(), addr);
     command
         .arg("serve")
-        .env_clear()
-        .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-        .env("TOLERABLE_SSL_CERT_PATH", dir.path().join("tls.crt"))
-        .env("TOLERABLE_SSL_KEY_PATH", dir.path().join("tls.key"))
         .env("TOLERABLE_INSECURE_REGISTRIES", registry)
         .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
         .env("TOLERABLE_LOG_LEVEL", "warn")
         .env("TOLERABLE_WORKER_THREADS", "1")
         .env("TOLERABLE_CACHE_TAG_TTL", format!("{}ms", ttl.as_millis()))
-        .current_dir(dir.path())
         .stdout(Stdio::null());
     if let Some(url) = cache_url {
         command.env("TOLERABLE_CACHE_URL", url);
@@ -152,11 +131,7 @@ fn start_server_in(
         command.env("KUBECONFIG", kubeconfig);
     }
     let child = command.spawn().unwrap();
-    let server = Server {
-        child,
-        addr,
-        _dir: dir,
-    };
+    let server = Server { child, addr, dir };
     let started = Instant::now();
     while std::net::TcpStream::connect(addr).is_err() {
         assert!(

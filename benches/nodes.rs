@@ -14,8 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,48 +25,9 @@ use common::scale_api::ScaleApiServer;
 const CONNECTIONS: usize = 8;
 const HEARTBEATS_PER_SECOND: u64 = 500;
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
+type Server = common::process::ServerProcess;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Server CPU time (user + system) in microseconds, from /proc.
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks * 1_000_000 / 100 // USER_HZ is 100 on Linux
-}
-
-/// A `/proc/PID/status` figure in MiB (`VmRSS`, `VmHWM`).
-fn status_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .trim()
-                .strip_suffix(" kB")?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .unwrap()
-        / 1024.0
-}
+use common::process::{cpu_us, status_mib};
 
 /// `tolerable serve` as shipped (one worker thread, as the Deployment's 1-CPU limit gives), its
 /// cluster the fake behind `kubeconfig`; `watch_nodes` the one setting that differs.
@@ -76,36 +36,21 @@ fn spawn(
     registry_host: &str,
     watch_nodes: bool,
 ) -> (Server, Duration) {
-    let dir = tempfile::tempdir().unwrap();
-    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
-    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
-        .parse()
-        .unwrap();
+    let (dir, addr) = common::process::prepare();
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_tolerable"))
+    let child = common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), dir.path(), addr)
         .arg("serve")
-        .env_clear()
         .env("KUBECONFIG", kubeconfig)
-        .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-        .env("TOLERABLE_SSL_CERT_PATH", dir.path().join("tls.crt"))
-        .env("TOLERABLE_SSL_KEY_PATH", dir.path().join("tls.key"))
         .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
         .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
         .env("TOLERABLE_WATCH_NODES", watch_nodes.to_string())
         .env("TOLERABLE_LOG_LEVEL", "warn")
         .env("TOLERABLE_WORKER_THREADS", "1")
-        .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let server = Server {
-        child,
-        addr,
-        _dir: dir,
-    };
+    let server = Server { child, addr, dir };
     let client = common::webhook::client();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -12,7 +12,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,18 +67,7 @@ async fn send(sender: &mut SendRequest<Full<Bytes>>, call: &Call) {
     assert!(!body.is_empty());
 }
 
-/// Server CPU time (user + system) in microseconds, from /proc.
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks * 1_000_000 / 100 // USER_HZ is 100 on Linux
-}
+use common::process::cpu_us;
 
 /// Closed loop: every connection sends back to back for `duration`. Returns (requests/s, server
 /// CPU µs per request).
@@ -212,18 +201,7 @@ impl<T> Receiver<T> {
     }
 }
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = common::process::ServerProcess;
 
 fn start_server(registry_host: &str) -> (Server, Duration) {
     start_server_at(registry_host, "warn")
@@ -232,30 +210,22 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
 /// A server logging at `log_level`. Below `warn` its stderr goes to a pipe a thread drains, as
 /// a container runtime reads a container's stderr (and the bench's own output stays readable).
 fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
-    let dir = tempfile::tempdir().unwrap();
-    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
-    std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
-    std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
-    let port = common::free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (dir, addr) = common::process::prepare();
     let started = Instant::now();
     // Profiling aid: BENCH_SERVER_WRAPPER="valgrind --tool=callgrind" runs the server under it.
     let wrapper = std::env::var("BENCH_SERVER_WRAPPER").unwrap_or_default();
     let mut wrapper = wrapper.split_whitespace();
+    let binary = env!("CARGO_BIN_EXE_tolerable");
     let mut command = match wrapper.next() {
         Some(program) => {
-            let mut command = Command::new(program);
-            command.args(wrapper).arg(env!("CARGO_BIN_EXE_tolerable"));
+            let mut command = common::process::serve_command(program, dir.path(), addr);
+            command.args(wrapper).arg(binary);
             command
         }
-        None => Command::new(env!("CARGO_BIN_EXE_tolerable")),
+        None => common::process::serve_command(binary, dir.path(), addr),
     };
     let child = command
         .arg("serve")
-        .env_clear()
-        .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-        .env("TOLERABLE_SSL_CERT_PATH", dir.path().join("tls.crt"))
-        .env("TOLERABLE_SSL_KEY_PATH", dir.path().join("tls.key"))
         .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
         .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
         .env("TOLERABLE_LOG_LEVEL", log_level)
@@ -267,7 +237,6 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
             std::env::var("BENCH_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
         )
         .envs(passed_through())
-        .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(if log_level == "warn" {
             Stdio::inherit()
@@ -293,14 +262,7 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
         std::thread::sleep(Duration::from_millis(2));
     }
     let ready = started.elapsed();
-    (
-        Server {
-            child,
-            addr,
-            _dir: dir,
-        },
-        ready,
-    )
+    (Server { child, addr, dir }, ready)
 }
 
 /// Runtime and allocator knobs under test, and a shared cache (`BENCH_CACHE_URL`: warm

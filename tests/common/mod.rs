@@ -16,6 +16,7 @@ pub mod hostile;
 pub mod kube_api;
 pub mod kube_pages;
 pub mod plugins;
+pub mod process;
 pub mod redis;
 pub mod registry;
 pub mod scale_api;
