@@ -92,6 +92,18 @@ impl Found {
             let hint = hint_for(&read.place.file);
             return self.unread(read, format!("an object without a kind{hint}"));
         };
+        // kustomize's own files (Kustomization, Component) carry a kind but are no Kubernetes
+        // object: named as skipped, like a kustomization without one.
+        if object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("kustomize.config.k8s.io/"))
+        {
+            return self.unread(
+                read,
+                format!("a kustomize {kind}, not a Kubernetes object (review `kubectl kustomize DIR` instead)"),
+            );
+        }
         if kind.ends_with("List") {
             if let Some(Value::Array(items)) = object.remove("items") {
                 for (i, item) in items.into_iter().enumerate() {
@@ -316,6 +328,10 @@ mod tests {
             ("just a string", "got a string"),
             ("- a\n- b\n", "got a list"),
             ("metadata: {name: x}\n", "without a kind"),
+            (
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [a.yaml]\n",
+                "a kustomize Kustomization, not a Kubernetes object",
+            ),
         ] {
             let err = documents(text)
                 .unwrap()
