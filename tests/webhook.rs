@@ -210,14 +210,18 @@ async fn a_hung_registry_is_answered_within_the_api_servers_timeout() {
     let mut request = recorded("pod-create-simple.v1.json", &registry::plain().host);
     request["request"]["object"]["spec"]["containers"][0]["image"] =
         json!(format!("{hung}/app:v1"));
+    // The bound the code guarantees is the API server's own timeout: lookups get a budget of the
+    // timeout minus a fifth, so at 10 s the answer has 2 s to be encoded and sent, a margin no
+    // shared machine's scheduling eats (at 2 s it had 0.4 s). The speed itself is a benchmark's.
+    let api_server_timeout = Duration::from_secs(10);
     let started = Instant::now();
-    let (status, response) = post(&server, "/mutate?timeout=2s", request.to_string()).await;
+    let (status, response) = post(&server, "/mutate?timeout=10s", request.to_string()).await;
     let elapsed = started.elapsed();
     assert_eq!(status, 200);
     assert_eq!(response["response"]["allowed"], true);
     assert!(
-        elapsed < Duration::from_secs(2),
-        "answered after {elapsed:?}"
+        elapsed < api_server_timeout,
+        "answered after {elapsed:?}, past the API server's {api_server_timeout:?}"
     );
     let warning = response["response"]["warnings"][0].as_str().unwrap();
     assert!(warning.contains("did not finish within"), "{warning}");
