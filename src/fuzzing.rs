@@ -42,9 +42,24 @@ pub fn manifest(data: &[u8]) {
     }
 }
 
-/// A token service's answer: never panics, and a token that is accepted is a valid header.
+/// A token service's answer: never panics, and a token that is accepted is a non-empty `Bearer`
+/// header value, marked sensitive (so it is never logged), with a lifetime above zero.
 pub fn token_response(data: &[u8]) {
-    let _ = crate::registry::client::parse_token_response(data);
+    let Ok((header, life)) = crate::registry::client::parse_token_response(data) else {
+        return;
+    };
+    let shown = header
+        .to_str()
+        .expect("an accepted token is a visible-ASCII header value");
+    let token = shown
+        .strip_prefix("Bearer ")
+        .expect("an accepted token is sent as a Bearer credential");
+    assert!(!token.is_empty(), "an empty token was accepted");
+    assert!(
+        header.is_sensitive(),
+        "the token header is not marked sensitive"
+    );
+    assert!(!life.is_zero(), "an accepted token has no lifetime");
 }
 
 /// An AdmissionReview body, answered as the webhook answers it (the same parse, the same pure

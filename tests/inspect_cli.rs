@@ -129,18 +129,23 @@ fn credentials_from_files_and_docker_config_never_printed() {
         ),
     )
     .unwrap();
+    // Logging at trace as for the credential files, so a leak of the config's `auth` would show.
     let out = inspect(
-        &["--json", &image],
-        &[(
-            "TOLERABLE_DOCKER_CONFIG_PATH",
-            docker_config.to_str().unwrap(),
-        )],
+        &[&image],
+        &[
+            (
+                "TOLERABLE_DOCKER_CONFIG_PATH",
+                docker_config.to_str().unwrap(),
+            ),
+            ("TOLERABLE_LOG_LEVEL", "trace"),
+        ],
     );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    the_image_was_read_and_no_credential_shown(&out);
 
     // Wrong credentials: a clear error without the secret.
     write_credential_file(&creds, &basic.host, "testuser", "not-the-password-123");

@@ -210,14 +210,18 @@ async fn a_hung_registry_is_answered_within_the_api_servers_timeout() {
     let mut request = recorded("pod-create-simple.v1.json", &registry::plain().host);
     request["request"]["object"]["spec"]["containers"][0]["image"] =
         json!(format!("{hung}/app:v1"));
+    // The bound the code guarantees is the API server's own timeout: lookups get a budget of the
+    // timeout minus a fifth, so at 10 s the answer has 2 s to be encoded and sent, a margin no
+    // shared machine's scheduling eats (at 2 s it had 0.4 s). The speed itself is a benchmark's.
+    let api_server_timeout = Duration::from_secs(10);
     let started = Instant::now();
-    let (status, response) = post(&server, "/mutate?timeout=2s", request.to_string()).await;
+    let (status, response) = post(&server, "/mutate?timeout=10s", request.to_string()).await;
     let elapsed = started.elapsed();
     assert_eq!(status, 200);
     assert_eq!(response["response"]["allowed"], true);
     assert!(
-        elapsed < Duration::from_secs(2),
-        "answered after {elapsed:?}"
+        elapsed < api_server_timeout,
+        "answered after {elapsed:?}, past the API server's {api_server_timeout:?}"
     );
     let warning = response["response"]["warnings"][0].as_str().unwrap();
     assert!(warning.contains("did not finish within"), "{warning}");
@@ -388,7 +392,7 @@ async fn health_readiness_metrics_and_h2() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_requests_in_flight() {
-    let hung = common::fake::hung_server();
+    let (hung, reached) = common::fake::hung_server_counting();
     let mut settings = common::settings();
     settings.transport.insecure_registries.push(hung.clone());
     settings.lookup_timeout = Duration::from_secs(20);
@@ -396,8 +400,9 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
     let mut request = recorded("pod-create-simple.v1.json", &registry::plain().host);
     request["request"]["object"]["spec"]["containers"][0]["image"] =
         json!(format!("{hung}/slow:v1"));
-    // In flight for ~1.6 s (the lookup budget of a 2 s timeout).
-    let url = server.url("/mutate?timeout=2s");
+    // In flight for ~4 s (the lookup budget of a 5 s timeout): seconds of margin for the
+    // shutdown to begin while it is, well inside the 20 s shutdown grace.
+    let url = server.url("/mutate?timeout=5s");
     let in_flight = tokio::spawn(async move {
         client()
             .post(url)
@@ -406,13 +411,21 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In flight once its lookup has reached the registry: wait for that, not for a sleep.
+    wait_until("the lookup reached the hung registry", || {
+        reached.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
+    assert!(!in_flight.is_finished(), "answered before shutdown began");
     server.begin_shutdown();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!server
-        .state
-        .ready
-        .load(std::sync::atomic::Ordering::Relaxed));
+    // The server reports not ready once it has stopped accepting (then drops its listener).
+    wait_until("the server reported not ready", || {
+        !server
+            .state
+            .ready
+            .load(std::sync::atomic::Ordering::Relaxed)
+    })
+    .await;
     // New connections are refused once shutdown has begun.
     let refused = client().get(server.url("/healthz")).send().await;
     assert!(
@@ -470,4 +483,14 @@ async fn report_only_annotates_and_counts_without_changing_the_pod() {
         metrics.contains("tolerable_admissions_not_enforced_total{would=\"deny\"} 0"),
         "{metrics}"
     );
+}
+
+/// Polls `done` until it holds; panics naming `what` if it has not after 30 s (a hang, not a
+/// slow machine: the events waited on take milliseconds).
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -10,15 +10,24 @@ use hyper::{Response, StatusCode};
 
 /// Accepts connections and never answers. Returns `127.0.0.1:PORT`.
 pub fn hung_server() -> String {
+    hung_server_counting().0
+}
+
+/// [`hung_server`], with the number of connections it has accepted so far, so a test can wait
+/// until a lookup has reached it (the request is then in flight) instead of sleeping.
+pub fn hung_server_counting() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let host = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in listener.incoming().flatten() {
             held.push(stream); // keep it open, say nothing
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     });
-    host
+    (host, accepted)
 }
 
 /// A port with nothing listening. Returns `127.0.0.1:PORT`.
