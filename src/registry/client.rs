@@ -635,6 +635,9 @@ struct TokenResponse {
     expires_in: Option<u64>,
 }
 
+/// The longest `expires_in` believed: a day.
+const MAX_TOKEN_SECONDS: u64 = 86_400;
+
 /// A token service's answer: `token` or `access_token`, and `expires_in` (default 60 s). The
 /// token is reused for nine tenths of its life, so it is never sent just as it expires.
 pub fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), FetchError> {
@@ -650,7 +653,12 @@ pub fn parse_token_response(body: &[u8]) -> Result<(HeaderValue, Duration), Fetc
         FetchError::Malformed("token service answered with an unusable token".into())
     })?;
     value.set_sensitive(true);
-    let seconds = response.expires_in.unwrap_or(DEFAULT_TOKEN_SECONDS).max(1);
+    // Capped: a token service's `expires_in` is its word, and a day is longer than any token
+    // needs keeping (an unbounded one would overflow the lifetime below).
+    let seconds = response
+        .expires_in
+        .unwrap_or(DEFAULT_TOKEN_SECONDS)
+        .clamp(1, MAX_TOKEN_SECONDS);
     Ok((value, Duration::from_millis(seconds * 900)))
 }
 
@@ -887,6 +895,10 @@ mod tests {
         let (value, life) = parse_token_response(br#"{"access_token":"xyz"}"#).unwrap();
         assert_eq!(value.to_str().unwrap(), "Bearer xyz");
         assert_eq!(life, Duration::from_secs(54));
+        // An absurd lifetime is capped at a day (kept 90 % of it), never overflowed to zero.
+        let huge = format!(r#"{{"token":"abc","expires_in":{}}}"#, u64::MAX);
+        let (_, life) = parse_token_response(huge.as_bytes()).unwrap();
+        assert_eq!(life, Duration::from_secs(86_400 * 9 / 10));
         let (value, _) = parse_token_response(br#"{"token":"","access_token":"t2"}"#).unwrap();
         assert_eq!(value.to_str().unwrap(), "Bearer t2");
         for bad in [
