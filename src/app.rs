@@ -45,7 +45,8 @@ impl Webhook {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
         let resolver = Arc::new(resolver(config, Some(&metrics))?);
-        let certs = Arc::new(certificates(config)?);
+        // Listen first: a second `serve` in the same directory must fail on its port before it
+        // writes a self-signed CA over the running one's.
         let listener = TcpListener::bind(config.listen_addr)
             .await
             .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
@@ -57,6 +58,7 @@ impl Webhook {
             ),
             None => None,
         };
+        let certs = Arc::new(certificates(config)?);
         let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
         let admission = Admission::new(
             resolver.clone(),

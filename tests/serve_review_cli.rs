@@ -153,6 +153,7 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .unwrap();
     let url = format!("https://127.0.0.1:{port}");
     wait_until_ready(&client, &url).await;
+    a_second_serve_on_the_same_port_leaves_the_ca_alone(cwd.path(), port, &saved);
     let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
     let response = mutate(&client, &url, &request).await;
     assert_eq!(response["response"]["allowed"], json!(true), "{response}");
@@ -166,6 +167,26 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     let stderr = stop_with_sigterm(&mut child).await;
     assert!(stderr.contains("SIGTERM received"), "{stderr}");
     the_log_names_the_uids_and_forges_no_line(&stderr, &request);
+}
+
+/// A second `serve` started by mistake in the same directory fails on its port, naming the
+/// key, and leaves the running server's CA file as it was (it used to write its own first).
+fn a_second_serve_on_the_same_port_leaves_the_ca_alone(
+    cwd: &std::path::Path,
+    port: u16,
+    saved: &str,
+) {
+    let second = tolerable()
+        .current_dir(cwd)
+        .arg("serve")
+        .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("listen_addr"), "{stderr}");
+    let after = std::fs::read_to_string(cwd.join("tolerable-ca.pem")).unwrap();
+    assert_eq!(after, saved, "the running server's CA was overwritten");
 }
 
 /// The CA certificate `serve` prints on stdout when it made its own (within 10 s).
