@@ -345,6 +345,27 @@ mod tests {
             .contains("neither JSON nor YAML"));
     }
 
+    #[test]
+    fn a_misspelt_containers_is_named() {
+        for (key, named) in [
+            ("contianers", true),
+            ("container", true),
+            ("initContainers", false),
+        ] {
+            let text = format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: typo}}\nspec:\n  template:\n    spec:\n      {key}:\n      - {{name: a, image: nginx}}\n"
+            );
+            let found = read(&text);
+            let reason = &found.unread[0].reason;
+            assert!(
+                reason.contains("Deployment/typo: a partial Pod template (no containers"),
+                "{reason}"
+            );
+            let says = format!("unknown field `{key}`: did you mean `containers`?");
+            assert_eq!(reason.contains(&says), named, "{reason}");
+        }
+    }
+
     /// Every document of `text`, read as `review` reads a file.
     fn read(text: &str) -> Found {
         let mut found = Found::default();

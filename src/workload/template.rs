@@ -142,6 +142,27 @@ fn at_line(line: Option<usize>) -> String {
     line.map(|l| format!(" (line {l})")).unwrap_or_default()
 }
 
+/// A key of a Pod spec that looks like a misspelt `containers` (`contianers`, `container`):
+/// named, so a typo is not mistaken for a patch.
+fn misspelt_containers(spec: &Map<String, Value>) -> String {
+    let near = |key: &str| {
+        let a = key.to_ascii_lowercase();
+        let sorted = |s: &str| {
+            let mut c: Vec<char> = s.chars().collect();
+            c.sort_unstable();
+            c
+        };
+        let known = ["containers", "initcontainers", "ephemeralcontainers"];
+        !known.contains(&a.as_str())
+            && a.len().abs_diff("containers".len()) <= 2
+            && (sorted(&a) == sorted("containers") || a.starts_with("contain"))
+    };
+    match spec.keys().find(|k| near(k)) {
+        Some(key) => format!("; unknown field `{key}`: did you mean `containers`?"),
+        None => String::new(),
+    }
+}
+
 /// Reads a template's container lists.
 struct Containers<'r, 'd> {
     names_required: bool,
@@ -158,7 +179,7 @@ impl Containers<'_, '_> {
         problems: &mut Vec<String>,
     ) -> Result<(), String> {
         match spec.get("containers") {
-            None => return Err("no containers".into()),
+            None => return Err(format!("no containers{}", misspelt_containers(spec))),
             Some(Value::Array(list)) if list.is_empty() => return Err("containers: []".into()),
             _ => {}
         }
