@@ -155,6 +155,9 @@ Exit status:
      invalid (invalid_object)
   2  could not run: bad arguments or configuration, or no input held a Kubernetes object
   3  with --strict: no problem found, but inputs were skipped
+  4  no problem found, but some images could not be looked up (lookup_failed: registry
+     unreachable, refused or too slow): those workloads were not checked; a gate that
+     accepts them checks for 4 (the cause is on stderr)
 141  the reader stopped reading (`| head`)";
 
 #[derive(Debug, Args)]

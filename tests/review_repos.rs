@@ -329,6 +329,7 @@ fn help_states_the_rule_for_partial_templates_and_the_exit_statuses() {
         "a Pod template with no containers, `containers: []`, or a\ncontainer without an image is partial",
         "  2  could not run",
         "  3  with --strict: no problem found, but inputs were skipped",
+        "  4  no problem found, but some images could not be looked up",
         "--strict",
     ] {
         assert!(help.contains(said), "{said:?} not in:\n{help}");

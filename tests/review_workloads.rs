@@ -271,7 +271,7 @@ fn a_closed_pipe_ends_quietly() {
 }
 
 /// The gate fails on images that share no architecture whether the webhook would deny the Pod
-/// or only warn, and on a lookup failure only when configured to deny.
+/// or only warn; a lookup failure has its own status (4), a failure when configured to deny.
 #[test]
 fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
     let dir = corpus(&registry::plain().host);
@@ -294,7 +294,9 @@ fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
     );
     let file = dir.path().join("missing.yaml");
     std::fs::write(&file, missing).unwrap();
-    for (policy, code, outcome) in [("allow", 0, "lookup_failed"), ("deny", 1, "denied")] {
+    // A lookup that failed is not a pass (issue 24: a gate with no network checked nothing):
+    // its own status, 4, unless the config makes it a denial.
+    for (policy, code, outcome) in [("allow", 4, "lookup_failed"), ("deny", 1, "denied")] {
         let out = tolerable()
             .env("TOLERABLE_ON_LOOKUP_FAILURE", policy)
             .args(["review", "--json", file.to_str().unwrap()])

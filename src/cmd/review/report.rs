@@ -145,7 +145,8 @@ pub(super) fn exit_status(
     skipped_inputs: usize,
     strict: bool,
 ) -> ExitCode {
-    let failed = outcomes.into_iter().any(|o| {
+    let outcomes: Vec<Outcome> = outcomes.into_iter().collect();
+    let failed = outcomes.iter().any(|o| {
         matches!(
             o,
             Outcome::NoCommonArchitecture | Outcome::Denied | Outcome::InvalidObject
@@ -153,12 +154,18 @@ pub(super) fn exit_status(
     });
     if failed {
         ExitCode::FAILURE
+    } else if outcomes.contains(&Outcome::LookupFailed) {
+        ExitCode::from(LOOKUPS_FAILED)
     } else if strict && skipped_inputs > 0 {
         ExitCode::from(SKIPPED_INPUTS)
     } else {
         ExitCode::SUCCESS
     }
 }
+
+/// The exit status of a run that found no problem but could not look some images up: those
+/// workloads were not checked (a gate with no network must not pass by default).
+pub(super) const LOOKUPS_FAILED: u8 = 4;
 
 /// The exit status of a `--strict` run that skipped inputs and found no problem.
 pub(super) const SKIPPED_INPUTS: u8 = 3;
