@@ -234,8 +234,12 @@ async fn with_access_in_some_namespaces_the_others_are_named_and_counted() {
         );
     }
     let metrics = common::webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains("tolerable_pull_secrets_forbidden_total{namespace=\"team-b\"} 2"),
+    assert_eq!(
+        common::webhook::metric_value(
+            &metrics,
+            "tolerable_pull_secrets_forbidden_total{namespace=\"team-b\"}"
+        ),
+        Some(2.0),
         "{metrics}"
     );
     assert!(!metrics.contains("namespace=\"team-a\""), "{metrics}");
