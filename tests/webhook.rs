@@ -176,6 +176,54 @@ async fn existing_required_affinity_is_narrowed_not_widened() {
     assert_eq!(patched["spec"]["tolerations"][2], arch_toleration("arm64"));
 }
 
+/// Image indexes nest at most `MAX_INDEX_DEPTH` deep, on a real registry: one level more is
+/// refused by the depth check (allowed unchanged, with the reason), as deep as allowed is read.
+#[tokio::test]
+async fn an_index_nested_too_deep_reaches_the_depth_limit() {
+    use tolerable::registry::MAX_INDEX_DEPTH;
+    let server = server().await;
+    let host = &registry::plain().host;
+    let pusher = common::fixtures::Pusher::for_mode(host, registry::Mode::Plain);
+    pusher
+        .push_nested("nesting", "deepest", MAX_INDEX_DEPTH)
+        .await;
+    pusher
+        .push_nested("nesting", "too-deep", MAX_INDEX_DEPTH + 1)
+        .await;
+    let review = |tag: &str| {
+        let mut request = recorded("pod-create-simple.v1.json", host);
+        request["request"]["object"]["spec"]["containers"][0]["image"] =
+            json!(format!("{host}/nesting:{tag}"));
+        request
+    };
+
+    let deepest = review("deepest");
+    let (status, response) = post(&server, "/mutate", deepest.to_string()).await;
+    assert_eq!(status, 200);
+    let patched = apply(&deepest, &response).expect("the deepest allowed index is read");
+    assert!(
+        patched["spec"]["tolerations"]
+            .as_array()
+            .unwrap()
+            .contains(&arch_toleration("arm64")),
+        "{patched}"
+    );
+
+    let too_deep = review("too-deep");
+    let (status, response) = post(&server, "/mutate", too_deep.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(response["response"]["allowed"], true, "{response}");
+    let warnings = response["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains("nesting:too-deep")
+            && warnings.contains(&format!(
+                "image indexes nested deeper than {MAX_INDEX_DEPTH}"
+            )),
+        "{warnings}"
+    );
+    assert!(apply(&too_deep, &response).is_none(), "{response}");
+}
+
 #[tokio::test]
 async fn unknown_image_is_allowed_unchanged_with_a_warning() {
     let server = server().await;
