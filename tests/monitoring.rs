@@ -383,11 +383,7 @@ fn has_sample(text: &str, name: &str) -> bool {
 
 /// The value of the sample `series` (name and labels, as exposed).
 fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {series}:\n{text}"))
-        .parse()
-        .unwrap()
+    webhook::metric_value(text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
 }
 
 #[tokio::test]

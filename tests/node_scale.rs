@@ -48,9 +48,7 @@ async fn arch_tolerations(server: &TestServer, request: &Value) -> Vec<Value> {
 /// A number from the server's `/metrics`, by its exact series name.
 async fn metric(server: &TestServer, series: &str) -> f64 {
     let text = webhook::metrics_text(server).await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("{series} not in:\n{text}"))
+    webhook::metric_value(&text, series).unwrap_or_else(|| panic!("{series} not in:\n{text}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -302,16 +302,64 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
     );
 }
 
+/// Log lines written by a test subscriber, kept for the test to read.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// `manage_node_taints` never fences off a pool nobody tolerates: with amd64 in neither list,
-/// the amd64 nodes are left as they are, tick after tick.
+/// the amd64 nodes are left as they are, tick after tick. The tainter's own warning for each of
+/// them proves it ran and refused (a tainter that never ran would patch nothing either).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
+    use tracing::instrument::WithSubscriber;
     let api = api();
     let mut unplanned = policy();
     unplanned.supported_architectures = BTreeSet::from(["s390x".to_owned()]);
-    let (watch, task) = start_tainter(&api, unplanned);
-    watch.synced().await;
-    // More than one tick of the tainter.
+    let client = api.client("admintoken");
+    let watch = tolerable::cluster::nodes::NodeWatch::start(
+        client.clone(),
+        tolerable::mutate::Policy::default().taint_keys(),
+    );
+    // The tainter's log, captured from its own task whichever thread polls it.
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let task = tokio::spawn(
+        tolerable::cluster::nodes::keep_nodes_tainted(client, watch.clone(), unplanned)
+            .with_subscriber(subscriber),
+    );
+    let log_text = || String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let refused = |text: &str| {
+        ["amd-1", "bare-1"].iter().all(|node| {
+            text.lines()
+                .any(|l| l.contains("not tainting") && l.contains(&format!("node={node}")))
+        })
+    };
+    // Waits on the refusal itself; 30 s only keeps a broken tainter from hanging the suite.
+    let started = std::time::Instant::now();
+    while !refused(&log_text()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the tainter never refused amd-1 and bare-1:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // And another tick after the one that refused.
     tokio::time::sleep(
         tolerable::cluster::nodes::MANAGE_INTERVAL + std::time::Duration::from_secs(1),
     )
@@ -328,6 +376,6 @@ async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
         !api.requests()
             .iter()
             .any(|r| r.starts_with("/api/v1/nodes/")),
-        "no node was patched"
+        "no node was read whole or patched"
     );
 }

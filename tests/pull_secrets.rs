@@ -234,8 +234,12 @@ async fn with_access_in_some_namespaces_the_others_are_named_and_counted() {
         );
     }
     let metrics = common::webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains("tolerable_pull_secrets_forbidden_total{namespace=\"team-b\"} 2"),
+    assert_eq!(
+        common::webhook::metric_value(
+            &metrics,
+            "tolerable_pull_secrets_forbidden_total{namespace=\"team-b\"}"
+        ),
+        Some(2.0),
         "{metrics}"
     );
     assert!(!metrics.contains("namespace=\"team-a\""), "{metrics}");
@@ -270,9 +274,10 @@ async fn reads_are_cached_and_the_feature_can_be_off() {
         .contains("refused access"));
 }
 
-#[test]
-fn recorded_secrets_are_what_the_fake_serves() {
-    // Guard the fixtures: the registry host is the only thing the fake changes.
+/// The fake serves the recorded Secret through the API, changing only the registry host, and
+/// the product reads it: the recorded credential, as served, opens the private image.
+#[tokio::test]
+async fn recorded_secrets_are_what_the_fake_serves() {
     let recorded: Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -281,9 +286,47 @@ fn recorded_secrets_are_what_the_fake_serves() {
         .unwrap(),
     )
     .unwrap();
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(recorded["data"][".dockerconfigjson"].as_str().unwrap())
-        .unwrap();
-    let config: Value = serde_json::from_slice(&payload).unwrap();
+    let engine = base64::engine::general_purpose::STANDARD;
+    let decode = |data: &str| String::from_utf8(engine.decode(data).unwrap()).unwrap();
+    let recorded_config = decode(recorded["data"][".dockerconfigjson"].as_str().unwrap());
+    let config: Value = serde_json::from_str(&recorded_config).unwrap();
     assert_eq!(config["auths"]["127.0.0.1:25001"]["username"], "testuser");
+
+    // Read back as the product reads it: a k8s-openapi Secret through kube.
+    let api = fake_api();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(api.client("admintoken"), "team-a");
+    let served = secrets.get("regcred").await.unwrap();
+    assert_eq!(served.type_.as_deref(), recorded["type"].as_str());
+    assert_eq!(
+        serde_json::to_value(&served.metadata).unwrap(),
+        recorded["metadata"]
+    );
+    let data = served.data.unwrap();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        [".dockerconfigjson"],
+        "{data:?}"
+    );
+    let served_config = String::from_utf8(data[".dockerconfigjson"].0.clone()).unwrap();
+    assert_eq!(
+        served_config,
+        recorded_config
+            .replace("127.0.0.1:25001", &registry::basic().host)
+            .replace("127.0.0.1:25444", &registry::token().host)
+    );
+
+    // The product, reading that Secret for a Pod that names it, opens the private image.
+    let admission_on = admission(Some(Cluster::new(api.client("admintoken"))));
+    let image = format!("{}/fixtures/multiarch-docker:v1", registry::basic().host);
+    let body = review(&image, json!({"imagePullSecrets": [{"name": "regcred"}]}));
+    let (reviewed, wire) = run(&admission_on, &body).await;
+    assert!(reviewed.out.response.patch.is_some(), "{wire}");
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r == "/api/v1/namespaces/team-a/secrets/regcred"),
+        "{:?}",
+        api.requests()
+    );
 }

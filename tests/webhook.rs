@@ -176,6 +176,54 @@ async fn existing_required_affinity_is_narrowed_not_widened() {
     assert_eq!(patched["spec"]["tolerations"][2], arch_toleration("arm64"));
 }
 
+/// Image indexes nest at most `MAX_INDEX_DEPTH` deep, on a real registry: one level more is
+/// refused by the depth check (allowed unchanged, with the reason), as deep as allowed is read.
+#[tokio::test]
+async fn an_index_nested_too_deep_reaches_the_depth_limit() {
+    use tolerable::registry::MAX_INDEX_DEPTH;
+    let server = server().await;
+    let host = &registry::plain().host;
+    let pusher = common::fixtures::Pusher::for_mode(host, registry::Mode::Plain);
+    pusher
+        .push_nested("nesting", "deepest", MAX_INDEX_DEPTH)
+        .await;
+    pusher
+        .push_nested("nesting", "too-deep", MAX_INDEX_DEPTH + 1)
+        .await;
+    let review = |tag: &str| {
+        let mut request = recorded("pod-create-simple.v1.json", host);
+        request["request"]["object"]["spec"]["containers"][0]["image"] =
+            json!(format!("{host}/nesting:{tag}"));
+        request
+    };
+
+    let deepest = review("deepest");
+    let (status, response) = post(&server, "/mutate", deepest.to_string()).await;
+    assert_eq!(status, 200);
+    let patched = apply(&deepest, &response).expect("the deepest allowed index is read");
+    assert!(
+        patched["spec"]["tolerations"]
+            .as_array()
+            .unwrap()
+            .contains(&arch_toleration("arm64")),
+        "{patched}"
+    );
+
+    let too_deep = review("too-deep");
+    let (status, response) = post(&server, "/mutate", too_deep.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(response["response"]["allowed"], true, "{response}");
+    let warnings = response["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains("nesting:too-deep")
+            && warnings.contains(&format!(
+                "image indexes nested deeper than {MAX_INDEX_DEPTH}"
+            )),
+        "{warnings}"
+    );
+    assert!(apply(&too_deep, &response).is_none(), "{response}");
+}
+
 #[tokio::test]
 async fn unknown_image_is_allowed_unchanged_with_a_warning() {
     let server = server().await;
@@ -364,21 +412,32 @@ async fn health_readiness_metrics_and_h2() {
     }
     post(&server, "/mutate", "garbage").await;
     let metrics = webhook::metrics_text(&server).await;
-    for needle in [
-        "tolerable_admissions_total{outcome=\"decided\"} 3",
-        "tolerable_admissions_total{outcome=\"bad_request\"} 1",
-        "tolerable_image_lookup_duration_seconds_count{result=\"ok\"} 3",
-        "tolerable_cache_lookups_total{result=\"hit\"} 2",
-        "tolerable_cache_lookups_total{result=\"miss\"} 1",
-        &format!(
-            "tolerable_registry_requests_total{{registry=\"{}\",method=\"GET\",status=\"200\"}}",
-            registry::plain().host
+    for (series, value) in [
+        ("tolerable_admissions_total{outcome=\"decided\"}", 3.0),
+        ("tolerable_admissions_total{outcome=\"bad_request\"}", 1.0),
+        (
+            "tolerable_image_lookup_duration_seconds_count{result=\"ok\"}",
+            3.0,
         ),
+        ("tolerable_cache_lookups_total{result=\"hit\"}", 2.0),
+        ("tolerable_cache_lookups_total{result=\"miss\"}", 1.0),
         // The tag's answer, and the same answer kept under its digest.
-        "tolerable_cache_entries 2",
+        ("tolerable_cache_entries", 2.0),
     ] {
-        assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
+        assert_eq!(
+            webhook::metric_value(&metrics, series),
+            Some(value),
+            "{series}:\n{metrics}"
+        );
     }
+    let registry_gets = format!(
+        "tolerable_registry_requests_total{{registry=\"{}\",method=\"GET\",status=\"200\"}}",
+        registry::plain().host
+    );
+    assert!(
+        webhook::metric_value(&metrics, &registry_gets).is_some_and(|gets| gets >= 1.0),
+        "{registry_gets}:\n{metrics}"
+    );
 
     // h2 through ALPN.
     let h2 = webhook::client_builder()
@@ -475,12 +534,20 @@ async fn report_only_annotates_and_counts_without_changing_the_pod() {
         "{note}"
     );
     let metrics = webhook::metrics_text(&server).await;
-    assert!(
-        metrics.contains("tolerable_admissions_not_enforced_total{would=\"change\"} 1"),
+    assert_eq!(
+        webhook::metric_value(
+            &metrics,
+            "tolerable_admissions_not_enforced_total{would=\"change\"}"
+        ),
+        Some(1.0),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("tolerable_admissions_not_enforced_total{would=\"deny\"} 0"),
+    assert_eq!(
+        webhook::metric_value(
+            &metrics,
+            "tolerable_admissions_not_enforced_total{would=\"deny\"}"
+        ),
+        Some(0.0),
         "{metrics}"
     );
 }

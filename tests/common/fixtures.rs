@@ -396,6 +396,26 @@ impl Pusher {
         .unwrap()
     }
 
+    /// A linux/arm64 image wrapped in `levels` indexes, each naming the one inside it by digest
+    /// (no platform on the entry, so the resolver must descend); the outermost is `tag`.
+    pub async fn push_nested(&self, repo: &str, tag: &str, levels: usize) {
+        let image = self.image(repo, "linux", "arm64", None, false).await;
+        let (mut media_type, mut body) = (image.media_type, image.body);
+        for level in 0..levels {
+            body = serde_json::to_vec_pretty(&json!({
+                "schemaVersion": 2, "mediaType": OCI_INDEX,
+                "manifests": [descriptor(media_type, &body)],
+            }))
+            .unwrap();
+            media_type = OCI_INDEX;
+            let reference = match level + 1 == levels {
+                true => tag.to_owned(),
+                false => sha256(&body),
+            };
+            self.manifest(repo, &reference, OCI_INDEX, &body).await;
+        }
+    }
+
     /// A Helm chart pushed as an OCI artifact: a manifest whose config names no platform.
     async fn helm_artifact(&self, repo: &str) -> Vec<u8> {
         let config = br#"{"name":"fixture","version":"0.1.0","apiVersion":"v2"}"#;

@@ -262,6 +262,15 @@ pub async fn metrics_text(server: &TestServer) -> String {
         .unwrap()
 }
 
+/// The value of the sample whose series (name and labels, exactly as exposed) is `series`, as a
+/// number: `"… 3"` must not match a sample of 30, nor `name` a `name_total` or `name{…}` line.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// A recorded AdmissionReview from `tests/data`, its images pointed at `registry_host`.
 pub fn recorded(name: &str, registry_host: &str) -> serde_json::Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
