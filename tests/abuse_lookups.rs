@@ -20,7 +20,11 @@ use serde_json::{json, Value};
 use tolerable::mutate::OnLookupFailure;
 use tolerable::registry::{CredentialStore, LookupError, Resolver};
 
-const DEADLINE_SECS: u64 = 3;
+/// The API server's timeout for these admissions (`?timeout=`): the webhook's `timeoutSeconds`
+/// as deployed (kustomize/base). What the code guarantees is an answer before it; the lookups'
+/// budget is `lookup_timeout` (3 s here), far inside it, so the bound keeps a margin that does
+/// not depend on the machine's speed (at 3 s it was 0.6 s). Speed is BENCHMARKS.md's.
+const DEADLINE_SECS: u64 = 10;
 
 async fn admit(server: &TestServer, request: &Value) -> (Value, Duration) {
     webhook::admit(server, request, Duration::from_secs(DEADLINE_SECS)).await
@@ -56,6 +60,8 @@ async fn a_pod_naming_fifty_thousand_images_is_answered_without_lookups() {
     let images: Vec<String> = (0..50_000).map(|i| format!("127.0.0.1:1/a{i}")).collect();
     let request = pod_with_images(&images);
     assert!(request.to_string().len() < 3 << 20, "fits the body limit");
+    // Answered within the API server's own timeout, with the right outcome and no lookup; how
+    // fast is a figure in BENCHMARKS.md (0.28 s), not a test's.
     let (response, elapsed) = admit(&server, &request).await;
     eprintln!("50,000-image Pod answered in {elapsed:?}");
     assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
@@ -175,12 +181,18 @@ async fn hostile_indexes_cost_bounded_work() {
     let settings = settings_for(&hostile.host);
     let resolver = Resolver::new(settings.clone(), CredentialStore::default()).unwrap();
 
+    // Bounded by what it asks (the request count below), not by how fast this machine is: it
+    // ends with the right answer, inside the lookup's own budget.
     let started = Instant::now();
     let fan_out = resolver
         .resolve(&format!("{}/evil/fanout:v1", hostile.host))
         .await
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        started.elapsed() < settings.lookup_timeout,
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(
         fan_out
             .fact

@@ -59,6 +59,14 @@ async fn replicas_share_what_one_learned_and_a_restarted_replica_starts_warm() {
     let repository = "shared/warm";
     let index = push(repository, "multiarch-oci", "v1").await;
     push(repository, "arm64-oci", "arm64").await;
+    // A claim of a fetch is held for `lookup_timeout`: a minute here, so the claims counted in
+    // Redis below are still there however slow this machine is (at 3 s they could expire
+    // before the count, a race with the clock).
+    let replica = |redis: &RedisServer| {
+        let mut settings = settings(redis);
+        settings.lookup_timeout = Duration::from_secs(60);
+        Resolver::new(settings, CredentialStore::default()).unwrap()
+    };
     let first = replica(&redis);
     for reference in ["v1", "arm64"] {
         first.resolve(&image(repository, reference)).await.unwrap();
@@ -94,7 +102,7 @@ async fn replicas_share_what_one_learned_and_a_restarted_replica_starts_warm() {
     // What Redis holds: tags, digests, the failure — no credential, no password.
     let keys = redis.keys();
     let ours: Vec<&String> = keys.iter().filter(|k| k.contains(repository)).collect();
-    // 2 tags, 2 digests, 1 failure, and the 2 claims of the fetches (until they expire).
+    // 2 tags, 2 digests, 1 failure, and the 2 claims of the fetches (held for a minute).
     assert_eq!(ours.len(), 7, "{ours:?}");
     assert!(
         ours.iter().all(|k| k.starts_with("tolerable:v1:")),
