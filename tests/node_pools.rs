@@ -19,16 +19,7 @@ fn hosts() -> RegistryHosts {
     }
 }
 
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::until;
 
 #[tokio::test]
 async fn the_watch_learns_architectures_and_their_taints() {

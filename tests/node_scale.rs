@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::registry;
 use common::scale_api::ScaleApiServer;
@@ -15,16 +15,7 @@ use serde_json::{json, Value};
 use tolerable::cluster::nodes::{NodeWatch, COALESCE};
 use tolerable::mutate::ARCH_LABEL;
 
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use common::until;
 
 /// The architecture tolerations a multi-arch Pod gets now.
 async fn arch_tolerations(server: &TestServer, request: &Value) -> Vec<Value> {

@@ -471,14 +471,14 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
             .await
     });
     // In flight once its lookup has reached the registry: wait for that, not for a sleep.
-    wait_until("the lookup reached the hung registry", || {
+    common::until("the lookup reached the hung registry", || {
         reached.load(std::sync::atomic::Ordering::SeqCst) > 0
     })
     .await;
     assert!(!in_flight.is_finished(), "answered before shutdown began");
     server.begin_shutdown();
     // The server reports not ready once it has stopped accepting (then drops its listener).
-    wait_until("the server reported not ready", || {
+    common::until("the server reported not ready", || {
         !server
             .state
             .ready
@@ -550,14 +550,4 @@ async fn report_only_annotates_and_counts_without_changing_the_pod() {
         Some(0.0),
         "{metrics}"
     );
-}
-
-/// Polls `done` until it holds; panics naming `what` if it has not after 30 s (a hang, not a
-/// slow machine: the events waited on take milliseconds).
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < give_up, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }

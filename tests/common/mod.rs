@@ -50,6 +50,19 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// Polls `condition` until it holds; panics naming `what` if it has not after 30 s (a hang
+/// guard, not a timing check: the events waited on take milliseconds).
+pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A free port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
