@@ -9,8 +9,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,43 +19,25 @@ use serde_json::{json, Value};
 
 /// `tolerable serve`, release build, one worker thread, the hostile registries (`hosts`,
 /// comma-separated) spoken to over plain http.
-struct Served {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
+struct Served(common::process::ServerProcess);
 
 impl Served {
     async fn start(hosts: &str) -> Self {
         common::init();
-        let dir = tempfile::tempdir().unwrap();
-        let leaf = common::certs::ca().leaf(&["localhost"]);
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        std::fs::write(&cert, &leaf.cert_pem).unwrap();
-        std::fs::write(&key, &leaf.key_pem).unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
-            .parse()
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tolerable"))
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-            .env("TOLERABLE_SSL_CERT_PATH", &cert)
-            .env("TOLERABLE_SSL_KEY_PATH", &key)
-            .env("TOLERABLE_READ_PULL_SECRETS", "false")
-            .env("TOLERABLE_WATCH_NODES", "false")
-            .env("TOLERABLE_WORKER_THREADS", "1")
-            .env("TOLERABLE_LOG_LEVEL", "error")
-            .env("TOLERABLE_INSECURE_REGISTRIES", hosts)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let served = Self {
-            child,
-            addr,
-            _dir: dir,
-        };
+        let (dir, addr) = common::process::prepare();
+        let child =
+            common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), dir.path(), addr)
+                .arg("serve")
+                .env("TOLERABLE_READ_PULL_SECRETS", "false")
+                .env("TOLERABLE_WATCH_NODES", "false")
+                .env("TOLERABLE_WORKER_THREADS", "1")
+                .env("TOLERABLE_LOG_LEVEL", "error")
+                .env("TOLERABLE_INSECURE_REGISTRIES", hosts)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+        let served = Self(common::process::ServerProcess { child, addr, dir });
         for _ in 0..200 {
             if served.get("/readyz").await.is_some_and(|s| s == 200) {
                 return served;
@@ -67,7 +48,7 @@ impl Served {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("https://localhost:{}{path}", self.addr.port())
+        format!("https://localhost:{}{path}", self.0.addr.port())
     }
 
     async fn get(&self, path: &str) -> Option<u16> {
@@ -97,13 +78,13 @@ impl Served {
     }
 
     fn rss_kib(&self) -> u64 {
-        common::rss_kib(self.child.id())
+        common::rss_kib(self.0.child.id())
     }
 
     /// The highest RSS seen until the returned flag is set, sampled every 10 ms.
     fn sample_peak_rss(&self) -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
         let stop = Arc::new(AtomicBool::new(false));
-        let pid = self.child.id();
+        let pid = self.0.child.id();
         let handle = std::thread::spawn({
             let stop = stop.clone();
             move || {
@@ -116,13 +97,6 @@ impl Served {
             }
         });
         (stop, handle)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
