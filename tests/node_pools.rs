@@ -81,15 +81,9 @@ async fn post(server: &TestServer, body: &Value) -> Value {
     serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
 }
 
-fn patched(request: &Value, response: &Value) -> Value {
-    use base64::Engine as _;
-    let ops = base64::engine::general_purpose::STANDARD
-        .decode(response["response"]["patch"].as_str().expect("a patch"))
-        .unwrap();
-    let mut object = request["request"]["object"].clone();
-    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
-    json_patch::patch(&mut object, &ops).unwrap();
-    object
+/// The request's Pod patched by the AdmissionReview `review`'s answer.
+fn patched(request: &Value, review: &Value) -> Value {
+    webhook::patched(request, &review["response"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,15 +202,7 @@ async fn a_pool_that_scales_from_zero_and_back_keeps_its_toleration() {
     // amd64, arm/v7 and arm64.
     request["request"]["object"]["spec"]["containers"][0]["image"] =
         json!(format!("{host}/fixtures/multiarch-oci:v1"));
-    let arm_tolerations = |pod: &Value| -> Vec<Value> {
-        pod["spec"]["tolerations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|t| t["key"] == ARCH_LABEL)
-            .cloned()
-            .collect()
-    };
+    let arm_tolerations = webhook::arch_tolerations;
     let template =
         json!({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"});
     let arch_of = |w: &NodeWatch| -> Vec<String> {

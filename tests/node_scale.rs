@@ -19,21 +19,8 @@ use common::until;
 
 /// The architecture tolerations a multi-arch Pod gets now.
 async fn arch_tolerations(server: &TestServer, request: &Value) -> Vec<Value> {
-    use base64::Engine as _;
     let (response, _) = webhook::admit(server, request, Duration::from_secs(10)).await;
-    let ops = base64::engine::general_purpose::STANDARD
-        .decode(response["patch"].as_str().expect("a patch"))
-        .unwrap();
-    let mut pod = request["request"]["object"].clone();
-    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
-    json_patch::patch(&mut pod, &ops).unwrap();
-    pod["spec"]["tolerations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|t| t["key"] == ARCH_LABEL)
-        .cloned()
-        .collect()
+    webhook::arch_tolerations(&webhook::patched(request, &response))
 }
 
 /// A number from the server's `/metrics`, by its exact series name.

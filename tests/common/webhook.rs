@@ -279,3 +279,27 @@ pub fn recorded(name: &str, registry_host: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap();
     serde_json::from_str(&text.replace("127.0.0.1:25000", registry_host)).unwrap()
 }
+
+/// The request's Pod with the AdmissionReview `response`'s JSON Patch applied (which must be
+/// there), as the API server applies it.
+pub fn patched(request: &serde_json::Value, response: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine as _;
+    let ops = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let mut object = request["request"]["object"].clone();
+    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    json_patch::patch(&mut object, &ops).unwrap();
+    object
+}
+
+/// A Pod's tolerations under `kubernetes.io/arch`, in order.
+pub fn arch_tolerations(pod: &serde_json::Value) -> Vec<serde_json::Value> {
+    pod["spec"]["tolerations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["key"] == tolerable::mutate::ARCH_LABEL)
+        .cloned()
+        .collect()
+}
