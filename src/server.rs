@@ -280,15 +280,16 @@ async fn mutate(
         Ok(reviewed) => {
             let outcome = reviewed.answer.outcome();
             let summary = reviewed.answer.decision.summary();
-            tracing::info!(
-                uid = %reviewed.out.response.uid,
-                outcome = outcome.label(),
-                allowed = reviewed.out.response.allowed,
-                patched = reviewed.out.response.patch.is_some(),
-                warnings = reviewed.out.response.warnings.len(),
-                elapsed_us = started.elapsed().as_micros() as u64,
-                "{summary}"
-            );
+            crate::telemetry::AdmissionLine {
+                uid: &reviewed.out.response.uid,
+                outcome: outcome.label(),
+                allowed: reviewed.out.response.allowed,
+                patched: reviewed.out.response.patch.is_some(),
+                warnings: reviewed.out.response.warnings.len(),
+                elapsed_us: started.elapsed().as_micros() as u64,
+                summary,
+            }
+            .log();
             state.metrics.admission(outcome, started.elapsed());
             connection.served();
             // Under enforce = false nothing is denied: counted as what would have been.

@@ -23,6 +23,9 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, LogFormat};
 
+mod admission_line;
+pub(crate) use admission_line::AdmissionLine;
+
 /// Longest log line written; the rest is replaced by `…[cut N bytes]`.
 pub(crate) const MAX_LINE_BYTES: usize = 8 << 10;
 
@@ -40,10 +43,13 @@ pub(crate) fn init(config: &Config) {
     }));
     let builder = subscriber(config, OneLineStderr);
     // A second init (tests, repeated commands) keeps the first subscriber.
-    let _ = match config.log_format {
+    let installed = match config.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    if installed.is_ok() {
+        let _ = admission_line::DIRECT.set(config.log_format);
+    }
 }
 
 /// The subscriber `init` installs, writing to `writer`. No colour escapes, on a terminal or not:
@@ -128,23 +134,48 @@ struct BatchedStderr;
 
 impl Write for BatchedStderr {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let batch = batch();
-        let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
-        if lines.len() + line.len() > MAX_BATCH_BYTES {
-            std::io::stderr().write_all(&std::mem::take(&mut *lines))?;
-        }
-        let first = lines.is_empty();
-        lines.extend_from_slice(line);
-        drop(lines);
-        if first {
-            batch.first_line.notify_one();
-        }
+        append(|lines| lines.extend_from_slice(line))?;
         Ok(line.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Appends what `write_line` writes (one event, newline included) to the batch, made one line
+/// by the rule every line follows ([`one_line`]).
+fn append_line(write_line: impl FnOnce(&mut Vec<u8>)) {
+    let _ = append(|lines| append_clean(lines, write_line));
+}
+
+/// Lets `write_line` write at the end of `lines`, then escapes what it wrote if it is not one
+/// clean line.
+fn append_clean(lines: &mut Vec<u8>, write_line: impl FnOnce(&mut Vec<u8>)) {
+    let start = lines.len();
+    write_line(lines);
+    if !is_one_clean_line(&lines[start..]) {
+        let clean = one_line(&lines[start..]);
+        lines.truncate(start);
+        lines.extend_from_slice(&clean);
+    }
+}
+
+/// Lets `append_to` add a line to the batch; a batch grown past [`MAX_BATCH_BYTES`] is written
+/// out at once, and the first line of a batch wakes the writing thread.
+fn append(append_to: impl FnOnce(&mut Vec<u8>)) -> std::io::Result<()> {
+    let batch = batch();
+    let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+    let first = lines.is_empty();
+    append_to(&mut lines);
+    if lines.len() > MAX_BATCH_BYTES {
+        let full = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
+        std::io::stderr().write_all(&full)?;
+    } else if first {
+        drop(lines);
+        batch.first_line.notify_one();
+    }
+    Ok(())
 }
 
 /// Writes each buffer it is given as one line: see [`one_line`].
@@ -228,7 +259,7 @@ mod tests {
 
     /// Collects what the subscriber writes.
     #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    pub(super) struct Captured(pub(super) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
     impl Write for Captured {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
