@@ -821,7 +821,10 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
         "acr-credential-provider",
     ] {
         let copy = format!("COPY --from=plugin /out/{plugin} {bin_dir}/{plugin}");
-        assert!(page.contains(&copy), "docs/cloud-registries.md lacks {copy}");
+        assert!(
+            page.contains(&copy),
+            "docs/cloud-registries.md lacks {copy}"
+        );
     }
     let (volume, _) = volume_of(
         &docs,

@@ -146,7 +146,10 @@ fn broken_links(root: &Path) -> Vec<String> {
                 file.parent().unwrap().join(path)
             };
             if !page.exists() {
-                broken.push(format!("{shown}:{line}: {target}: no file {}", page.display()));
+                broken.push(format!(
+                    "{shown}:{line}: {target}: no file {}",
+                    page.display()
+                ));
             } else if !fragment.is_empty() && page.extension().is_some_and(|e| e == "md") {
                 let headings = anchors(&std::fs::read_to_string(&page).unwrap());
                 if !headings.contains(fragment) {
@@ -192,7 +195,12 @@ fn the_link_check_catches_missing_files_and_headings() {
         .collect();
     assert_eq!(
         targets,
-        ["docs/nope.md", "#nowhere", "#not-a-heading", "../README.md#gone"],
+        [
+            "docs/nope.md",
+            "#nowhere",
+            "#not-a-heading",
+            "../README.md#gone"
+        ],
         "{broken:#?}"
     );
     assert!(broken[0].starts_with("README.md:6: "), "{}", broken[0]);
@@ -206,7 +214,10 @@ fn readme() -> String {
 #[test]
 fn the_readme_stays_short() {
     let lines = readme().lines().count();
-    assert!(lines <= 300, "README.md has {lines} lines; move detail to docs/");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; move detail to docs/"
+    );
 }
 
 /// The README's set-up commands are `make run` and `make test`, and the Makefile has them:
@@ -221,7 +232,12 @@ fn the_readme_setup_commands_are_the_makefiles() {
             .lines()
             .position(|l| l.starts_with(&format!("{name}:")))
             .unwrap_or_else(|| panic!("Makefile has no target {name}"));
-        makefile.lines().skip(line).take(2).collect::<Vec<_>>().join("\n")
+        makefile
+            .lines()
+            .skip(line)
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     assert!(target("run").contains("-- serve"), "{}", target("run"));
     assert!(target("test").contains("test-deps"), "{}", target("test"));
