@@ -1,7 +1,7 @@
-//! The documentation holds together: every relative link in README.md and `docs/**/*.md` names a
-//! file that exists and, with a `#fragment`, a heading that page has (GitHub's anchors); and the
-//! README's set-up facts are the ones the Makefile, Cargo.toml and the test-dependency script
-//! say. Links inside code (fenced blocks, `code spans`) are not links and are not checked.
+//! The documentation holds together: every relative link in README.md (and the other top-level
+//! Markdown files) and `docs/**/*.md` names a file that exists and, with a `#fragment`, a
+//! heading that page has (GitHub's anchors); and the README's set-up facts are the ones the
+//! Makefile, Cargo.toml and the test-dependency script say. Links inside code (fenced blocks, `code spans`) are not links and are not checked.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,14 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The README and every Markdown page under `docs/`, sorted.
+/// The top-level Markdown files (README.md, ARCHITECTURE.md, …) and every page under `docs/`,
+/// sorted.
 fn markdown_files(root: &Path) -> Vec<PathBuf> {
-    let mut files = vec![root.join("README.md")];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "md"))
+        .collect();
     let mut dirs = vec![root.join("docs")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -167,7 +172,12 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
     // The check saw the pages it is about (a walk that found nothing would pass too).
     let files = markdown_files(&root());
-    for page in ["README.md", "docs/install.md", "docs/runbooks/README.md"] {
+    for page in [
+        "README.md",
+        "ARCHITECTURE.md",
+        "docs/install.md",
+        "docs/runbooks/README.md",
+    ] {
         assert!(files.contains(&root().join(page)), "{page} not checked");
     }
 }
