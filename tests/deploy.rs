@@ -52,11 +52,11 @@ fn str_of<'a>(v: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{pointer} missing in {}", v["metadata"]["name"]))
 }
 
-/// The oldest and the newest Kubernetes the README says tolerable supports: the manifests must
+/// The oldest and the newest Kubernetes docs/install.md says tolerable supports: the manifests must
 /// validate against both versions' schemas.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
-/// The kubectl the tests use (and the README asks for) has kustomize 5: Debian's kubectl 1.20
+/// The kubectl the tests use (and docs/install.md asks for) has kustomize 5: Debian's kubectl 1.20
 /// (kustomize 2) cannot read `kustomize/`.
 #[test]
 fn kubectl_has_kustomize_5() {
@@ -802,25 +802,29 @@ fn node_credential_providers_are_mounted_read_only_from_the_node() {
     deployed_config(&docs);
 }
 
-/// The plugins built into the image: the directory the README's Dockerfile lines copy them to is
-/// the one the component configures (in the image, not a volume), and the component's
-/// CredentialProviderConfig is valid; the overlay gives the ServiceAccount its IAM role.
+/// The plugins built into the image: the directory the Dockerfile lines of
+/// docs/cloud-registries.md copy them to is the one the component configures (in the image, not a
+/// volume), and the component's CredentialProviderConfig is valid; the overlay gives the
+/// ServiceAccount its IAM role.
 #[test]
-fn the_plugin_image_matches_the_readme_and_the_config_is_valid() {
+fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
     let docs = documents(&render("kustomize/overlays/credential-provider-image"));
     let bin_dir = env_value(&docs, "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR");
     assert!(
         volume_of(&docs, bin_dir).is_none(),
         "{bin_dir} is in the image"
     );
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let page = std::fs::read_to_string(root().join("docs/cloud-registries.md")).unwrap();
     for plugin in [
         "ecr-credential-provider",
         "auth-provider-gcp",
         "acr-credential-provider",
     ] {
         let copy = format!("COPY --from=plugin /out/{plugin} {bin_dir}/{plugin}");
-        assert!(readme.contains(&copy), "README lacks {copy}");
+        assert!(
+            page.contains(&copy),
+            "docs/cloud-registries.md lacks {copy}"
+        );
     }
     let (volume, _) = volume_of(
         &docs,

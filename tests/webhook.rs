@@ -503,7 +503,7 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
 
 /// `enforce = false` (the first roll-out): the Pod gets only the decision annotation saying what
 /// tolerable would have added, and the metric counts it; the config's environment variable
-/// turns it off as the README says.
+/// turns it off as docs/install.md says.
 #[tokio::test]
 async fn report_only_annotates_and_counts_without_changing_the_pod() {
     let overridden = tolerable::config::Config::load(

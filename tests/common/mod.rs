@@ -2,9 +2,10 @@
 //! 127.0.0.1 in each auth mode, fixture images of every shape, certificates, and the servers
 //! written for the tests, each described in its module: a token service (`token`), hostile
 //! registries and a fault proxy for what a real registry cannot be made to do (`fake`,
-//! `fault_proxy`: hang, send garbage, misbehave on purpose), and two thin fakes of the
-//! Kubernetes API server serving recorded responses (`kube_api`: pull secrets, Nodes with
-//! emulated PATCH and watch; `workloads_api`: `audit`'s lists, paged as recorded).
+//! `hostile`, `fault_proxy`: hang, send garbage, serve documents built to cost work, misbehave
+//! on purpose), and three thin fakes of the Kubernetes API server (`kube_api`: recorded pull
+//! secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s recorded lists, paged
+//! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod certs;
