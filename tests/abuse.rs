@@ -286,7 +286,10 @@ async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_
             .body(())
             .unwrap();
         let (response, mut body) = client.send_request(request, false).unwrap();
-        body.send_data(almost.clone(), false).unwrap();
+        // The server may answer (503) and reset a stream past the connection's body budget as
+        // soon as its head arrives; sending on it then fails, and its answer is still read
+        // below (with a release server this race is won by the server in about 1 run in 12).
+        let _ = body.send_data(almost.clone(), false);
         streams.push(tokio::spawn(async move {
             let _unfinished = body;
             let answered = tokio::time::timeout(Duration::from_secs(8), response).await;
