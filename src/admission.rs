@@ -31,6 +31,18 @@ pub struct Reviewed {
     pub answer: Answer,
 }
 
+impl Reviewed {
+    /// The label of metrics and logs the answer falls under.
+    pub(crate) fn outcome(&self) -> mutate::Outcome {
+        self.answer.outcome()
+    }
+
+    /// The one line that says what was decided (the annotation's text).
+    pub(crate) fn summary(&self) -> &str {
+        self.answer.decision.summary()
+    }
+}
+
 /// The core's answer for one Pod, and what the shell itself has to say (pull secrets that
 /// could not be read).
 #[derive(Debug)]
@@ -96,6 +108,9 @@ impl Admission {
             Asked::Answered(answer) => answer.into(),
         };
         let out = respond(AdmissionReviewOut::allow(&review), &answer, &shell_warnings);
+        if let Some(metrics) = &self.metrics {
+            metrics.decided(&answer);
+        }
         Ok(Reviewed { out, answer })
     }
 
