@@ -6,6 +6,7 @@
 //! ([`read_request`], [`mutate::answer`], [`respond`]) without the lookups.
 
 pub(crate) mod review;
+mod workload_pod;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
 use crate::registry::{Checked, Resolver};
 
 use self::review::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
+
+pub(crate) use self::workload_pod::{WorkloadAnswer, WORKLOADS_AT_ONCE};
 
 /// Images of one admission looked up at the same time (the registry client bounds requests
 /// per registry and in all on top).

@@ -15,11 +15,12 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::admission::{Admission, PodAnswer, Verification, VerifiedImages};
+use crate::admission::{
+    Admission, PodAnswer, Verification, VerifiedImages, WorkloadAnswer, WORKLOADS_AT_ONCE,
+};
 use crate::audit::{judge, Known, Placed, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
-use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::config::Config;
 use crate::mutate::{explain, Decision, Policy};
 
@@ -171,7 +172,7 @@ async fn audit(
         answered,
         mut common,
         asked,
-    } = answer_workload(admission, &workload.pod, budget).await;
+    } = admission.answer_workload(&workload.pod, budget).await;
     if let (Some(verified), Some(verified_images), Some((pod, pull_secrets))) =
         (&mut verified, verify, &asked)
     {

@@ -4,8 +4,6 @@
 mod inputs;
 mod report;
 
-pub(crate) use self::report::WORKLOADS_AT_ONCE;
-
 use std::fmt::Write as _;
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,12 +16,12 @@ use self::inputs::Input;
 use self::inputs::Inputs;
 use serde_json::{json, Value};
 
-use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
-use crate::admission::{self, Admission, Asked, PodAnswer};
+use crate::admission::review::{AdmissionReviewOut, ADMISSION_V1};
+use crate::admission::{self, Admission, PodAnswer};
 use crate::cli::ReviewArgs;
-use crate::cluster::{Cluster, PullSecretRefs};
+use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::mutate::{self, Answer, Outcome, PodCreate};
+use crate::mutate::{Answer, Outcome};
 use crate::workload::{Found, Workload};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
@@ -63,7 +61,7 @@ async fn review_document(
                 answer,
                 shell_warnings,
                 ..
-            } = answer_workload(admission, &document, budget).await.answered;
+            } = admission.answer_workload(&document, budget).await.answered;
             let allowed = AdmissionReviewOut::allow_uid(ADMISSION_V1, REVIEW_UID);
             let out = admission::respond(allowed, &answer, &shell_warnings);
             Ok(Reviewed {
@@ -74,68 +72,6 @@ async fn review_document(
         }
         Some(other) => bail!("expected a Pod or an AdmissionReview, got kind {other}"),
         None => bail!("expected a Pod or an AdmissionReview (no kind, no spec)"),
-    }
-}
-
-/// Without `--kubeconfig` / `--cluster`, `review` reads no cluster: the pull secrets a Pod names
-/// are not read, and its warnings say so by name rather than leave a bare "refused access
-/// (tried: anonymous)" unexplained.
-pub(crate) fn unread_pull_secrets(
-    admission: &Admission,
-    pod: &PodCreate,
-    refs: &PullSecretRefs,
-) -> Option<String> {
-    if admission.reads_cluster() || refs.secrets.is_empty() || pod.images_to_look_up().is_empty() {
-        return None;
-    }
-    let names: Vec<String> = refs
-        .secrets
-        .iter()
-        .map(|name| format!("{}/{name}", pod.namespace))
-        .collect();
-    Some(format!(
-        "review reads no cluster: image pull secrets not read: {}; images behind them need a credential file or docker_config_path",
-        names.join(", ")
-    ))
-}
-
-/// What the webhook would answer for one workload's Pod (a Pod manifest, or the Pod a template
-/// makes), with the architectures its images share and the request (to ask more of it).
-pub(crate) struct WorkloadAnswer {
-    pub(crate) answered: PodAnswer,
-    pub(crate) common: Option<Vec<String>>,
-    pub(crate) asked: Option<(PodCreate, PullSecretRefs)>,
-}
-
-/// The one way `review` and `audit` decide on a workload's Pod: as the webhook does when its
-/// controller creates it (in its own namespace, else `default`).
-pub(crate) async fn answer_workload(
-    admission: &Admission,
-    pod: &Value,
-    budget: Duration,
-) -> WorkloadAnswer {
-    let policy = admission.policy();
-    let asked = match PodObject::parse(&pod.to_string()) {
-        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
-        Ok(object) => admission::read_pod(None, object, policy),
-    };
-    match asked {
-        Asked::Decide(pod, pull_secrets) => {
-            let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-            let unread = unread_pull_secrets(admission, &pod, &pull_secrets);
-            answered.shell_warnings.extend(unread);
-            let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
-            WorkloadAnswer {
-                answered,
-                common,
-                asked: Some((pod, pull_secrets)),
-            }
-        }
-        Asked::Answered(answer) => WorkloadAnswer {
-            answered: answer.into(),
-            common: None,
-            asked: None,
-        },
     }
 }
 

@@ -108,10 +108,8 @@ pub(super) fn pod_of(
         pod_from_template(template, Value::Object(spec), namespace)
     };
     // What else the webhook would refuse, said here with the input's line (of the template:
-    // the parser names no field) rather than a position in the Pod re-written as one line of
-    // JSON.
-    if let Err(reason) = PodObject::parse(&pod.to_string()) {
-        let reason = reason.split(" at line ").next().unwrap_or_default();
+    // the parser names no field).
+    if let Err(reason) = PodObject::from_value(&pod) {
         let template_path = &spec_path[..spec_path.len() - 1];
         let at = read
             .line_of(template_path)

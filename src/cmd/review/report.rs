@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::admission::review::cut_warning;
-use crate::admission::{Admission, PodAnswer};
+use crate::admission::{Admission, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::mutate::{explain, Decision, Outcome};
 use crate::workload::{Found, Workload};
 
@@ -71,16 +71,12 @@ pub(super) async fn review_all(
         .await
 }
 
-/// Workloads decided at the same time by `review` and `audit`: each looks up to 16 images at
-/// once, and the registry client bounds requests per registry (16) on top.
-pub(crate) const WORKLOADS_AT_ONCE: usize = 8;
-
 async fn review(admission: &Admission, workload: Workload, budget: Duration) -> WorkloadReport {
-    let super::WorkloadAnswer {
+    let WorkloadAnswer {
         answered: pod_answer,
         common: architectures,
         ..
-    } = super::answer_workload(admission, &workload.pod, budget).await;
+    } = admission.answer_workload(&workload.pod, budget).await;
     let PodAnswer {
         answer,
         shell_warnings,
