@@ -79,10 +79,11 @@ pub(crate) async fn run(
         None => Cluster::client_from_environment().await,
     }
     .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
-    let lister = read::Lister {
+    let lister = crate::cluster::list::Lister {
         client: &client,
         namespace: args.namespace.as_deref(),
         page: args.chunk_size,
+        progress: &progress,
     };
     let state = read::cluster(&lister, args.selector.as_deref()).await?;
     progress(&format!(
