@@ -369,7 +369,7 @@ fn sum(
 /// What the server (`src/server.rs`, `src/server/**`) may import besides its own parts: the
 /// admission shell (`Admission` and what its answer carries), metrics, telemetry, the time budget
 /// the API server's `?timeout=` gives (`budget`) and the certificate reader (`x509`). No core
-/// type by name (`Reviewed` says the outcome and summary it logs), no registry, cluster, config
+/// type by name (`AnsweredReview` says the outcome and summary it logs), no registry, cluster, config
 /// or app: what it reports of them comes as closures built in `app.rs`.
 const SERVER_MAY_IMPORT: &[&str] = &["admission", "metrics", "telemetry", "budget", "x509"];
 
@@ -673,7 +673,7 @@ fn find_circle(
 #[test]
 fn the_layer_checks_find_what_they_must() {
     let code = code_only(
-        "use crate::{admission::{Admission, Reviewed as R}, metrics};\n\
+        "use crate::{admission::{Admission, AnsweredReview as R}, metrics};\n\
          pub(crate) use super::review::answer_workload;\n\
          use self::read::Listed;\n\
          // use crate::config::Config;\n\
@@ -684,7 +684,7 @@ fn the_layer_checks_find_what_they_must() {
         use_paths(&code),
         [
             "crate::admission::Admission",
-            "crate::admission::Reviewed",
+            "crate::admission::AnsweredReview",
             "crate::metrics",
             "super::review::answer_workload",
             "self::read::Listed",

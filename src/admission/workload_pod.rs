@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::review::PodObject;
-use super::{read_pod, Admission, Asked, PodAnswer};
+use super::wire::PodObject;
+use super::{read_pod, Admission, PodAnswer, RequestRead};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{self, Answer, PodCreate};
 
@@ -29,11 +29,11 @@ impl Admission {
     pub(crate) async fn answer_workload(&self, pod: &Value, budget: Duration) -> WorkloadAnswer {
         let policy = self.policy();
         let asked = match PodObject::from_value(pod) {
-            Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+            Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
             Ok(object) => read_pod(None, object, policy),
         };
         match asked {
-            Asked::Decide(pod, pull_secrets) => {
+            RequestRead::Decide(pod, pull_secrets) => {
                 let mut answered = self.answer(&pod, &pull_secrets, budget).await;
                 let unread = self.unread_pull_secrets(&pod, &pull_secrets);
                 answered.shell_warnings.extend(unread);
@@ -44,7 +44,7 @@ impl Admission {
                     asked: Some((pod, pull_secrets)),
                 }
             }
-            Asked::Answered(answer) => WorkloadAnswer {
+            RequestRead::Answered(answer) => WorkloadAnswer {
                 answered: answer.into(),
                 common: None,
                 asked: None,

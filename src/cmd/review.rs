@@ -16,7 +16,7 @@ use self::inputs::Input;
 use self::inputs::Inputs;
 use serde_json::{json, Value};
 
-use crate::admission::review::{AdmissionReviewOut, ADMISSION_V1};
+use crate::admission::wire::{AdmissionReviewOut, ADMISSION_V1};
 use crate::admission::{self, Admission, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::cluster::Cluster;
@@ -26,7 +26,7 @@ use crate::workload::{Found, Workload};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
 /// the object the patch applies to.
-struct Reviewed {
+struct DocumentAnswer {
     answer: Answer,
     out: AdmissionReviewOut,
     object: Value,
@@ -38,19 +38,19 @@ async fn review_document(
     admission: &Admission,
     document: Value,
     budget: Duration,
-) -> anyhow::Result<Reviewed> {
+) -> anyhow::Result<DocumentAnswer> {
     match document.get("kind").and_then(Value::as_str) {
         Some("AdmissionReview") => {
             let body = serde_json::to_vec(&document)?;
             let reviewed = admission
-                .review(&body, budget)
+                .answer_review(&body, budget)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let object = document
                 .pointer("/request/object")
                 .cloned()
                 .unwrap_or(Value::Null);
-            Ok(Reviewed {
+            Ok(DocumentAnswer {
                 answer: reviewed.answer,
                 out: reviewed.out,
                 object,
@@ -64,7 +64,7 @@ async fn review_document(
             } = admission.answer_workload(&document, budget).await.answered;
             let allowed = AdmissionReviewOut::allow_uid(ADMISSION_V1, REVIEW_UID);
             let out = admission::respond(allowed, &answer, &shell_warnings);
-            Ok(Reviewed {
+            Ok(DocumentAnswer {
                 answer,
                 out,
                 object: document,
@@ -136,7 +136,7 @@ pub(crate) async fn run(
         let skipped_inputs = found.unread.len();
         return Ok(report::exit_status(outcomes, skipped_inputs, args.strict));
     } else {
-        report::review_all(&admission, workloads, budget).await
+        report::report_all(&admission, workloads, budget).await
     };
     nothing_read(read, &found)?;
     report::write(out, &reports, &found, args.json)?;
@@ -172,7 +172,11 @@ async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
 }
 
 /// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.
-fn write_one(out: &mut impl Write, reviewed: &Reviewed, json: bool) -> anyhow::Result<ExitCode> {
+fn write_one(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     // The object as it would be stored: the request's object with the patch applied.
     let mut patched = reviewed.object.clone();
     if !reviewed.answer.patch.is_empty() && reviewed.out.response.allowed {
@@ -221,7 +225,11 @@ async fn write_each(
     Ok(outcomes)
 }
 
-fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {
+fn write_json(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    patched: &Value,
+) -> anyhow::Result<()> {
     let response = &reviewed.out.response;
     let report = json!({
         "allowed": response.allowed,
@@ -238,7 +246,11 @@ fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> any
     Ok(())
 }
 
-fn write_text(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {
+fn write_text(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    patched: &Value,
+) -> anyhow::Result<()> {
     let response = &reviewed.out.response;
     let decision = if response.allowed {
         "allowed"

@@ -161,7 +161,7 @@ async fn mutate(
     let span = tracing::debug_span!("admission", uid = tracing::field::Empty);
     let result = state
         .admission
-        .review(&body, budget)
+        .answer_review(&body, budget)
         .instrument(span.clone())
         .await;
     let _entered = span.enter();

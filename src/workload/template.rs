@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{Read, Step};
-use crate::admission::review::PodObject;
+use crate::admission::wire::PodObject;
 
 pub(super) enum Template {
     /// No Pod template (a Service, a ConfigMap, a Deployment without `spec.template`).
