@@ -4,8 +4,8 @@
 //!
 //! The outer layers too (ARCHITECTURE.md, "Layer rules"): the server imports only the admission
 //! shell and metrics (and the leaves they need), subcommands never import each other, the rules
-//! about config (pending until its rework lands: `PENDING_CONFIG_RULES`), and no circle between
-//! top-level modules.
+//! about config (pending until its rework lands: `PENDING_CONFIG_RULES`), no circle between
+//! top-level modules, and the Kubernetes API read only in `cluster/`.
 //!
 //! Also the size rule: no function, in the crate, its tests, benches or fuzz targets, is longer
 //! than a reader can hold on one screen (`MAX_FN_LINES`).
@@ -598,6 +598,31 @@ fn subcommands_share_code_through_the_library_not_each_other() {
     assert!(
         violations.is_empty(),
         "a subcommand imports another (move what they share into the library):\n{}",
+        violations.join("\n")
+    );
+}
+
+/// The one `kube` item the library names outside `cluster/`: the client `app.rs` and the
+/// subcommands get from `cluster::Cluster` and hand back to it.
+const KUBE_OUTSIDE_CLUSTER: &[&str] = &["kube::Client"];
+
+#[test]
+fn the_kubernetes_api_is_read_only_in_cluster() {
+    let mut violations = Vec::new();
+    for file in library_files().iter().filter(|f| f.module[0] != "cluster") {
+        let code = code_only(&file.text);
+        let mut named = use_paths(&code);
+        named.extend(paths_named(&code));
+        for path in named {
+            let kube = path.starts_with("kube::");
+            if kube && !KUBE_OUTSIDE_CLUSTER.contains(&path.as_str()) {
+                violations.push(format!("{}: {path}", file.path));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "reads of the Kubernetes API belong in cluster/ (ARCHITECTURE.md):\n{}",
         violations.join("\n")
     );
 }
