@@ -142,7 +142,7 @@ impl AdmissionRequest<'_> {
 
 /// A Pod object as tolerable reads it: what the decision reads, and what the shell needs to
 /// look its images up.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PodObject {
     pub(crate) view: PodView,
     /// `metadata.namespace` (the request's namespace comes first).

@@ -1,6 +1,7 @@
 //! A workload's Pod decided on outside an admission — what `review` and `audit` share: the Pod
-//! a manifest or a template makes (`crate::workload`), read into the same typed [`PodObject`]
-//! the webhook reads, decided on as the webhook does when the controller creates it.
+//! a manifest or a template makes (`crate::workload`), read once into the same typed
+//! [`PodObject`] the webhook reads, decided on as the webhook does when the controller creates
+//! it.
 
 use std::time::Duration;
 
@@ -24,11 +25,27 @@ pub(crate) struct WorkloadAnswer {
 }
 
 impl Admission {
-    /// The one way `review` and `audit` decide on a workload's Pod: as the webhook does when
-    /// its controller creates it (in its own namespace, else `default`).
-    pub(crate) async fn answer_workload(&self, pod: &Value, budget: Duration) -> WorkloadAnswer {
+    /// A Pod manifest's answer (`review` of one Pod): read as the webhook reads it, then
+    /// [`Admission::answer_workload`].
+    pub(crate) async fn answer_pod_manifest(
+        &self,
+        pod: &Value,
+        budget: Duration,
+    ) -> WorkloadAnswer {
+        self.answer_workload(PodObject::from_value(pod), budget)
+            .await
+    }
+
+    /// The one way `review` and `audit` decide on a workload's Pod (`Workload::object`, or
+    /// why it could not be read): as the webhook does when its controller creates it (in its
+    /// own namespace, else `default`).
+    pub(crate) async fn answer_workload(
+        &self,
+        object: Result<PodObject, String>,
+        budget: Duration,
+    ) -> WorkloadAnswer {
         let policy = self.policy();
-        let asked = match PodObject::from_value(pod) {
+        let asked = match object {
             Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
             Ok(object) => read_pod(None, object, policy),
         };

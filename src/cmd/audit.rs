@@ -173,7 +173,7 @@ async fn audit(
         answered,
         mut common,
         asked,
-    } = admission.answer_workload(&workload.pod, budget).await;
+    } = admission.answer_workload(workload.object, budget).await;
     if let (Some(verified), Some(verified_images), Some((pod, pull_secrets))) =
         (&mut verified, verify, &asked)
     {

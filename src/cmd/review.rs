@@ -61,7 +61,10 @@ async fn review_document(
                 answer,
                 shell_warnings,
                 ..
-            } = admission.answer_workload(&document, budget).await.answered;
+            } = admission
+                .answer_pod_manifest(&document, budget)
+                .await
+                .answered;
             let allowed = AdmissionReviewOut::allow_uid(ADMISSION_V1, REVIEW_UID);
             let out = admission::respond(allowed, &answer, &shell_warnings);
             Ok(DocumentAnswer {

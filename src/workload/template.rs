@@ -17,6 +17,8 @@ pub(super) enum Template {
     Partial(String),
     Pod {
         pod: Value,
+        /// The Pod read as the webhook reads it, or why it cannot be.
+        object: Result<PodObject, String>,
         problems: Vec<String>,
     },
 }
@@ -109,14 +111,19 @@ pub(super) fn pod_of(
     };
     // What else the webhook would refuse, said here with the input's line (of the template:
     // the parser names no field).
-    if let Err(reason) = PodObject::from_value(&pod) {
+    let object = PodObject::from_value(&pod);
+    if let Err(reason) = &object {
         let template_path = &spec_path[..spec_path.len() - 1];
         let at = read
             .line_of(template_path)
             .map(|l| format!(" (in the Pod template at line {l})"));
         problems.push(format!("{reason}{}", at.unwrap_or_default()));
     }
-    Template::Pod { pod, problems }
+    Template::Pod {
+        pod,
+        object,
+        problems,
+    }
 }
 
 fn pod_from_template(template: &Map<String, Value>, spec: Value, namespace: Option<&str>) -> Value {

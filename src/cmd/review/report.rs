@@ -80,7 +80,7 @@ async fn report_workload(
         answered: pod_answer,
         common: architectures,
         ..
-    } = admission.answer_workload(&workload.pod, budget).await;
+    } = admission.answer_workload(workload.object, budget).await;
     let PodAnswer {
         answer,
         shell_warnings,
