@@ -10,6 +10,9 @@ use serde_json::{json, Map, Value};
 use super::{Read, Step};
 use crate::admission::wire::PodObject;
 
+// Built and taken apart once per object read, never stored in bulk: boxing the large variant
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Template {
     /// No Pod template (a Service, a ConfigMap, a Deployment without `spec.template`).
     None,
