@@ -751,3 +751,33 @@ fn the_layer_checks_find_what_they_must() {
         );
     assert_eq!(find_circle(&graph).unwrap(), ["a", "b", "c", "a"]);
 }
+
+#[test]
+fn the_pending_config_rules_would_find_todays_imports() {
+    let file = |path: &str, text: &str| SourceFile {
+        path: path.into(),
+        module: path
+            .trim_end_matches(".rs")
+            .split('/')
+            .map(str::to_owned)
+            .collect(),
+        text: text.into(),
+    };
+    let files = [
+        file("config.rs", "use crate::server::ServerLimits;\n"),
+        file(
+            "config/source.rs",
+            "use crate::{server::tls::NameCheck, budget};\n",
+        ),
+        file(
+            "budget.rs",
+            "let d = crate::config::parse_duration(\"timeout\", v);\n",
+        ),
+        file("server.rs", "use crate::admission::Admission;\n"),
+    ];
+    let graph = import_graph(&files);
+    for (from, to) in PENDING_CONFIG_RULES {
+        assert!(graph[*from].contains_key(*to), "{from} → {to}: {graph:?}");
+    }
+    assert!(graph["config"]["server"].starts_with("config.rs: server::ServerLimits"));
+}
