@@ -494,7 +494,7 @@ fn in_process_admission(runtime: &tokio::runtime::Runtime, registry_host: &str) 
     let body = review_body(&format!("{registry_host}/fixtures/multiarch-oci:v1"), 0);
     runtime.block_on(async {
         let budget = Duration::from_secs(8);
-        let first = admission.review(&body, budget).await.unwrap();
+        let first = admission.answer_review(&body, budget).await.unwrap();
         assert!(first.out.response.patch.is_some());
         let mut per = Vec::new();
         let rounds = if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() { 200 } else { 20 };
@@ -502,7 +502,7 @@ fn in_process_admission(runtime: &tokio::runtime::Runtime, registry_host: &str) 
             const N: u32 = 2_000;
             let started = Instant::now();
             for _ in 0..N {
-                let reviewed = admission.review(&body, budget).await.unwrap();
+                let reviewed = admission.answer_review(&body, budget).await.unwrap();
                 std::hint::black_box(reviewed.out.to_json());
             }
             per.push(started.elapsed() / N);

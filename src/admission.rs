@@ -1,11 +1,12 @@
 //! The async shell around the decision core: one AdmissionReview end to end. It parses the wire
-//! format ([`review`]), gathers the facts (the Pod's pull secrets, its images' platforms) within
+//! format ([`wire`]), gathers the facts (the Pod's pull secrets, its images' platforms) within
 //! one budget ([`crate::budget`]), asks the core for the answer ([`mutate::answer`]) and encodes
-//! it. The webhook handler and `tolerable review` call [`Admission::review`] (or, for a Pod
+//! it. The webhook handler and `tolerable review` call [`Admission::answer_review`] (or, for a Pod
 //! manifest, [`read_pod`] and [`Admission::answer`]); the fuzz harness the same pure steps
 //! ([`read_request`], [`mutate::answer`], [`respond`]) without the lookups.
 
-pub(crate) mod review;
+pub(crate) mod wire;
+mod workload_pod;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,9 @@ use crate::metrics::Metrics;
 use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
 use crate::registry::{Checked, Resolver};
 
-use self::review::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
+use self::wire::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
+
+pub(crate) use self::workload_pod::{WorkloadAnswer, WORKLOADS_AT_ONCE};
 
 /// Images of one admission looked up at the same time (the registry client bounds requests
 /// per registry and in all on top).
@@ -24,11 +27,23 @@ const LOOKUPS_PER_ADMISSION: usize = 16;
 
 /// The answer to one AdmissionReview: the core's answer and the encoded response.
 #[derive(Debug)]
-pub struct Reviewed {
+pub struct AnsweredReview {
     /// The response (it carries the request's uid, the patch and every warning: the core's
     /// and the shell's).
     pub out: AdmissionReviewOut,
     pub answer: Answer,
+}
+
+impl AnsweredReview {
+    /// The label of metrics and logs the answer falls under.
+    pub(crate) fn outcome(&self) -> mutate::Outcome {
+        self.answer.outcome()
+    }
+
+    /// The one line that says what was decided (the annotation's text).
+    pub(crate) fn summary(&self) -> &str {
+        self.answer.decision.summary()
+    }
 }
 
 /// The core's answer for one Pod, and what the shell itself has to say (pull secrets that
@@ -83,8 +98,12 @@ impl Admission {
 
     /// Answers one AdmissionReview body within `budget` (the time left for image lookups).
     /// `Err` only when the body is not an AdmissionReview at all.
-    pub async fn review(&self, body: &[u8], budget: Duration) -> Result<Reviewed, ReviewError> {
-        let review = review::parse(body)?;
+    pub async fn answer_review(
+        &self,
+        body: &[u8],
+        budget: Duration,
+    ) -> Result<AnsweredReview, ReviewError> {
+        let review = wire::parse(body)?;
         let request = review.request.as_ref().expect("parse checks the request");
         tracing::Span::current().record("uid", request.uid.as_str());
         let PodAnswer {
@@ -92,11 +111,16 @@ impl Admission {
             shell_warnings,
             ..
         } = match read_request(request, &self.policy) {
-            Asked::Decide(pod, pull_secrets) => self.answer(&pod, &pull_secrets, budget).await,
-            Asked::Answered(answer) => answer.into(),
+            RequestRead::Decide(pod, pull_secrets) => {
+                self.answer(&pod, &pull_secrets, budget).await
+            }
+            RequestRead::Answered(answer) => answer.into(),
         };
         let out = respond(AdmissionReviewOut::allow(&review), &answer, &shell_warnings);
-        Ok(Reviewed { out, answer })
+        if let Some(metrics) = &self.metrics {
+            metrics.decided(&answer);
+        }
+        Ok(AnsweredReview { out, answer })
     }
 
     /// For `audit --verify`: each of the Pod's images, its index's platforms checked against
@@ -257,7 +281,7 @@ impl VerifiedImages {
 // would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(crate) enum Asked {
+pub(crate) enum RequestRead {
     /// A Pod being created, to decide on, and where its pull secrets are named.
     Decide(PodCreate, PullSecretRefs),
     /// Not a Pod CREATE, or an object tolerable cannot read: answered already.
@@ -265,24 +289,24 @@ pub(crate) enum Asked {
 }
 
 /// What `request` asks of the core.
-pub(crate) fn read_request(request: &AdmissionRequest, policy: &Policy) -> Asked {
+pub(crate) fn read_request(request: &AdmissionRequest, policy: &Policy) -> RequestRead {
     if !request.is_pod_create() {
-        return Asked::Answered(Answer::not_pod_create());
+        return RequestRead::Answered(Answer::not_pod_create());
     }
     match request.pod() {
         Ok(object) => read_pod(request.namespace.as_deref(), object, policy),
-        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+        Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }
 }
 
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`).
-pub(crate) fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> Asked {
+pub(crate) fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> RequestRead {
     let namespace = namespace
         .or(object.namespace.as_deref())
         .unwrap_or("default");
     match PodCreate::new(namespace, object.view, policy) {
-        Ok(pod) => Asked::Decide(pod, object.pull_secrets),
-        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
+        Ok(pod) => RequestRead::Decide(pod, object.pull_secrets),
+        Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }
 }
 

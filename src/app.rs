@@ -20,11 +20,13 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::Resolver;
 use crate::server::tls::{self, CertStore};
-use crate::server::{self, AppState, ServerLimits};
+use crate::server::{self, AppState, GaugeRefresh, ReadinessCheck, ServerLimits};
 
 /// The webhook, built and listening, not yet serving.
 pub struct Webhook {
     pub state: Arc<AppState>,
+    /// The node watch, when it feeds decisions (the server is not ready before it has synced).
+    pub nodes: Option<NodeWatch>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     certs: Arc<CertStore>,
@@ -91,16 +93,17 @@ impl Webhook {
         );
         let state = Arc::new(AppState {
             admission,
-            nodes,
+            readiness: readiness(nodes.clone()),
+            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone()),
             metrics,
             metrics_registry,
-            resolver,
             ready: AtomicBool::new(false),
             metrics_on_webhook_port: config.metrics_addr.is_none(),
             load: server::Load::new(&config.server_limits),
         });
         Ok(Self {
             state,
+            nodes,
             listener,
             metrics_listener,
             certs,
@@ -164,6 +167,42 @@ pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Resu
             .chain(helper_names.iter().map(String::as_str)),
     );
     Ok(resolver.with_observer(metrics.clone()))
+}
+
+/// What readiness waits for besides the server: the node watch's first full list, when it
+/// feeds decisions (before it, every Pod would be decided without the cluster's pools).
+fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
+    Box::new(move || match &nodes {
+        Some(nodes) if !nodes.is_synced() => Err("not ready: node watch not synced\n"),
+        _ => Ok(()),
+    })
+}
+
+/// The gauges read at scrape time that the server does not own: the lookup cache's entries
+/// and, with a node watch, its last sync, size and the architectures it has seen.
+fn scrape_time_gauges(
+    metrics: Arc<Metrics>,
+    resolver: Arc<Resolver>,
+    nodes: Option<NodeWatch>,
+) -> GaugeRefresh {
+    Box::new(move || {
+        let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
+        Box::pin(async move {
+            metrics.set_cache_entries(resolver.cached_entries().await);
+            let Some(nodes) = nodes else {
+                return;
+            };
+            metrics.set_node_watch_synced(nodes.last_synced());
+            metrics.set_node_watch_size(
+                nodes.pool_builds(),
+                nodes.node_count(),
+                nodes.events_seen(),
+            );
+            if let Some(pools) = nodes.pools() {
+                metrics.set_architectures(&pools);
+            }
+        })
+    })
 }
 
 /// Where `serve` writes the CA of its self-signed certificate, in its working directory.

@@ -1,8 +1,10 @@
 //! What tolerable reads from the cluster it serves: a Pod's image pull secrets (its own
 //! `imagePullSecrets`, then its ServiceAccount's). Thin I/O over the `kube` client, cached so an
 //! admission does not wait on the API server in the common case. Never fails an admission: what
-//! cannot be read becomes a warning naming the secret, never its content.
+//! cannot be read becomes a warning naming the secret, never its content. Also the node watch
+//! (`nodes`) and paged lists of any kind (`list`, what `audit` reads through).
 
+pub(crate) mod list;
 pub mod nodes;
 
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::admission::review::{self, AdmissionReviewOut};
-use crate::admission::{self, Asked};
+use crate::admission::wire::{self, AdmissionReviewOut};
+use crate::admission::{self, RequestRead};
 use crate::mutate::{self, ImageFact, ImageFacts, PodCreate, Policy, Provenance};
 use crate::registry::{manifest, ImageReference, Platform};
 
@@ -67,13 +67,13 @@ pub fn token_response(data: &[u8]) {
 /// panics, the answer serializes, and the JSON Patch applies cleanly to the object it was made
 /// for (tolerable never corrupts a Pod).
 pub fn admission_review(data: &[u8]) {
-    let Ok(review) = review::parse(data) else {
+    let Ok(review) = wire::parse(data) else {
         return;
     };
     let request = review.request.as_ref().expect("parse checks the request");
     let answer = match admission::read_request(request, &policy()) {
-        Asked::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
-        Asked::Answered(answer) => answer,
+        RequestRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
+        RequestRead::Answered(answer) => answer,
     };
     let out = admission::respond(AdmissionReviewOut::allow(&review), &answer, &[]);
     serde_json::to_vec(&out).expect("answers serialize");

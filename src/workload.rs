@@ -6,6 +6,8 @@ mod documents;
 
 use serde_json::Value;
 
+use crate::admission::wire::PodObject;
+
 pub(crate) use self::documents::{Document, Documents, Place, Step, Unread};
 
 /// An object with a Pod template, and the Pod the template makes.
@@ -21,6 +23,10 @@ pub(crate) struct Workload {
     /// The Pod the template makes: `apiVersion: v1`, `kind: Pod`, the template's metadata (in the
     /// workload's namespace) and spec — without the containers whose image is unreadable.
     pub(crate) pod: Value,
+    /// That Pod read once into the typed model the webhook decides on (`PodObject`: the core's
+    /// `PodView` and the pull secrets), or why the webhook would refuse it: what `review` and
+    /// `audit` decide on.
+    pub(crate) object: Result<PodObject, String>,
     /// What in its manifest the API server would refuse (an image that is not a string), each
     /// on its container, with the input's line: the workload is then `invalid_object`, and its
     /// other images are still looked up.
@@ -128,13 +134,18 @@ impl Found {
                 read,
                 format!("{kind}/{name}: a partial Pod template ({why}): a patch or an overlay's part; review the rendered manifests"),
             ),
-            template::Template::Pod { pod, problems } => self.workloads.push(Workload {
+            template::Template::Pod {
+                pod,
+                object,
+                problems,
+            } => self.workloads.push(Workload {
                 kind,
                 name,
                 namespace,
                 source: read.place.source(),
                 line: read.place.line,
                 pod,
+                object,
                 problems,
             }),
         }

@@ -2,6 +2,11 @@
 //! imports no module of the I/O shell, so it stays a pure function a test can call with plain
 //! values. ARCHITECTURE.md states the rule; this test keeps it from drifting.
 //!
+//! The outer layers too (ARCHITECTURE.md, "Layer rules"): the server imports only the admission
+//! shell and metrics (and the leaves they need), subcommands never import each other, the rules
+//! about config (pending until its rework lands: `PENDING_CONFIG_RULES`), no circle between
+//! top-level modules, and the Kubernetes API read only in `cluster/`.
+//!
 //! Also the size rule: no function, in the crate, its tests, benches or fuzz targets, is longer
 //! than a reader can hold on one screen (`MAX_FN_LINES`).
 
@@ -355,4 +360,424 @@ fn sum(
             (16, "sum".to_string(), 5),
         ]
     );
+}
+
+// The outer layers (ARCHITECTURE.md, "Layer rules"): what each part of the shell may import.
+// Every `crate::…`, `super::…` and `self::…` path of a file (use trees expanded) is resolved to
+// the module it names, counted from the crate root.
+
+/// What the server (`src/server.rs`, `src/server/**`) may import besides its own parts: the
+/// admission shell (`Admission` and what its answer carries), metrics, telemetry, the time budget
+/// the API server's `?timeout=` gives (`budget`) and the certificate reader (`x509`). No core
+/// type by name (`AnsweredReview` says the outcome and summary it logs), no registry, cluster, config
+/// or app: what it reports of them comes as closures built in `app.rs`.
+const SERVER_MAY_IMPORT: &[&str] = &["admission", "metrics", "telemetry", "budget", "x509"];
+
+/// `(module, module it must not import)` rules about config, enforced once helper A's config
+/// rework has landed (config then keeps its settings types itself, and `budget` parses the
+/// `?timeout=` with the one duration parser): move them into [`FORBIDDEN_IMPORTS`] then. Until
+/// then the circle check leaves these imports out too (they close today's one circle,
+/// `admission → budget → config → server → admission`).
+const PENDING_CONFIG_RULES: &[(&str, &str)] = &[("config", "server"), ("budget", "config")];
+
+/// `(module, module it must not import)`, top-level modules of the crate.
+const FORBIDDEN_IMPORTS: &[(&str, &str)] = &[];
+
+/// A source file of the crate: its path from `src/`, the module it is (`["cmd", "audit"]` for
+/// `src/cmd/audit.rs` and, for `super::`, `src/cmd/audit/read.rs` is `["cmd", "audit", "read"]`)
+/// and its text.
+struct SourceFile {
+    path: String,
+    module: Vec<String>,
+    text: String,
+}
+
+/// Every file of the library (`src/main.rs`, the binary, and `src/lib.rs`, the module list, left
+/// out).
+fn library_files() -> Vec<SourceFile> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    rs_files_under(&src)
+        .into_iter()
+        .filter_map(|file| {
+            let path = file.strip_prefix(&src).unwrap().display().to_string();
+            let stem = path.strip_suffix(".rs").unwrap();
+            if stem == "main" || stem == "lib" {
+                return None;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let module = stem.split('/').map(str::to_owned).collect();
+            Some(SourceFile { path, module, text })
+        })
+        .collect()
+}
+
+/// The use trees of `code` (comments and literals blanked), expanded into one path each:
+/// `use crate::{a::{B, C as D}, e};` gives `crate::a::B`, `crate::a::C`, `crate::e`.
+fn use_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("use ") {
+        let starts_word =
+            at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let after = &rest[at + 4..];
+        let end = after.find(';').unwrap_or(after.len());
+        if starts_word {
+            paths.extend(expand_use_tree(&without_renames(&after[..end])));
+        }
+        rest = &after[end..];
+    }
+    paths
+}
+
+/// A use tree with every `as name` left out and no whitespace.
+fn without_renames(tree: &str) -> String {
+    let words: Vec<&str> = tree.split_whitespace().collect();
+    let mut kept = String::new();
+    let mut i = 0;
+    while i < words.len() {
+        if words[i] == "as" && i + 1 < words.len() {
+            // `as name,` or `as name}`: keep what follows the name.
+            let name = words[i + 1];
+            let tail = name.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_');
+            kept.push_str(tail);
+            i += 2;
+        } else {
+            kept.push_str(words[i]);
+            i += 1;
+        }
+    }
+    kept
+}
+
+fn expand_use_tree(tree: &str) -> Vec<String> {
+    let Some(open) = tree.find('{') else {
+        return vec![tree.trim_end_matches("::self").to_owned()];
+    };
+    let (prefix, inner) = (
+        &tree[..open],
+        &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())],
+    );
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .flat_map(|part| match part {
+            "self" => vec![prefix.trim_end_matches("::").to_owned()],
+            _ => expand_use_tree(part)
+                .into_iter()
+                .map(|path| format!("{prefix}{path}"))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The modules of the crate `file` names (use trees and paths in code alike), each as its
+/// segments from the crate root; paths into other crates are left out.
+fn crate_paths_named(file: &SourceFile) -> Vec<Vec<String>> {
+    let code = code_only(&file.text);
+    let mut named = use_paths(&code);
+    named.extend(paths_named(&code));
+    named
+        .iter()
+        .filter_map(|path| resolve(&file.module, path))
+        .filter(|path| !path.is_empty())
+        .collect()
+}
+
+/// `path` from the crate root, when it starts at `crate`, `self` or `super` of `module`.
+fn resolve(module: &[String], path: &str) -> Option<Vec<String>> {
+    let mut segments = path.split("::").filter(|s| !s.is_empty()).peekable();
+    let mut from: Vec<String> = match *segments.peek()? {
+        "crate" => {
+            segments.next();
+            Vec::new()
+        }
+        "self" => {
+            segments.next();
+            module.to_vec()
+        }
+        "super" => module.to_vec(),
+        _ => return None,
+    };
+    while segments.peek() == Some(&"super") {
+        from.pop();
+        segments.next();
+    }
+    from.extend(segments.map(str::to_owned));
+    Some(from)
+}
+
+/// The crate's top-level modules: `src/x.rs` or `src/x/`.
+fn top_level_modules(files: &[SourceFile]) -> std::collections::BTreeSet<String> {
+    files.iter().map(|f| f.module[0].clone()).collect()
+}
+
+/// Which top-level modules each top-level module imports, with a file and path for each.
+fn import_graph(
+    files: &[SourceFile],
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+    let modules = top_level_modules(files);
+    let mut graph = std::collections::BTreeMap::<_, std::collections::BTreeMap<_, _>>::new();
+    for file in files {
+        let from = &file.module[0];
+        for path in crate_paths_named(file) {
+            let Some(to) = path
+                .first()
+                .filter(|to| *to != from && modules.contains(*to))
+            else {
+                continue;
+            };
+            graph
+                .entry(from.clone())
+                .or_default()
+                .entry(to.clone())
+                .or_insert_with(|| format!("{}: {}", file.path, path.join("::")));
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_server_imports_only_the_admission_shell_and_metrics() {
+    let mut violations = Vec::new();
+    for file in library_files().iter().filter(|f| f.module[0] == "server") {
+        for path in crate_paths_named(file) {
+            let allowed = path
+                .first()
+                .is_some_and(|m| m == "server" || SERVER_MAY_IMPORT.contains(&m.as_str()));
+            if !allowed {
+                violations.push(format!("{}: {}", file.path, path.join("::")));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "the server imports only {SERVER_MAY_IMPORT:?} (ARCHITECTURE.md); what it needs of the \
+         rest comes from app.rs:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn subcommands_share_code_through_the_library_not_each_other() {
+    let files = library_files();
+    let subcommands: Vec<&String> = files
+        .iter()
+        .filter(|f| f.module.len() == 2 && f.module[0] == "cmd")
+        .map(|f| &f.module[1])
+        .collect();
+    assert!(subcommands.len() >= 5, "subcommands found: {subcommands:?}");
+    let mut violations = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.module[0] == "cmd" && f.module.len() >= 2)
+    {
+        for path in crate_paths_named(file) {
+            let other = match path.as_slice() {
+                [cmd, other, ..] if cmd == "cmd" => other,
+                _ => continue,
+            };
+            if other != &file.module[1] && subcommands.contains(&other) {
+                violations.push(format!("{}: {}", file.path, path.join("::")));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "a subcommand imports another (move what they share into the library):\n{}",
+        violations.join("\n")
+    );
+}
+
+/// The one `kube` item the library names outside `cluster/`: the client `app.rs` and the
+/// subcommands get from `cluster::Cluster` and hand back to it.
+const KUBE_OUTSIDE_CLUSTER: &[&str] = &["kube::Client"];
+
+#[test]
+fn the_kubernetes_api_is_read_only_in_cluster() {
+    let mut violations = Vec::new();
+    for file in library_files().iter().filter(|f| f.module[0] != "cluster") {
+        let code = code_only(&file.text);
+        let mut named = use_paths(&code);
+        named.extend(paths_named(&code));
+        for path in named {
+            let kube = path.starts_with("kube::");
+            if kube && !KUBE_OUTSIDE_CLUSTER.contains(&path.as_str()) {
+                violations.push(format!("{}: {path}", file.path));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "reads of the Kubernetes API belong in cluster/ (ARCHITECTURE.md):\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn no_module_imports_what_a_layer_rule_forbids() {
+    let graph = import_graph(&library_files());
+    let violations: Vec<String> = FORBIDDEN_IMPORTS
+        .iter()
+        .filter_map(|(from, to)| {
+            let found = graph.get(*from)?.get(*to)?;
+            Some(format!("{from} must not import {to}: {found}"))
+        })
+        .collect();
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn no_circle_between_top_level_modules() {
+    let mut graph = import_graph(&library_files());
+    for (from, to) in PENDING_CONFIG_RULES {
+        if let Some(imports) = graph.get_mut(*from) {
+            imports.remove(*to);
+        }
+    }
+    assert!(graph.len() > 10, "modules found: {:?}", graph.keys());
+    if let Some(circle) = find_circle(&graph) {
+        let steps: Vec<String> = circle
+            .windows(2)
+            .map(|w| graph[&w[0]][&w[1]].clone())
+            .collect();
+        panic!(
+            "import circle {} (ARCHITECTURE.md):\n{}",
+            circle.join(" → "),
+            steps.join("\n")
+        );
+    }
+}
+
+/// A circle in `graph`, as the modules along it (the first repeated at the end), if any.
+fn find_circle(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+) -> Option<Vec<String>> {
+    fn visit(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+        module: &String,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            let mut circle = path[at..].to_vec();
+            circle.push(module.clone());
+            return Some(circle);
+        }
+        if !done.insert(module.clone()) {
+            return None;
+        }
+        path.push(module.clone());
+        for next in graph.get(module).into_iter().flat_map(|m| m.keys()) {
+            if let Some(circle) = visit(graph, next, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|module| visit(graph, module, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_layer_checks_find_what_they_must() {
+    let code = code_only(
+        "use crate::{admission::{Admission, AnsweredReview as R}, metrics};\n\
+         pub(crate) use super::review::answer_workload;\n\
+         use self::read::Listed;\n\
+         // use crate::config::Config;\n\
+         let s = \"crate::registry\";\n\
+         let t = crate::registry::short_duration(d);\n",
+    );
+    assert_eq!(
+        use_paths(&code),
+        [
+            "crate::admission::Admission",
+            "crate::admission::AnsweredReview",
+            "crate::metrics",
+            "super::review::answer_workload",
+            "self::read::Listed",
+        ]
+    );
+    let file = SourceFile {
+        path: "cmd/audit.rs".into(),
+        module: vec!["cmd".into(), "audit".into()],
+        text: code,
+    };
+    let named: Vec<String> = crate_paths_named(&file)
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    for expected in [
+        "admission::Admission",
+        "metrics",
+        "cmd::review::answer_workload",
+        "cmd::audit::read::Listed",
+        "registry::short_duration",
+    ] {
+        assert!(
+            named.iter().any(|p| p == expected),
+            "{expected} in {named:?}"
+        );
+    }
+    assert!(!named.iter().any(|p| p.starts_with("config")), "{named:?}");
+    let graph = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]
+        .iter()
+        .fold(
+            std::collections::BTreeMap::new(),
+            |mut graph, (from, to)| {
+                graph
+                    .entry(from.to_string())
+                    .or_insert_with(std::collections::BTreeMap::new)
+                    .insert(to.to_string(), String::new());
+                graph
+            },
+        );
+    assert_eq!(find_circle(&graph).unwrap(), ["a", "b", "c", "a"]);
+}
+
+#[test]
+fn the_pending_config_rules_would_find_todays_imports() {
+    let file = |path: &str, text: &str| SourceFile {
+        path: path.into(),
+        module: path
+            .trim_end_matches(".rs")
+            .split('/')
+            .map(str::to_owned)
+            .collect(),
+        text: text.into(),
+    };
+    let files = [
+        file("config.rs", "use crate::server::ServerLimits;\n"),
+        file(
+            "config/source.rs",
+            "use crate::{server::tls::NameCheck, budget};\n",
+        ),
+        file(
+            "budget.rs",
+            "let d = crate::config::parse_duration(\"timeout\", v);\n",
+        ),
+        file("server.rs", "use crate::admission::Admission;\n"),
+    ];
+    let graph = import_graph(&files);
+    for (from, to) in PENDING_CONFIG_RULES {
+        assert!(graph[*from].contains_key(*to), "{from} → {to}: {graph:?}");
+    }
+    assert!(graph["config"]["server"].starts_with("config.rs: server::ServerLimits"));
 }

@@ -195,7 +195,7 @@ async fn a_pool_that_scales_from_zero_and_back_keeps_its_toleration() {
         api.client("admintoken"),
     )
     .await;
-    let watch = server.state.nodes.clone().expect("the node watch runs");
+    let watch = server.nodes.clone().expect("the node watch runs");
     until("the node watch to sync", || watch.is_synced()).await;
     let host = &registry::plain().host;
     let mut request = webhook::recorded("pod-create-simple.v1.json", host);

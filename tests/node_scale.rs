@@ -35,7 +35,7 @@ async fn pools_are_built_once_then_only_when_a_fact_changes() {
     let api = ScaleApiServer::start(1200, 400);
     let server =
         TestServer::start_with_cluster(webhook::policy(), common::settings(), api.client()).await;
-    let watch: NodeWatch = server.state.nodes.clone().expect("the node watch runs");
+    let watch: NodeWatch = server.nodes.clone().expect("the node watch runs");
     until("the node watch to sync", || watch.is_synced()).await;
     assert_eq!(api.lists(), 5, "the list is paged at 250");
     assert_eq!(

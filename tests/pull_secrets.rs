@@ -11,7 +11,7 @@ use base64::Engine as _;
 use common::kube_api::{FakeApiServer, RegistryHosts};
 use common::registry::{self, Mode};
 use serde_json::{json, Value};
-use tolerable::admission::{Admission, Reviewed};
+use tolerable::admission::{Admission, AnsweredReview};
 use tolerable::cluster::Cluster;
 use tolerable::registry::{CredentialStore, Resolver};
 
@@ -45,9 +45,9 @@ fn review(image: &str, spec: Value) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
-async fn run(admission: &Admission, body: &[u8]) -> (Reviewed, String) {
+async fn run(admission: &Admission, body: &[u8]) -> (AnsweredReview, String) {
     let reviewed = admission
-        .review(body, Duration::from_secs(8))
+        .answer_review(body, Duration::from_secs(8))
         .await
         .unwrap();
     let wire = String::from_utf8(reviewed.out.to_json()).unwrap();
@@ -58,7 +58,7 @@ async fn run(admission: &Admission, body: &[u8]) -> (Reviewed, String) {
     (reviewed, wire)
 }
 
-fn annotation(reviewed: &Reviewed) -> String {
+fn annotation(reviewed: &AnsweredReview) -> String {
     reviewed.answer.decision.summary().to_owned()
 }
 

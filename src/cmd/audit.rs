@@ -15,11 +15,12 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::admission::{Admission, PodAnswer, Verification, VerifiedImages};
+use crate::admission::{
+    Admission, PodAnswer, Verification, VerifiedImages, WorkloadAnswer, WORKLOADS_AT_ONCE,
+};
 use crate::audit::{judge, Known, Placed, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::Cluster;
-use crate::cmd::review::{answer_workload, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::config::Config;
 use crate::mutate::{explain, Decision, Policy};
 
@@ -78,10 +79,11 @@ pub(crate) async fn run(
         None => Cluster::client_from_environment().await,
     }
     .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
-    let lister = read::Lister {
+    let lister = crate::cluster::list::Lister {
         client: &client,
         namespace: args.namespace.as_deref(),
         page: args.chunk_size,
+        progress: &progress,
     };
     let state = read::cluster(&lister, args.selector.as_deref()).await?;
     progress(&format!(
@@ -171,7 +173,7 @@ async fn audit(
         answered,
         mut common,
         asked,
-    } = answer_workload(admission, &workload.pod, budget).await;
+    } = admission.answer_workload(workload.object, budget).await;
     if let (Some(verified), Some(verified_images), Some((pod, pull_secrets))) =
         (&mut verified, verify, &asked)
     {

@@ -4,8 +4,6 @@
 mod inputs;
 mod report;
 
-pub(crate) use self::report::WORKLOADS_AT_ONCE;
-
 use std::fmt::Write as _;
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,17 +16,17 @@ use self::inputs::Input;
 use self::inputs::Inputs;
 use serde_json::{json, Value};
 
-use crate::admission::review::{AdmissionReviewOut, PodObject, ADMISSION_V1};
-use crate::admission::{self, Admission, Asked, PodAnswer};
+use crate::admission::wire::{AdmissionReviewOut, ADMISSION_V1};
+use crate::admission::{self, Admission, PodAnswer};
 use crate::cli::ReviewArgs;
-use crate::cluster::{Cluster, PullSecretRefs};
+use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::mutate::{self, Answer, Outcome, PodCreate};
+use crate::mutate::{Answer, Outcome};
 use crate::workload::{Found, Workload};
 
 /// What `review` answers: the core's answer, the response as the webhook would send it, and
 /// the object the patch applies to.
-struct Reviewed {
+struct DocumentAnswer {
     answer: Answer,
     out: AdmissionReviewOut,
     object: Value,
@@ -40,19 +38,19 @@ async fn review_document(
     admission: &Admission,
     document: Value,
     budget: Duration,
-) -> anyhow::Result<Reviewed> {
+) -> anyhow::Result<DocumentAnswer> {
     match document.get("kind").and_then(Value::as_str) {
         Some("AdmissionReview") => {
             let body = serde_json::to_vec(&document)?;
             let reviewed = admission
-                .review(&body, budget)
+                .answer_review(&body, budget)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let object = document
                 .pointer("/request/object")
                 .cloned()
                 .unwrap_or(Value::Null);
-            Ok(Reviewed {
+            Ok(DocumentAnswer {
                 answer: reviewed.answer,
                 out: reviewed.out,
                 object,
@@ -63,10 +61,13 @@ async fn review_document(
                 answer,
                 shell_warnings,
                 ..
-            } = answer_workload(admission, &document, budget).await.answered;
+            } = admission
+                .answer_pod_manifest(&document, budget)
+                .await
+                .answered;
             let allowed = AdmissionReviewOut::allow_uid(ADMISSION_V1, REVIEW_UID);
             let out = admission::respond(allowed, &answer, &shell_warnings);
-            Ok(Reviewed {
+            Ok(DocumentAnswer {
                 answer,
                 out,
                 object: document,
@@ -74,68 +75,6 @@ async fn review_document(
         }
         Some(other) => bail!("expected a Pod or an AdmissionReview, got kind {other}"),
         None => bail!("expected a Pod or an AdmissionReview (no kind, no spec)"),
-    }
-}
-
-/// Without `--kubeconfig` / `--cluster`, `review` reads no cluster: the pull secrets a Pod names
-/// are not read, and its warnings say so by name rather than leave a bare "refused access
-/// (tried: anonymous)" unexplained.
-pub(crate) fn unread_pull_secrets(
-    admission: &Admission,
-    pod: &PodCreate,
-    refs: &PullSecretRefs,
-) -> Option<String> {
-    if admission.reads_cluster() || refs.secrets.is_empty() || pod.images_to_look_up().is_empty() {
-        return None;
-    }
-    let names: Vec<String> = refs
-        .secrets
-        .iter()
-        .map(|name| format!("{}/{name}", pod.namespace))
-        .collect();
-    Some(format!(
-        "review reads no cluster: image pull secrets not read: {}; images behind them need a credential file or docker_config_path",
-        names.join(", ")
-    ))
-}
-
-/// What the webhook would answer for one workload's Pod (a Pod manifest, or the Pod a template
-/// makes), with the architectures its images share and the request (to ask more of it).
-pub(crate) struct WorkloadAnswer {
-    pub(crate) answered: PodAnswer,
-    pub(crate) common: Option<Vec<String>>,
-    pub(crate) asked: Option<(PodCreate, PullSecretRefs)>,
-}
-
-/// The one way `review` and `audit` decide on a workload's Pod: as the webhook does when its
-/// controller creates it (in its own namespace, else `default`).
-pub(crate) async fn answer_workload(
-    admission: &Admission,
-    pod: &Value,
-    budget: Duration,
-) -> WorkloadAnswer {
-    let policy = admission.policy();
-    let asked = match PodObject::parse(&pod.to_string()) {
-        Err(reason) => Asked::Answered(Answer::invalid_object(&reason)),
-        Ok(object) => admission::read_pod(None, object, policy),
-    };
-    match asked {
-        Asked::Decide(pod, pull_secrets) => {
-            let mut answered = admission.answer(&pod, &pull_secrets, budget).await;
-            let unread = unread_pull_secrets(admission, &pod, &pull_secrets);
-            answered.shell_warnings.extend(unread);
-            let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
-            WorkloadAnswer {
-                answered,
-                common,
-                asked: Some((pod, pull_secrets)),
-            }
-        }
-        Asked::Answered(answer) => WorkloadAnswer {
-            answered: answer.into(),
-            common: None,
-            asked: None,
-        },
     }
 }
 
@@ -200,7 +139,7 @@ pub(crate) async fn run(
         let skipped_inputs = found.unread.len();
         return Ok(report::exit_status(outcomes, skipped_inputs, args.strict));
     } else {
-        report::review_all(&admission, workloads, budget).await
+        report::report_all(&admission, workloads, budget).await
     };
     nothing_read(read, &found)?;
     report::write(out, &reports, &found, args.json)?;
@@ -236,7 +175,11 @@ async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
 }
 
 /// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.
-fn write_one(out: &mut impl Write, reviewed: &Reviewed, json: bool) -> anyhow::Result<ExitCode> {
+fn write_one(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     // The object as it would be stored: the request's object with the patch applied.
     let mut patched = reviewed.object.clone();
     if !reviewed.answer.patch.is_empty() && reviewed.out.response.allowed {
@@ -285,7 +228,11 @@ async fn write_each(
     Ok(outcomes)
 }
 
-fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {
+fn write_json(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    patched: &Value,
+) -> anyhow::Result<()> {
     let response = &reviewed.out.response;
     let report = json!({
         "allowed": response.allowed,
@@ -302,7 +249,11 @@ fn write_json(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> any
     Ok(())
 }
 
-fn write_text(out: &mut impl Write, reviewed: &Reviewed, patched: &Value) -> anyhow::Result<()> {
+fn write_text(
+    out: &mut impl Write,
+    reviewed: &DocumentAnswer,
+    patched: &Value,
+) -> anyhow::Result<()> {
     let response = &reviewed.out.response;
     let decision = if response.allowed {
         "allowed"

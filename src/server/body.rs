@@ -33,14 +33,15 @@ pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
 /// First capacity of a body that does not declare its length (and of an inflated one).
 const INITIAL_CAPACITY: usize = 16 << 10;
 
-/// A number of bytes that reservations draw from.
+/// A number of bytes that reservations draw from (memory, not the admission's time budget:
+/// that is `crate::budget`).
 #[derive(Debug)]
-pub(crate) struct Budget {
+pub(crate) struct ByteBudget {
     used: AtomicUsize,
     limit: usize,
 }
 
-impl Budget {
+impl ByteBudget {
     pub(crate) fn new(limit: usize) -> Self {
         Self {
             used: AtomicUsize::new(0),
@@ -70,12 +71,12 @@ impl Budget {
 /// buffer it pays for.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    budgets: [Arc<Budget>; 2],
+    budgets: [Arc<ByteBudget>; 2],
     bytes: usize,
 }
 
 impl Reservation {
-    pub(crate) fn new(connection: Arc<Budget>, process: Arc<Budget>) -> Self {
+    pub(crate) fn new(connection: Arc<ByteBudget>, process: Arc<ByteBudget>) -> Self {
         Self {
             budgets: [connection, process],
             bytes: 0,
@@ -234,15 +235,15 @@ mod tests {
 
     #[test]
     fn reservations_draw_from_both_budgets_and_give_back_on_drop() {
-        let connection = Arc::new(Budget::new(100));
-        let process = Arc::new(Budget::new(150));
+        let connection = Arc::new(ByteBudget::new(100));
+        let process = Arc::new(ByteBudget::new(150));
         let mut a = Reservation::new(connection.clone(), process.clone());
         assert!(a.grow_to(60));
         assert!(a.grow_to(100));
         assert!(!a.grow_to(101), "over the connection's budget");
         assert_eq!((connection.used(), process.used()), (100, 100));
 
-        let other = Arc::new(Budget::new(100));
+        let other = Arc::new(ByteBudget::new(100));
         let mut b = Reservation::new(other.clone(), process.clone());
         assert!(!b.grow_to(60), "over the process's budget");
         assert_eq!(other.used(), 0, "a refused reservation takes nothing");
@@ -263,8 +264,8 @@ mod tests {
     /// The compressed body's reservation, as `read` leaves it.
     fn reserved_for(
         compressed: &Bytes,
-        connection: &Arc<Budget>,
-        process: &Arc<Budget>,
+        connection: &Arc<ByteBudget>,
+        process: &Arc<ByteBudget>,
     ) -> Reservation {
         let mut reservation = Reservation::new(connection.clone(), process.clone());
         assert!(reservation.grow_to(compressed.len()));
@@ -274,8 +275,8 @@ mod tests {
     #[test]
     fn inflated_bytes_are_reserved_as_they_grow() {
         let (connection, process) = (
-            Arc::new(Budget::new(CONNECTION_BODY_BUDGET)),
-            Arc::new(Budget::new(PROCESS_BODY_BUDGET)),
+            Arc::new(ByteBudget::new(CONNECTION_BODY_BUDGET)),
+            Arc::new(ByteBudget::new(PROCESS_BODY_BUDGET)),
         );
         // A bomb: 3 MiB of spaces in about 3 KB.
         let bomb = gzip(&vec![b' '; MAX_BODY_BYTES]);
@@ -293,7 +294,7 @@ mod tests {
         assert_eq!((connection.used(), process.used()), (0, 0));
 
         // A budget with less room than the inflated copy: refused, and nothing kept.
-        let small = Arc::new(Budget::new(MAX_BODY_BYTES / 2));
+        let small = Arc::new(ByteBudget::new(MAX_BODY_BYTES / 2));
         let bomb = gzip(&vec![b' '; MAX_BODY_BYTES]);
         let mut reservation = reserved_for(&bomb, &small, &process);
         assert_eq!(

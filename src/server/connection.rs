@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::body::Budget;
+use super::body::ByteBudget;
 use super::slots::{Slot, SlotHandle, Standing};
 
 /// One connection's activity.
@@ -31,7 +31,7 @@ pub(crate) struct ConnectionState {
     /// carry PINGs and window updates that are not requests.)
     track_heads: bool,
     /// Bytes of body buffers this connection holds.
-    pub(crate) bodies: Arc<Budget>,
+    pub(crate) bodies: Arc<ByteBudget>,
     /// The client's address.
     pub(crate) peer: IpAddr,
     /// Its connection slot, told when the connection is busy and when idle; `None` for a
@@ -68,7 +68,7 @@ impl ConnectionState {
             }),
             changed: Notify::new(),
             track_heads,
-            bodies: Arc::new(Budget::new(body_budget)),
+            bodies: Arc::new(ByteBudget::new(body_budget)),
             peer,
             slot: Mutex::new(slot),
             promoted: Mutex::new(None),

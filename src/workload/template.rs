@@ -8,8 +8,11 @@
 use serde_json::{json, Map, Value};
 
 use super::{Read, Step};
-use crate::admission::review::PodObject;
+use crate::admission::wire::PodObject;
 
+// Built and taken apart once per object read, never stored in bulk: boxing the large variant
+// would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Template {
     /// No Pod template (a Service, a ConfigMap, a Deployment without `spec.template`).
     None,
@@ -17,6 +20,8 @@ pub(super) enum Template {
     Partial(String),
     Pod {
         pod: Value,
+        /// The Pod read as the webhook reads it, or why it cannot be.
+        object: Result<PodObject, String>,
         problems: Vec<String>,
     },
 }
@@ -108,17 +113,20 @@ pub(super) fn pod_of(
         pod_from_template(template, Value::Object(spec), namespace)
     };
     // What else the webhook would refuse, said here with the input's line (of the template:
-    // the parser names no field) rather than a position in the Pod re-written as one line of
-    // JSON.
-    if let Err(reason) = PodObject::parse(&pod.to_string()) {
-        let reason = reason.split(" at line ").next().unwrap_or_default();
+    // the parser names no field).
+    let object = PodObject::from_value(&pod);
+    if let Err(reason) = &object {
         let template_path = &spec_path[..spec_path.len() - 1];
         let at = read
             .line_of(template_path)
             .map(|l| format!(" (in the Pod template at line {l})"));
         problems.push(format!("{reason}{}", at.unwrap_or_default()));
     }
-    Template::Pod { pod, problems }
+    Template::Pod {
+        pod,
+        object,
+        problems,
+    }
 }
 
 fn pod_from_template(template: &Map<String, Value>, spec: Value, namespace: Option<&str>) -> Value {

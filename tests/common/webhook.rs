@@ -92,6 +92,8 @@ fn webhook_settings() -> (Policy, ResolverSettings) {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,
+    /// The node watch, when the server reads a cluster.
+    pub nodes: Option<tolerable::cluster::nodes::NodeWatch>,
     pub volume: SecretVolume,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -108,7 +110,7 @@ impl TestServer {
     }
 
     /// A server that reads the cluster behind `kube` (a fake API server): it decides with (and
-    /// is not ready before) the node watch; its `state.nodes` is that watch.
+    /// is not ready before) the node watch; its `nodes` is that watch.
     pub async fn start_with_cluster(
         policy: Policy,
         settings: ResolverSettings,
@@ -149,6 +151,7 @@ impl TestServer {
         let webhook = Webhook::build(&config, kube, false).await.unwrap();
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();
+        let nodes = webhook.nodes.clone();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(webhook.serve(async {
             let _ = rx.await;
@@ -156,6 +159,7 @@ impl TestServer {
         Self {
             addr,
             state,
+            nodes,
             volume,
             shutdown: Some(tx),
             task: Some(task),

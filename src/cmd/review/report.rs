@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::admission::review::cut_warning;
-use crate::admission::{Admission, PodAnswer};
+use crate::admission::wire::cut_warning;
+use crate::admission::{Admission, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::mutate::{explain, Decision, Outcome};
 use crate::workload::{Found, Workload};
 
@@ -59,28 +59,28 @@ fn outcome_label<S: serde::Serializer>(outcome: &Outcome, s: S) -> Result<S::Ok,
 /// no lookup spends its budget waiting for a turn behind hundreds of others.
 /// `workloads` is read as the reviews go, so memory holds the reports and the few workloads under
 /// review, not every workload's Pod.
-pub(super) async fn review_all(
+pub(super) async fn report_all(
     admission: &Admission,
     workloads: impl Iterator<Item = Workload>,
     budget: Duration,
 ) -> Vec<WorkloadReport> {
     use futures_util::StreamExt as _;
-    futures_util::stream::iter(workloads.map(|w| review(admission, w, budget)))
+    futures_util::stream::iter(workloads.map(|w| report_workload(admission, w, budget)))
         .buffered(WORKLOADS_AT_ONCE)
         .collect()
         .await
 }
 
-/// Workloads decided at the same time by `review` and `audit`: each looks up to 16 images at
-/// once, and the registry client bounds requests per registry (16) on top.
-pub(crate) const WORKLOADS_AT_ONCE: usize = 8;
-
-async fn review(admission: &Admission, workload: Workload, budget: Duration) -> WorkloadReport {
-    let super::WorkloadAnswer {
+async fn report_workload(
+    admission: &Admission,
+    workload: Workload,
+    budget: Duration,
+) -> WorkloadReport {
+    let WorkloadAnswer {
         answered: pod_answer,
         common: architectures,
         ..
-    } = super::answer_workload(admission, &workload.pod, budget).await;
+    } = admission.answer_workload(workload.object, budget).await;
     let PodAnswer {
         answer,
         shell_warnings,

@@ -142,7 +142,7 @@ impl AdmissionRequest<'_> {
 
 /// A Pod object as tolerable reads it: what the decision reads, and what the shell needs to
 /// look its images up.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PodObject {
     pub(crate) view: PodView,
     /// `metadata.namespace` (the request's namespace comes first).
@@ -156,6 +156,18 @@ impl PodObject {
     pub(crate) fn parse(json: &str) -> Result<Self, String> {
         let pod: PodIn = serde_json::from_str(json)
             .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        Self::read(pod)
+    }
+
+    /// Reads a Pod already parsed as JSON (a workload's Pod in `review` and `audit`), as
+    /// [`PodObject::parse`] reads its text — without writing it out again to parse it.
+    pub(crate) fn from_value(pod: &serde_json::Value) -> Result<Self, String> {
+        let pod =
+            PodIn::deserialize(pod).map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        Self::read(pod)
+    }
+
+    fn read(pod: PodIn) -> Result<Self, String> {
         let meta = pod
             .metadata
             .ok_or("the object is not a valid Pod: it has no metadata")?;
