@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::mutate::arch::{self, KUBERNETES_ARCHITECTURES};
 use crate::mutate::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
     TolerationTemplate, WeightedArchitecture, PREFERRED_WEIGHT,
@@ -1130,44 +1131,20 @@ fn validate_addresses(raw: &RawConfig) -> Result<(SocketAddr, Option<SocketAddr>
     Ok((listen_addr, metrics_addr))
 }
 
-/// Architecture names as Kubernetes (Go's GOARCH) writes them in the `kubernetes.io/arch` label.
-const KNOWN_ARCHITECTURES: &[&str] = &[
-    "386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le", "mipsle", "ppc64",
-    "ppc64le", "riscv64", "s390x", "wasm",
-];
-
-/// The GOARCH name for a name other tools use (`uname -m`, Debian, Docker Hub tags).
-fn goarch_for(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "x86_64" | "x86-64" | "x64" | "amd" | "intel" => "amd64",
-        "aarch64" | "arm64v8" | "armv8" | "armv8l" | "aarch64_be" => "arm64",
-        "armv7l" | "armv7" | "armhf" | "armv6l" | "armv6" | "armel" | "arm32v7" | "arm32v6" => {
-            "arm"
-        }
-        "i386" | "i486" | "i586" | "i686" | "x86" => "386",
-        "ppc64el" | "powerpc64le" | "ppc64le_" => "ppc64le",
-        "powerpc64" => "ppc64",
-        "riscv" | "riscv64gc" => "riscv64",
-        "s390" | "zarch" => "s390x",
-        "loongarch64" => "loong64",
-        _ => return None,
-    })
-}
-
 /// An architecture name as nodes label them (`amd64`, `arm64`, `s390x`, `ppc64le`, `386`, …):
 /// another spelling would match no node (or, as a default architecture, leave every node of the
 /// real one to be tainted).
 fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
-    if KNOWN_ARCHITECTURES.contains(&arch) {
+    if KUBERNETES_ARCHITECTURES.contains(&arch) {
         return Ok(arch.to_owned());
     }
-    let reason = match goarch_for(&arch.to_ascii_lowercase()) {
+    let reason = match arch::goarch_for(&arch.to_ascii_lowercase()) {
         Some(goarch) => format!(
             "{arch:?} is not a Kubernetes architecture name; nodes label it kubernetes.io/arch={goarch} (use {goarch:?})"
         ),
         None => format!(
             "{arch:?} is not a Kubernetes architecture name (one of {})",
-            KNOWN_ARCHITECTURES.join(", ")
+            KUBERNETES_ARCHITECTURES.join(", ")
         ),
     };
     Err(ConfigError::key(key, reason))
@@ -1387,27 +1364,8 @@ fn is_config_variable(name: &str) -> bool {
 }
 
 /// `500ms`, `4s`, `5m`, `24h`, or a bare number of seconds.
-pub(crate) fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    let text = text.trim();
-    let bad = || {
-        ConfigError::key(
-            key,
-            format!("{text:?} is not a duration (e.g. 500ms, 4s, 5m, 24h)"),
-        )
-    };
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-        _ => return Err(bad()),
-    };
-    Ok(duration)
+fn parse_duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    crate::duration::parse_config(text).map_err(|why| ConfigError::key(key, why))
 }
 
 fn read_ca_bundle(key: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
