@@ -253,16 +253,20 @@ impl Config {
             .map(|(k, v)| (k, v.trim().to_owned()))
             .filter(|(_, v)| !v.is_empty())
             .collect();
-        let (env, written_as, env_deprecations) = deprecated::rewrite_env(env)?;
-        deprecations.extend(env_deprecations);
+        let env = deprecated::rewrite_env(env)?;
+        deprecations.extend(env.warnings);
         let sources = Sources::new(
             file.as_ref().map(|(path, table)| (path.as_path(), table)),
-            written_as,
+            env.written_as,
         );
         if let Some(unknown) = sources.unknown_key() {
             return Err(unknown);
         }
-        let sections = merge(file.as_ref().map(|(_, table)| table), env, &sources)?;
+        let sections = merge(
+            file.as_ref().map(|(_, table)| table),
+            env.variables,
+            &sources,
+        )?;
         if sections.shared_cache.password.is_some() {
             if let origin @ Origin::File(_) = sources.origin_of("shared_cache.password") {
                 return Err(ConfigError::Key {

@@ -101,13 +101,13 @@ pub(crate) fn parse_go(text: &str) -> Result<Duration, String> {
 /// `1500ms`): how the defaults are spelled in the shipped file and the reference.
 pub(crate) fn format_config(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1000 != 0 {
+    if !millis.is_multiple_of(1000) {
         return format!("{millis}ms");
     }
     let seconds = millis / 1000;
-    if seconds != 0 && seconds % 3600 == 0 {
+    if seconds != 0 && seconds.is_multiple_of(3600) {
         format!("{}h", seconds / 3600)
-    } else if seconds != 0 && seconds % 60 == 0 {
+    } else if seconds != 0 && seconds.is_multiple_of(60) {
         format!("{}m", seconds / 60)
     } else {
         format!("{seconds}s")

@@ -136,12 +136,19 @@ pub(super) fn rewrite_file(
     Ok(warnings)
 }
 
+/// The environment with the flat keys' variables renamed.
+pub(super) struct RenamedEnv {
+    /// The variables as config-rs is to read them.
+    pub(super) variables: HashMap<String, String>,
+    /// Each variable's name as read, and as the operator wrote it.
+    pub(super) written_as: Vec<(String, String)>,
+    /// One per variable renamed.
+    pub(super) warnings: Vec<String>,
+}
+
 /// Renames the flat keys' variables to their sections' (`TOLERABLE_CACHE_URL` →
-/// `TOLERABLE_SHARED_CACHE__URL`): the variables as config-rs is to read them, each with the
-/// name the operator wrote, and the warnings, one per variable renamed.
-pub(super) fn rewrite_env(
-    env: HashMap<String, String>,
-) -> Result<(HashMap<String, String>, Vec<(String, String)>, Vec<String>), ConfigError> {
+/// `TOLERABLE_SHARED_CACHE__URL`).
+pub(super) fn rewrite_env(env: HashMap<String, String>) -> Result<RenamedEnv, ConfigError> {
     let mut out = HashMap::new();
     let mut names = Vec::new();
     let mut warnings = Vec::new();
@@ -169,5 +176,9 @@ pub(super) fn rewrite_env(
         names.push((renamed.clone(), name));
         out.insert(renamed, value);
     }
-    Ok((out, names, warnings))
+    Ok(RenamedEnv {
+        variables: out,
+        written_as: names,
+        warnings,
+    })
 }
