@@ -33,7 +33,7 @@ pub fn for_query(query: Option<&str>) -> Duration {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("timeout="))
-        .and_then(|value| crate::config::parse_duration("timeout", value).ok())
+        .and_then(|value| crate::duration::parse_go(value).ok())
         .filter(|t| !t.is_zero())
         .unwrap_or(DEFAULT_API_TIMEOUT);
     let margin = (timeout / 5).max(MIN_MARGIN);

@@ -17,6 +17,7 @@ use crate::config::Config;
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::from_process(cli.config.as_deref())?;
     crate::telemetry::init(&config);
+    config.warn_deprecated_keys();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = config.worker_threads {
         runtime.worker_threads(threads);

@@ -3,6 +3,7 @@
 //! logging — the webhook, `tolerable review`, the fuzz harness, the benches and the table tests
 //! all call [`answer`].
 
+pub(crate) mod arch;
 pub(crate) mod decision;
 pub(crate) mod explain;
 pub(crate) mod facts;

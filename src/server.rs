@@ -61,38 +61,8 @@ const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// thousand connections sending endless headers hold tens of MiB, not hundreds.
 const H1_MAX_BUF_SIZE: usize = 64 << 10;
 
-/// Connection and request limits (config keys of the same names).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerLimits {
-    /// Open client connections. At the cap a new one takes the slot of the oldest connection
-    /// that has not had a request answered yet; failing that it is let in for probes (bar
-    /// [`PROBE_CONNECTIONS`]) or closed at once. Lowered at start to fit the fd limit.
-    pub max_connections: usize,
-    /// Open connections from one client address (the same rules at its own cap: its own
-    /// connections give way), so one client cannot take every slot.
-    pub max_connections_per_peer: usize,
-    /// `/mutate` requests being answered at once (their bodies read: reading a body is bounded
-    /// by the body budgets and `request_read_timeout` instead); more get a fast 503.
-    pub max_requests_in_flight: usize,
-    /// TLS handshake, then a request's head and body, each within this.
-    pub request_read_timeout: Duration,
-    /// A connection with no request in progress for this long is closed.
-    pub connection_idle_timeout: Duration,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        Self {
-            max_connections: 1000,
-            max_connections_per_peer: 500,
-            max_requests_in_flight: 256,
-            request_read_timeout: Duration::from_secs(5),
-            // Longer than the API server's own idle timeout (Go's 90 s): the client closes an
-            // idle connection first, so it never sends a request into one being closed.
-            connection_idle_timeout: Duration::from_secs(120),
-        }
-    }
-}
+/// Connection and request limits: settings, defined with the config's `[server]` section.
+pub use crate::config::ServerLimits;
 
 /// What request handlers share.
 pub struct AppState {

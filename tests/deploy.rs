@@ -241,9 +241,9 @@ fn deployed_config(docs: &[Value]) -> Config {
         })
         .collect();
     for (var, name) in [
-        ("TOLERABLE_SSL_CERT_PATH", "tls.crt"),
-        ("TOLERABLE_SSL_KEY_PATH", "tls.key"),
-        ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", "creds"),
+        ("TOLERABLE_TLS__CERT_PATH", "tls.crt"),
+        ("TOLERABLE_TLS__KEY_PATH", "tls.key"),
+        ("TOLERABLE_CREDENTIALS__FILES_PATH", "creds"),
     ] {
         let local = dir.path().join(name);
         std::fs::create_dir_all(dir.path().join("creds")).unwrap();
@@ -280,7 +280,7 @@ fn local_credential_providers(docs: &[Value], dir: &Path, env: &mut [(String, St
     use std::os::unix::fs::PermissionsExt as _;
     let Some(i) = env
         .iter()
-        .position(|(k, _)| k == "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG")
+        .position(|(k, _)| k == "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG")
     else {
         return;
     };
@@ -308,7 +308,7 @@ fn local_credential_providers(docs: &[Value], dir: &Path, env: &mut [(String, St
         std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     for (name, value) in env.iter_mut() {
-        if name == "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR" {
+        if name == "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR" {
             *value = bin.display().to_string();
         }
     }
@@ -480,7 +480,7 @@ impl<'a> Overlay<'a> {
 
     /// Certificate dnsNames ↔ Service; inject-ca-from ↔ Certificate; secretName ↔ the mounted
     /// Secret ↔ ssl_cert_path / ssl_key_path in the deployed config; registry credentials
-    /// Secret ↔ registry_credential_path; config map ↔ TOLERABLE_CONFIG.
+    /// Secret ↔ `[credentials] files_path`; config map ↔ TOLERABLE_CONFIG.
     fn certificate_and_mounts_match_the_config(&self) {
         let (dir, docs) = (self.dir, self.docs);
         let certificate = object(docs, "Certificate", "tolerable-tls");
@@ -514,15 +514,15 @@ impl<'a> Overlay<'a> {
         let config_map = object(docs, "ConfigMap", "tolerable-config");
         let file = toml_table(str_of(config_map, "/data/tolerable.toml"));
         for (key, path) in [
-            ("ssl_cert_path", format!("{tls_mount}/tls.crt")),
-            ("ssl_key_path", format!("{tls_mount}/tls.key")),
+            ("cert_path", format!("{tls_mount}/tls.crt")),
+            ("key_path", format!("{tls_mount}/tls.key")),
         ] {
-            assert_eq!(file[key].as_str().unwrap(), path, "{dir}");
+            assert_eq!(file["tls"][key].as_str().unwrap(), path, "{dir}");
         }
         let creds = object(docs, "Secret", "tolerable-registry-creds");
         let creds_mount = self.mount_of(|v| v["secret"]["secretName"] == creds["metadata"]["name"]);
         assert_eq!(
-            file["registry_credential_path"].as_str().unwrap(),
+            file["credentials"]["files_path"].as_str().unwrap(),
             creds_mount,
             "{dir}"
         );
@@ -601,7 +601,7 @@ fn the_deployment_is_hardened() {
         .as_array()
         .unwrap()
         .iter()
-        .any(|e| e["name"] == "TOLERABLE_SUPPORTED_ARCHITECTURES"));
+        .any(|e| e["name"] == "TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES"));
     // The overlay's image replaces the base's placeholder.
     assert_eq!(
         container["image"], "registry.example.com/platform/tolerable:v0.1.0",
@@ -767,12 +767,12 @@ fn node_credential_providers_are_mounted_read_only_from_the_node() {
         &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
     for (var, kind, node_path) in [
         (
-            "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG",
+            "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG",
             "File",
             "/etc/eks/image-credential-provider/config.json",
         ),
         (
-            "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR",
+            "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR",
             "Directory",
             "/etc/eks/image-credential-provider",
         ),
@@ -809,7 +809,7 @@ fn node_credential_providers_are_mounted_read_only_from_the_node() {
 #[test]
 fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
     let docs = documents(&render("kustomize/overlays/credential-provider-image"));
-    let bin_dir = env_value(&docs, "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR");
+    let bin_dir = env_value(&docs, "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR");
     assert!(
         volume_of(&docs, bin_dir).is_none(),
         "{bin_dir} is in the image"
@@ -828,7 +828,7 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
     }
     let (volume, _) = volume_of(
         &docs,
-        env_value(&docs, "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG"),
+        env_value(&docs, "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG"),
     )
     .expect("the provider config is mounted");
     assert!(volume["configMap"]["name"]
@@ -862,17 +862,17 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
     ]
 }
 
-/// The shared-cache component: tolerable's `cache_url` names the Valkey Service, the Service
+/// The shared-cache component: tolerable's `[shared_cache] url` names the Valkey Service, the Service
 /// reaches the Valkey Pod's port, only tolerable's Pods may connect to it (and it connects to
 /// nothing), it keeps nothing on disk, is as locked down as tolerable's Pods, and never goes
-/// through tolerable. Without the component, no `cache_url`.
+/// through tolerable. Without the component, no `[shared_cache] url`.
 #[test]
 fn the_shared_cache_is_reachable_by_tolerable_alone() {
     let docs = documents(&render("kustomize/overlays/shared-cache"));
     let shared = deployed_config(&docs)
         .resolver
         .shared_cache
-        .expect("cache_url is set");
+        .expect("[shared_cache] url is set");
     let url = reqwest::Url::parse(shared.url()).unwrap();
     let service = object(&docs, "Service", "valkey");
     let namespace = str_of(service, "/metadata/namespace");
@@ -963,15 +963,16 @@ fn deployed_config_file_matches_the_shipped_one() {
     let read = |p: &Path| toml_table(&std::fs::read_to_string(root().join(p)).unwrap());
     let shipped = read(Path::new("tolerable.toml"));
     let mut deployed = read(Path::new("kustomize/base/tolerable.toml"));
-    for key in [
-        "ssl_cert_path",
-        "ssl_key_path",
-        "registry_credential_path",
-        "metrics_addr",
+    for (section, key) in [
+        ("tls", "cert_path"),
+        ("tls", "key_path"),
+        ("credentials", "files_path"),
+        ("server", "metrics_addr"),
     ] {
+        let table = deployed[section].as_table_mut().unwrap();
         assert!(
-            deployed.remove(key).is_some(),
-            "the deployed config must set {key}"
+            table.remove(key).is_some(),
+            "the deployed config must set [{section}] {key}"
         );
     }
     assert_eq!(

@@ -403,7 +403,7 @@ fn a_missing_credential_helper_refuses_to_start_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("config key `docker_config_path`")
+        stderr.contains("config key `credentials.docker_config_path`")
             && stderr.contains("credsStore: docker-credential-not-installed-anywhere not found"),
         "{stderr}"
     );

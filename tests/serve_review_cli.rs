@@ -350,7 +350,7 @@ fn serve_refuses_to_start_on_bad_certificates_naming_the_key() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("ssl_key_path"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tls.key_path"));
 }
 
 trait JsonOrText {

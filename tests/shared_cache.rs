@@ -433,7 +433,7 @@ fn cache_url_configuration_never_shows_the_password() {
         .unwrap_err()
         .to_string();
     assert!(
-        stray.contains("cache_password") && !stray.contains("pa55word"),
+        stray.contains("shared_cache.password") && !stray.contains("pa55word"),
         "{stray}"
     );
 
@@ -448,7 +448,7 @@ fn cache_url_configuration_never_shows_the_password() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("TOLERABLE_CACHE_PASSWORD") && !err.contains("pa55word"),
+        err.contains("TOLERABLE_SHARED_CACHE__PASSWORD") && !err.contains("pa55word"),
         "{err}"
     );
     let password = dir.path().join("password");

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
-use super::{RawConfig, RawTemplate, RawTolerations, RawWeighted, ENV_PREFIX};
+use super::deprecated::FLAT_KEYS;
+use super::policy::{RawTemplate, RawWeighted};
+use super::{ENV_PREFIX, SECTIONS};
 
 /// Where a value came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,14 +43,15 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    /// `variables`: `TOLERABLE_*` config variables (name, value).
-    pub(crate) fn new<'a>(
+    /// `variables`: `TOLERABLE_*` config variables, each as config-rs reads it (a deprecated
+    /// name renamed) and as the operator wrote it.
+    pub(crate) fn new(
         file: Option<(&Path, &toml::Table)>,
-        variables: impl IntoIterator<Item = &'a String>,
+        variables: impl IntoIterator<Item = (String, String)>,
     ) -> Self {
         let variables = variables
             .into_iter()
-            .map(|name| (key_of_variable(name), name.clone()))
+            .map(|(read, written)| (key_of_variable(&read), written))
             .collect();
         let file = file.map(|(path, table)| {
             let mut keys = Vec::new();
@@ -100,7 +103,7 @@ impl Sources {
 }
 
 /// `TOLERABLE_TOLERATIONS__EFFECT` → `tolerations.effect`, as config-rs reads it.
-fn key_of_variable(name: &str) -> String {
+pub(super) fn key_of_variable(name: &str) -> String {
     let key = name
         .strip_prefix(ENV_PREFIX)
         .and_then(|k| k.strip_prefix('_'))
@@ -109,7 +112,7 @@ fn key_of_variable(name: &str) -> String {
 }
 
 /// `tolerations.effect` → `TOLERABLE_TOLERATIONS__EFFECT`.
-fn variable_of_key(key: &str) -> String {
+pub(super) fn variable_of_key(key: &str) -> String {
     format!(
         "{ENV_PREFIX}_{}",
         key.replace('.', "__").to_ascii_uppercase()
@@ -149,27 +152,49 @@ fn table_keys(prefix: &str, table: &toml::Table, keys: &mut Vec<String>) {
 }
 
 /// `None` when `key` is known; else the known key nearest to it. The sections' fields are
-/// known; a map's entries (`registry_mirrors.<registry>`, `architecture_tolerations.<arch>`)
-/// may be named anything; what lies below a plain value is left to its type check.
+/// known; a map's entries (`registry.mirrors.<registry>`, `architecture_tolerations.<arch>`)
+/// may be named anything; what lies below a plain value is left to its type check. A key
+/// outside every section is compared with every section's keys and with the deprecated flat
+/// keys (suggesting the key in its section), so `lookup_timout` suggests
+/// `registry.lookup_timeout`.
 fn nearest_key(key: &str) -> Option<String> {
     let path: Vec<&str> = key.split('.').collect();
-    let top = field_names::<RawConfig>();
-    let (known, at) = match path.as_slice() {
-        [first, ..] if !top.contains(first) => (top, 0),
-        ["tolerations", _, ..] => (field_names::<RawTolerations>(), 1),
-        ["architecture_tolerations", _, _, ..] => (field_names::<RawTemplate>(), 2),
-        ["preferred_architecture", _, ..] => (field_names::<RawWeighted>(), 1),
+    let section = SECTIONS.iter().find(|(name, _)| *name == path[0]);
+    let (inner, at): (&[&str], usize) = match (section, path.as_slice()) {
+        (None, _) => return nearest_anywhere(&path[..path.len().min(2)].join(".")),
+        (Some((_, None)), ["architecture_tolerations", _, _, ..]) => {
+            (field_names::<RawTemplate>(), 2)
+        }
+        (Some(_), ["policy", "preferred_architecture", _, ..]) => (field_names::<RawWeighted>(), 2),
+        (Some((_, Some(keys))), [_, field, ..]) if !keys().contains(field) => {
+            return nearest_anywhere(&path[..2].join("."));
+        }
         _ => return None,
     };
-    if known.contains(&path[at]) {
+    if inner.contains(&path[at]) {
         return None;
     }
-    let nearest = known
+    let nearest = inner
         .iter()
         .min_by_key(|candidate| edit_distance(path[at], candidate))?;
     let mut out = path[..at].to_vec();
     out.push(nearest);
     Some(out.join("."))
+}
+
+/// The key, of every section's (`section.key`) and the deprecated flat ones, nearest to
+/// `written`, as its key in a section.
+fn nearest_anywhere(written: &str) -> Option<String> {
+    let sectioned = super::known_keys()
+        .into_iter()
+        .map(|key| (key.clone(), key));
+    let flat = FLAT_KEYS
+        .iter()
+        .map(|(old, section, key)| ((*old).to_owned(), format!("{section}.{key}")));
+    sectioned
+        .chain(flat)
+        .min_by_key(|(spelled, _)| edit_distance(written, spelled))
+        .map(|(_, key)| key)
 }
 
 /// Levenshtein distance: the fewest insertions, deletions and substitutions of characters that
@@ -252,10 +277,13 @@ mod tests {
 
     #[test]
     fn the_sections_fields_come_from_the_structs() {
-        let top = field_names::<RawConfig>();
-        assert!(top.contains(&"lookup_timeout") && top.contains(&"registry_mirrors"));
+        let top = field_names::<super::super::Sections>();
         assert_eq!(
-            field_names::<RawTolerations>(),
+            top,
+            SECTIONS.iter().map(|(name, _)| *name).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            field_names::<super::super::policy::TolerationsSection>(),
             ["key", "operator", "effect", "toleration_seconds"]
         );
         assert_eq!(field_names::<RawWeighted>(), ["architecture", "weight"]);
@@ -264,23 +292,30 @@ mod tests {
     #[test]
     fn nearest_keys() {
         for (key, want) in [
-            ("lookup_timeout", None),
-            ("lookup_timeot", Some("lookup_timeout")),
-            ("registry_mirror", Some("registry_mirrors")),
+            ("registry.lookup_timeout", None),
+            ("registry.lookup_timeot", Some("registry.lookup_timeout")),
+            // A flat key misspelt: its key in its section.
+            ("lookup_timeot", Some("registry.lookup_timeout")),
+            ("registry_mirror", Some("registry.mirrors")),
+            ("cache_stale_if_eror", Some("cache.stale_if_error")),
+            // A key in another section's table, or a section misspelt.
+            ("registry.stale_if_error", Some("cache.stale_if_error")),
+            ("cahce.tag_ttl", Some("cache.tag_ttl")),
             ("tolerations.efect", Some("tolerations.effect")),
             ("tolerations.effect", None),
-            ("registry_mirrors.docker.io", None),
+            ("registry.mirrors.docker.io", None),
             ("architecture_tolerations.arm64", None),
             (
                 "architecture_tolerations.arm64.vale",
                 Some("architecture_tolerations.arm64.value"),
             ),
             (
-                "preferred_architecture.wieght",
-                Some("preferred_architecture.weight"),
+                "policy.preferred_architecture.wieght",
+                Some("policy.preferred_architecture.weight"),
             ),
             // Below a plain value: its type check reports it.
-            ("skip_namespaces.x", None),
+            ("policy.skip_namespaces.x", None),
+            ("server", None),
         ] {
             assert_eq!(nearest_key(key).as_deref(), want, "{key}");
         }
@@ -289,27 +324,42 @@ mod tests {
     #[test]
     fn origins() {
         let table: toml::Table = r#"
+            [registry]
             lookup_timeout = "3s"
-            [registry_mirrors]
+            [registry.mirrors]
             "docker.io" = "mirror.gcr.io"
             [[architecture_tolerations.arm64]]
             key = "k"
         "#
         .parse()
         .unwrap();
-        let variables = ["TOLERABLE_TOLERATIONS__EFFECT".to_owned()];
-        let sources = Sources::new(Some((Path::new("/etc/t.toml"), &table)), &variables);
+        let variables = [
+            (
+                "TOLERABLE_TOLERATIONS__EFFECT".to_owned(),
+                "TOLERABLE_TOLERATIONS__EFFECT".to_owned(),
+            ),
+            (
+                "TOLERABLE_CACHE__TAG_TTL".to_owned(),
+                "TOLERABLE_CACHE_TAG_TTL".to_owned(),
+            ),
+        ];
+        let sources = Sources::new(Some((Path::new("/etc/t.toml"), &table)), variables);
         let file = Origin::File("/etc/t.toml".into());
         let variable = Origin::Variable("TOLERABLE_TOLERATIONS__EFFECT".into());
         for (key, want) in [
-            ("lookup_timeout", &file),
-            ("registry_mirrors.docker.io", &file),
-            ("registry_mirrors", &file),
+            ("registry.lookup_timeout", &file),
+            ("registry.mirrors.docker.io", &file),
+            ("registry.mirrors", &file),
             ("architecture_tolerations.arm64[0].key", &file),
             ("tolerations.effect", &variable),
             ("tolerations", &variable),
-            ("lookup_timeout_x", &Origin::Default),
-            ("cache_tag_ttl", &Origin::Default),
+            ("registry.lookup_timeout_x", &Origin::Default),
+            ("cache.digest_ttl", &Origin::Default),
+            // A deprecated variable is named as written.
+            (
+                "cache.tag_ttl",
+                &Origin::Variable("TOLERABLE_CACHE_TAG_TTL".into()),
+            ),
         ] {
             assert_eq!(&sources.origin_of(key), want, "{key}");
         }

@@ -57,7 +57,7 @@ impl Platform {
             "macos" => "darwin".to_owned(),
             other => other.to_owned(),
         };
-        let (architecture, variant) = normalize_arch(
+        let (architecture, variant) = super::arch::normalize(
             &architecture.to_ascii_lowercase(),
             &variant.unwrap_or_default().to_ascii_lowercase(),
         );
@@ -109,36 +109,6 @@ fn is_label_value(name: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// containerd's `normalizeArch` rules, restated.
-fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
-    let (arch, variant) = match arch {
-        "i386" => ("386", ""),
-        "x86_64" | "x86-64" | "amd64" => ("amd64", if variant == "v1" { "" } else { variant }),
-        "aarch64" | "arm64" => (
-            "arm64",
-            match variant {
-                "8" | "v8" | "v8.0" => "",
-                "9" | "9.0" | "v9.0" => "v9",
-                other => other,
-            },
-        ),
-        "armhf" => ("arm", "v7"),
-        "armel" => ("arm", "v6"),
-        "arm" => (
-            "arm",
-            match variant {
-                "" | "7" => "v7",
-                "5" => "v5",
-                "6" => "v6",
-                "8" => "v8",
-                other => other,
-            },
-        ),
-        other => (other, variant),
-    };
-    (arch.to_owned(), variant.to_owned())
 }
 
 #[cfg(test)]

@@ -29,16 +29,9 @@ pub(crate) const REPEATED_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(60)
 /// write) must cost nothing but the warning.
 pub const MAX_PEM_BYTES: u64 = 1 << 20;
 
-/// What a reload does with a certificate that does not cover every DNS name and IP address the
-/// certificate served at start covered (config key `tls_reload_name_check`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum NameCheck {
-    /// Keep serving the current certificate; the reload counts as failed.
-    #[default]
-    Refuse,
-    /// Serve it, with a warning naming the names it dropped.
-    Warn,
-}
+/// What a reload does with a certificate that drops a name: a setting, defined with the
+/// config's `[tls]` section.
+pub use crate::config::NameCheck;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use super::exec;
 use super::helper::{self, DockerHelpers, Helper};
 use super::image_match::{best_first, ImagePattern};
-use super::provider::{parse_go_duration, Provider};
+use super::provider::Provider;
 use super::Credential;
 use crate::registry::clock::Clock;
 use crate::registry::RegistryObserver;
@@ -579,7 +579,7 @@ fn parse_response(
     };
     let duration = match &response.cache_duration {
         Some(text) => Some(
-            parse_go_duration(text)
+            crate::duration::parse_go(text)
                 .map_err(|_| format!("answered cacheDuration {}, not a duration", shown(text)))?,
         ),
         None => None,

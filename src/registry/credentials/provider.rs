@@ -60,9 +60,10 @@ impl Provider {
     }
 }
 
+/// The kubelet's CredentialProviderConfig file as written.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawConfig {
+struct CredentialProviderConfigFile {
     api_version: String,
     kind: String,
     providers: Vec<RawProvider>,
@@ -104,7 +105,8 @@ pub(crate) fn load(path: &Path, bin_dir: &Path) -> Result<(Vec<Provider>, Vec<St
 /// [`load`] of the file's text.
 pub(crate) fn parse(text: &str, bin_dir: &Path) -> Result<(Vec<Provider>, Vec<String>), String> {
     // YAML reads JSON too, as the kubelet's decoder does.
-    let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    let raw: CredentialProviderConfigFile =
+        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     if !CONFIG_VERSIONS.contains(&raw.api_version.as_str()) {
         return Err(format!(
             "apiVersion {:?} is not {}",
@@ -155,7 +157,7 @@ fn provider(raw: RawProvider, bin_dir: &Path) -> Result<Provider, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let default_cache_duration = match &raw.default_cache_duration {
         Some(text) => {
-            parse_go_duration(text).map_err(|why| format!("defaultCacheDuration: {why}"))?
+            crate::duration::parse_go(text).map_err(|why| format!("defaultCacheDuration: {why}"))?
         }
         None => return Err("defaultCacheDuration is required".into()),
     };
@@ -190,46 +192,6 @@ fn provider(raw: RawProvider, bin_dir: &Path) -> Result<Provider, String> {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// A Go `time.Duration` as Kubernetes writes one (`12h`, `10m0s`, `1.5h`, `300ms`, `0`); not
-/// negative.
-pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration such as 10m0s, 12h or 500ms");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.starts_with('-') {
-        return Err(format!("{text:?} is negative"));
-    }
-    rest = rest.strip_prefix('+').unwrap_or(rest);
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -340,29 +302,5 @@ providers:
         let (providers, warnings) = parse(&text, dir.path()).unwrap();
         assert!(providers.is_empty());
         assert!(warnings[0].contains("auth-provider-gcp"), "{warnings:?}");
-    }
-
-    #[test]
-    fn go_durations() {
-        for (text, seconds) in [
-            ("10m0s", 600.0),
-            ("12h", 43200.0),
-            ("1h30m", 5400.0),
-            ("1.5h", 5400.0),
-            ("500ms", 0.5),
-            ("0", 0.0),
-            ("0s", 0.0),
-            ("90s", 90.0),
-            ("2us", 0.000002),
-        ] {
-            assert_eq!(
-                parse_go_duration(text).unwrap().as_secs_f64(),
-                seconds,
-                "{text}"
-            );
-        }
-        for bad in ["", "10", "1d", "-5m", "m", "1h m", "1..5s"] {
-            assert!(parse_go_duration(bad).is_err(), "{bad}");
-        }
     }
 }

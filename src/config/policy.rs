@@ -1,0 +1,456 @@
+//! `[policy]`, `[tolerations]`, `[architecture_tolerations]` and `[nodes]`: the decision's
+//! [`Policy`] (architectures, tolerations, steering, what to do when in doubt) and what `serve`
+//! does with the cluster's Nodes. The defaults are [`Policy::default`]'s, read from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+use super::values::{number_or_text, List, Word};
+use super::ConfigError;
+use crate::mutate::arch::{self, KUBERNETES_ARCHITECTURES};
+use crate::mutate::{
+    OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
+    TolerationTemplate, WeightedArchitecture, PREFERRED_WEIGHT,
+};
+
+/// `[policy]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct PolicySection {
+    supported_architectures: List,
+    default_architectures: List,
+    skip_namespaces: List,
+    steering: Word<Steering>,
+    preferred_architecture: Option<RawPreference>,
+    on_no_common_architecture: Word<OnNoCommonArchitecture>,
+    on_lookup_failure: Word<OnLookupFailure>,
+    enforce: bool,
+    max_containers_per_pod: usize,
+    max_images_per_pod: usize,
+}
+
+impl Default for PolicySection {
+    /// [`Policy::default`], the one copy of the defaults, as it would be written.
+    fn default() -> Self {
+        let policy = Policy::default();
+        let list = |set: BTreeSet<String>| List(set.into_iter().collect());
+        Self {
+            supported_architectures: list(policy.supported_architectures),
+            default_architectures: list(policy.default_architectures),
+            skip_namespaces: list(policy.skip_namespaces),
+            steering: Word::Known(policy.steering),
+            preferred_architecture: (!policy.preferred_architectures.is_empty()).then(|| {
+                RawPreference::Weighted(
+                    policy
+                        .preferred_architectures
+                        .into_iter()
+                        .map(|w| RawWeighted {
+                            architecture: w.architecture,
+                            weight: i64::from(w.weight),
+                        })
+                        .collect(),
+                )
+            }),
+            on_no_common_architecture: Word::Known(policy.on_no_common_architecture),
+            on_lookup_failure: Word::Known(policy.on_lookup_failure),
+            enforce: policy.enforce,
+            max_containers_per_pod: policy.max_containers_per_pod,
+            max_images_per_pod: policy.max_images_per_pod,
+        }
+    }
+}
+
+/// `[nodes]` as written: what `serve` does with the cluster's Nodes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct NodesSection {
+    /// Watch Nodes (their architectures and taints).
+    pub(super) watch: bool,
+    /// Keep new nodes tainted as they join.
+    pub(super) manage_taints: bool,
+}
+
+impl Default for NodesSection {
+    fn default() -> Self {
+        Self {
+            watch: true,
+            manage_taints: false,
+        }
+    }
+}
+
+/// A taint's effect a toleration matches; empty: every effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+    #[serde(rename = "")]
+    Any,
+}
+
+impl TaintEffect {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+            Self::Any => "",
+        }
+    }
+}
+
+/// `[tolerations]`: the toleration added for each tolerated architecture.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct TolerationsSection {
+    key: String,
+    operator: Word<TolerationOperator>,
+    effect: Word<TaintEffect>,
+    toleration_seconds: Option<i64>,
+}
+
+impl Default for TolerationsSection {
+    /// [`Policy::default`]'s toleration, the one copy of the defaults.
+    fn default() -> Self {
+        let toleration = Policy::default().toleration;
+        Self {
+            key: toleration.key,
+            operator: Word::Known(toleration.operator),
+            effect: Word::parse(&toleration.effect),
+            toleration_seconds: toleration.toleration_seconds,
+        }
+    }
+}
+
+/// `[architecture_tolerations.<arch>]`: one toleration (a table), several (an array of
+/// tables), or, in an environment variable, `key[=value][:effect], …` (no value: the
+/// architecture; value `*`: operator Exists).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a toleration table, a list of them, or \"key=value:effect, …\""
+)]
+pub(super) enum RawTemplates {
+    Text(String),
+    One(RawTemplate),
+    Many(Vec<RawTemplate>),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTemplate {
+    key: String,
+    #[serde(default)]
+    operator: Option<Word<TolerationOperator>>,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    effect: Option<Word<TaintEffect>>,
+    #[serde(default, deserialize_with = "number_or_text")]
+    toleration_seconds: Option<i64>,
+}
+
+impl RawTemplates {
+    fn into_list(self, key: &str) -> Result<Vec<RawTemplate>, ConfigError> {
+        match self {
+            Self::One(one) => Ok(vec![one]),
+            Self::Many(many) => Ok(many),
+            Self::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| RawTemplate::from_text(key, item))
+                .collect(),
+        }
+    }
+}
+
+impl RawTemplate {
+    /// One `key[=value][:effect]` item of `key`'s text form.
+    fn from_text(key: &str, item: &str) -> Result<Self, ConfigError> {
+        let (key_value, effect) = match item.rsplit_once(':') {
+            Some((kv, effect)) => (kv, Some(Word::parse(effect))),
+            None => (item, None),
+        };
+        let (taint_key, value) = match key_value.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (key_value, None),
+        };
+        if taint_key.is_empty() {
+            return Err(ConfigError::key(
+                key,
+                format!("{item:?} is not key[=value][:effect]"),
+            ));
+        }
+        let operator = if value == Some("*") {
+            TolerationOperator::Exists
+        } else {
+            TolerationOperator::Equal
+        };
+        Ok(Self {
+            key: taint_key.to_owned(),
+            operator: Some(Word::Known(operator)),
+            value: value.filter(|v| *v != "*").map(str::to_owned),
+            effect,
+            toleration_seconds: None,
+        })
+    }
+}
+
+/// `[policy] preferred_architecture`: one architecture (weight 50), a list of
+/// `{ architecture, weight }` tables, or, in an environment variable, `arm64=80, amd64=20`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "an architecture, or a list of { architecture, weight }"
+)]
+enum RawPreference {
+    Text(String),
+    Weighted(Vec<RawWeighted>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWeighted {
+    architecture: String,
+    weight: i64,
+}
+
+/// An architecture name as nodes label them (`amd64`, `arm64`, `s390x`, `ppc64le`, `386`, …):
+/// another spelling would match no node (or, as a default architecture, leave every node of the
+/// real one to be tainted).
+fn validate_arch(key: &str, arch: &str) -> Result<String, ConfigError> {
+    if KUBERNETES_ARCHITECTURES.contains(&arch) {
+        return Ok(arch.to_owned());
+    }
+    let reason = match arch::goarch_for(&arch.to_ascii_lowercase()) {
+        Some(goarch) => format!(
+            "{arch:?} is not a Kubernetes architecture name; nodes label it kubernetes.io/arch={goarch} (use {goarch:?})"
+        ),
+        None => format!(
+            "{arch:?} is not a Kubernetes architecture name (one of {})",
+            KUBERNETES_ARCHITECTURES.join(", ")
+        ),
+    };
+    Err(ConfigError::key(key, reason))
+}
+
+fn validate_arch_list(key: &str, list: &List) -> Result<BTreeSet<String>, ConfigError> {
+    list.0.iter().map(|a| validate_arch(key, a)).collect()
+}
+
+impl PolicySection {
+    /// The policy: architectures, tolerations, steering, and what to do when in doubt.
+    pub(super) fn validate(
+        &self,
+        tolerations: &TolerationsSection,
+        architecture_tolerations: &BTreeMap<String, RawTemplates>,
+    ) -> Result<Policy, ConfigError> {
+        let supported_architectures = validate_arch_list(
+            "policy.supported_architectures",
+            &self.supported_architectures,
+        )?;
+        let default_architectures =
+            validate_arch_list("policy.default_architectures", &self.default_architectures)?;
+        if default_architectures.is_empty() {
+            return Err(ConfigError::key(
+                "policy.default_architectures",
+                "name at least one architecture (tainting every node would leave no untainted pool)",
+            ));
+        }
+        let toleration = validate_default_toleration(tolerations)?;
+        let architecture_tolerations =
+            validate_architecture_tolerations(architecture_tolerations, &supported_architectures)?;
+        Ok(Policy {
+            supported_architectures,
+            default_architectures,
+            toleration,
+            architecture_tolerations,
+            steering: self.steering.clone().get("policy.steering")?,
+            preferred_architectures: validate_preference(self.preferred_architecture.as_ref())?,
+            on_no_common_architecture: self
+                .on_no_common_architecture
+                .clone()
+                .get("policy.on_no_common_architecture")?,
+            on_lookup_failure: self
+                .on_lookup_failure
+                .clone()
+                .get("policy.on_lookup_failure")?,
+            skip_namespaces: self.skip_namespaces.0.iter().cloned().collect(),
+            max_containers_per_pod: at_least_one(
+                "policy.max_containers_per_pod",
+                self.max_containers_per_pod,
+            )?,
+            max_images_per_pod: at_least_one("policy.max_images_per_pod", self.max_images_per_pod)?,
+            enforce: self.enforce,
+        })
+    }
+}
+
+fn at_least_one(key: &str, n: usize) -> Result<usize, ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::key(key, "must be at least 1"));
+    }
+    Ok(n)
+}
+
+/// `[tolerations]`: a template whose value is the architecture.
+fn validate_default_toleration(
+    raw: &TolerationsSection,
+) -> Result<TolerationTemplate, ConfigError> {
+    validate_template(
+        "tolerations",
+        RawTemplate {
+            key: raw.key.clone(),
+            operator: Some(raw.operator.clone()),
+            value: None,
+            effect: Some(raw.effect.clone()),
+            toleration_seconds: raw.toleration_seconds,
+        },
+    )
+}
+
+/// `[architecture_tolerations.<arch>]`: only for supported architectures, at least one each.
+fn validate_architecture_tolerations(
+    raw: &BTreeMap<String, RawTemplates>,
+    supported_architectures: &BTreeSet<String>,
+) -> Result<BTreeMap<String, Vec<TolerationTemplate>>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (arch, templates) in raw {
+        let key = format!("architecture_tolerations.{arch}");
+        let arch = validate_arch(&key, arch)?;
+        if !supported_architectures.contains(&arch) {
+            return Err(ConfigError::key(
+                &key,
+                format!(
+                    "{arch} is not in policy.supported_architectures, so it is never tolerated"
+                ),
+            ));
+        }
+        let templates = templates
+            .clone()
+            .into_list(&key)?
+            .into_iter()
+            .map(|t| validate_template(&key, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if templates.is_empty() {
+            return Err(ConfigError::key(&key, "name at least one toleration"));
+        }
+        out.insert(arch, templates);
+    }
+    Ok(out)
+}
+
+/// One toleration template under `section` (`tolerations` or `architecture_tolerations.<arch>`).
+fn validate_template(section: &str, raw: RawTemplate) -> Result<TolerationTemplate, ConfigError> {
+    let field = |name: &str| format!("{section}.{name}");
+    let key = raw.key.trim().to_owned();
+    let label_key_ok = !key.is_empty()
+        && key.len() <= 316
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
+    if !label_key_ok {
+        return Err(ConfigError::key(
+            &field("key"),
+            format!("{key:?} is not a taint key"),
+        ));
+    }
+    let operator = match raw.operator {
+        Some(operator) => operator.get(&field("operator"))?,
+        None => TolerationOperator::Equal,
+    };
+    let value = validate_template_value(&field("value"), operator, raw.value)?;
+    let effect = match raw.effect {
+        Some(effect) => effect.get(&field("effect"))?,
+        None => TaintEffect::NoSchedule,
+    };
+    if raw.toleration_seconds.is_some() && effect != TaintEffect::NoExecute {
+        return Err(ConfigError::key(
+            &field("toleration_seconds"),
+            "Kubernetes allows tolerationSeconds only with effect NoExecute",
+        ));
+    }
+    Ok(TolerationTemplate {
+        key,
+        operator,
+        value,
+        effect: effect.as_str().to_owned(),
+        toleration_seconds: raw.toleration_seconds,
+    })
+}
+
+/// A template's value: a label value, and none with operator Exists.
+fn validate_template_value(
+    key: &str,
+    operator: TolerationOperator,
+    value: Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let value = value.map(|v| v.trim().to_owned());
+    if operator == TolerationOperator::Exists && value.is_some() {
+        return Err(ConfigError::key(
+            key,
+            "must not be set with operator Exists (it tolerates every value)",
+        ));
+    }
+    if let Some(v) = &value {
+        let ok = v.len() <= 63
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return Err(ConfigError::key(key, format!("{v:?} is not a taint value")));
+        }
+    }
+    Ok(value)
+}
+
+fn validate_preference(
+    raw: Option<&RawPreference>,
+) -> Result<Vec<WeightedArchitecture>, ConfigError> {
+    let key = "policy.preferred_architecture";
+    let items: Vec<(String, i64)> = match raw {
+        None => Vec::new(),
+        Some(RawPreference::Weighted(list)) => list
+            .iter()
+            .map(|w| (w.architecture.clone(), w.weight))
+            .collect(),
+        Some(RawPreference::Text(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| match item.split_once('=') {
+                None => Ok((item.to_owned(), i64::from(PREFERRED_WEIGHT))),
+                Some((arch, weight)) => weight
+                    .trim()
+                    .parse()
+                    .map(|w| (arch.trim().to_owned(), w))
+                    .map_err(|_| {
+                        ConfigError::key(key, format!("{item:?}: the weight is not a number"))
+                    }),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut out: Vec<WeightedArchitecture> = Vec::new();
+    for (arch, weight) in items {
+        let architecture = validate_arch(key, arch.trim())?;
+        if !(1..=100).contains(&weight) {
+            return Err(ConfigError::key(
+                key,
+                format!("{architecture}: weight {weight} is not between 1 and 100"),
+            ));
+        }
+        if out.iter().any(|w| w.architecture == architecture) {
+            return Err(ConfigError::key(
+                key,
+                format!("{architecture} is named twice"),
+            ));
+        }
+        out.push(WeightedArchitecture {
+            architecture,
+            weight: weight as i32,
+        });
+    }
+    Ok(out)
+}
