@@ -51,12 +51,17 @@ impl Webhook {
         // writes a self-signed CA over the running one's.
         let listener = TcpListener::bind(config.listen_addr)
             .await
-            .with_context(|| format!("cannot listen on {} (listen_addr)", config.listen_addr))?;
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (server.listen_addr)",
+                    config.listen_addr
+                )
+            })?;
         let metrics_listener = match config.metrics_addr {
             Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
-                    .with_context(|| format!("cannot listen on {addr} (metrics_addr)"))?,
+                    .with_context(|| format!("cannot listen on {addr} (server.metrics_addr)"))?,
             ),
             None => None,
         };
@@ -157,7 +162,7 @@ pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Resu
             .chain(credentials.registries()),
     );
     if let Some(shared) = &config.resolver.shared_cache {
-        tracing::info!(cache_url = %shared.url(), "shared cache behind the in-memory one (cache_url)");
+        tracing::info!(cache_url = %shared.url(), "shared cache behind the in-memory one (shared_cache.url)");
     }
     metrics.name_credential_plugins(
         config
@@ -228,7 +233,7 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         Err(e) => format!("not written to {SELF_SIGNED_CA_FILE}: {e}; save it from here"),
     };
     println!(
-        "No ssl_cert_path/ssl_key_path configured: serving a self-signed certificate for {}.\n\
+        "No tls.cert_path/tls.key_path configured: serving a self-signed certificate for {}.\n\
          Trust this CA to call the webhook; it is {saved}:\n{}",
         names.join(", "),
         generated.ca_pem

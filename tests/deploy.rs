@@ -479,7 +479,7 @@ impl<'a> Overlay<'a> {
     }
 
     /// Certificate dnsNames ↔ Service; inject-ca-from ↔ Certificate; secretName ↔ the mounted
-    /// Secret ↔ ssl_cert_path / ssl_key_path in the deployed config; registry credentials
+    /// Secret ↔ tls.cert_path / tls.key_path in the deployed config; registry credentials
     /// Secret ↔ `[credentials] files_path`; config map ↔ TOLERABLE_CONFIG.
     fn certificate_and_mounts_match_the_config(&self) {
         let (dir, docs) = (self.dir, self.docs);

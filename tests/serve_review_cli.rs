@@ -332,21 +332,24 @@ fn serve_refuses_to_start_on_bad_certificates_naming_the_key() {
     std::fs::write(&key, "not a key").unwrap();
     let out = tolerable()
         .arg("serve")
-        .env("TOLERABLE_SSL_CERT_PATH", &cert)
-        .env("TOLERABLE_SSL_KEY_PATH", &key)
+        .env("TOLERABLE_TLS__CERT_PATH", &cert)
+        .env("TOLERABLE_TLS__KEY_PATH", &key)
         .env(
-            "TOLERABLE_LISTEN_ADDR",
+            "TOLERABLE_SERVER__LISTEN_ADDR",
             format!("127.0.0.1:{}", common::free_port()),
         )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("ssl_cert_path"), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert_path") && stderr.contains("holds no certificate"),
+        "{stderr}"
+    );
 
     let out = tolerable()
         .arg("serve")
-        .env("TOLERABLE_SSL_CERT_PATH", &cert)
+        .env("TOLERABLE_TLS__CERT_PATH", &cert)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -313,7 +313,7 @@ fn reloads_check_ip_addresses_and_refuse_oversized_files() {
         matches!(
             refused,
             TlsError::TooLarge {
-                key: "ssl_cert_path",
+                key: "tls.cert_path",
                 ..
             }
         ),
@@ -321,14 +321,14 @@ fn reloads_check_ip_addresses_and_refuse_oversized_files() {
     );
     let said = refused.to_string();
     assert!(
-        said.contains("ssl_cert_path") && said.contains("not read"),
+        said.contains("tls.cert_path") && said.contains("not read"),
         "{said}"
     );
     volume.rotate(&same.cert_pem, &format!("{}{padding}\n", same.key_pem));
     assert!(matches!(
         store.reload(),
         Err(TlsError::TooLarge {
-            key: "ssl_key_path",
+            key: "tls.key_path",
             ..
         })
     ));

@@ -266,7 +266,7 @@ pub(super) async fn route(
         }
         (&Method::GET, "/metrics") => json_error(
             StatusCode::NOT_FOUND,
-            "not found: metrics are served on metrics_addr",
+            "not found: metrics are served on server.metrics_addr",
         ),
         (_, "/mutate" | "/healthz" | "/readyz" | "/metrics") => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")

@@ -60,8 +60,8 @@ pub enum TlsError {
     #[error("cannot generate a self-signed certificate: {0}")]
     Generate(String),
     #[error(
-        "ssl_cert_path {path}: does not cover {missing:?}, which the certificate served since \
-         start-up does; keeping that one (tls_reload_name_check = \"warn\" would serve it)"
+        "tls.cert_path {path}: does not cover {missing:?}, which the certificate served since \
+         start-up does; keeping that one (tls.reload_name_check = \"warn\" would serve it)"
     )]
     NamesDropped { path: PathBuf, missing: Vec<String> },
 }
@@ -105,25 +105,25 @@ pub(crate) fn certified_key(
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::Invalid {
-            key: "ssl_cert_path",
+            key: "tls.cert_path",
             path: cert_path.to_owned(),
             reason: format!("not a PEM certificate chain: {e}"),
         })?;
     if chain.is_empty() {
         return Err(TlsError::Invalid {
-            key: "ssl_cert_path",
+            key: "tls.cert_path",
             path: cert_path.to_owned(),
             reason: "holds no certificate".into(),
         });
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Invalid {
-        key: "ssl_key_path",
+        key: "tls.key_path",
         path: key_path.to_owned(),
         reason: format!("not a PEM private key: {e}"),
     })?;
     let provider = rustls::crypto::ring::default_provider();
     CertifiedKey::from_der(chain, key, &provider).map_err(|e| TlsError::Invalid {
-        key: "ssl_key_path",
+        key: "tls.key_path",
         path: key_path.to_owned(),
         reason: format!("does not match the certificate: {e}"),
     })
@@ -193,8 +193,8 @@ impl fmt::Debug for CertStore {
 impl CertStore {
     /// Loads the pair now; start-up fails on a bad one.
     pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Self, TlsError> {
-        let cert_pem = read("ssl_cert_path", cert_path)?;
-        let key_pem = read("ssl_key_path", key_path)?;
+        let cert_pem = read("tls.cert_path", cert_path)?;
+        let key_pem = read("tls.key_path", key_path)?;
         let key = certified_key(&cert_pem, &key_pem, cert_path, key_path)?;
         let names = key.end_entity_cert().map(subject_names).unwrap_or_default();
         Ok(Self {
@@ -242,8 +242,8 @@ impl CertStore {
         let Some((cert_path, key_path)) = &self.files else {
             return Ok(Reloaded::Unchanged);
         };
-        let cert_pem = read("ssl_cert_path", cert_path)?;
-        let key_pem = read("ssl_key_path", key_path)?;
+        let cert_pem = read("tls.cert_path", cert_path)?;
+        let key_pem = read("tls.key_path", key_path)?;
         // The bytes are plain data: still consistent if a holder panicked.
         let mut loaded = self
             .loaded
@@ -291,7 +291,7 @@ impl CertStore {
             let result = match tokio::task::spawn_blocking(move || store.reload()).await {
                 Ok(result) => result,
                 Err(e) => Err(TlsError::Invalid {
-                    key: "ssl_cert_path",
+                    key: "tls.cert_path",
                     path: self.files.as_ref().map(|f| f.0.clone()).unwrap_or_default(),
                     reason: format!("the reload task failed: {e}"),
                 }),
@@ -308,7 +308,7 @@ impl CertStore {
                         ?missing,
                         "serving certificate reloaded although it does not cover names the \
                          starting certificate did: the API server will refuse it for them \
-                         (tls_reload_name_check = \"warn\")"
+                         (tls.reload_name_check = \"warn\")"
                     );
                     errors.clear();
                     true
