@@ -148,6 +148,12 @@ pub enum LookupError {
     /// own bound, like `Throttled` — not counted by the breaker, not cached.
     #[error("{reference}: not looked up: too many registry bytes in flight")]
     Busy { reference: String },
+    /// The registry answered a manifest or blob request (status and headers) and then sent
+    /// its body too slowly to finish in time: the image's own content, so its registry's
+    /// circuit breaker does not count it (five such images must not switch the registry off
+    /// for every other tenant); a registry that does not answer at all still counts.
+    #[error("{reference}: the registry's answer for {what} stalled")]
+    Stalled { reference: String, what: String },
     /// The circuit breaker: the registry failed repeatedly (or asked us to back off), so it is
     /// left alone for a while instead of being hammered.
     #[error("{reference}: not asking registry {registry} again for {retry_in_secs}s (last failure: {cause})")]
@@ -172,7 +178,9 @@ impl From<&LookupError> for crate::mutate::LookupFailure {
             | LookupError::Malformed { .. }
             | LookupError::NoPlatforms { .. } => Failure::NotAnImage(reason),
             LookupError::NotAllowed { .. } => Failure::NotAllowed(reason),
-            LookupError::OverLimit { .. } => Failure::OverLimit(reason),
+            LookupError::OverLimit { .. } | LookupError::Stalled { .. } => {
+                Failure::OverLimit(reason)
+            }
             LookupError::Timeout { .. }
             | LookupError::Throttled { .. }
             | LookupError::Busy { .. }
@@ -199,6 +207,7 @@ impl LookupError {
             | Self::Throttled { reference, .. }
             | Self::NotAllowed { reference, .. }
             | Self::OverLimit { reference, .. }
+            | Self::Stalled { reference, .. }
             | Self::Busy { reference }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
@@ -237,6 +246,7 @@ impl LookupError {
             Self::NotAllowed { .. } => "not_allowed",
             Self::OverLimit { .. } => "over_limit",
             Self::Busy { .. } => "busy",
+            Self::Stalled { .. } => "stalled",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -270,6 +280,8 @@ pub enum FetchError {
     OverLimit(String),
     /// The process-wide budget of registry bytes in flight is spent.
     Busy,
+    /// The body of a manifest or blob (named) stalled after the registry's 200.
+    Stalled(String),
     /// No answer; the text is safe to show (it never says why the connection failed).
     Transport(String),
 }
@@ -325,6 +337,7 @@ impl FetchError {
             Self::NotAllowed(reason) => LookupError::NotAllowed { reference, reason },
             Self::OverLimit(limit) => LookupError::OverLimit { reference, limit },
             Self::Busy => LookupError::Busy { reference },
+            Self::Stalled(what) => LookupError::Stalled { reference, what },
             Self::Transport(reason) => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),

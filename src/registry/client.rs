@@ -336,7 +336,10 @@ impl HostSource<'_> {
         };
         let response = self.request(RequestMethod::Get, &path, accept).await?;
         let headers = response.headers().clone();
-        let body = read_capped(response, max_bytes, self.bounds).await?;
+        // The registry has answered: from here a stall is the image's content stalling.
+        let what = shown_reference(reference);
+        let _reading = self.bounds.reading_body(what);
+        let body = read_capped(response, max_bytes, self.bounds, Some(what)).await?;
         Ok((body, headers))
     }
 
@@ -357,6 +360,9 @@ impl HostSource<'_> {
             self.client.scheme_for(&self.host),
             self.host
         );
+        // Until a 200's headers are here (the challenge, the token and any error body
+        // included), a lookup that runs out of time waited on the registry.
+        let _awaiting = self.bounds.awaiting_answer();
         let parsed = reqwest::Url::parse(&url)
             .map_err(|_| FetchError::Malformed(format!("{url:?} is not a URL")))?;
         self.client
@@ -507,7 +513,7 @@ impl HostSource<'_> {
                 })
             }
         }
-        let body = read_capped(response, 1 << 20, self.bounds).await?;
+        let body = read_capped(response, 1 << 20, self.bounds, None).await?;
         parse_token_response(&body)
     }
 }
@@ -669,11 +675,13 @@ const INITIAL_BODY_CAPACITY: usize = 16 << 10;
 /// reserved from the lookup's `bounds`: a declared length at once (so children that declare
 /// more than the lookup's share end it before sending it), an undeclared one as the bytes
 /// arrive. The buffer itself grows as the bytes arrive, so a body that stalls occupies only
-/// what it sent. The reservation ends with the read.
+/// what it sent. The reservation ends with the read. A `content` body (a manifest or blob,
+/// named so) that stalls past the read timeout is [`FetchError::Stalled`].
 async fn read_capped(
     mut response: reqwest::Response,
     max_bytes: usize,
     bounds: &LookupBounds,
+    content: Option<&str>,
 ) -> Result<Bytes, FetchError> {
     let declared = response.content_length();
     if declared.is_some_and(|n| n > max_bytes as u64) {
@@ -685,11 +693,10 @@ async fn read_capped(
     let mut reserved = bounds.reservation();
     reserved.grow_to(ceiling.min(declared.map_or(0, |n| n as usize)))?;
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| transport_error(&e, "-", CONNECTION_FAILED))?
-    {
+    while let Some(chunk) = response.chunk().await.map_err(|e| match content {
+        Some(what) if e.is_timeout() => FetchError::Stalled(what.to_owned()),
+        _ => transport_error(&e, "-", CONNECTION_FAILED),
+    })? {
         let needed = body.len() + chunk.len();
         if needed > max_bytes {
             return Err(FetchError::TooLarge);
@@ -763,7 +770,7 @@ async fn status_error(
         }
         _ => {}
     }
-    let body = read_capped(response, 64 << 10, bounds)
+    let body = read_capped(response, 64 << 10, bounds, None)
         .await
         .unwrap_or_default();
     FetchError::Status {
@@ -848,6 +855,21 @@ fn shown_digest(digest: &str) -> &str {
         digest
     } else {
         "(unrecognised)"
+    }
+}
+
+/// A manifest reference or blob digest as a message may repeat it: a digest as
+/// [`shown_digest`] shows it, a tag as it is (the reference parser checked it; anything else
+/// is unrecognised).
+fn shown_reference(reference: &str) -> &str {
+    let tag = (1..=128).contains(&reference.len())
+        && reference
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    match reference.contains(':') {
+        true => shown_digest(reference),
+        false if tag => reference,
+        false => "(unrecognised)",
     }
 }
 

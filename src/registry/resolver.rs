@@ -493,21 +493,28 @@ impl Resolver {
             });
         }
         let turn_started = Instant::now();
-        let attempt = tokio::time::timeout_at(
-            deadline,
-            self.try_sources(asked, (host, chain), last, deadline),
-        );
-        let result = match attempt.await {
-            Ok(result) => result,
+        // Pinned here rather than moved into the timeout, so that when the deadline comes the
+        // requests it made still say what they were waiting for.
+        let mut attempt = std::pin::pin!(self.try_sources(asked, (host, chain), last, deadline));
+        let timed = tokio::time::timeout_at(deadline, attempt.as_mut()).await;
+        let stalled = timed.is_err().then(|| asked.bounds.stalled_body()).flatten();
+        let result = match (timed, stalled) {
+            (Ok(result), _) => result,
+            // The registry answered, and then the image's manifest or blob stalled: the image's
+            // own failure, however long the registry took.
+            (Err(_), Some(what)) => Err(LookupError::Stalled {
+                reference: reference.to_string(),
+                what,
+            }),
             // The registry had less than half the budget because this lookup waited its turn
             // behind others: tolerable's own limit cut it short, not the registry.
-            Err(_) if deadline.saturating_duration_since(turn_started) < timeout / 2 => {
+            (Err(_), None) if deadline.saturating_duration_since(turn_started) < timeout / 2 => {
                 return Err(LookupError::Throttled {
                     reference: reference.to_string(),
                     after: timeout,
                 });
             }
-            Err(_) => Err(LookupError::Timeout {
+            (Err(_), None) => Err(LookupError::Timeout {
                 reference: reference.to_string(),
                 after: timeout,
             }),
@@ -515,7 +522,11 @@ impl Resolver {
         match &result {
             // The image's own bounds, or tolerable's on all lookups: the registry did nothing
             // wrong, and did not show it is up either.
-            Err(LookupError::OverLimit { .. } | LookupError::Busy { .. }) => {}
+            Err(
+                LookupError::OverLimit { .. }
+                | LookupError::Busy { .. }
+                | LookupError::Stalled { .. },
+            ) => {}
             Err(e) if e.is_unavailable() => {
                 let retry_after = match e {
                     LookupError::Registry { retry_after, .. } => *retry_after,
