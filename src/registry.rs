@@ -131,6 +131,8 @@ pub enum LookupError {
         reference: String,
         registry: String,
         reason: String,
+        /// Why, for an operator at a terminal: never in the message (see [`LookupError::cause`]).
+        cause: String,
     },
     #[error("{reference}: registry answered HTTP {status}: {message}")]
     Registry {
@@ -217,6 +219,19 @@ impl LookupError {
             .map_or(text.clone(), str::to_owned)
     }
 
+    /// Why the registry could not be reached — "dns error: failed to lookup address
+    /// information: Name or service not known", "tcp connect error: Connection refused (os error
+    /// 111)", "invalid peer certificate: UnknownIssuer" — for `inspect` and `review` to print
+    /// beside the message. The transport's chain of causes only: never a URL, credential,
+    /// header or remote body. Never in the webhook's warnings or annotations, which keep the
+    /// terse message: a Pod author must not use tolerable as a port scanner.
+    pub fn cause(&self) -> Option<&str> {
+        match self {
+            Self::Unreachable { cause, .. } if !cause.is_empty() => Some(cause),
+            _ => None,
+        }
+    }
+
     /// Whether the registry was unavailable (down, hung, overloaded, rate limiting) rather than
     /// answering: only then may a last known answer stand in, and only then does the circuit
     /// breaker count it.
@@ -282,8 +297,12 @@ pub enum FetchError {
     Busy,
     /// The body of a manifest or blob (named) stalled after the registry's 200.
     Stalled(String),
-    /// No answer; the text is safe to show (it never says why the connection failed).
-    Transport(String),
+    /// No answer: `reason` is safe to show anywhere (it never says why the connection
+    /// failed); `cause` says why, for an operator's terminal only (see [`LookupError::cause`]).
+    Transport {
+        reason: String,
+        cause: String,
+    },
 }
 
 impl FetchError {
@@ -338,10 +357,11 @@ impl FetchError {
             Self::OverLimit(limit) => LookupError::OverLimit { reference, limit },
             Self::Busy => LookupError::Busy { reference },
             Self::Stalled(what) => LookupError::Stalled { reference, what },
-            Self::Transport(reason) => LookupError::Unreachable {
+            Self::Transport { reason, cause } => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),
                 reason,
+                cause,
             },
         }
     }

@@ -521,5 +521,8 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
     );
     assert_eq!(registry_bytes_drained(&server).await, 0.0);
     let (response, _) = admit(&server, &pod_with_images(&[good])).await;
-    assert!(response.get("patch").is_some(), "breaker closed: {response}");
+    assert!(
+        response.get("patch").is_some(),
+        "breaker closed: {response}"
+    );
 }

@@ -76,7 +76,12 @@ pub(crate) async fn run(
                         found.served_by, found.fact.credentials
                     )?;
                 }
-                Err(e) => writeln!(out, "{image}\n  error: {e}")?,
+                Err(e) => {
+                    writeln!(out, "{image}\n  error: {e}")?;
+                    if let Some(cause) = e.cause() {
+                        writeln!(out, "  cause: {cause}")?;
+                    }
+                }
             }
             if let Some(verified) = &verified {
                 writeln!(out, "  verified:   {}", verified_text(&verified[i]))?;
@@ -101,7 +106,10 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "artifact": found.fact.artifact,
             "credentials": found.fact.credentials.to_string(),
         }),
-        Err(e) => json!({ "image": image, "error": e.to_string() }),
+        Err(e) => match e.cause() {
+            Some(cause) => json!({ "image": image, "error": e.to_string(), "cause": cause }),
+            None => json!({ "image": image, "error": e.to_string() }),
+        },
     }
 }
 

@@ -14,8 +14,8 @@
 //! (its circuit breaker counts it), an image whose answer stalled after its headers is the
 //! image's own ([`LookupBounds::stalled_body`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -293,7 +293,11 @@ mod tests {
         assert_eq!(bounds.stalled_body(), None);
         let answer = bounds.awaiting_answer();
         let config = bounds.reading_body("sha256:c0");
-        assert_eq!(bounds.stalled_body(), None, "the registry has not answered yet");
+        assert_eq!(
+            bounds.stalled_body(),
+            None,
+            "the registry has not answered yet"
+        );
         drop(answer);
         let manifest = bounds.reading_body("v1");
         assert_eq!(bounds.stalled_body().as_deref(), Some("sha256:c0"));

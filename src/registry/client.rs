@@ -95,10 +95,12 @@ impl RegistryClient {
     pub(crate) fn new(settings: &TransportSettings) -> Result<Self, FetchError> {
         let mut roots = Vec::new();
         for pem in &settings.extra_roots_pem {
-            roots.extend(
-                reqwest::Certificate::from_pem_bundle(pem)
-                    .map_err(|e| FetchError::Transport(format!("bad registry CA bundle: {e}")))?,
-            );
+            roots.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                FetchError::Transport {
+                    reason: format!("bad registry CA bundle: {e}"),
+                    cause: String::new(),
+                }
+            })?);
         }
         let insecure: Arc<HashSet<String>> = Arc::new(
             settings
@@ -120,11 +122,9 @@ impl RegistryClient {
             .user_agent(concat!("tolerable/", env!("CARGO_PKG_VERSION")))
             .tls_certs_merge(roots)
             .build()
-            .map_err(|e| {
-                FetchError::Transport(format!(
-                    "cannot build the registry client: {}",
-                    error_chain(&e)
-                ))
+            .map_err(|e| FetchError::Transport {
+                reason: format!("cannot build the registry client: {}", error_chain(&e)),
+                cause: String::new(),
             })?;
         Ok(Self {
             http,
@@ -874,8 +874,9 @@ fn shown_reference(reference: &str) -> &str {
 }
 
 /// A request that got no answer. A redirect the policy refused is said as such; anything else
-/// (refused, not TLS, a bad certificate, a timeout) is `public` and nothing more, and the detail
-/// goes to the debug log, quoted, for the operator.
+/// (refused, not TLS, a bad certificate, a timeout) is `public` and nothing more, with the
+/// detail beside it as the cause (for `inspect` and `review`, never the webhook's answers) and
+/// in the debug log, quoted.
 fn transport_error(e: &reqwest::Error, host: &str, public: &str) -> FetchError {
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
@@ -885,7 +886,38 @@ fn transport_error(e: &reqwest::Error, host: &str, public: &str) -> FetchError {
         source = s.source();
     }
     tracing::debug!(%host, error = ?error_chain(e), "registry request failed");
-    FetchError::Transport(public.to_owned())
+    FetchError::Transport {
+        reason: public.to_owned(),
+        cause: transport_cause(e),
+    }
+}
+
+/// The longest cause a terminal is shown.
+const MAX_CAUSE_CHARS: usize = 300;
+
+/// Why a request got no answer, for an operator: the error's causes below reqwest's own
+/// message (which names the URL: a realm or redirect URL is the registry's word, and may carry
+/// user info), with control characters dropped and the length capped. The causes are the
+/// resolver's, the socket's and TLS's words — never a header or a body (a body is read only
+/// after an answer, and an answer is no transport error).
+fn transport_cause(e: &reqwest::Error) -> String {
+    let mut cause = match std::error::Error::source(e) {
+        Some(source) => error_chain(source),
+        None if e.is_timeout() => "timed out".to_owned(),
+        None => String::new(),
+    };
+    if e.is_timeout() && !cause.contains("timed out") {
+        cause = if cause.is_empty() {
+            "timed out".to_owned()
+        } else {
+            format!("timed out: {cause}")
+        };
+    }
+    cause
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_CAUSE_CHARS)
+        .collect()
 }
 
 /// An error and its causes on one line: reqwest's top-level message ("error sending request")

@@ -112,10 +112,12 @@ impl Resolver {
         // One clock for the cache and the breakers, so their notions of "now" agree.
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let shared = match &settings.shared_cache {
-            Some(shared) => Some(
-                SharedCache::new(shared.clone(), clock.clone())
-                    .map_err(|e| FetchError::Transport(e).into_lookup("shared cache", "-", ""))?,
-            ),
+            Some(shared) => Some(SharedCache::new(shared.clone(), clock.clone()).map_err(
+                |reason| {
+                    let cause = String::new();
+                    FetchError::Transport { reason, cause }.into_lookup("shared cache", "-", "")
+                },
+            )?),
             None => None,
         };
         Ok(Self {
@@ -497,7 +499,10 @@ impl Resolver {
         // requests it made still say what they were waiting for.
         let mut attempt = std::pin::pin!(self.try_sources(asked, (host, chain), last, deadline));
         let timed = tokio::time::timeout_at(deadline, attempt.as_mut()).await;
-        let stalled = timed.is_err().then(|| asked.bounds.stalled_body()).flatten();
+        let stalled = timed
+            .is_err()
+            .then(|| asked.bounds.stalled_body())
+            .flatten();
         let result = match (timed, stalled) {
             (Ok(result), _) => result,
             // The registry answered, and then the image's manifest or blob stalled: the image's

@@ -248,6 +248,7 @@ mod tests {
             reference: reference.into(),
             registry: "registry.example".into(),
             reason: "connection failed".into(),
+            cause: String::new(),
         };
         assert_eq!(SharedFailure::of(&outage), None);
         assert_eq!(failure(b"{\"failure\":\"on_fire\"}", reference), None);
