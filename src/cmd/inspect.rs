@@ -76,12 +76,7 @@ pub(crate) async fn run(
                         found.served_by, found.fact.credentials
                     )?;
                 }
-                Err(e) => {
-                    writeln!(out, "{image}\n  error: {e}")?;
-                    if let Some(cause) = e.cause() {
-                        writeln!(out, "  cause: {cause}")?;
-                    }
-                }
+                Err(e) => write_error(out, image, e)?,
             }
             if let Some(verified) = &verified {
                 writeln!(out, "  verified:   {}", verified_text(&verified[i]))?;
@@ -93,6 +88,15 @@ pub(crate) async fn run(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A failed lookup: the message as the webhook would warn, and the cause beside it.
+fn write_error(out: &mut impl Write, image: &str, e: &LookupError) -> std::io::Result<()> {
+    writeln!(out, "{image}\n  error: {e}")?;
+    match e.cause() {
+        Some(cause) => writeln!(out, "  cause: {cause}"),
+        None => Ok(()),
+    }
 }
 
 fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Value {
