@@ -19,8 +19,7 @@ pub(crate) async fn run(
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;
     let verified = if args.verify {
-        // A child manifest and a config blob per platform: more than one lookup's budget.
-        let budget = config.resolver.lookup_timeout * 3;
+        let budget = crate::budget::for_verify(config.resolver.lookup_timeout);
         let store = CredentialStore::default();
         let checks = args
             .images

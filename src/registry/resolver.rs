@@ -83,7 +83,7 @@ impl Asked {
 
 /// The time a lookup has: its deadline, and the timeout it was derived from (for messages).
 #[derive(Clone, Copy)]
-struct Budget {
+struct LookupDeadline {
     deadline: Instant,
     timeout: Duration,
 }
@@ -262,7 +262,7 @@ impl Resolver {
         last: Option<&Arc<ImagePlatforms>>,
         timeout: Duration,
     ) -> Result<Learned, LookupError> {
-        let budget = Budget {
+        let time = LookupDeadline {
             deadline: Instant::now() + timeout,
             timeout,
         };
@@ -280,9 +280,9 @@ impl Resolver {
                 Shared::Miss => {}
             }
         }
-        let result = self.lookup(asked, last, budget).await;
+        let result = self.lookup(asked, last, time).await;
         if let Some((shared, keys)) = shared {
-            let left = budget.deadline.saturating_duration_since(Instant::now());
+            let left = time.deadline.saturating_duration_since(Instant::now());
             let cache = &self.settings.cache;
             shared.put(keys, &result, cache, share.min(left)).await;
         }
@@ -299,13 +299,13 @@ impl Resolver {
         }
     }
 
-    /// Uncached lookup: the mirror (if any) first, then the origin, all within `budget`. `last`
+    /// Uncached lookup: the mirror (if any) first, then the origin, all within `time`. `last`
     /// is the tag's last answer, to revalidate.
     async fn lookup(
         &self,
         asked: &Asked,
         last: Option<&Arc<ImagePlatforms>>,
-        budget: Budget,
+        time: LookupDeadline,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let reference = &asked.reference;
         if let Some(mirror) = self.settings.mirrors.get(reference.registry()) {
@@ -318,13 +318,13 @@ impl Resolver {
                 .collect();
             // A hung mirror gets half the time, so the origin still gets its chance.
             let now = Instant::now();
-            let mirror_budget = Budget {
+            let mirror_time = LookupDeadline {
                 deadline: now
-                    + crate::budget::mirror_share(budget.deadline.saturating_duration_since(now)),
-                timeout: crate::budget::mirror_share(budget.timeout),
+                    + crate::budget::mirror_share(time.deadline.saturating_duration_since(now)),
+                timeout: crate::budget::mirror_share(time.timeout),
             };
             match self
-                .lookup_at(asked, (mirror, &mirror_chain), last, mirror_budget)
+                .lookup_at(asked, (mirror, &mirror_chain), last, mirror_time)
                 .await
             {
                 Ok(found) => return Ok(found),
@@ -334,17 +334,17 @@ impl Resolver {
                 ),
             }
         }
-        self.lookup_at(asked, (reference.api_host(), &asked.chain), last, budget)
+        self.lookup_at(asked, (reference.api_host(), &asked.chain), last, time)
             .await
     }
 
-    /// One registry host with its credentials, through its circuit breaker and within `budget`.
+    /// One registry host with its credentials, through its circuit breaker and within `time`.
     async fn lookup_at(
         &self,
         asked: &Asked,
         (host, chain): (&str, &[Source]),
         last: Option<&Arc<ImagePlatforms>>,
-        Budget { deadline, timeout }: Budget,
+        LookupDeadline { deadline, timeout }: LookupDeadline,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let reference = &asked.reference;
         // Our own bound first: a lookup that never got its turn is no failure of the registry's,
@@ -382,7 +382,12 @@ impl Resolver {
             }),
             // The registry had less than half the budget because this lookup waited its turn
             // behind others: tolerable's own limit cut it short, not the registry.
-            (Err(_), None) if deadline.saturating_duration_since(turn_started) < timeout / 2 => {
+            (Err(_), None)
+                if !crate::budget::registry_had_its_chance(
+                    deadline.saturating_duration_since(turn_started),
+                    timeout,
+                ) =>
+            {
                 return Err(LookupError::Throttled {
                     reference: reference.to_string(),
                     after: timeout,
