@@ -445,7 +445,7 @@ async fn the_cause_of_an_unreachable_registry_reaches_a_terminal_never_the_webho
         assert!(cause_line.starts_with("  cause: "), "{text}");
         assert!(cause_line.contains(cause), "{image}: {text}");
     }
-    let json = inspect(&["--json", &names[0]], &[]);
+    let json = inspect(&["--json", names[0]], &[]);
     let items: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(
         items[0]["cause"].as_str().unwrap().contains(images[0].1),
