@@ -276,8 +276,13 @@ impl Admission {
             )
         };
         let looked_up = futures_util::future::join_all(images.iter().map(|image| lookup(image)));
-        let (facts, causes): (ImageFacts, Vec<_>) = looked_up.await.into_iter().unzip();
-        (facts, causes.into_iter().flatten().collect())
+        // Causes are rare (unreachable registries): no buffer of their own on the way.
+        let mut causes = LookupCauses::new();
+        let facts = looked_up.await.into_iter().map(|(fact, cause)| {
+            causes.extend(cause);
+            fact
+        });
+        (facts.collect(), causes)
     }
 }
 
