@@ -109,7 +109,7 @@ struct Attack {
     repository: &'static str,
 }
 
-const ATTACKS: [Attack; 6] = [
+const ATTACKS: [Attack; 7] = [
     Attack {
         name: "one image of nested indexes (64 × 64 × 64, each index within its limits)",
         pods: 1,
@@ -145,6 +145,12 @@ const ATTACKS: [Attack; 6] = [
         pods: 5,
         images: 1,
         repository: "evil/nested",
+    },
+    Attack {
+        name: "5 Pods, each one image whose config blob stalls after its headers, on one registry",
+        pods: 5,
+        images: 1,
+        repository: "evil/stallcfg",
     },
 ];
 

@@ -32,6 +32,9 @@ pub struct AnsweredReview {
     /// and the shell's).
     pub out: AdmissionReviewOut,
     pub answer: Answer,
+    /// Why lookups failed to reach their registry, per image: for a terminal (`review`); the
+    /// webhook never sends them.
+    pub lookup_causes: LookupCauses,
 }
 
 impl AnsweredReview {
@@ -46,6 +49,10 @@ impl AnsweredReview {
     }
 }
 
+/// Per image, why its registry could not be reached ([`crate::registry::LookupError::cause`]):
+/// for an operator's terminal, never the webhook's answers.
+pub type LookupCauses = std::collections::BTreeMap<String, String>;
+
 /// The core's answer for one Pod, and what the shell itself has to say (pull secrets that
 /// could not be read).
 #[derive(Debug)]
@@ -54,6 +61,8 @@ pub(crate) struct PodAnswer {
     pub(crate) shell_warnings: Vec<String>,
     /// What the answer is based on (for reports; the webhook drops it).
     pub(crate) facts: ImageFacts,
+    /// Why lookups failed (for reports; the webhook drops it).
+    pub(crate) lookup_causes: LookupCauses,
 }
 
 pub struct Admission {
@@ -109,6 +118,7 @@ impl Admission {
         let PodAnswer {
             answer,
             shell_warnings,
+            lookup_causes,
             ..
         } = match read_request(request, &self.policy) {
             RequestRead::Decide(pod, pull_secrets) => {
@@ -120,7 +130,11 @@ impl Admission {
         if let Some(metrics) = &self.metrics {
             metrics.decided(&answer);
         }
-        Ok(AnsweredReview { out, answer })
+        Ok(AnsweredReview {
+            out,
+            answer,
+            lookup_causes,
+        })
     }
 
     /// For `audit --verify`: each of the Pod's images, its index's platforms checked against
@@ -157,12 +171,13 @@ impl Admission {
         pull_secrets: &PullSecretRefs,
         budget: Duration,
     ) -> PodAnswer {
-        let (facts, shell_warnings) = self.gather(pod, pull_secrets, budget).await;
+        let ((facts, lookup_causes), shell_warnings) = self.gather(pod, pull_secrets, budget).await;
         let pools = self.nodes.as_ref().and_then(NodeWatch::pools);
         PodAnswer {
             answer: mutate::answer(pod, &facts, pools.as_deref(), &self.policy),
             shell_warnings,
             facts,
+            lookup_causes,
         }
     }
 
@@ -173,10 +188,10 @@ impl Admission {
         request: &PodCreate,
         pull_secrets: &PullSecretRefs,
         budget: Duration,
-    ) -> (ImageFacts, Vec<String>) {
+    ) -> ((ImageFacts, LookupCauses), Vec<String>) {
         let images = request.images_to_look_up();
         if images.is_empty() {
-            return (ImageFacts::new(), Vec::new());
+            return Default::default();
         }
         let started = Instant::now();
         let pull = self
@@ -216,13 +231,14 @@ impl Admission {
         }
     }
 
-    /// Looks up the `images` concurrently, a bounded number at a time, all by `budget`.
+    /// Looks up the `images` concurrently, a bounded number at a time, all by `budget`: their
+    /// facts, and why those whose registry could not be reached failed.
     async fn lookup<'a>(
         &'a self,
         images: &'a [String],
         pull: &'a PodCredentials,
         budget: Duration,
-    ) -> ImageFacts {
+    ) -> (ImageFacts, LookupCauses) {
         // Every lookup ends by the same deadline, however long it waited for its turn. The
         // registry lookup ends itself a little before it (and is then counted by the circuit
         // breaker); the outer timeout only guards a lookup this one is waiting on.
@@ -240,23 +256,33 @@ impl Admission {
             let resolve =
                 self.resolver
                     .resolve_within(image, &pull.credentials, left.saturating_sub(margin));
-            let result = match tokio::time::timeout_at(deadline, resolve).await {
-                Ok(Ok(found)) => Ok(found.fact.clone()),
-                Ok(Err(e)) => Err(LookupFailure::from(&e)),
-                Err(_) => Err(LookupFailure::Unavailable(format!(
-                    "lookup did not finish within the admission deadline ({})",
-                    crate::registry::short_duration(budget)
-                ))),
+            let (result, cause) = match tokio::time::timeout_at(deadline, resolve).await {
+                Ok(Ok(found)) => (Ok(found.fact.clone()), None),
+                Ok(Err(e)) => (Err(LookupFailure::from(&e)), e.cause().map(str::to_owned)),
+                Err(_) => {
+                    let reason = format!(
+                        "lookup did not finish within the admission deadline ({})",
+                        crate::registry::short_duration(budget)
+                    );
+                    (Err(LookupFailure::Unavailable(reason)), None)
+                }
             };
             if let Some(metrics) = &self.metrics {
                 metrics.observe_lookup(started.elapsed(), result.is_ok());
             }
-            (image.to_owned(), result)
+            (
+                (image.to_owned(), result),
+                cause.map(|c| (image.to_owned(), c)),
+            )
         };
-        futures_util::future::join_all(images.iter().map(|image| lookup(image)))
-            .await
-            .into_iter()
-            .collect()
+        let looked_up = futures_util::future::join_all(images.iter().map(|image| lookup(image)));
+        // Causes are rare (unreachable registries): no buffer of their own on the way.
+        let mut causes = LookupCauses::new();
+        let facts = looked_up.await.into_iter().map(|(fact, cause)| {
+            causes.extend(cause);
+            fact
+        });
+        (facts.collect(), causes)
     }
 }
 
@@ -329,6 +355,7 @@ impl From<Answer> for PodAnswer {
             answer,
             shell_warnings: Vec::new(),
             facts: ImageFacts::new(),
+            lookup_causes: LookupCauses::new(),
         }
     }
 }

@@ -11,7 +11,9 @@
 //! │   of a lookup's time (≤ 250 ms) per read or write, and a replica waits │
 //! │   a quarter of it for another one fetching the same digest; a mirror   │
 //! │   gets half of what is left, so a hung mirror leaves time for the      │
-//! │   origin; a credential plugin half of what is left, then it is killed  │
+//! │   origin; a credential plugin half of what is left, then it is killed; │
+//! │   a lookup left less than half its time after waiting for its turn is  │
+//! │   throttled (tolerable's limit), not a registry timeout                │
 //! ```
 
 use std::time::Duration;
@@ -78,6 +80,20 @@ pub(crate) fn mirror_share(left: Duration) -> Duration {
     left / 2
 }
 
+/// `inspect --verify`, `audit --verify`: a child manifest and a config blob per claimed
+/// platform, more than one lookup asks: three lookups' time.
+pub(crate) fn for_verify(lookup_timeout: Duration) -> Duration {
+    lookup_timeout * 3
+}
+
+/// Whether a lookup cut off by its deadline gave its registry a fair chance: at least half its
+/// `timeout` after its turn came. One that waited longer for its turn behind other lookups was
+/// cut short by tolerable's own limit (throttled), not by the registry (a timeout its circuit
+/// breaker counts).
+pub(crate) fn registry_had_its_chance(time_after_turn: Duration, timeout: Duration) -> bool {
+    time_after_turn >= timeout / 2
+}
+
 /// A credential plugin's share of what is left of a lookup: it is killed then, and the
 /// registry (with the plugin's credentials, or the next source's) still gets the other half.
 pub(crate) fn credential_plugin_share(left: Duration) -> Duration {
@@ -111,6 +127,12 @@ mod tests {
             Duration::from_millis(100)
         );
         assert_eq!(credential_plugin_share(budget), Duration::from_secs(3));
+        assert_eq!(for_verify(Duration::from_secs(4)), Duration::from_secs(12));
+        assert!(registry_had_its_chance(Duration::from_secs(3), budget));
+        assert!(!registry_had_its_chance(
+            Duration::from_millis(2999),
+            budget
+        ));
         assert_eq!(
             for_review(Duration::from_secs(5)),
             Duration::from_millis(5500)

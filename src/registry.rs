@@ -131,6 +131,8 @@ pub enum LookupError {
         reference: String,
         registry: String,
         reason: String,
+        /// Why, for an operator at a terminal: never in the message (see [`LookupError::cause`]).
+        cause: String,
     },
     #[error("{reference}: registry answered HTTP {status}: {message}")]
     Registry {
@@ -148,6 +150,12 @@ pub enum LookupError {
     /// own bound, like `Throttled` — not counted by the breaker, not cached.
     #[error("{reference}: not looked up: too many registry bytes in flight")]
     Busy { reference: String },
+    /// The registry answered a manifest or blob request (status and headers) and then sent
+    /// its body too slowly to finish in time: the image's own content, so its registry's
+    /// circuit breaker does not count it (five such images must not switch the registry off
+    /// for every other tenant); a registry that does not answer at all still counts.
+    #[error("{reference}: the registry's answer for {what} stalled")]
+    Stalled { reference: String, what: String },
     /// The circuit breaker: the registry failed repeatedly (or asked us to back off), so it is
     /// left alone for a while instead of being hammered.
     #[error("{reference}: not asking registry {registry} again for {retry_in_secs}s (last failure: {cause})")]
@@ -172,7 +180,9 @@ impl From<&LookupError> for crate::mutate::LookupFailure {
             | LookupError::Malformed { .. }
             | LookupError::NoPlatforms { .. } => Failure::NotAnImage(reason),
             LookupError::NotAllowed { .. } => Failure::NotAllowed(reason),
-            LookupError::OverLimit { .. } => Failure::OverLimit(reason),
+            LookupError::OverLimit { .. } | LookupError::Stalled { .. } => {
+                Failure::OverLimit(reason)
+            }
             LookupError::Timeout { .. }
             | LookupError::Throttled { .. }
             | LookupError::Busy { .. }
@@ -199,6 +209,7 @@ impl LookupError {
             | Self::Throttled { reference, .. }
             | Self::NotAllowed { reference, .. }
             | Self::OverLimit { reference, .. }
+            | Self::Stalled { reference, .. }
             | Self::Busy { reference }
             | Self::Unreachable { reference, .. }
             | Self::Registry { reference, .. }
@@ -206,6 +217,19 @@ impl LookupError {
         };
         text.strip_prefix(&prefix)
             .map_or(text.clone(), str::to_owned)
+    }
+
+    /// Why the registry could not be reached — "dns error: failed to lookup address
+    /// information: Name or service not known", "tcp connect error: Connection refused (os error
+    /// 111)", "invalid peer certificate: UnknownIssuer" — for `inspect` and `review` to print
+    /// beside the message. The transport's chain of causes only: never a URL, credential,
+    /// header or remote body. Never in the webhook's warnings or annotations, which keep the
+    /// terse message: a Pod author must not use tolerable as a port scanner.
+    pub fn cause(&self) -> Option<&str> {
+        match self {
+            Self::Unreachable { cause, .. } if !cause.is_empty() => Some(cause),
+            _ => None,
+        }
     }
 
     /// Whether the registry was unavailable (down, hung, overloaded, rate limiting) rather than
@@ -237,6 +261,7 @@ impl LookupError {
             Self::NotAllowed { .. } => "not_allowed",
             Self::OverLimit { .. } => "over_limit",
             Self::Busy { .. } => "busy",
+            Self::Stalled { .. } => "stalled",
             Self::Unreachable { .. } => "unreachable",
             Self::Registry { .. } => "registry_error",
             Self::CircuitOpen { .. } => "circuit_open",
@@ -270,8 +295,14 @@ pub enum FetchError {
     OverLimit(String),
     /// The process-wide budget of registry bytes in flight is spent.
     Busy,
-    /// No answer; the text is safe to show (it never says why the connection failed).
-    Transport(String),
+    /// The body of a manifest or blob (named) stalled after the registry's 200.
+    Stalled(String),
+    /// No answer: `reason` is safe to show anywhere (it never says why the connection
+    /// failed); `cause` says why, for an operator's terminal only (see [`LookupError::cause`]).
+    Transport {
+        reason: String,
+        cause: String,
+    },
 }
 
 impl FetchError {
@@ -325,10 +356,12 @@ impl FetchError {
             Self::NotAllowed(reason) => LookupError::NotAllowed { reference, reason },
             Self::OverLimit(limit) => LookupError::OverLimit { reference, limit },
             Self::Busy => LookupError::Busy { reference },
-            Self::Transport(reason) => LookupError::Unreachable {
+            Self::Stalled(what) => LookupError::Stalled { reference, what },
+            Self::Transport { reason, cause } => LookupError::Unreachable {
                 reference,
                 registry: host.to_owned(),
                 reason,
+                cause,
             },
         }
     }

@@ -412,7 +412,7 @@ async fn stalled_config_blobs_stay_within_the_process_budget() {
         "64 stalled config blobs: {kinds:?}, at most {} bytes held",
         most.load(Ordering::SeqCst)
     );
-    let expected = ["busy", "timeout", "throttled", "circuit_open"];
+    let expected = ["busy", "stalled", "timeout", "throttled", "circuit_open"];
     assert!(kinds.keys().all(|k| expected.contains(k)), "{kinds:?}");
     assert!(kinds.get("busy").is_some_and(|n| *n >= 1), "{kinds:?}");
     let most = most.load(Ordering::SeqCst);
@@ -450,4 +450,79 @@ async fn architectures_that_are_not_label_values_never_reach_the_patch() {
     assert!(!response
         .to_string()
         .contains(&hostile::invented_architecture(0)));
+}
+
+/// Config blobs the registry answers at once (200, headers) and then stalls, each within its
+/// lookup's 5 MiB share: every lookup ends as the image's own failure naming the blob — by the
+/// lookup's deadline, or by the read timeout — and the registry's breaker (set to open on the
+/// first failure it counts) never counts one, so five such images leave it closed for every
+/// other tenant, and another image there is still looked up. (A registry that does not answer
+/// at all still opens it: `tests/faults.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker() {
+    let hostile = HostileRegistry::start();
+    let mut settings = settings_for(&hostile.host);
+    settings.breaker.failures = 1;
+    settings.lookup_timeout = Duration::from_secs(1);
+    let stalled = |image: &str| {
+        format!(
+            "{image}: the registry's answer for {} stalled",
+            hostile::stalled_config_digest()
+        )
+    };
+    let resolver = Arc::new(Resolver::new(settings.clone(), CredentialStore::default()).unwrap());
+    let images: Vec<String> = (0..5)
+        .map(|i| format!("{}/evil/stallcfg-own{i}:v1", hostile.host))
+        .collect();
+    let results =
+        futures_util::future::join_all(images.iter().map(|image| resolver.resolve(image))).await;
+    for (image, result) in images.iter().zip(results) {
+        let err = result.unwrap_err();
+        assert!(matches!(err, LookupError::Stalled { .. }), "{err:?}");
+        assert_eq!(err.to_string(), stalled(image));
+    }
+    let good = format!("{}/good/app:v1", hostile.host);
+    let found = resolver.resolve(&good).await.unwrap();
+    assert_eq!(found.fact.platforms.len(), 1);
+    assert_eq!(resolver.registry_bytes_in_flight(), 0);
+
+    // Stalled past the read timeout before the lookup's deadline: the same.
+    let mut impatient = settings.clone();
+    impatient.lookup_timeout = Duration::from_secs(3);
+    impatient.transport.read_timeout = Duration::from_millis(200);
+    let resolver = Resolver::new(impatient, CredentialStore::default()).unwrap();
+    let image = format!("{}/evil/stallcfg-read:v1", hostile.host);
+    let err = resolver.resolve(&image).await.unwrap_err();
+    assert_eq!(err.to_string(), stalled(&image), "{err:?}");
+    resolver.resolve(&good).await.unwrap();
+
+    // Through the webhook: allowed unchanged, each image named with its stalled blob; the
+    // breaker never opened, and the ordinary image gets its patch.
+    let server = TestServer::start(webhook::policy(), settings).await;
+    let images: Vec<String> = (0..5)
+        .map(|i| format!("{}/evil/stallcfg-hook{i}:v1", hostile.host))
+        .collect();
+    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
+    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let warned = warnings(&response);
+    for image in &images {
+        assert!(
+            warned.iter().any(|w| w.contains(&stalled(image))),
+            "{image}: {warned:?}"
+        );
+    }
+    let metrics = webhook::metrics_text(&server).await;
+    assert_eq!(
+        metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
+        0.0,
+        "{metrics}"
+    );
+    assert_eq!(registry_bytes_drained(&server).await, 0.0);
+    let (response, _) = admit(&server, &pod_with_images(&[good])).await;
+    assert!(
+        response.get("patch").is_some(),
+        "breaker closed: {response}"
+    );
 }

@@ -408,3 +408,117 @@ fn a_missing_credential_helper_refuses_to_start_naming_the_key() {
         "{stderr}"
     );
 }
+
+/// Two registries that cannot be reached: a port nothing listens on, and a name under
+/// `.invalid` (RFC 6761: never resolves). Both read the same in the message — "unreachable:
+/// connection failed" — and the operator at a terminal gets the cause beside it.
+fn unreachable_images() -> [(String, &'static str); 2] {
+    [
+        (
+            format!("{}/app:v1", common::fake::closed_port()),
+            "Connection refused",
+        ),
+        (
+            "registry.invalid/app:v1".to_owned(),
+            "failed to lookup address information",
+        ),
+    ]
+}
+
+/// `inspect` and `review` print why a registry could not be reached (the resolver's or the
+/// socket's words); the webhook's warnings for the same images stay as terse as before, so a
+/// Pod author cannot tell a closed port from a name that does not resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cause_of_an_unreachable_registry_reaches_a_terminal_never_the_webhook() {
+    let images = unreachable_images();
+    inspect_prints_the_causes(&images);
+    let names: Vec<&str> = images.iter().map(|(image, _)| image.as_str()).collect();
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unreachable"},
+        "spec": {"containers": names.iter().enumerate()
+            .map(|(i, image)| serde_json::json!({"name": format!("c{i}"), "image": image}))
+            .collect::<Vec<_>>()},
+    });
+    review_prints_the_causes(&images, &pod);
+    the_webhook_keeps_them_to_itself(&images, &pod).await;
+}
+
+/// `inspect`: a `cause:` line under each error, and a `cause` beside the error in `--json`.
+fn inspect_prints_the_causes(images: &[(String, &str)]) {
+    let names: Vec<&str> = images.iter().map(|(image, _)| image.as_str()).collect();
+    let out = inspect(&names, &[]);
+    assert!(!out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for (image, cause) in images {
+        let shown = text.split(&format!("{image}\n")).nth(1).unwrap_or_default();
+        let mut lines = shown.lines();
+        let error = lines.next().unwrap_or_default();
+        assert!(error.ends_with("unreachable: connection failed"), "{text}");
+        let cause_line = lines.next().unwrap_or_default();
+        assert!(cause_line.starts_with("  cause: "), "{text}");
+        assert!(cause_line.contains(cause), "{image}: {text}");
+        // The transport's causes only: reqwest's own message names the URL (a realm's or a
+        // redirect's may carry user info), and is left out.
+        assert!(!cause_line.contains("://"), "{text}");
+    }
+    let json = inspect(&["--json", names[0]], &[]);
+    let items: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        items[0]["cause"].as_str().unwrap().contains(images[0].1),
+        "{items}"
+    );
+}
+
+/// `review`: one Pod shows a `cause:` line per image beside its terse warning; two Pods (the
+/// workloads report) a cause line per workload and image.
+fn review_prints_the_causes(images: &[(String, &str)], pod: &serde_json::Value) {
+    let out = common::cli::review(&["-"], Some(pod.to_string().as_bytes()));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for (image, cause) in images {
+        let warned = text
+            .lines()
+            .find(|l| l.starts_with("warning:  ") && l.contains(&format!("{image}: registry ")))
+            .unwrap_or_else(|| panic!("no warning for {image}: {text}"));
+        assert!(warned.ends_with("unreachable: connection failed"), "{text}");
+        let cause_line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("cause:    {image}: ")))
+            .unwrap_or_else(|| panic!("no cause for {image}: {text}"));
+        assert!(cause_line.contains(cause), "{text}");
+    }
+    let mut second = pod.clone();
+    second["metadata"]["name"] = "unreachable-too".into();
+    let documents = format!("{pod}\n---\n{second}\n");
+    let out = common::cli::review(&["-"], Some(documents.as_bytes()));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for (image, cause) in images {
+        let causes = text
+            .lines()
+            .filter(|l| l.starts_with("cause: ") && l.contains(&format!(": {image}: ")))
+            .filter(|l| l.contains(cause));
+        assert_eq!(causes.count(), 2, "{image}: {text}");
+    }
+}
+
+/// The webhook: the same images, the same terse warnings, no cause anywhere in the answer.
+async fn the_webhook_keeps_them_to_itself(images: &[(String, &str)], pod: &serde_json::Value) {
+    let server =
+        common::webhook::TestServer::start(common::webhook::policy(), common::settings()).await;
+    let mut request = common::webhook::recorded("pod-create-simple.v1.json", "unused");
+    request["request"]["object"]["spec"]["containers"] = pod["spec"]["containers"].clone();
+    let (response, _) =
+        common::webhook::admit(&server, &request, std::time::Duration::from_secs(10)).await;
+    let warnings = common::webhook::warnings(&response);
+    for (image, _) in images {
+        assert!(
+            warnings.iter().any(
+                |w| w.contains(image.as_str()) && w.ends_with("unreachable: connection failed")
+            ),
+            "{warnings:?}"
+        );
+    }
+    let answer = response.to_string().to_lowercase();
+    for hidden in ["refused", "lookup address", "dns"] {
+        assert!(!answer.contains(hidden), "{hidden}: {answer}");
+    }
+}

@@ -19,8 +19,7 @@ pub(crate) async fn run(
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;
     let verified = if args.verify {
-        // A child manifest and a config blob per platform: more than one lookup's budget.
-        let budget = config.resolver.lookup_timeout * 3;
+        let budget = crate::budget::for_verify(config.resolver.lookup_timeout);
         let store = CredentialStore::default();
         let checks = args
             .images
@@ -76,7 +75,7 @@ pub(crate) async fn run(
                         found.served_by, found.fact.credentials
                     )?;
                 }
-                Err(e) => writeln!(out, "{image}\n  error: {e}")?,
+                Err(e) => write_error(out, image, e)?,
             }
             if let Some(verified) = &verified {
                 writeln!(out, "  verified:   {}", verified_text(&verified[i]))?;
@@ -90,6 +89,15 @@ pub(crate) async fn run(
     })
 }
 
+/// A failed lookup: the message as the webhook would warn, and the cause beside it.
+fn write_error(out: &mut impl Write, image: &str, e: &LookupError) -> std::io::Result<()> {
+    writeln!(out, "{image}\n  error: {e}")?;
+    match e.cause() {
+        Some(cause) => writeln!(out, "  cause: {cause}"),
+        None => Ok(()),
+    }
+}
+
 fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Value {
     match result {
         Ok(found) => json!({
@@ -101,7 +109,10 @@ fn json_item(image: &str, result: Result<&ImagePlatforms, &LookupError>) -> Valu
             "artifact": found.fact.artifact,
             "credentials": found.fact.credentials.to_string(),
         }),
-        Err(e) => json!({ "image": image, "error": e.to_string() }),
+        Err(e) => match e.cause() {
+            Some(cause) => json!({ "image": image, "error": e.to_string(), "cause": cause }),
+            None => json!({ "image": image, "error": e.to_string() }),
+        },
     }
 }
 

@@ -17,7 +17,7 @@ use self::inputs::Inputs;
 use serde_json::{json, Value};
 
 use crate::admission::wire::{AdmissionReviewOut, ADMISSION_V1};
-use crate::admission::{self, Admission, PodAnswer};
+use crate::admission::{self, Admission, LookupCauses, PodAnswer};
 use crate::cli::ReviewArgs;
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -30,6 +30,7 @@ struct DocumentAnswer {
     answer: Answer,
     out: AdmissionReviewOut,
     object: Value,
+    lookup_causes: LookupCauses,
 }
 
 /// The webhook's answer for `document`: an AdmissionReview is answered as the webhook answers
@@ -54,12 +55,14 @@ async fn review_document(
                 answer: reviewed.answer,
                 out: reviewed.out,
                 object,
+                lookup_causes: reviewed.lookup_causes,
             })
         }
         Some("Pod") | None if document.get("spec").is_some() => {
             let PodAnswer {
                 answer,
                 shell_warnings,
+                lookup_causes,
                 ..
             } = admission
                 .answer_pod_manifest(&document, budget)
@@ -71,6 +74,7 @@ async fn review_document(
                 answer,
                 out,
                 object: document,
+                lookup_causes,
             })
         }
         Some(other) => bail!("expected a Pod or an AdmissionReview, got kind {other}"),
@@ -234,7 +238,7 @@ fn write_json(
     patched: &Value,
 ) -> anyhow::Result<()> {
     let response = &reviewed.out.response;
-    let report = json!({
+    let mut report = json!({
         "allowed": response.allowed,
         "outcome": reviewed.answer.outcome().label(),
         "summary": reviewed.answer.decision.summary(),
@@ -244,6 +248,9 @@ fn write_json(
         "pod": patched,
         "response": reviewed.out,
     });
+    if !reviewed.lookup_causes.is_empty() {
+        report["causes"] = json!(reviewed.lookup_causes);
+    }
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)?;
     Ok(())
@@ -271,6 +278,10 @@ fn write_text(
     }
     for warning in &response.warnings {
         writeln!(out, "warning:  {warning}")?;
+    }
+    // Why a registry could not be reached: for the operator, never in the webhook's answer.
+    for (image, cause) in &reviewed.lookup_causes {
+        writeln!(out, "cause:    {image}: {cause}")?;
     }
     writeln!(
         out,

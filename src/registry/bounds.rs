@@ -7,9 +7,16 @@
 //! every child hold its buffer. These bounds hold per lookup: a lookup that reaches them ends
 //! as the image's own failure ([`FetchError::OverLimit`]), never the registry's; one that finds
 //! the process-wide budget spent ends at once as [`FetchError::Busy`].
+//!
+//! A lookup also knows what its requests are waiting for — the registry's answer (status and
+//! headers), or the rest of a manifest or blob it has begun to send — so that a lookup cut off
+//! by its deadline can be told apart: a registry that did not answer is the registry's failure
+//! (its circuit breaker counts it), an image whose answer stalled after its headers is the
+//! image's own ([`LookupBounds::stalled_body`]).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -90,6 +97,19 @@ pub(crate) struct LookupBounds {
     fetches: AtomicUsize,
     max_fetches: usize,
     at_once: Semaphore,
+    waiting: Mutex<Waiting>,
+}
+
+/// What a lookup's requests are waiting for right now.
+#[derive(Default)]
+struct Waiting {
+    /// Requests sent whose answer (status and headers) has not come, or whose error body is
+    /// being read (a 5xx is the registry's failure, however its body ends).
+    answers: usize,
+    /// Manifest and blob bodies being read after a 200, by a number of their own: what each
+    /// is (`sha256:…`, a tag), for the message.
+    bodies: BTreeMap<u64, String>,
+    next_body: u64,
 }
 
 impl LookupBounds {
@@ -110,7 +130,42 @@ impl LookupBounds {
             fetches: AtomicUsize::new(0),
             max_fetches,
             at_once: Semaphore::new(FETCHES_AT_ONCE),
+            waiting: Mutex::default(),
         }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().expect("not poisoned")
+    }
+
+    /// Marks a request waiting for the registry's answer until the mark is dropped.
+    pub(crate) fn awaiting_answer(&self) -> AwaitingAnswer<'_> {
+        self.waiting().answers += 1;
+        AwaitingAnswer { bounds: self }
+    }
+
+    /// Marks the body of `what` (a manifest or blob the registry answered 200 for) being read
+    /// until the mark is dropped.
+    pub(crate) fn reading_body(&self, what: &str) -> ReadingBody<'_> {
+        let mut waiting = self.waiting();
+        let number = waiting.next_body;
+        waiting.next_body += 1;
+        waiting.bodies.insert(number, what.to_owned());
+        ReadingBody {
+            bounds: self,
+            number,
+        }
+    }
+
+    /// When the lookup waits only on bodies the registry began to send (none of its requests
+    /// still waits for an answer): what the first of them is. A lookup cut off by its deadline
+    /// then stalled on the image's own content, not on the registry.
+    pub(crate) fn stalled_body(&self) -> Option<String> {
+        let waiting = self.waiting();
+        if waiting.answers > 0 {
+            return None;
+        }
+        waiting.bodies.values().next().cloned()
     }
 
     /// Counts one manifest or blob fetch and waits for a turn to make it (held while the
@@ -136,6 +191,29 @@ impl LookupBounds {
             bounds: self,
             bytes: 0,
         }
+    }
+}
+
+/// A request waiting for the registry's answer; see [`LookupBounds::awaiting_answer`].
+pub(crate) struct AwaitingAnswer<'a> {
+    bounds: &'a LookupBounds,
+}
+
+impl Drop for AwaitingAnswer<'_> {
+    fn drop(&mut self) {
+        self.bounds.waiting().answers -= 1;
+    }
+}
+
+/// A manifest or blob body being read; see [`LookupBounds::reading_body`].
+pub(crate) struct ReadingBody<'a> {
+    bounds: &'a LookupBounds,
+    number: u64,
+}
+
+impl Drop for ReadingBody<'_> {
+    fn drop(&mut self) {
+        self.bounds.waiting().bodies.remove(&self.number);
     }
 }
 
@@ -207,6 +285,26 @@ mod tests {
         drop((a, b, c, d));
         assert_eq!(process.in_flight(), 0);
         assert_eq!(first.bytes.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_body_stalls_only_when_no_request_waits_for_an_answer() {
+        let bounds = LookupBounds::new(Arc::new(RegistryBytes::new(1, None)));
+        assert_eq!(bounds.stalled_body(), None);
+        let answer = bounds.awaiting_answer();
+        let config = bounds.reading_body("sha256:c0");
+        assert_eq!(
+            bounds.stalled_body(),
+            None,
+            "the registry has not answered yet"
+        );
+        drop(answer);
+        let manifest = bounds.reading_body("v1");
+        assert_eq!(bounds.stalled_body().as_deref(), Some("sha256:c0"));
+        drop(config);
+        assert_eq!(bounds.stalled_body().as_deref(), Some("v1"));
+        drop(manifest);
+        assert_eq!(bounds.stalled_body(), None);
     }
 
     #[tokio::test]

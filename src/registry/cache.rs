@@ -585,6 +585,7 @@ mod tests {
             reference: "app".into(),
             registry: "r".into(),
             reason: "connection refused".into(),
+            cause: String::new(),
         }
     }
 

@@ -239,7 +239,7 @@ impl Documents {
             })
             .collect();
         self.add_tagged("evil/stalled", index(children, "stalled"));
-        let config_digest = sha256(b"stalled config");
+        let config_digest = stalled_config_digest();
         self.stalled.push(config_digest.clone());
         self.add_tagged("evil/stallcfg", image(&config_digest, STALLED_BODY_BYTES));
     }
@@ -272,6 +272,11 @@ impl Documents {
         headers.insert("docker-content-digest", document.digest().parse().unwrap());
         response
     }
+}
+
+/// The digest of the config blob of `evil/stallcfg*`, whose body stalls.
+pub fn stalled_config_digest() -> String {
+    sha256(b"stalled config")
 }
 
 /// The `i`th invented architecture: 110 characters, with a space (no label value).

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::admission::wire::cut_warning;
-use crate::admission::{Admission, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
+use crate::admission::{Admission, LookupCauses, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::mutate::{explain, Decision, Outcome};
 use crate::workload::{Found, Workload};
 
@@ -41,6 +41,10 @@ pub(super) struct WorkloadReport {
     /// Why it would be denied.
     denied: Option<String>,
     warnings: Vec<String>,
+    /// Why lookups failed to reach their registry, per image (for the operator; the
+    /// webhook's warnings stay terse).
+    #[serde(skip_serializing_if = "LookupCauses::is_empty")]
+    causes: LookupCauses,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,6 +89,7 @@ async fn report_workload(
         answer,
         shell_warnings,
         facts,
+        lookup_causes,
     } = pod_answer;
     let images = facts
         .into_iter()
@@ -122,6 +127,7 @@ async fn report_workload(
         // What would be denied, under enforce = false too: review is a gate either way.
         denied: answer.decision.denial().map(str::to_owned),
         warnings: warnings.collect(),
+        causes: lookup_causes,
     };
     if !workload.problems.is_empty() {
         // The manifest itself is wrong: what its valid images are is still shown, but no
@@ -196,6 +202,9 @@ pub(super) fn write(
     for report in reports {
         for warning in report.warnings.iter().chain(&report.denied) {
             writeln!(out, "warning: {}: {warning}", label(report))?;
+        }
+        for (image, cause) in &report.causes {
+            writeln!(out, "cause: {}: {image}: {cause}", label(report))?;
         }
     }
     for unread in &found.unread {

@@ -121,8 +121,9 @@ pub(crate) fn server_url(registry: &str) -> String {
     }
 }
 
+/// What a credential helper's `get` prints: `{"Username": …, "Secret": …}`.
 #[derive(Deserialize)]
-struct Answer {
+struct HelperCredentials {
     #[serde(rename = "Username", default)]
     username: String,
     #[serde(rename = "Secret", default)]
@@ -132,7 +133,7 @@ struct Answer {
 /// What a helper's `get` printed: `Ok(Some((user, secret)))`, `Ok(None)` when it holds nothing
 /// for the server. Errors never quote the answer.
 pub(crate) fn parse_answer(stdout: &[u8]) -> Result<Option<(String, String)>, String> {
-    let answer: Answer = serde_json::from_slice(stdout).map_err(|e| {
+    let answer: HelperCredentials = serde_json::from_slice(stdout).map_err(|e| {
         format!(
             "printed no {{\"Username\", \"Secret\"}} object (line {}, column {})",
             e.line(),

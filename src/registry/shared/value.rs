@@ -12,8 +12,9 @@ use crate::registry::{
     ImageFact, ImagePlatforms, LookupError, Platform, Provenance, MAX_PLATFORMS,
 };
 
+/// An image's answer by digest as the shared cache keeps it (JSON).
 #[derive(Serialize, Deserialize)]
-struct Answer {
+struct SharedAnswer {
     digest: String,
     media_type: String,
     served_by: String,
@@ -80,7 +81,7 @@ impl SharedFailure {
 }
 
 pub(super) fn encode_answer(found: &ImagePlatforms) -> Vec<u8> {
-    let answer = Answer {
+    let answer = SharedAnswer {
         digest: found.digest.clone(),
         media_type: found.media_type.to_owned(),
         served_by: found.served_by.clone(),
@@ -108,7 +109,7 @@ pub(super) fn answer(value: &[u8]) -> Option<ImagePlatforms> {
     if value.len() > MAX_VALUE_BYTES {
         return None;
     }
-    let answer: Answer = serde_json::from_slice(value).ok()?;
+    let answer: SharedAnswer = serde_json::from_slice(value).ok()?;
     let media_type = known_media_type(&answer.media_type);
     let usable = crate::registry::client::is_digest(&answer.digest)
         && media_type == answer.media_type
@@ -248,6 +249,7 @@ mod tests {
             reference: reference.into(),
             registry: "registry.example".into(),
             reason: "connection failed".into(),
+            cause: String::new(),
         };
         assert_eq!(SharedFailure::of(&outage), None);
         assert_eq!(failure(b"{\"failure\":\"on_fire\"}", reference), None);
