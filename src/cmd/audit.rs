@@ -73,11 +73,9 @@ pub(crate) async fn run(
     args: &AuditArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let client = match &args.kubeconfig {
-        Some(path) => Cluster::client_from_kubeconfig(path).await,
-        None => Cluster::client_from_environment().await,
-    }
-    .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
+    let client = crate::cluster::connect::client(args.cluster.choice())
+        .await
+        .map_err(anyhow::Error::msg)?;
     let lister = read::Lister {
         client: &client,
         namespace: args.namespace.as_deref(),
