@@ -30,7 +30,7 @@ pub(crate) enum Command {
     /// Decide offline for manifests: every workload (Pod, Deployment, StatefulSet, DaemonSet,
     /// Job, CronJob, any kind with a Pod template) in a table, or one Pod / AdmissionReview with
     /// its JSON Patch and patched Pod.
-    #[command(after_long_help = REVIEW_HELP)]
+    #[command(after_long_help = review_help())]
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
     #[command(after_help = exit_help(INSPECT_EXIT))]
@@ -141,7 +141,7 @@ pub(crate) struct ReviewArgs {
     pub(crate) files: Vec<String>,
 }
 
-/// `review --help`: what is read, what is skipped, and the exit statuses.
+/// `review --help`: what is read and what is skipped.
 const REVIEW_HELP: &str = "\
 Inputs: each file and each document is read on its own. A file or document that is not a
 Kubernetes object with a kind (a kustomization, Chart.yaml, Helm values, a JSON Patch, a
@@ -161,18 +161,12 @@ container: the workload is invalid_object, with the line, and its other images a
 looked up.
 
 SOURCE is FILE:DOCUMENT (documents counted from 1, as YAML counts them; `-` is standard input).
-A workload with only generateName is shown as `prefix-*`.
+A workload with only generateName is shown as `prefix-*`.";
 
-Exit status:
-  0  no problem found (skipped inputs are listed, and do not fail the run)
-  1  problems found: a workload's images share no architecture, it would be denied, or it is
-     invalid (invalid_object)
-  2  could not run: bad arguments or configuration, or no input held a Kubernetes object
-  3  with --strict: no problem found, but inputs were skipped
-  4  no problem found, but some images could not be looked up (lookup_failed: registry
-     unreachable, refused or too slow): those workloads were not checked; a gate that
-     accepts them checks for 4 (the cause is on stderr)
-141  the reader stopped reading (`| head`)";
+/// `review --help` after the options: what is read and skipped, then the exit statuses.
+fn review_help() -> String {
+    format!("{REVIEW_HELP}\n\n{}", exit_help(REVIEW_EXIT))
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -320,3 +314,29 @@ pub(crate) fn exit_help(statuses: &[ExitStatus]) -> String {
     }
     text
 }
+
+/// `review`'s statuses (its code returns 3 and 4 as `cmd::review::report` names them; the
+/// exit-status test runs each).
+pub(crate) const REVIEW_EXIT: &[ExitStatus] = &[
+    ExitStatus {
+        code: 0,
+        meaning: "no problem found (skipped inputs are listed, and do not fail the run)",
+    },
+    ExitStatus {
+        code: 1,
+        meaning: "problems found: a workload's images share no architecture, it would be denied, or it is invalid (invalid_object)",
+    },
+    ExitStatus {
+        code: 2,
+        meaning: "could not run: bad arguments or configuration, or no input held a Kubernetes object",
+    },
+    ExitStatus {
+        code: 3,
+        meaning: "with --strict: no problem found, but inputs were skipped",
+    },
+    ExitStatus {
+        code: 4,
+        meaning: "no problem found, but some images could not be looked up (lookup_failed: registry unreachable, refused or too slow): those workloads were not checked; a gate that accepts them checks for 4 (the cause is on stderr)",
+    },
+    READER_STOPPED,
+];

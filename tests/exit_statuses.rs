@@ -13,8 +13,9 @@ use common::kube_api::{FakeApiServer, RegistryHosts};
 use common::workloads_api::WorkloadsApi;
 
 /// The subcommands with their own help, as run.
-const SUBCOMMANDS: [&[&str]; 6] = [
+const SUBCOMMANDS: [&[&str]; 7] = [
     &["serve"],
+    &["review"],
     &["inspect"],
     &["audit"],
     &["nodes", "plan"],
@@ -241,6 +242,59 @@ fn audit(seen: &mut Seen, home: &Path) {
     seen.ended(audit, &out, 2, "could not run");
 }
 
+/// A Pod manifest in `dir` named `name`, one container per image.
+fn pod(dir: &Path, name: &str, images: &[&str]) -> String {
+    let containers: String = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| format!("  - name: c{i}\n    image: {image}\n"))
+        .collect();
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n{containers}"),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+fn review(seen: &mut Seen, home: &Path) {
+    let registry = &common::registry::plain().host;
+    let image = |name: &str| format!("{registry}/fixtures/{name}:v1");
+    let run = |args: &[&str]| {
+        let mut command = common::cli::tolerable();
+        command.arg("review").args(args).stdin(Stdio::null());
+        command
+    };
+    let review = &["review"][..];
+    let good = pod(home, "good", &[&image("multiarch-oci")]);
+    seen.ended(review, &run(&[&good]).output().unwrap(), 0, "no problem");
+    seen.ended(review, &reader_gone(&mut run(&[&good])), 141, "stopped");
+    let apart = pod(
+        home,
+        "apart",
+        &[&image("arm64-oci"), &image("s390x-docker")],
+    );
+    seen.ended(review, &run(&[&apart]).output().unwrap(), 1, "share no");
+    let unknown = pod(home, "unknown", &["127.0.0.1:1/gone:v1"]);
+    seen.ended(
+        review,
+        &run(&[&unknown]).output().unwrap(),
+        4,
+        "not be looked up",
+    );
+    let empty = home.join("empty.yaml");
+    std::fs::write(&empty, "").unwrap();
+    let out = run(&[empty.to_str().unwrap()]).output().unwrap();
+    seen.ended(review, &out, 2, "could not run");
+    let repo = home.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    pod(&repo, "web", &[&image("multiarch-oci")]);
+    std::fs::write(repo.join("kustomization.yaml"), "resources:\n- web.yaml\n").unwrap();
+    let out = run(&["--strict", repo.to_str().unwrap()]).output().unwrap();
+    seen.ended(review, &out, 3, "--strict");
+}
+
 /// `serve`: 2 when it cannot start, 0 when SIGTERM stopped it once it was serving.
 async fn serve(seen: &mut Seen) {
     let serve = &["serve"][..];
@@ -282,14 +336,15 @@ async fn every_listed_exit_status_is_returned_and_every_returned_one_listed() {
     let home = tempfile::tempdir().unwrap();
     let mut seen = Seen::new();
     nodes(&mut seen, home.path());
+    review(&mut seen, home.path());
     inspect(&mut seen, home.path());
     audit(&mut seen, home.path());
     serve(&mut seen).await;
     seen.all_seen();
 }
 
-/// `review` lists the statuses its own tests check (serve_review_cli.rs, review_workloads.rs),
-/// in the same form as the others, `2` and `141` with the meaning every subcommand gives them.
+/// `review` lists the statuses a CI gate relies on, `2` and `141` with the meaning every
+/// subcommand gives them.
 #[test]
 fn review_lists_its_statuses_in_the_same_form() {
     let review = listed(&["review"]);
