@@ -278,7 +278,7 @@ fn a_cluster_named_but_unusable_is_an_error_naming_the_flag() {
             if subcommand == ["review"] {
                 command.arg(&pod);
             }
-            let out = command.output().unwrap();
+            let out = ended(&mut command, subcommand);
             let stderr = stderr(&out);
             assert_eq!(
                 out.status.code(),
@@ -288,6 +288,26 @@ fn a_cluster_named_but_unusable_is_an_error_naming_the_flag() {
             assert!(stderr.contains(&named), "{subcommand:?} {args:?}: {stderr}");
         }
     }
+}
+
+/// `command`'s output once it has ended; a failure if it is still running after 30 s (a hang
+/// guard: `serve` that started without the cluster it was given would never end).
+fn ended(command: &mut Command, subcommand: &[&str]) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > give_up {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{subcommand:?} still running after 30 s: {}", stderr(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// One help text for the flags, whichever subcommand shows it.
