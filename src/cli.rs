@@ -23,27 +23,42 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the admission webhook (HTTPS; POST /mutate, GET /healthz /readyz /metrics).
+    #[command(after_help = exit_help(SERVE_EXIT))]
     Serve(ServeArgs),
     /// Taint nodes by architecture (the other half of the scheme), or undo it.
-    #[command(subcommand)]
-    Nodes(NodesCommand),
+    Nodes(NodesArgs),
     /// Decide offline for manifests: every workload (Pod, Deployment, StatefulSet, DaemonSet,
     /// Job, CronJob, any kind with a Pod template) in a table, or one Pod / AdmissionReview with
     /// its JSON Patch and patched Pod.
-    #[command(after_long_help = REVIEW_HELP)]
+    #[command(after_long_help = review_help())]
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
+    #[command(after_help = exit_help(INSPECT_EXIT))]
     Inspect(InspectArgs),
     /// Audit the cluster as it runs (read-only): per workload misplaced (a Pod on a node its
     /// images cannot run on), movable (could run on the other pools), ready, pinned or unknown.
+    #[command(after_help = exit_help(AUDIT_EXIT))]
     Audit(AuditArgs),
+}
+
+/// Which cluster a subcommand reads: the same flags, and the same fallback, on every subcommand
+/// that reads one (`serve`, `nodes`, `audit`, `review`).
+#[derive(Debug, Args)]
+pub(crate) struct ClusterArgs {
+    /// Kubeconfig file of the cluster to read. Default: $KUBECONFIG, else ~/.kube/config, else
+    /// the in-cluster service account.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Context of the kubeconfig to use. Default: its current-context.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub(crate) context: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
-    /// Kubeconfig file. Default: in-cluster, else $KUBECONFIG, else ~/.kube/config.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 
     /// Only this namespace.
     #[arg(
@@ -111,15 +126,14 @@ pub(crate) struct ReviewArgs {
     #[arg(long)]
     pub(crate) strict: bool,
 
-    /// Read the workloads' image pull secrets (and their ServiceAccounts') from the cluster of
-    /// this kubeconfig, as the webhook does.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Read the workloads' image pull secrets (and their ServiceAccounts') from the cluster, as
+    /// the webhook does: the one --kubeconfig and --context name (either implies --cluster),
+    /// else the one the environment names. Without any of the three no cluster is read.
+    #[arg(long = "cluster", conflicts_with = "kubeconfig")]
+    pub(crate) read_cluster: bool,
 
-    /// Read pull secrets from the cluster the environment names: in-cluster, $KUBECONFIG or
-    /// ~/.kube/config.
-    #[arg(long, conflicts_with = "kubeconfig")]
-    pub(crate) cluster: bool,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 
     /// Manifests (YAML, several documents, or JSON; Lists opened), directories of them, or `-`
     /// for standard input.
@@ -127,7 +141,7 @@ pub(crate) struct ReviewArgs {
     pub(crate) files: Vec<String>,
 }
 
-/// `review --help`: what is read, what is skipped, and the exit statuses.
+/// `review --help`: what is read and what is skipped.
 const REVIEW_HELP: &str = "\
 Inputs: each file and each document is read on its own. A file or document that is not a
 Kubernetes object with a kind (a kustomization, Chart.yaml, Helm values, a JSON Patch, a
@@ -147,32 +161,43 @@ container: the workload is invalid_object, with the line, and its other images a
 looked up.
 
 SOURCE is FILE:DOCUMENT (documents counted from 1, as YAML counts them; `-` is standard input).
-A workload with only generateName is shown as `prefix-*`.
+A workload with only generateName is shown as `prefix-*`.";
 
-Exit status:
-  0  no problem found (skipped inputs are listed, and do not fail the run)
-  1  problems found: a workload's images share no architecture, it would be denied, or it is
-     invalid (invalid_object)
-  2  could not run: bad arguments or configuration, or no input held a Kubernetes object
-  3  with --strict: no problem found, but inputs were skipped
-  4  no problem found, but some images could not be looked up (lookup_failed: registry
-     unreachable, refused or too slow): those workloads were not checked; a gate that
-     accepts them checks for 4 (the cause is on stderr)
-141  the reader stopped reading (`| head`)";
+/// `review --help` after the options: what is read and skipped, then the exit statuses.
+fn review_help() -> String {
+    format!("{REVIEW_HELP}\n\n{}", exit_help(REVIEW_EXIT))
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Keep nodes of non-default architectures tainted as they join (config: manage_node_taints).
     #[arg(long)]
     pub(crate) manage_node_taints: bool,
+
+    // The cluster whose pull secrets and nodes are read (when the configuration reads any).
+    // Without --kubeconfig or --context a cluster that cannot be found is a warning, and the
+    // webhook runs without; with either, it is an error.
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NodesArgs {
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+
+    #[command(subcommand)]
+    pub(crate) command: NodesCommand,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum NodesCommand {
     /// Show the taints `taint` would add or remove. Exit status 1 when anything would change.
+    #[command(after_help = exit_help(NODES_PLAN_EXIT))]
     Plan,
     /// Taint every node of a supported architecture; refuses while the webhook is not ready,
     /// and when a node's architecture is neither default nor supported.
+    #[command(after_help = exit_help(NODES_CHANGE_EXIT))]
     Taint {
         /// Taint even though the webhook is not registered and ready, and taint nodes of
         /// architectures that are neither default nor supported (no Pod tolerates those).
@@ -180,5 +205,139 @@ pub(crate) enum NodesCommand {
         force: bool,
     },
     /// Remove the taints tolerable added (and only those).
+    #[command(after_help = exit_help(NODES_CHANGE_EXIT))]
     Untaint,
 }
+
+/// One exit status of a subcommand: the code the command returns and what `--help` says of it
+/// (one definition for both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub(crate) code: u8,
+    pub(crate) meaning: &'static str,
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        Self::from(status.code)
+    }
+}
+
+/// Every subcommand's: an error before or while running (`main` prints it).
+pub const COULD_NOT_RUN: ExitStatus = ExitStatus {
+    code: 2,
+    meaning: "could not run: bad arguments or configuration, or what it reads could not be read (the cause is on stderr)",
+};
+/// Every subcommand's: `tolerable … | head` (128 + SIGPIPE, as a shell reports it).
+pub const READER_STOPPED: ExitStatus = ExitStatus {
+    code: 141,
+    meaning: "the reader stopped reading (`| head`)",
+};
+
+pub(crate) const SERVE_EXIT: &[ExitStatus] = &[
+    ExitStatus {
+        code: 0,
+        meaning: "stopped by SIGTERM or an interrupt, after the requests in flight were answered",
+    },
+    ExitStatus {
+        code: 2,
+        meaning: "could not start: bad configuration, the port taken, the TLS files unreadable, or the cluster --kubeconfig / --context names unusable (the cause is on stderr)",
+    },
+];
+
+pub(crate) const INSPECT_OK: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "every image was looked up (and with --verify, every platform's config agrees)",
+};
+pub(crate) const INSPECT_FAILED: ExitStatus = ExitStatus {
+    code: 1,
+    meaning: "some image could not be looked up (its error is printed), or --verify found a platform whose config names another",
+};
+pub(crate) const INSPECT_EXIT: &[ExitStatus] =
+    &[INSPECT_OK, INSPECT_FAILED, COULD_NOT_RUN, READER_STOPPED];
+
+pub(crate) const AUDIT_DONE: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "the cluster was read and every workload reported (whatever their status: audit reports, it does not gate)",
+};
+pub(crate) const AUDIT_EXIT: &[ExitStatus] = &[AUDIT_DONE, COULD_NOT_RUN, READER_STOPPED];
+
+pub(crate) const NODES_NO_CHANGE: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "no node's taints would change",
+};
+pub(crate) const NODES_WOULD_CHANGE: ExitStatus = ExitStatus {
+    code: 1,
+    meaning: "some node's taints would change (each change is listed)",
+};
+pub(crate) const NODES_PLAN_EXIT: &[ExitStatus] = &[
+    NODES_NO_CHANGE,
+    NODES_WOULD_CHANGE,
+    COULD_NOT_RUN,
+    READER_STOPPED,
+];
+
+pub(crate) const NODES_CHANGED: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "done: every change listed was made",
+};
+pub(crate) const NODES_CHANGE_EXIT: &[ExitStatus] = &[
+    NODES_CHANGED,
+    ExitStatus {
+        code: 2,
+        meaning: "could not run, or refused (the webhook not ready, without --force): nothing more was changed (the cause is on stderr)",
+    },
+    READER_STOPPED,
+];
+
+/// The `Exit status:` section of a subcommand's `--help`, from its table: each code right
+/// aligned, its meaning wrapped under itself (clap prints this text as it is).
+pub(crate) fn exit_help(statuses: &[ExitStatus]) -> String {
+    const WIDTH: usize = 92;
+    let mut text = String::from("Exit status:");
+    for status in statuses {
+        let mut line = format!("{:>3} ", status.code);
+        for word in status.meaning.split(' ') {
+            if line.len() + 1 + word.len() > WIDTH {
+                text.push('\n');
+                text.push_str(line.trim_end());
+                line = " ".repeat(4);
+            }
+            line.push(' ');
+            line.push_str(word);
+        }
+        text.push('\n');
+        text.push_str(&line);
+    }
+    text
+}
+
+/// `review --strict` found no problem but skipped inputs.
+pub(crate) const REVIEW_SKIPPED_INPUTS: ExitStatus = ExitStatus {
+    code: 3,
+    meaning: "with --strict: no problem found, but inputs were skipped",
+};
+/// `review` found no problem but could not look some images up: those workloads were not
+/// checked (a gate with no network must not pass by default).
+pub(crate) const REVIEW_LOOKUPS_FAILED: ExitStatus = ExitStatus {
+    code: 4,
+    meaning: "no problem found, but some images could not be looked up (lookup_failed: registry unreachable, refused or too slow): those workloads were not checked; a gate that accepts them checks for 4 (the cause is on stderr)",
+};
+/// `review`'s statuses (the exit-status test runs each).
+pub(crate) const REVIEW_EXIT: &[ExitStatus] = &[
+    ExitStatus {
+        code: 0,
+        meaning: "no problem found (skipped inputs are listed, and do not fail the run)",
+    },
+    ExitStatus {
+        code: 1,
+        meaning: "problems found: a workload's images share no architecture, it would be denied, or it is invalid (invalid_object)",
+    },
+    ExitStatus {
+        code: 2,
+        meaning: "could not run: bad arguments or configuration, or no input held a Kubernetes object",
+    },
+    REVIEW_SKIPPED_INPUTS,
+    REVIEW_LOOKUPS_FAILED,
+    READER_STOPPED,
+];

@@ -4,6 +4,7 @@
 //! cannot be read becomes a warning naming the secret, never its content. Also the node watch
 //! (`nodes`) and paged lists of any kind (`list`, what `audit` reads through).
 
+pub(crate) mod connect;
 pub(crate) mod list;
 pub mod nodes;
 
@@ -163,32 +164,6 @@ impl Cluster {
                 .expire_after(ReadExpiry)
                 .build(),
         }
-    }
-
-    /// A client from the environment: in-cluster service account, else the kubeconfig; the
-    /// reason when neither is there (tolerable then runs without reading the cluster).
-    pub(crate) async fn client_from_environment() -> Result<kube::Client, String> {
-        let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
-        config.connect_timeout = Some(Duration::from_secs(2));
-        // Long enough for a watch (kube asks the server to end it within 290 s).
-        config.read_timeout = Some(Duration::from_secs(295));
-        kube::Client::try_from(config).map_err(|e| e.to_string())
-    }
-
-    /// A client from a kubeconfig file (its current context), for `tolerable audit --kubeconfig`.
-    pub(crate) async fn client_from_kubeconfig(
-        path: &std::path::Path,
-    ) -> Result<kube::Client, String> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-        config.connect_timeout = Some(Duration::from_secs(5));
-        kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
     /// The Pod's pull credentials: its `imagePullSecrets`, then its ServiceAccount's, each

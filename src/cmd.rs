@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ClusterArgs, Command};
+use crate::cluster::connect::ClusterChoice;
 use crate::config::Config;
 
 /// Runs the command; `Err` is a start-up failure (bad config), printed by `main`.
@@ -27,12 +28,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let result = match cli.command {
         Command::Inspect(args) => run_to_end(runtime, inspect::run(&config, &args, &mut out)),
         Command::Serve(args) => run_to_end(runtime, serve::run(&config, &args)),
-        Command::Nodes(command) => run_to_end(runtime, nodes::run(&config, &command, &mut out)),
+        Command::Nodes(args) => run_to_end(runtime, nodes::run(&config, &args, &mut out)),
         Command::Audit(args) => run_to_end(runtime, audit::run(&config, &args, &mut out)),
         Command::Review(args) => run_to_end(runtime, review::run(&config, &args, &mut out)),
     };
     crate::telemetry::flush();
     result
+}
+
+impl ClusterArgs {
+    /// The cluster these flags name, for [`crate::cluster::connect::client`].
+    pub(crate) fn choice(&self) -> ClusterChoice<'_> {
+        ClusterChoice {
+            kubeconfig: self.kubeconfig.as_deref(),
+            context: self.context.as_deref(),
+        }
+    }
 }
 
 /// Runs `command` on `runtime`, then leaves whatever is still running on it without waiting:

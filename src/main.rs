@@ -13,11 +13,11 @@ fn main() -> ExitCode {
         // A reader that stopped reading (`tolerable review f | head`): the output ends quietly,
         // with the status a shell gives a program SIGPIPE ended (128 + 13), as git's does — not
         // success, which could pass a gate whose result was never read.
-        Err(e) if closed_pipe(&e) => ExitCode::from(141),
+        Err(e) if closed_pipe(&e) => tolerable::cli::READER_STOPPED.into(),
         Err(e) => {
             // Not eprintln!: it panics when standard error is closed too (`2>&1 | head`).
             let _ = writeln!(std::io::stderr(), "tolerable: {e:#}");
-            ExitCode::from(2)
+            tolerable::cli::COULD_NOT_RUN.into()
         }
     }
 }

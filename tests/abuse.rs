@@ -336,33 +336,45 @@ async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_
     assert!(grew_mib < 48.0, "RSS grew by {grew_mib:.1} MiB");
 }
 
+/// The bounds the code guarantees, whatever the machine's speed: a request not received within
+/// `request_read_timeout` (1 s) is cut off by that deadline — never before it (the clock starts
+/// before the connection does, so nothing the server does can make it look early), and before
+/// the connection's next deadline, the idle timeout (30 s), which is what would end it were the
+/// read deadline ignored, pushed back by each byte, or never set. (How soon after the deadline
+/// the answer comes is the machine's speed: issue 29 keeps such figures out of tests.)
 #[tokio::test]
 async fn a_content_length_never_reached_gets_408_at_the_deadline_and_the_connection_closes() {
-    let server =
-        TestServer::start_with_limits(limits(Duration::from_secs(1), Duration::from_secs(30)))
-            .await;
-    let mut tls = connect(server.addr, b"http/1.1").await;
+    let (read, idle) = (Duration::from_secs(1), Duration::from_secs(30));
+    let server = TestServer::start_with_limits(limits(read, idle)).await;
     let started = Instant::now();
+    let mut tls = connect(server.addr, b"http/1.1").await;
     tls.write_all(
         b"POST /mutate HTTP/1.1\r\nhost: localhost\r\ncontent-length: 100000\r\n\r\n{\"kind\":",
     )
     .await
     .unwrap();
-    let response = closed_within(&mut tls, Duration::from_secs(4))
+    let response = closed_within(&mut tls, idle)
         .await
-        .expect("still reading the body after 4 s");
+        .expect("still reading the body at the idle timeout");
     let elapsed = started.elapsed();
     let text = String::from_utf8_lossy(&response);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("request_read_timeout"), "{text}");
-    assert!(
-        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(2),
-        "{elapsed:?}"
+    assert!(elapsed >= read && elapsed < idle, "{elapsed:?}");
+    let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
+    assert_eq!(
+        webhook::metric_value(
+            &metrics,
+            "tolerable_requests_refused_total{reason=\"read_timeout\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
     );
 
-    // A head sent one byte at a time is held to the same deadline.
-    let mut tls = connect(server.addr, b"http/1.1").await;
+    // A head sent one byte at a time, as long as the server takes it, is held to the same
+    // deadline: each byte does not push it back.
     let started = Instant::now();
+    let mut tls = connect(server.addr, b"http/1.1").await;
     let slow_head = async {
         for byte in b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n"
             .iter()
@@ -374,12 +386,13 @@ async fn a_content_length_never_reached_gets_408_at_the_deadline_and_the_connect
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(4), slow_head).await;
+    let cut_off = tokio::time::timeout(idle, slow_head).await;
+    let elapsed = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "a head trickling in for {:?} was not cut off",
-        started.elapsed()
+        cut_off.is_ok(),
+        "a head trickling in for {elapsed:?} was not cut off"
     );
+    assert!(elapsed >= read && elapsed < idle, "{elapsed:?}");
 }
 
 #[tokio::test]
@@ -621,14 +634,14 @@ fn review_of_image_on(host: &str) -> serde_json::Value {
 }
 
 /// Bodies being read take no in-flight permit (issue 23): the budgets and the read deadline
-/// bound them. Admissions being answered do, and past the cap get a fast 503.
+/// bound them. Admissions being answered do, and past the cap get a fast 503; the probes never
+/// wait on the cap. "Fast" is an order of events, not a time: the 503 and the probe's answer
+/// come while both admissions holding the permits are still in flight — held until the test
+/// lets their registries go (their lookups could wait 20 s and more), whatever the machine's
+/// speed.
 #[tokio::test]
 async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer() {
-    let server = TestServer::start_with_limits(ServerLimits {
-        max_requests_in_flight: 2,
-        ..limits(Duration::from_secs(3), Duration::from_secs(30))
-    })
-    .await;
+    let server = TestServer::start_configured(held_admissions_config(), None).await;
     let mut stalled = stalled_bodies_hold_no_permit(&server).await;
     // Two admissions in flight: their lookups wait on registries that never answer.
     let mut registries = [SilentRegistry::start().await, SilentRegistry::start().await];
@@ -636,16 +649,17 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
     for registry in &mut registries {
         let review = review_of_image_on(&registry.host);
         in_flight.push(tokio::spawn(webhook::admit_owned(
-            server.url("/mutate?timeout=10s"),
+            server.url("/mutate?timeout=30s"),
             review,
         )));
         registry.accepted(1).await;
     }
     past_the_cap_a_503_without_waiting(&server, &in_flight).await;
-    // The stalled bodies time out; once the admissions are answered (allowed, with a warning),
-    // requests are taken again.
+    // The registries go away: the admissions are answered (allowed, with a warning), and
+    // requests are taken again. The stalled bodies time out.
+    drop(registries);
     for tls in &mut stalled {
-        let response = closed_within(tls, Duration::from_secs(5)).await.unwrap();
+        let response = closed_within(tls, Duration::from_secs(30)).await.unwrap();
         assert!(response.starts_with(b"HTTP/1.1 408"));
     }
     for admission in in_flight {
@@ -660,6 +674,22 @@ async fn requests_past_the_in_flight_cap_get_a_fast_503_and_probes_still_answer(
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
+}
+
+/// The test server with two in-flight permits, whose lookups may last as long as the API
+/// server's longest timeout (30 s) allows: admissions waiting on a silent registry are held
+/// until it goes away.
+fn held_admissions_config() -> tolerable::config::Config {
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.policy = webhook::policy();
+    config.server_limits = ServerLimits {
+        max_requests_in_flight: 2,
+        ..limits(Duration::from_secs(3), Duration::from_secs(30))
+    };
+    config.resolver.lookup_timeout = Duration::from_secs(30);
+    config.read_pull_secrets = false;
+    config.watch_nodes = false;
+    config
 }
 
 /// Two requests whose bodies are stalled: they hold no permit, a third request is answered.
@@ -708,12 +738,22 @@ async fn past_the_cap_a_503_without_waiting<T>(
         "{body}"
     );
     // Fast means it did not wait for a permit: the admissions holding both are still in
-    // flight (their lookups last the 8 s budget of their 10 s timeout), whatever the speed.
+    // flight (held until the test lets their registries go), whatever the speed.
     let still_in_flight = in_flight.iter().filter(|a| !a.is_finished()).count();
     assert_eq!(still_in_flight, 2, "the 503 came after {elapsed:?}");
-    // The probe does not wait on the cap either: answered within the kubelet's default probe
-    // timeout (1 s) while both admissions are still held.
-    healthz_answers_within(server.addr, Duration::from_secs(1)).await;
+    // The probe does not wait on the cap either: one GET, answered while both admissions are
+    // still held (the kubelet's probe fails on its first unanswered try; its 1 s timeout is
+    // the machine's speed, which this test does not measure).
+    let probe = webhook::client_builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
     let still_in_flight = in_flight.iter().filter(|a| !a.is_finished()).count();
     assert_eq!(
         still_in_flight, 2,
@@ -726,6 +766,14 @@ async fn past_the_cap_a_503_without_waiting<T>(
             "tolerable_requests_refused_total{reason=\"requests_in_flight\"}"
         ),
         Some(1.0),
+        "{metrics}"
+    );
+    // The server's own count agrees (the gauge is set when scraped): both admissions are
+    // still being answered.
+    let metrics = webhook::metrics_text(server).await;
+    assert_eq!(
+        webhook::metric_value(&metrics, "tolerable_requests_in_flight"),
+        Some(2.0),
         "{metrics}"
     );
 }
@@ -1093,8 +1141,8 @@ fn flood(
 
 /// Issue 23, item 5: a reconnect flood (raw TCP connects and partial ClientHellos, ~5,000 a
 /// second, more than `max_connections_per_peer` kept open) only ever takes back its own pending
-/// connections' slots: `/healthz` from a new connection is answered (within the kubelet's 1 s
-/// probe timeout) every time, and the API server's open connection gets no 503.
+/// connections' slots: `/healthz` from a new connection is answered every time while the flood
+/// goes on, and the API server's open connection gets no 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered() {
     use rustix::process::{getrlimit, setrlimit, Resource};
@@ -1123,19 +1171,25 @@ async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered
     while made.load(Ordering::Relaxed) < 3000 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Each probe, on a new connection, is answered 200 while the flood goes on: the flood runs
+    // until the test stops it, so a probe locked out by it would never be answered (the 30 s
+    // timeout is a hang guard). How soon (the kubelet waits 1 s) is the machine's speed, printed
+    // below, not asserted (issue 29).
     let probe = webhook::client_builder()
-        .timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
     let url = format!("https://localhost:{}/healthz", served.addr.port());
-    let mut probes_answered = 0;
+    let (mut probes_answered, mut slowest) = (0, Duration::ZERO);
     let mut admissions = Vec::new();
     for _ in 0..20 {
+        let asked = Instant::now();
         match probe.get(&url).send().await {
             Ok(response) if response.status() == 200 => probes_answered += 1,
             other => eprintln!("/healthz during the flood: {other:?}"),
         }
+        slowest = slowest.max(asked.elapsed());
         admissions.push(api_server.admit(&quick_review()).await);
     }
     let flooded = made.load(Ordering::Relaxed);
@@ -1150,7 +1204,8 @@ async fn a_reconnect_flood_leaves_probes_and_the_api_servers_connection_answered
     );
     let refused = metric(&text, "tolerable_connections_refused_total");
     eprintln!(
-        "reconnect flood, {flooded} connections: /healthz answered {probes_answered} of 20; \
+        "reconnect flood, {flooded} connections: /healthz answered {probes_answered} of 20 \
+         (slowest in {slowest:?}); \
          {reclaimed} slots taken back, {refused} connections refused; admissions {admissions:?}"
     );
     assert_eq!(probes_answered, 20);

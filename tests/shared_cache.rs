@@ -246,14 +246,25 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
     }
     metric_shows(&server, "tolerable_shared_cache_up 1\n").await;
 
-    // Frozen: connections hang. The lookup waits only its share of the budget.
+    // Frozen: connections hang. The lookup waits only its share of the budget, then asks the
+    // registry: the bound the code guarantees is the lookup's own deadline (lookup_timeout,
+    // 2 s), past which it would end as a timeout, unpatched, with a warning — `admitted` checks
+    // it was patched, without a warning. And the frozen Redis was asked (and given up on),
+    // not skipped: one more lookup counted as an error.
+    let errors = |metrics: &str| {
+        webhook::metric_value(
+            metrics,
+            "tolerable_shared_cache_lookups_total{result=\"error\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let errors_before = errors(&webhook::metrics_text(&server).await);
     redis.freeze();
-    let started = Instant::now();
     admitted(&server, &image(repository, "d")).await;
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
+    assert_eq!(
+        errors(&webhook::metrics_text(&server).await),
+        errors_before + 1.0,
+        "the frozen Redis was not asked"
     );
     redis.thaw();
     metric_shows(&server, "tolerable_shared_cache_up 0\n").await;

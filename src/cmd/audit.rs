@@ -74,11 +74,9 @@ pub(crate) async fn run(
     args: &AuditArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let client = match &args.kubeconfig {
-        Some(path) => Cluster::client_from_kubeconfig(path).await,
-        None => Cluster::client_from_environment().await,
-    }
-    .map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
+    let client = crate::cluster::connect::client(args.cluster.choice())
+        .await
+        .map_err(anyhow::Error::msg)?;
     let lister = crate::cluster::list::Lister {
         client: &client,
         namespace: args.namespace.as_deref(),
@@ -143,7 +141,7 @@ pub(crate) async fn run(
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::cli::AUDIT_DONE.into())
 }
 
 /// The webhook's policy as the audit applies it: every namespace looked at (the webhook may skip

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
-use crate::cli::InspectArgs;
+use crate::cli::{InspectArgs, INSPECT_FAILED, INSPECT_OK};
 use crate::config::Config;
 use crate::registry::{Checked, CredentialStore, ImagePlatforms, ImageReference, LookupError};
 
@@ -82,11 +82,7 @@ pub(crate) async fn run(
             }
         }
     }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(if failed { INSPECT_FAILED } else { INSPECT_OK }.into())
 }
 
 /// A failed lookup: the message as the webhook would warn, and the cause beside it.

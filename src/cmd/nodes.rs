@@ -4,20 +4,21 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::cli::NodesCommand;
+use crate::cli::{NodesArgs, NodesCommand, NODES_CHANGED, NODES_NO_CHANGE, NODES_WOULD_CHANGE};
+use crate::cluster::connect;
 use crate::cluster::nodes::{reconcile_taints, webhook_ready, TaintAction};
-use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::taints::NodePlan;
 
 pub(crate) async fn run(
     config: &Config,
-    command: &NodesCommand,
+    args: &NodesArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let client = Cluster::client_from_environment().await.map_err(|why| {
-        anyhow::anyhow!("no Kubernetes API configuration (in-cluster or kubeconfig): {why}")
-    })?;
+    let command = &args.command;
+    let client = connect::client(args.cluster.choice())
+        .await
+        .map_err(anyhow::Error::msg)?;
     let action = match command {
         NodesCommand::Plan => TaintAction::Plan,
         NodesCommand::Taint { force } => {
@@ -37,11 +38,12 @@ pub(crate) async fn run(
     let plans = reconcile_taints(&client, &policy, action).await?;
     print_plans(&plans, action, out)?;
     let changes = plans.iter().any(NodePlan::changes);
-    Ok(if action == TaintAction::Plan && changes {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(match action {
+        TaintAction::Plan if changes => NODES_WOULD_CHANGE,
+        TaintAction::Plan => NODES_NO_CHANGE,
+        _ => NODES_CHANGED,
+    }
+    .into())
 }
 
 fn print_plans(

@@ -169,12 +169,13 @@ fn nothing_read(read: usize, found: &Found) -> anyhow::Result<()> {
 
 /// The cluster pull secrets are read from, when asked for.
 async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
-    let client = match (&args.kubeconfig, args.cluster) {
-        (Some(path), _) => Cluster::client_from_kubeconfig(path).await,
-        (None, true) => Cluster::client_from_environment().await,
-        (None, false) => return Ok(None),
-    };
-    let client = client.map_err(|why| anyhow::anyhow!("no Kubernetes API configuration: {why}"))?;
+    let choice = args.cluster.choice();
+    if !(args.read_cluster || choice.is_explicit()) {
+        return Ok(None);
+    }
+    let client = crate::cluster::connect::client(choice)
+        .await
+        .map_err(anyhow::Error::msg)?;
     Ok(Some(Cluster::new(client)))
 }
 

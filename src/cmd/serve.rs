@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::app::Webhook;
 use crate::cli::ServeArgs;
-use crate::cluster::Cluster;
+use crate::cluster::connect;
 use crate::config::Config;
 use crate::server;
 
@@ -14,15 +14,21 @@ pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<Exi
         Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit to its hard limit"),
     }
     let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
-    let kube = if config.read_pull_secrets || config.watch_nodes || manage_node_taints {
-        match Cluster::client_from_environment().await {
-            Ok(client) => Some(client),
+    let choice = args.cluster.choice();
+    let reads_cluster = config.read_pull_secrets || config.watch_nodes || manage_node_taints;
+    // A cluster the operator named is checked even when nothing is read of it: a typo in a
+    // Deployment's arguments shows at once, not when the configuration changes.
+    let kube = if reads_cluster || choice.is_explicit() {
+        match connect::client(choice).await {
+            Ok(client) => reads_cluster.then_some(client),
+            // The cluster the operator named is unusable: refuse to start, as for bad config.
+            Err(why) if choice.is_explicit() => anyhow::bail!(why),
             // Running outside a cluster (trying it out): still useful, with the configured
             // toleration template and without pull secrets.
             Err(why) => {
                 tracing::warn!(
                     reason = %why,
-                    "no Kubernetes API configuration (in-cluster or kubeconfig): pull secrets and node pools will not be read"
+                    "pull secrets and node pools will not be read"
                 );
                 None
             }

@@ -161,20 +161,13 @@ pub(super) fn exit_status(
     if failed {
         ExitCode::FAILURE
     } else if outcomes.contains(&Outcome::LookupFailed) {
-        ExitCode::from(LOOKUPS_FAILED)
+        crate::cli::REVIEW_LOOKUPS_FAILED.into()
     } else if strict && skipped_inputs > 0 {
-        ExitCode::from(SKIPPED_INPUTS)
+        crate::cli::REVIEW_SKIPPED_INPUTS.into()
     } else {
         ExitCode::SUCCESS
     }
 }
-
-/// The exit status of a run that found no problem but could not look some images up: those
-/// workloads were not checked (a gate with no network must not pass by default).
-pub(super) const LOOKUPS_FAILED: u8 = 4;
-
-/// The exit status of a `--strict` run that skipped inputs and found no problem.
-pub(super) const SKIPPED_INPUTS: u8 = 3;
 
 pub(super) fn write(
     out: &mut impl Write,
