@@ -443,7 +443,7 @@ fn run_audit(port: u16, host: &str) -> (u64, f64, Value) {
         .arg(kubeconfig.path())
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TOLERABLE_INSECURE_REGISTRIES", host)
+        .env("TOLERABLE_REGISTRY__INSECURE", host)
         .current_dir(std::env::temp_dir())
         .output()
         .unwrap();

@@ -118,14 +118,14 @@ fn start_server_in(
         common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), dir.path(), addr);
     command
         .arg("serve")
-        .env("TOLERABLE_INSECURE_REGISTRIES", registry)
-        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
-        .env("TOLERABLE_LOG_LEVEL", "warn")
-        .env("TOLERABLE_WORKER_THREADS", "1")
-        .env("TOLERABLE_CACHE_TAG_TTL", format!("{}ms", ttl.as_millis()))
+        .env("TOLERABLE_REGISTRY__INSECURE", registry)
+        .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
+        .env("TOLERABLE_LOG__LEVEL", "warn")
+        .env("TOLERABLE_SERVER__WORKER_THREADS", "1")
+        .env("TOLERABLE_CACHE__TAG_TTL", format!("{}ms", ttl.as_millis()))
         .stdout(Stdio::null());
     if let Some(url) = cache_url {
-        command.env("TOLERABLE_CACHE_URL", url);
+        command.env("TOLERABLE_SHARED_CACHE__URL", url);
     }
     if let Some(kubeconfig) = kubeconfig {
         command.env("KUBECONFIG", kubeconfig);

@@ -228,14 +228,14 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
     };
     let child = command
         .arg("serve")
-        .env("TOLERABLE_INSECURE_REGISTRIES", registry_host)
-        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64,s390x")
-        .env("TOLERABLE_LOG_LEVEL", log_level)
+        .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
+        .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
+        .env("TOLERABLE_LOG__LEVEL", log_level)
         // Runtime and allocator knobs under test, when set for the bench.
         // As deployed: the shipped Deployment's 1-CPU limit gives one worker thread.
         // BENCH_WORKER_THREADS=0 measures one per core instead.
         .env(
-            "TOLERABLE_WORKER_THREADS",
+            "TOLERABLE_SERVER__WORKER_THREADS",
             std::env::var("BENCH_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
         )
         .envs(passed_through())
@@ -274,7 +274,7 @@ fn passed_through() -> Vec<(&'static str, String)> {
     [
         ("GLIBC_TUNABLES", "GLIBC_TUNABLES"),
         ("MALLOC_ARENA_MAX", "MALLOC_ARENA_MAX"),
-        ("BENCH_CACHE_URL", "TOLERABLE_CACHE_URL"),
+        ("BENCH_CACHE_URL", "TOLERABLE_SHARED_CACHE__URL"),
     ]
     .into_iter()
     .filter_map(|(from, to)| Some((to, std::env::var(from).ok()?)))

@@ -124,13 +124,13 @@ impl Served {
                     .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
             ))
             .current_dir(dir.path())
-            .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-            .env("TOLERABLE_SSL_CERT_PATH", &cert)
-            .env("TOLERABLE_SSL_KEY_PATH", &key)
-            .env("TOLERABLE_READ_PULL_SECRETS", "false")
-            .env("TOLERABLE_WATCH_NODES", "false")
-            .env("TOLERABLE_WORKER_THREADS", "1")
-            .env("TOLERABLE_LOG_LEVEL", "warn")
+            .env("TOLERABLE_SERVER__LISTEN_ADDR", addr.to_string())
+            .env("TOLERABLE_TLS__CERT_PATH", &cert)
+            .env("TOLERABLE_TLS__KEY_PATH", &key)
+            .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
+            .env("TOLERABLE_NODES__WATCH", "false")
+            .env("TOLERABLE_SERVER__WORKER_THREADS", "1")
+            .env("TOLERABLE_LOG__LEVEL", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for (k, v) in env {
@@ -219,7 +219,7 @@ async fn one_byte_chunks_never_finished(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_memory() {
-    let served = Served::start(&[("TOLERABLE_REQUEST_READ_TIMEOUT", "2s")]).await;
+    let served = Served::start(&[("TOLERABLE_SERVER__REQUEST_READ_TIMEOUT", "2s")]).await;
     let (soft, hard) = served.open_files_limit();
     assert_eq!(soft, hard, "the soft limit on open files was not raised");
     let baseline = served.rss_kib();
@@ -267,7 +267,7 @@ async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_m
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_memory() {
-    let served = Served::start(&[("TOLERABLE_REQUEST_READ_TIMEOUT", "2s")]).await;
+    let served = Served::start(&[("TOLERABLE_SERVER__REQUEST_READ_TIMEOUT", "2s")]).await;
     let baseline = served.rss_kib();
     let (stop, peak) = served.sample_peak_rss();
     let started = Instant::now();
@@ -559,8 +559,11 @@ async fn mutate_on_a_new_connection(server: &TestServer) -> reqwest::Response {
 /// rest are closed at once, and the silent ones are closed after `request_read_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_past_the_open_files_limit_do_not_lock_out_healthz() {
-    let served =
-        Served::start_with_ulimit("-n 1024", &[("TOLERABLE_REQUEST_READ_TIMEOUT", "3s")]).await;
+    let served = Served::start_with_ulimit(
+        "-n 1024",
+        &[("TOLERABLE_SERVER__REQUEST_READ_TIMEOUT", "3s")],
+    )
+    .await;
     let baseline = served.rss_kib();
     let mut idle = Vec::new();
     for _ in 0..1100 {

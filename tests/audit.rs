@@ -52,10 +52,10 @@ fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tolerable"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TOLERABLE_INSECURE_REGISTRIES", host)
+        .env("TOLERABLE_REGISTRY__INSECURE", host)
         // docker.io/library/nginx and busybox come from the test registry.
-        .env("TOLERABLE_REGISTRY_MIRRORS", format!("docker.io={host}"))
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .env("TOLERABLE_REGISTRY__MIRRORS", format!("docker.io={host}"))
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "3s")
         .current_dir(std::env::temp_dir())
         .arg("audit")
         .arg("--kubeconfig")

@@ -67,8 +67,8 @@ fn tolerable(home: &Path) -> Command {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "1s")
-        .env("TOLERABLE_LOG_LEVEL", "warn")
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "1s")
+        .env("TOLERABLE_LOG__LEVEL", "warn")
         .current_dir(home)
         .stdin(Stdio::null());
     command
@@ -128,8 +128,8 @@ async fn asked_by(api: &FakeApiServer, subcommand: &[&str], named: Named) -> Vec
             let mut command = serve_command(env!("CARGO_BIN_EXE_tolerable"), serving.path(), addr);
             command
                 .env("HOME", home.path())
-                .env("TOLERABLE_READ_PULL_SECRETS", "false")
-                .env("TOLERABLE_WATCH_NODES", "true");
+                .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
+                .env("TOLERABLE_NODES__WATCH", "true");
             command
         }
         _ => tolerable(home.path()),
@@ -202,8 +202,8 @@ fn the_flag_wins_over_the_environment() {
     let tolerable = |home: &Path| {
         let mut command = tolerable(home);
         command
-            .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
-            .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x");
+            .env("TOLERABLE_POLICY__DEFAULT_ARCHITECTURES", "arm64")
+            .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "amd64, s390x");
         command
     };
     let out = tolerable(home.path())
@@ -268,8 +268,8 @@ fn a_cluster_named_but_unusable_is_an_error_naming_the_flag() {
                         serve_command(env!("CARGO_BIN_EXE_tolerable"), serving.path(), addr);
                     // What it reads of the cluster does not matter: a named cluster is checked.
                     serve
-                        .env("TOLERABLE_READ_PULL_SECRETS", "false")
-                        .env("TOLERABLE_WATCH_NODES", "false");
+                        .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
+                        .env("TOLERABLE_NODES__WATCH", "false");
                     serve
                 }
                 _ => tolerable(home.path()),

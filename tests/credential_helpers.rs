@@ -228,7 +228,7 @@ async fn every_source_in_order_until_one_is_accepted() {
 
     let plugins = with_store_secret("wrong-store");
     let refused = plugins
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve_with(&image, &pod)
         .await
         .unwrap_err();
@@ -245,7 +245,7 @@ async fn every_source_in_order_until_one_is_accepted() {
 
     let plugins = with_store_secret(PASSWORD);
     let found = plugins
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve_with(&image, &pod)
         .await
         .unwrap();

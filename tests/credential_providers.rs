@@ -236,7 +236,7 @@ async fn a_failed_run_is_reported_cached_briefly_and_the_next_source_is_tried() 
         let providers = Providers::new(vec![Provider::new("broken", &[basic])
             .answering(USER, PASSWORD)
             .env("PLUGIN_MODE", mode)]);
-        let resolver = providers.resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)]);
+        let resolver = providers.resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)]);
         for name in ["arm64-oci", "amd64-docker"] {
             let found = resolver.resolve(&basic_image(name)).await.unwrap();
             assert!(
@@ -272,7 +272,7 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
     // The Pod's pull secret first: the plugin is not even run.
     let providers = with(PASSWORD);
     let found = providers
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve_with(&image, &pod_secret(PASSWORD))
         .await
         .unwrap();
@@ -281,7 +281,7 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
 
     // A refused pull secret: the provider, before the credential files.
     let found = providers
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve_with(&image, &pod_secret("wrong"))
         .await
         .unwrap();
@@ -293,7 +293,7 @@ async fn sources_are_tried_in_order_and_a_refused_one_gives_way_to_the_next() {
     // A refused provider: the credential files.
     let providers = with("wrong");
     let found = providers
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve_with(&image, &pod_secret("wrong"))
         .await
         .unwrap();
@@ -409,7 +409,7 @@ async fn a_token_service_refusing_a_providers_credentials_gives_way_to_the_next_
     let files = files.path().to_str().unwrap();
     let image = format!("{}/private/refused:v1", token.host);
     let found = providers
-        .resolver(&[("TOLERABLE_REGISTRY_CREDENTIAL_PATH", files)])
+        .resolver(&[("TOLERABLE_CREDENTIALS__FILES_PATH", files)])
         .resolve(&image)
         .await
         .unwrap();

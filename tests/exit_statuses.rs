@@ -31,8 +31,8 @@ fn tolerable(home: &Path) -> Command {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "2s")
-        .env("TOLERABLE_LOG_LEVEL", "warn")
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "2s")
+        .env("TOLERABLE_LOG__LEVEL", "warn")
         .current_dir(home)
         .stdin(Stdio::null());
     command
@@ -161,8 +161,8 @@ fn nodes(seen: &mut Seen, home: &Path) {
             .arg(kubeconfig.path());
         if policy {
             command
-                .env("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64")
-                .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x");
+                .env("TOLERABLE_POLICY__DEFAULT_ARCHITECTURES", "arm64")
+                .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "amd64, s390x");
         }
         command
     };
@@ -204,7 +204,7 @@ fn inspect(seen: &mut Seen, home: &Path) {
     let run = |images: &[&str]| {
         let mut command = tolerable(home);
         command
-            .env("TOLERABLE_INSECURE_REGISTRIES", registry)
+            .env("TOLERABLE_REGISTRY__INSECURE", registry)
             .arg("inspect")
             .args(images);
         command
@@ -301,14 +301,14 @@ async fn serve(seen: &mut Seen) {
     let program = env!("CARGO_BIN_EXE_tolerable");
     let (dir, addr) = common::process::prepare();
     let out = common::process::serve_command(program, dir.path(), addr)
-        .env("TOLERABLE_LISTEN_ADDR", "not an address")
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", "not an address")
         .arg("serve")
         .output()
         .unwrap();
     seen.ended(serve, &out, 2, "could not start");
     let mut child = common::process::serve_command(program, dir.path(), addr)
-        .env("TOLERABLE_READ_PULL_SECRETS", "false")
-        .env("TOLERABLE_WATCH_NODES", "false")
+        .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
+        .env("TOLERABLE_NODES__WATCH", "false")
         .arg("serve")
         .stderr(Stdio::piped())
         .spawn()

@@ -26,7 +26,7 @@ fn inspect(args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host);
+        .env("TOLERABLE_REGISTRY__INSECURE", &registry::plain().host);
     for (k, v) in env {
         command.env(k, v);
     }
@@ -134,10 +134,10 @@ fn credentials_from_files_and_docker_config_never_printed() {
         &[&image],
         &[
             (
-                "TOLERABLE_DOCKER_CONFIG_PATH",
+                "TOLERABLE_CREDENTIALS__DOCKER_CONFIG_PATH",
                 docker_config.to_str().unwrap(),
             ),
-            ("TOLERABLE_LOG_LEVEL", "trace"),
+            ("TOLERABLE_LOG__LEVEL", "trace"),
         ],
     );
     assert!(
@@ -184,8 +184,8 @@ fn inspect_with_credential_files(args: &[&str], dir: &Path) -> Output {
     inspect(
         args,
         &[
-            ("TOLERABLE_REGISTRY_CREDENTIAL_PATH", dir.to_str().unwrap()),
-            ("TOLERABLE_LOG_LEVEL", "trace"),
+            ("TOLERABLE_CREDENTIALS__FILES_PATH", dir.to_str().unwrap()),
+            ("TOLERABLE_LOG__LEVEL", "trace"),
         ],
     )
 }
@@ -225,11 +225,11 @@ fn bearer_tokens_never_printed() {
         &[&image],
         &[
             (
-                "TOLERABLE_REGISTRY_CREDENTIAL_PATH",
+                "TOLERABLE_CREDENTIALS__FILES_PATH",
                 dir.path().to_str().unwrap(),
             ),
-            ("TOLERABLE_LOG_LEVEL", "trace"),
-            ("TOLERABLE_INSECURE_REGISTRIES", &insecure),
+            ("TOLERABLE_LOG__LEVEL", "trace"),
+            ("TOLERABLE_REGISTRY__INSECURE", &insecure),
         ],
     );
     assert!(
@@ -249,7 +249,10 @@ fn bearer_tokens_never_printed() {
 
 #[test]
 fn bad_config_refuses_to_start_naming_the_key() {
-    let out = inspect(&["nginx"], &[("TOLERABLE_LOOKUP_TIMEOUT", "forever")]);
+    let out = inspect(
+        &["nginx"],
+        &[("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "forever")],
+    );
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -386,8 +389,8 @@ fn node_plugins() -> (common::plugins::Providers, Vec<(String, String)>) {
     .docker_config(serde_json::json!({"credHelpers": {&token.host: "ecr-login"}}));
     let insecure = format!("{},{}", registry::plain().host, token.token_host());
     let mut env = plugins.env();
-    env.push(("TOLERABLE_LOG_LEVEL".into(), "trace".into()));
-    env.push(("TOLERABLE_INSECURE_REGISTRIES".into(), insecure));
+    env.push(("TOLERABLE_LOG__LEVEL".into(), "trace".into()));
+    env.push(("TOLERABLE_REGISTRY__INSECURE".into(), insecure));
     (plugins, env)
 }
 
@@ -398,7 +401,10 @@ fn a_missing_credential_helper_refuses_to_start_naming_the_key() {
     std::fs::write(&config, r#"{"credsStore": "not-installed-anywhere"}"#).unwrap();
     let out = inspect(
         &["nginx"],
-        &[("TOLERABLE_DOCKER_CONFIG_PATH", config.to_str().unwrap())],
+        &[(
+            "TOLERABLE_CREDENTIALS__DOCKER_CONFIG_PATH",
+            config.to_str().unwrap(),
+        )],
     );
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);

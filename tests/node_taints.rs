@@ -164,7 +164,7 @@ impl NodesCli {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("TOLERABLE_READ_PULL_SECRETS", "false")
+            .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
             .envs(env.iter().copied())
             .current_dir(self.dir.path())
             .output()
@@ -178,8 +178,8 @@ fn the_cli_plans_refuses_and_forces() {
     let api = api();
     let cli = NodesCli::new(&api);
     let env = [
-        ("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64"),
-        ("TOLERABLE_SUPPORTED_ARCHITECTURES", "amd64, s390x"),
+        ("TOLERABLE_POLICY__DEFAULT_ARCHITECTURES", "arm64"),
+        ("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "amd64, s390x"),
     ];
     let run = |args: &[&str]| cli.run(&env, args);
     let plan = run(&["plan"]);
@@ -226,8 +226,8 @@ fn the_cli_refuses_to_fence_off_an_architecture_nobody_tolerates() {
     let cli = NodesCli::new(&api);
     // arm64 is the default pool and s390x the only supported one: amd64 is in neither list.
     let env = [
-        ("TOLERABLE_DEFAULT_ARCHITECTURES", "arm64"),
-        ("TOLERABLE_SUPPORTED_ARCHITECTURES", "s390x"),
+        ("TOLERABLE_POLICY__DEFAULT_ARCHITECTURES", "arm64"),
+        ("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "s390x"),
     ];
     let run = |args: &[&str]| cli.run(&env, args);
     let plan = run(&["plan"]);

@@ -272,8 +272,8 @@ fn the_command_ends_when_its_answer_is_written() {
     );
     let started = std::time::Instant::now();
     let out = common::cli::tolerable()
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "1s")
-        .env("TOLERABLE_INSECURE_REGISTRIES", &host)
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "1s")
+        .env("TOLERABLE_REGISTRY__INSECURE", &host)
         .args(["review", "--json", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -277,7 +277,7 @@ fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
     let dir = corpus(&registry::plain().host);
     let mixed = dir.path().join("mixed.yaml");
     let out = tolerable()
-        .env("TOLERABLE_ON_NO_COMMON_ARCHITECTURE", "warn")
+        .env("TOLERABLE_POLICY__ON_NO_COMMON_ARCHITECTURE", "warn")
         .args(["review", "--json", mixed.to_str().unwrap()])
         .output()
         .unwrap();
@@ -298,7 +298,7 @@ fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
     // its own status, 4, unless the config makes it a denial.
     for (policy, code, outcome) in [("allow", 4, "lookup_failed"), ("deny", 1, "denied")] {
         let out = tolerable()
-            .env("TOLERABLE_ON_LOOKUP_FAILURE", policy)
+            .env("TOLERABLE_POLICY__ON_LOOKUP_FAILURE", policy)
             .args(["review", "--json", file.to_str().unwrap()])
             .output()
             .unwrap();
@@ -343,7 +343,7 @@ fn pull_secrets_from_the_cluster_with_a_kubeconfig() {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
     let out = tolerable()
-        .env("TOLERABLE_REGISTRY_CA_PATH", ca.path())
+        .env("TOLERABLE_REGISTRY__CA_PATH", ca.path())
         .args(["review", "--json", "--kubeconfig"])
         .arg(config.path())
         .arg(file.path())

@@ -32,8 +32,8 @@ async fn review_the_shipped_example_pod() {
     let out = tolerable()
         .arg("review")
         .arg(&example)
-        .env("TOLERABLE_REGISTRY_MIRRORS", format!("docker.io={host}"))
-        .env("TOLERABLE_REGISTRY_ALLOWLIST", "127.0.0.1")
+        .env("TOLERABLE_REGISTRY__MIRRORS", format!("docker.io={host}"))
+        .env("TOLERABLE_REGISTRY__ALLOWLIST", "127.0.0.1")
         .output()
         .unwrap();
     let pod = allowed_tolerating_arm64(&out);
@@ -132,9 +132,9 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     let mut child = tolerable()
         .current_dir(cwd.path())
         .arg("serve")
-        .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env(
-            "TOLERABLE_METRICS_ADDR",
+            "TOLERABLE_SERVER__METRICS_ADDR",
             format!("127.0.0.1:{metrics_port}"),
         )
         .stdout(Stdio::piped())
@@ -179,7 +179,7 @@ fn a_second_serve_on_the_same_port_leaves_the_ca_alone(
     let second = tolerable()
         .current_dir(cwd)
         .arg("serve")
-        .env("TOLERABLE_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .output()
         .unwrap();
     assert!(!second.status.success());

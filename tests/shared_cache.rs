@@ -347,7 +347,7 @@ async fn rediss_with_another_ca_or_none_fails_open() {
 }
 
 /// The real binary (`tolerable inspect`, a new process each run: a restarted replica), its
-/// shared cache configured as an operator does — `TOLERABLE_CACHE_URL`, `_PASSWORD`,
+/// shared cache configured as an operator does — `TOLERABLE_SHARED_CACHE__URL`, `_PASSWORD`,
 /// `_CA_PATH` — on a TLS Redis: shared across runs; without the CA, or with Redis killed, every
 /// image is still answered and the log has one warning for the outage, naming the cache, never
 /// the password.
@@ -371,10 +371,10 @@ async fn the_log_warns_once_per_outage_and_never_shows_the_password() {
         command
             .args(["inspect", "--json"])
             .args(&images)
-            .env("TOLERABLE_CACHE_URL", redis.url())
-            .env("TOLERABLE_CACHE_PASSWORD", PASSWORD);
+            .env("TOLERABLE_SHARED_CACHE__URL", redis.url())
+            .env("TOLERABLE_SHARED_CACHE__PASSWORD", PASSWORD);
         if let Some(ca) = ca {
-            command.env("TOLERABLE_CACHE_CA_PATH", ca);
+            command.env("TOLERABLE_SHARED_CACHE__CA_PATH", ca);
         }
         let out = command.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -427,20 +427,23 @@ fn cache_url_configuration_never_shows_the_password() {
         )
     };
     let config = load(&[
-        ("TOLERABLE_CACHE_URL", "redis://127.0.0.1:6390/1"),
-        ("TOLERABLE_CACHE_PASSWORD", "pa55word"),
+        ("TOLERABLE_SHARED_CACHE__URL", "redis://127.0.0.1:6390/1"),
+        ("TOLERABLE_SHARED_CACHE__PASSWORD", "pa55word"),
     ])
     .unwrap();
     assert!(config.resolver.shared_cache.is_some());
     assert!(!format!("{config:?}").contains("pa55word"));
-    let bad = load(&[("TOLERABLE_CACHE_URL", "redis://:pa55word@127.0.0.1:6390/x")])
-        .unwrap_err()
-        .to_string();
+    let bad = load(&[(
+        "TOLERABLE_SHARED_CACHE__URL",
+        "redis://:pa55word@127.0.0.1:6390/x",
+    )])
+    .unwrap_err()
+    .to_string();
     assert!(
-        bad.contains("TOLERABLE_CACHE_URL") && !bad.contains("pa55word"),
+        bad.contains("TOLERABLE_SHARED_CACHE__URL") && !bad.contains("pa55word"),
         "{bad}"
     );
-    let stray = load(&[("TOLERABLE_CACHE_PASSWORD", "pa55word")])
+    let stray = load(&[("TOLERABLE_SHARED_CACHE__PASSWORD", "pa55word")])
         .unwrap_err()
         .to_string();
     assert!(
@@ -465,8 +468,11 @@ fn cache_url_configuration_never_shows_the_password() {
     let password = dir.path().join("password");
     std::fs::write(&password, "pa55word\n").unwrap();
     let config = load(&[
-        ("TOLERABLE_CACHE_URL", "rediss://cache.example:6380"),
-        ("TOLERABLE_CACHE_PASSWORD_FILE", password.to_str().unwrap()),
+        ("TOLERABLE_SHARED_CACHE__URL", "rediss://cache.example:6380"),
+        (
+            "TOLERABLE_SHARED_CACHE__PASSWORD_FILE",
+            password.to_str().unwrap(),
+        ),
     ])
     .unwrap();
     assert!(!format!("{config:?}").contains("pa55word"));

@@ -508,7 +508,7 @@ async fn graceful_shutdown_finishes_requests_in_flight() {
 async fn report_only_annotates_and_counts_without_changing_the_pod() {
     let overridden = tolerable::config::Config::load(
         None,
-        vec![("TOLERABLE_ENFORCE".to_owned(), "false".to_owned())],
+        vec![("TOLERABLE_POLICY__ENFORCE".to_owned(), "false".to_owned())],
     )
     .unwrap();
     assert!(!overridden.policy.enforce);

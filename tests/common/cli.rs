@@ -15,9 +15,9 @@ pub fn tolerable() -> Command {
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TOLERABLE_INSECURE_REGISTRIES", &registry::plain().host)
-        .env("TOLERABLE_SUPPORTED_ARCHITECTURES", "arm64, s390x")
-        .env("TOLERABLE_LOOKUP_TIMEOUT", "3s")
+        .env("TOLERABLE_REGISTRY__INSECURE", &registry::plain().host)
+        .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64, s390x")
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "3s")
         .current_dir(std::env::temp_dir());
     command
 }

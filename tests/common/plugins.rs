@@ -157,17 +157,17 @@ impl Providers {
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env = vec![
             (
-                "TOLERABLE_CREDENTIAL_PROVIDER_CONFIG".to_owned(),
+                "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG".to_owned(),
                 self.config_path().display().to_string(),
             ),
             (
-                "TOLERABLE_CREDENTIAL_PROVIDER_BIN_DIR".to_owned(),
+                "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR".to_owned(),
                 self.bin_dir().display().to_string(),
             ),
         ];
         if self.docker_config {
             env.push((
-                "TOLERABLE_DOCKER_CONFIG_PATH".to_owned(),
+                "TOLERABLE_CREDENTIALS__DOCKER_CONFIG_PATH".to_owned(),
                 self.dir
                     .path()
                     .join("docker-config.json")

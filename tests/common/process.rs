@@ -41,9 +41,9 @@ pub fn serve_command(
     let mut command = Command::new(program);
     command
         .env_clear()
-        .env("TOLERABLE_LISTEN_ADDR", addr.to_string())
-        .env("TOLERABLE_SSL_CERT_PATH", dir.join("tls.crt"))
-        .env("TOLERABLE_SSL_KEY_PATH", dir.join("tls.key"))
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", addr.to_string())
+        .env("TOLERABLE_TLS__CERT_PATH", dir.join("tls.crt"))
+        .env("TOLERABLE_TLS__KEY_PATH", dir.join("tls.key"))
         .current_dir(dir);
     command
 }
