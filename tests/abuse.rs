@@ -265,6 +265,42 @@ async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_m
     assert!(grew_mib < 48.0, "RSS grew by {grew_mib:.1} MiB");
 }
 
+/// What a stream was answered, and when (since the test started).
+type StreamAnswer = (
+    Duration,
+    Result<Result<http::StatusCode, h2::Error>, tokio::time::error::Elapsed>,
+);
+
+/// Each stream's answer counted by kind (a status, "refused", or the reset), with the last
+/// answer's time and the first 408's.
+async fn stream_answers(
+    streams: Vec<tokio::task::JoinHandle<StreamAnswer>>,
+) -> (
+    std::collections::BTreeMap<String, usize>,
+    Duration,
+    Duration,
+) {
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    let (mut last, mut first_408) = (Duration::ZERO, Duration::MAX);
+    for stream in streams {
+        let (after, answered) = stream.await.unwrap();
+        let answered = answered.expect("an unfinished stream was not answered by the idle timeout");
+        last = last.max(after);
+        if matches!(&answered, Ok(status) if status.as_u16() == 408) {
+            first_408 = first_408.min(after);
+        }
+        // A client that opens streams before it has the server's SETTINGS may exceed
+        // max_concurrent_streams: those are refused at once too, at the protocol level.
+        let status = match answered {
+            Ok(status) => status.as_u16().to_string(),
+            Err(e) if e.reason() == Some(h2::Reason::REFUSED_STREAM) => "refused".to_owned(),
+            Err(e) => format!("reset: {e}"),
+        };
+        *statuses.entry(status).or_default() += 1;
+    }
+    (statuses, last, first_408)
+}
+
 /// The connection idle timeout the h2 streams test sets: the deadline after the read timeout.
 const STREAMS_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -305,24 +341,7 @@ async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let probe = healthz_answers_within(served.addr, Duration::from_secs(2)).await;
-    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
-    let (mut last, mut first_408) = (Duration::ZERO, Duration::MAX);
-    for stream in streams {
-        let (after, answered) = stream.await.unwrap();
-        let answered = answered.expect("an unfinished stream was not answered by the idle timeout");
-        last = last.max(after);
-        if matches!(&answered, Ok(status) if status.as_u16() == 408) {
-            first_408 = first_408.min(after);
-        }
-        // A client that opens streams before it has the server's SETTINGS may exceed
-        // max_concurrent_streams: those are refused at once too, at the protocol level.
-        let status = match answered {
-            Ok(status) => status.as_u16().to_string(),
-            Err(e) if e.reason() == Some(h2::Reason::REFUSED_STREAM) => "refused".to_owned(),
-            Err(e) => format!("reset: {e}"),
-        };
-        *statuses.entry(status).or_default() += 1;
-    }
+    let (statuses, last, first_408) = stream_answers(streams).await;
     stop.store(true, Ordering::Relaxed);
     let peak = peak.join().unwrap();
     let grew_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
