@@ -59,19 +59,9 @@ fn kubeconfig(dir: &Path, port: u16, current: &str) -> PathBuf {
     path
 }
 
-/// `tolerable ARGS` with nothing from this process's environment: `HOME` an empty directory
-/// (no ~/.kube/config unless a test writes one), no `$KUBECONFIG`, not in a cluster.
+/// `tolerable ARGS` isolated from this process's environment (`common::cli::isolated`).
 fn tolerable(home: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "1s")
-        .env("TOLERABLE_LOG__LEVEL", "warn")
-        .current_dir(home)
-        .stdin(Stdio::null());
-    command
+    common::cli::isolated(home, "1s")
 }
 
 /// A Pod naming a pull secret, for `review` (its image on a closed port: looked up in vain).

@@ -23,19 +23,9 @@ const SUBCOMMANDS: [&[&str]; 7] = [
     &["nodes", "untaint"],
 ];
 
-/// `tolerable ARGS` with nothing from this process's environment; `HOME` and the working
-/// directory an empty directory.
+/// `tolerable ARGS` isolated from this process's environment (`common::cli::isolated`).
 fn tolerable(home: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "2s")
-        .env("TOLERABLE_LOG__LEVEL", "warn")
-        .current_dir(home)
-        .stdin(Stdio::null());
-    command
+    common::cli::isolated(home, "2s")
 }
 
 /// The `Exit status:` section of `subcommand --help`: each code and its meaning (the lines

@@ -22,6 +22,22 @@ pub fn tolerable() -> Command {
     command
 }
 
+/// `tolerable` with nothing from this process's environment and no registry: `HOME` and the
+/// working directory `home` (no ~/.kube/config unless a test writes one), no `$KUBECONFIG`,
+/// not in a cluster; lookups give up after `lookup_timeout`; warnings only.
+pub fn isolated(home: &std::path::Path, lookup_timeout: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", lookup_timeout)
+        .env("TOLERABLE_LOG__LEVEL", "warn")
+        .current_dir(home)
+        .stdin(Stdio::null());
+    command
+}
+
 /// `tolerable review ARGS`, with `stdin` written to its standard input.
 pub fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = tolerable()
