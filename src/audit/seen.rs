@@ -389,14 +389,15 @@ impl ClusterState {
     }
 }
 
-/// The images a Pod (or Pod template) names.
-fn images_of(pod: &Value) -> Vec<String> {
-    ["containers", "initContainers", "ephemeralContainers"]
-        .iter()
-        .filter_map(|list| pod.get("spec")?.get(*list)?.as_array())
-        .flatten()
-        .filter_map(|c| Some(c.get("image")?.as_str()?.to_owned()))
-        .collect()
+/// The images a workload's Pod names, read from the typed Pod the decision reads (none when
+/// the webhook would refuse the Pod).
+fn images_of(workload: &crate::workload::Workload) -> Vec<String> {
+    let Ok(object) = &workload.object else {
+        return Vec::new();
+    };
+    crate::mutate::images_of(&object.view)
+        .map(|images| images.into_iter().map(|slot| slot.image).collect())
+        .unwrap_or_default()
 }
 
 fn kind_rank(key: &WorkloadKey) -> usize {
@@ -494,7 +495,7 @@ fn finish(
         })
         .filter(|seen| match seen.workload() {
             Some(workload) => {
-                images.extend(images_of(&workload.pod));
+                images.extend(images_of(&workload));
                 true
             }
             None => false,
