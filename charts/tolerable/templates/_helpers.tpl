@@ -1,0 +1,104 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "tolerable.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Objects' names: the release name when it already says tolerable (a release named
+tolerable gives kustomize/base's names), else <release>-tolerable; or fullnameOverride. */}}
+{{- define "tolerable.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "tolerable.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The labels selecting tolerable's Pods: fixed for a release's life (selectors are immutable). */}}
+{{- define "tolerable.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tolerable.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{/* Every object's labels. */}}
+{{- define "tolerable.labels" -}}
+app.kubernetes.io/name: {{ include "tolerable.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: tolerable
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The image: repository@digest when a digest is given, else repository:tag (v<appVersion>). */}}
+{{- define "tolerable.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether a feature that needs the API is on in `config`, with tolerable's own defaults when
+the key is unset: read_pull_secrets, nodes.watch, nodes.manage_taints. */}}
+{{- define "tolerable.readsPullSecrets" -}}
+{{- if dig "credentials" "read_pull_secrets" true .Values.config }}true{{ end -}}
+{{- end -}}
+{{- define "tolerable.watchesNodes" -}}
+{{- if dig "nodes" "watch" true .Values.config }}true{{ end -}}
+{{- end -}}
+{{- define "tolerable.managesTaints" -}}
+{{- if dig "nodes" "manage_taints" false .Values.config }}true{{ end -}}
+{{- end -}}
+
+{{/* `config` as TOML: one table per section. Not Helm's toToml: values read from YAML are
+float64, which toToml writes as 1000.0, and tolerable refuses a float for an integer key. */}}
+{{- define "tolerable.toml" -}}
+{{- range $section, $keys := . }}
+{{- if not (kindIs "map" $keys) }}
+{{- fail (printf "config.%s must be a table of keys (a section of tolerable.toml)" $section) }}
+{{- end }}
+[{{ $section }}]
+{{- range $key, $value := $keys }}
+{{- if not (kindIs "invalid" $value) }}
+{{ include "tolerable.tomlKey" $key }} = {{ include "tolerable.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{ end }}
+{{- end -}}
+
+{{- define "tolerable.tomlKey" -}}
+{{- if regexMatch "^[A-Za-z0-9_-]+$" . }}{{ . }}{{ else }}{{ toJson . }}{{ end -}}
+{{- end -}}
+
+{{/* One TOML value: strings as JSON strings (a valid TOML basic string), whole numbers as
+integers, lists as arrays, maps as inline tables. */}}
+{{- define "tolerable.tomlValue" -}}
+{{- if kindIs "string" . -}}
+{{ toJson . }}
+{{- else if kindIs "bool" . -}}
+{{ . }}
+{{- else if kindIs "float64" . -}}
+{{ if eq . (floor .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else if or (kindIs "int" .) (kindIs "int64" .) (kindIs "uint64" .) -}}
+{{ . }}
+{{- else if kindIs "slice" . -}}
+[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ include "tolerable.tomlValue" $v }}{{ end }}]
+{{- else if kindIs "map" . -}}
+{ {{- $first := true }}{{ range $k, $v := . }}{{ if not (kindIs "invalid" $v) }}{{ if not $first }},{{ end }}{{ $first = false }} {{ include "tolerable.tomlKey" $k }} = {{ include "tolerable.tomlValue" $v }}{{ end }}{{ end }} }
+{{- else -}}
+{{ fail (printf "config: %v (%s) has no TOML form" . (kindOf .)) }}
+{{- end -}}
+{{- end -}}
+
+{{/* The port of a listen address (host:port, [v6]:port), for the container's ports. */}}
+{{- define "tolerable.port" -}}
+{{- $port := regexFind "[0-9]+$" .addr -}}
+{{- if not $port }}{{ fail (printf "config.%s %q has no port" .key .addr) }}{{ end -}}
+{{- $port -}}
+{{- end -}}
