@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Runs the real Helm engine (Helm v4's Go SDK, the `helm-python-sdk` package, import name
+helm_python) on a chart directory, for tests/helm.rs; no helm binary is needed.
+
+    helm-chart.py lint CHART [KUBE_VERSION]
+        helm lint: prints its findings as JSON ({"messages": [...], "errors": [...]}).
+    helm-chart.py render CHART NAME NAMESPACE [VALUES_JSON]
+        helm template: prints {"manifests": "<every template's YAML, in file order>",
+        "notes": "<NOTES.txt>"} as JSON; exit status 1 with Helm's error on stderr when the
+        values are refused (values.schema.json) or a template fails.
+    helm-chart.py schema CHART [VALUES_JSON]
+        Checks values against values.schema.json: exit status 0, or 1 with Helm's reasons."""
+import json
+import sys
+
+try:
+    import helm_python as helm
+except ImportError:
+    sys.exit(
+        "helm-python-sdk (import name helm_python) is not installed in this Python: run "
+        "scripts/install-test-deps.sh (make test-deps)"
+    )
+
+
+def values(args, i):
+    return json.loads(args[i]) if len(args) > i else {}
+
+
+def main(args):
+    command, chart = args[0], args[1]
+    if command == "lint":
+        kube_version = args[2] if len(args) > 2 else None
+        print(json.dumps(helm.lint(chart, strict=True, kube_version=kube_version)))
+        return 0
+    try:
+        if command == "render":
+            out = helm.Chart.load(chart).render(values(args, 4), name=args[2], namespace=args[3])
+            notes = "".join(v for k, v in out.items() if k.endswith("/NOTES.txt"))
+            manifests = "".join(
+                f"---\n# Source: {k}\n{v}\n"
+                for k, v in sorted(out.items())
+                if k.endswith((".yaml", ".yml"))
+            )
+            print(json.dumps({"manifests": manifests, "notes": notes}))
+        elif command == "schema":
+            helm.Chart.load(chart).validate_schema(values(args, 2))
+        else:
+            print(f"unknown command {command}", file=sys.stderr)
+            return 2
+    except helm.HelmError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

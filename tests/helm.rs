@@ -1,0 +1,622 @@
+//! The Helm chart, `charts/tolerable`, checked by the real Helm engine (Helm v4's Go SDK from
+//! PyPI's helm-python-sdk, in the test tools' Python: `scripts/helm-chart.py`): `helm lint` is
+//! clean, the rendered objects validate offline as `kustomize/` does (tests/deploy.rs), the chart
+//! with default values renders what `kustomize/base` does, the values schema refuses typos and
+//! accepts umbrella charts' keys, and every rendered tolerable.toml loads in tolerable.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::tools::{self, write_temp};
+use serde_json::{json, Value};
+use tolerable::config::Config;
+
+const CHART: &str = "charts/tolerable";
+/// The oldest and newest Kubernetes supported (docs/install.md, tests/deploy.rs).
+const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
+
+/// The chart rendered with `values` as release `name` in `namespace`: the manifests' YAML and
+/// NOTES.txt.
+fn render(values: &Value, name: &str, namespace: &str) -> (String, String) {
+    let out = tools::python_script("helm-chart.py")
+        .args(["render", CHART, name, namespace, &values.to_string()])
+        .current_dir(tools::root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {values}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        rendered["manifests"].as_str().unwrap().to_owned(),
+        rendered["notes"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The default release: named tolerable in tolerable-system, as kustomize/base installs it.
+fn render_defaults() -> Vec<Value> {
+    tools::documents(&render(&json!({}), "tolerable", "tolerable-system").0)
+}
+
+/// Whether values.schema.json accepts `values`, and Helm's reasons when not.
+fn schema_accepts(values: &Value) -> Result<(), String> {
+    let out = tools::python_script("helm-chart.py")
+        .args(["schema", CHART, &values.to_string()])
+        .current_dir(tools::root())
+        .output()
+        .unwrap();
+    let why = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!why.contains("not installed"), "{why}");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(why)
+    }
+}
+
+fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn deployment_pod(docs: &[Value], name: &str) -> Value {
+    object(docs, "Deployment", name)["spec"]["template"]["spec"].clone()
+}
+
+/// Values switching on what the defaults leave off, and changing names and selectors.
+fn switched_values() -> Value {
+    json!({
+        "image": {"repository": "registry.example.com/platform/tolerable",
+                  "digest": format!("sha256:{}", "ab".repeat(32))},
+        "env": [{"name": "TOLERABLE_LOG__LEVEL", "value": "debug"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "webhook": {
+            "timeoutSeconds": 5,
+            "excludeNamespaces": ["istio-system"],
+            "namespaceSelector": {
+                "matchLabels": {"tolerable.io/enabled": "true"},
+                "matchExpressions": [{"key": "team", "operator": "Exists"}]
+            },
+            "objectSelector": {"matchLabels": {"arch-aware": "yes"}}
+        },
+        "config": {
+            "server": {"max_connections": 500, "metrics_addr": "0.0.0.0:9191"},
+            "policy": {"supported_architectures": ["arm64", "s390x"],
+                       "preferred_architecture": [{"architecture": "arm64", "weight": 80},
+                                                  {"architecture": "amd64", "weight": 20}]},
+            "architecture_tolerations": {"arm64": [{"key": "arm64", "value": "true"},
+                                                   {"key": "kubernetes.io/arch"}]},
+            "nodes": {"manage_taints": true},
+            "registry": {"lookup_timeout": "3s", "mirrors": {"docker.io": "mirror.gcr.io"}}
+        }
+    })
+}
+
+/// Values under which tolerable needs no API access at all.
+fn no_api_values() -> Value {
+    json!({"config": {"credentials": {"read_pull_secrets": false}, "nodes": {"watch": false}}})
+}
+
+#[test]
+fn chart_metadata_matches_the_crate_and_the_supported_range() {
+    let text = std::fs::read_to_string(tools::root().join(CHART).join("Chart.yaml")).unwrap();
+    let chart: Value = serde_yaml_ng::from_str(&text).unwrap();
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(chart["name"], "tolerable");
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
+    // The range is the one docs/install.md states and the schemas below are checked against.
+    assert_eq!(chart["kubeVersion"], ">=1.30.0-0 <1.38.0-0");
+    let install = std::fs::read_to_string(tools::root().join("docs/install.md")).unwrap();
+    assert!(install.contains("**Kubernetes 1.30 to 1.37.**"));
+}
+
+/// `helm lint --strict` finds nothing above "info" at both ends of the supported range; the
+/// same lint finds a broken template (so "clean" means something).
+#[test]
+fn helm_lint_is_clean() {
+    let lint = |chart: &std::path::Path, version: &str| -> Value {
+        let out = tools::python_script("helm-chart.py")
+            .arg("lint")
+            .arg(chart)
+            .arg(version)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let chart = tools::root().join(CHART);
+    for version in KUBERNETES_VERSIONS {
+        let report = lint(&chart, version);
+        assert_eq!(report["errors"], json!([]), "{version}: {report}");
+        let findings: Vec<&Value> = report["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["severity"].as_u64().unwrap() >= 2) // warning, error
+            .collect();
+        assert!(findings.is_empty(), "{version}: {findings:?}");
+    }
+    let copy = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&chart)
+        .arg(copy.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let broken = copy.path().join("tolerable");
+    let service = broken.join("templates/service.yaml");
+    let text = std::fs::read_to_string(&service).unwrap();
+    std::fs::write(
+        &service,
+        text.replace(".Values.service.port", ".Values.servce.port"),
+    )
+    .unwrap();
+    let report = lint(&broken, KUBERNETES_VERSIONS[0]);
+    assert_ne!(
+        report["errors"],
+        json!([]),
+        "a broken template passed: {report}"
+    );
+}
+
+/// Every rendered object validates against Kubernetes' schemas (strict: unknown fields are
+/// errors) at both ends of the supported range, and cert-manager's against its API models;
+/// with the defaults, with the switches on, and with no API access.
+#[test]
+fn rendered_objects_validate_offline() {
+    for values in [json!({}), switched_values(), no_api_values()] {
+        let yaml = render(&values, "tolerable", "tolerable-system").0;
+        let file = write_temp(&yaml);
+        for version in KUBERNETES_VERSIONS {
+            let out = tools::command("kubernetes-validate")
+                .args(["--strict", "--no-warn", "--kubernetes-version", version])
+                .arg(file.path())
+                .output()
+                .unwrap();
+            let report = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{values}: kubernetes-validate (Kubernetes {version}) failed:\n{report}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let kinds = [
+                "serviceaccount",
+                "configmap",
+                "service",
+                "deployment",
+                "poddisruptionbudget",
+                "mutatingwebhookconfiguration",
+            ];
+            for kind in kinds.into_iter().chain(
+                yaml.contains("kind: ClusterRole\n")
+                    .then_some("clusterrole"),
+            ) {
+                assert!(
+                    report.contains(&format!("passed for resource {kind}/")),
+                    "{values}: {kind} not validated against Kubernetes {version}:\n{report}"
+                );
+            }
+        }
+        let out = tools::python_script("validate-custom-resources.py")
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{values}: cert-manager:\n{report}");
+        let checked = report.lines().filter(|l| l.starts_with("OK ")).count();
+        assert_eq!(checked, 4, "{report}");
+    }
+}
+
+/// `name` without the hash suffix kustomize gives the names of the ConfigMaps and Secrets it
+/// generates (`tolerable-config-5b7h9c2f8m`).
+fn without_generated_suffix(name: &str) -> &str {
+    match name.rsplit_once('-') {
+        Some((stem, hash))
+            if hash.len() == 10 && hash.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            stem
+        }
+        _ => name,
+    }
+}
+
+/// The objects of `docs` as (kind, name), kustomize's generated suffixes removed.
+fn kinds_and_names(docs: &[Value]) -> BTreeSet<(String, String)> {
+    docs.iter()
+        .map(|d| {
+            let name = without_generated_suffix(d["metadata"]["name"].as_str().unwrap());
+            (d["kind"].as_str().unwrap().to_owned(), name.to_owned())
+        })
+        .collect()
+}
+
+/// What kustomize/base has and the chart, by design, does not: Helm does not own the release's
+/// namespace (`helm install --create-namespace`), the registry credentials Secret is the
+/// operator's (the chart mounts it when it exists), and the NetworkPolicy is a later step.
+const ONLY_IN_KUSTOMIZE: [(&str, &str); 3] = [
+    ("Namespace", "tolerable-system"),
+    ("Secret", "tolerable-registry-creds"),
+    ("NetworkPolicy", "tolerable"),
+];
+
+/// The chart's defaults render the same objects as kustomize/base: kinds and names, ports,
+/// probes, RBAC rules and bindings, the webhook, the certificates, the Pod's security, volumes
+/// and image, and the same tolerable.toml, so the two install paths cannot drift apart.
+#[test]
+fn defaults_match_kustomize() {
+    let chart = render_defaults();
+    let kustomize = tools::documents(&tools::render("kustomize"));
+    let mut expected = kinds_and_names(&kustomize);
+    for (kind, name) in ONLY_IN_KUSTOMIZE {
+        assert!(
+            expected.remove(&(kind.to_owned(), name.to_owned())),
+            "{kind} {name}"
+        );
+    }
+    assert_eq!(kinds_and_names(&chart), expected);
+    for kind in ["ClusterRole", "Issuer", "Certificate"] {
+        for doc in kustomize.iter().filter(|d| d["kind"] == kind) {
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            let field = if kind == "ClusterRole" {
+                "rules"
+            } else {
+                "spec"
+            };
+            assert_eq!(
+                object(&chart, kind, name)[field],
+                doc[field],
+                "{kind} {name}"
+            );
+        }
+    }
+    for doc in kustomize
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+    {
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        let binding = object(&chart, "ClusterRoleBinding", name);
+        assert_eq!(binding["roleRef"], doc["roleRef"], "{name}");
+        assert_eq!(binding["subjects"], doc["subjects"], "{name}");
+    }
+    let mwc = |docs: &[Value]| object(docs, "MutatingWebhookConfiguration", "tolerable").clone();
+    assert_eq!(mwc(&chart)["webhooks"], mwc(&kustomize)["webhooks"]);
+    assert_eq!(
+        mwc(&chart)["metadata"]["annotations"],
+        mwc(&kustomize)["metadata"]["annotations"]
+    );
+    let service = |docs: &[Value]| object(docs, "Service", "tolerable")["spec"]["ports"].clone();
+    assert_eq!(service(&chart), service(&kustomize));
+    let pdb = |docs: &[Value]| object(docs, "PodDisruptionBudget", "tolerable")["spec"].clone();
+    assert_eq!(pdb(&chart)["minAvailable"], pdb(&kustomize)["minAvailable"]);
+    pods_match(
+        &deployment_pod(&chart, "tolerable"),
+        &deployment_pod(&kustomize, "tolerable"),
+    );
+    let replicas =
+        |docs: &[Value]| object(docs, "Deployment", "tolerable")["spec"]["replicas"].clone();
+    assert_eq!(replicas(&chart), replicas(&kustomize));
+    let config_file = |docs: &[Value]| -> toml::Table {
+        let config_map = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+        config_map["data"]["tolerable.toml"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        config_file(&chart),
+        config_file(&kustomize),
+        "tolerable.toml"
+    );
+}
+
+/// The Pod templates agree on what tolerable's safety and wiring depend on.
+fn pods_match(chart: &Value, kustomize: &Value) {
+    for field in [
+        "serviceAccountName",
+        "securityContext",
+        "enableServiceLinks",
+        "tolerations",
+    ] {
+        assert_eq!(chart[field], kustomize[field], "{field}");
+    }
+    let (ours, theirs) = (&chart["containers"][0], &kustomize["containers"][0]);
+    for field in [
+        "image",
+        "args",
+        "env",
+        "ports",
+        "readinessProbe",
+        "livenessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+    ] {
+        assert_eq!(ours[field], theirs[field], "container {field}");
+    }
+    let mut volumes = kustomize["volumes"].clone();
+    for volume in volumes.as_array_mut().unwrap() {
+        for pointer in ["/configMap/name", "/secret/secretName"] {
+            if let Some(name) = volume.pointer_mut(pointer) {
+                *name = json!(without_generated_suffix(name.as_str().unwrap()));
+            }
+        }
+    }
+    assert_eq!(chart["volumes"], volumes);
+    // The chart's own additions: admission webhooks' priority, spread over zones too.
+    assert_eq!(chart["priorityClassName"], "system-cluster-critical");
+    let keys: Vec<&Value> = chart["topologySpreadConstraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["topologyKey"])
+        .collect();
+    assert_eq!(
+        keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
+}
+
+/// The rendered tolerable.toml loaded as the container loads it (the ConfigMap's file and the
+/// Deployment's environment), its mounted files' paths checked against the mounts and then
+/// swapped for local files (they exist only in the Pod).
+fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String> {
+    let config_map = object(docs, "ConfigMap", &format!("{fullname}-config"));
+    let text = config_map["data"]["tolerable.toml"].as_str().unwrap();
+    let file: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let pod = deployment_pod(docs, fullname);
+    let container = &pod["containers"][0];
+    let mount_of = |volume: &str| -> String {
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == volume)
+            .unwrap_or_else(|| panic!("{volume} not mounted"));
+        mount["mountPath"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        file["tls"]["cert_path"].as_str(),
+        Some(&*format!("{}/tls.crt", mount_of("tls")))
+    );
+    assert_eq!(
+        file["tls"]["key_path"].as_str(),
+        Some(&*format!("{}/tls.key", mount_of("tls")))
+    );
+    assert_eq!(
+        file["credentials"]["files_path"].as_str(),
+        Some(&*mount_of("registry-creds"))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tolerable.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().into(),
+                e["value"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(env.contains(&(
+        "TOLERABLE_CONFIG".into(),
+        format!("{}/tolerable.toml", mount_of("config"))
+    )));
+    std::fs::create_dir(dir.path().join("creds")).unwrap();
+    for (var, name) in [
+        ("TOLERABLE_TLS__CERT_PATH", "tls.crt"),
+        ("TOLERABLE_TLS__KEY_PATH", "tls.key"),
+        ("TOLERABLE_CREDENTIALS__FILES_PATH", "creds"),
+    ] {
+        let local = dir.path().join(name);
+        if !local.exists() {
+            std::fs::write(&local, "").unwrap();
+        }
+        env.push((var.into(), local.display().to_string()));
+    }
+    Config::load(Some(&path), env).map_err(|e| e.to_string())
+}
+
+/// Every rendered config loads in tolerable — numbers stay integers (Helm's toToml would write
+/// 1000.0, which tolerable refuses), maps and lists of tables arrive whole — and says what the
+/// values said; the ports, RBAC and API token follow the config; a value tolerable refuses is
+/// caught here, not in the cluster.
+#[test]
+fn rendered_config_loads_in_tolerable() {
+    let defaults = load_rendered_config(&render_defaults(), "tolerable").unwrap();
+    assert_eq!(defaults.server_limits.max_connections, 1000);
+    // Why the chart writes its own TOML: what toToml writes for a YAML number is refused.
+    let float = write_temp("[server]\nmax_connections = 1000.0\n");
+    assert!(Config::load(Some(float.path()), []).is_err());
+    assert!(defaults.read_pull_secrets && defaults.watch_nodes && !defaults.manage_node_taints);
+
+    let docs = tools::documents(&render(&switched_values(), "edge", "infra").0);
+    let config = load_rendered_config(&docs, "edge-tolerable").unwrap();
+    assert_eq!(config.server_limits.max_connections, 500);
+    assert_eq!(config.metrics_addr.unwrap().port(), 9191);
+    assert_eq!(
+        config.policy.supported_architectures,
+        ["arm64", "s390x"].map(String::from).into()
+    );
+    assert_eq!(config.policy.preferred_architectures.len(), 2);
+    assert_eq!(config.policy.architecture_tolerations["arm64"].len(), 2);
+    assert_eq!(config.resolver.mirrors["docker.io"], "mirror.gcr.io");
+    assert_eq!(
+        config.resolver.lookup_timeout,
+        std::time::Duration::from_secs(3)
+    );
+    assert!(config.manage_node_taints);
+    let pod = deployment_pod(&docs, "edge-tolerable");
+    let metrics = pod["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics");
+    assert_eq!(metrics.unwrap()["containerPort"], 9191);
+    let roles: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    let expected = [
+        "edge-tolerable-pull-secrets",
+        "edge-tolerable-nodes",
+        "edge-tolerable-node-taints",
+    ];
+    assert_eq!(roles, expected.into());
+    assert_eq!(
+        object(&docs, "ClusterRole", "edge-tolerable-node-taints")["rules"][0]["verbs"],
+        json!(["get", "list", "patch"])
+    );
+
+    let docs = tools::documents(&render(&no_api_values(), "tolerable", "tolerable-system").0);
+    let config = load_rendered_config(&docs, "tolerable").unwrap();
+    assert!(!config.read_pull_secrets && !config.watch_nodes);
+    assert!(!docs
+        .iter()
+        .any(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding"));
+    assert_eq!(
+        deployment_pod(&docs, "tolerable")["automountServiceAccountToken"],
+        false
+    );
+
+    let refused = json!({"config": {"policy": {"steering": "sideways"}}});
+    let docs = tools::documents(&render(&refused, "tolerable", "tolerable-system").0);
+    let why = load_rendered_config(&docs, "tolerable").unwrap_err();
+    assert!(why.contains("steering"), "{why}");
+}
+
+/// values.schema.json refuses misspelt and mistyped values of tolerable's own, and accepts
+/// `global` and other top-level keys an umbrella chart passes, and the documented examples.
+#[test]
+fn the_values_schema_refuses_typos_and_accepts_umbrella_keys() {
+    for ok in [
+        json!({}),
+        json!({"global": {"imageRegistry": "mirror.example", "imagePullSecrets": []}}),
+        json!({"postgresql": {"enabled": false}, "global": {}}),
+        switched_values(),
+        no_api_values(),
+    ] {
+        schema_accepts(&ok).unwrap_or_else(|why| panic!("{ok} refused: {why}"));
+    }
+    for (bad, reason) in [
+        (json!({"image": {"tga": "v1"}}), "tga"),
+        (json!({"replicas": "two"}), "replicas"),
+        (
+            json!({"webhook": {"failurePolicy": "Maybe"}}),
+            "failurePolicy",
+        ),
+        (json!({"webhook": {"timeoutSeconds": 31}}), "timeoutSeconds"),
+        // archy drops a misspelt selector silently: here it is refused.
+        (
+            json!({"webhook": {"namespaceSelector": {"matchLabel": {"a": "b"}}}}),
+            "matchLabel",
+        ),
+        (json!({"config": {"polciy": {"enforce": false}}}), "polciy"),
+        (
+            json!({"certificates": {"certManager": {"duration": "90 days"}}}),
+            "duration",
+        ),
+        (json!({"image": {"digest": "sha256:abc"}}), "digest"),
+    ] {
+        let why = schema_accepts(&bad).expect_err(&bad.to_string());
+        assert!(why.contains(reason), "{bad}: {why}");
+    }
+}
+
+/// The webhook never selects the release's own namespace or kube-system, whatever the values
+/// add; what they add is kept (matchLabels included); names follow the release, and every
+/// object that names another agrees with it.
+#[test]
+fn the_webhook_keeps_its_exclusions_and_objects_agree() {
+    let (yaml, notes) = render(&switched_values(), "edge", "infra");
+    let docs = tools::documents(&yaml);
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "edge-tolerable");
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["timeoutSeconds"], 5);
+    let namespaces = &hook["namespaceSelector"];
+    assert_eq!(
+        namespaces["matchLabels"],
+        json!({"tolerable.io/enabled": "true"})
+    );
+    assert_eq!(
+        namespaces["matchExpressions"],
+        json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": ["infra", "kube-system", "istio-system"]},
+               {"key": "team", "operator": "Exists"}])
+    );
+    let objects = &hook["objectSelector"];
+    assert_eq!(objects["matchLabels"], json!({"arch-aware": "yes"}));
+    assert_eq!(
+        objects["matchExpressions"],
+        json!([{"key": tolerable::mutate::SKIP_KEY, "operator": "NotIn", "values": ["true"]}])
+    );
+    let pod_labels =
+        &object(&docs, "Deployment", "edge-tolerable")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(pod_labels[tolerable::mutate::SKIP_KEY], "true");
+    let service = object(&docs, "Service", "edge-tolerable");
+    assert_eq!(hook["clientConfig"]["service"]["name"], "edge-tolerable");
+    assert_eq!(hook["clientConfig"]["service"]["namespace"], "infra");
+    assert_eq!(
+        hook["clientConfig"]["service"]["port"],
+        service["spec"]["ports"][0]["port"]
+    );
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[key], value, "the Service selects the Pods");
+    }
+    let certificate = object(&docs, "Certificate", "edge-tolerable-tls");
+    assert_eq!(
+        mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "infra/edge-tolerable-tls"
+    );
+    assert_eq!(
+        certificate["spec"]["dnsNames"][0],
+        "edge-tolerable.infra.svc"
+    );
+    let pod = deployment_pod(&docs, "edge-tolerable");
+    let tls = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .unwrap();
+    assert_eq!(
+        tls["secret"]["secretName"],
+        certificate["spec"]["secretName"]
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!(
+            "registry.example.com/platform/tolerable@sha256:{}",
+            "ab".repeat(32)
+        )
+    );
+    assert_eq!(
+        container["env"][1],
+        json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
+    );
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert!(
+        notes.contains("kubectl -n infra rollout status deploy/edge-tolerable"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("infra, kube-system, istio-system"),
+        "{notes}"
+    );
+}
