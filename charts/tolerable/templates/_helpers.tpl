@@ -56,8 +56,8 @@ the key is unset: read_pull_secrets, nodes.watch, nodes.manage_taints. */}}
 {{- if dig "nodes" "manage_taints" false .Values.config }}true{{ end -}}
 {{- end -}}
 
-{{/* `config` as TOML: one table per section. Not Helm's toToml: values read from YAML are
-float64, which toToml writes as 1000.0, and tolerable refuses a float for an integer key. */}}
+{{/* `config` as TOML: one table per section. Not Helm's toToml: numbers read from YAML reach
+templates as float64, which toToml writes as floats (1000.0) where tolerable.toml has integers. */}}
 {{- define "tolerable.toml" -}}
 {{- range $section, $keys := . }}
 {{- if not (kindIs "map" $keys) }}
