@@ -74,4 +74,5 @@ if [ ! -x "$tools/bin/promtool" ]; then
   dpkg-deb -x "$work"/prometheus_*.deb "$work/root"
   install -m 755 "$work/root/usr/bin/promtool" "$tools/bin/promtool"
 fi
-echo "test tools: $("$tools/bin/kubectl" version --client 2>/dev/null | tr '\n' ' ')$("$tools/bin/promtool" --version 2>&1 | head -1)" >&2
+helm=$("$tools/bin/python3" -c 'import helm_python as h; print(h.helm_sdk_version())' 2>/dev/null || echo missing)
+echo "test tools: $("$tools/bin/kubectl" version --client 2>/dev/null | tr '\n' ' ')$("$tools/bin/promtool" --version 2>&1 | head -1); Helm engine (helm-python-sdk) $helm" >&2
