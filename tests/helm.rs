@@ -74,6 +74,7 @@ fn switched_values() -> Value {
                   "digest": format!("sha256:{}", "ab".repeat(32))},
         "env": [{"name": "TOLERABLE_LOG__LEVEL", "value": "debug"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
+        "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]},
         "webhook": {
             "timeoutSeconds": 5,
             "excludeNamespaces": ["istio-system"],
@@ -195,6 +196,7 @@ fn rendered_objects_validate_offline() {
                 "deployment",
                 "poddisruptionbudget",
                 "mutatingwebhookconfiguration",
+                "networkpolicy",
             ];
             for kind in kinds.into_iter().chain(
                 yaml.contains("kind: ClusterRole\n")
@@ -241,12 +243,11 @@ fn kinds_and_names(docs: &[Value]) -> BTreeSet<(String, String)> {
 }
 
 /// What kustomize/base has and the chart, by design, does not: Helm does not own the release's
-/// namespace (`helm install --create-namespace`), the registry credentials Secret is the
-/// operator's (the chart mounts it when it exists), and the NetworkPolicy is a later step.
-const ONLY_IN_KUSTOMIZE: [(&str, &str); 3] = [
+/// namespace (`helm install --create-namespace`), and the registry credentials Secret is the
+/// operator's (the chart mounts it when it exists).
+const ONLY_IN_KUSTOMIZE: [(&str, &str); 2] = [
     ("Namespace", "tolerable-system"),
     ("Secret", "tolerable-registry-creds"),
-    ("NetworkPolicy", "tolerable"),
 ];
 
 /// The chart's defaults render the same objects as kustomize/base: kinds and names, ports,
@@ -302,6 +303,11 @@ fn defaults_match_kustomize() {
         &deployment_pod(&chart, "tolerable"),
         &deployment_pod(&kustomize, "tolerable"),
     );
+    network_policies_match(
+        object(&chart, "NetworkPolicy", "tolerable"),
+        object(&kustomize, "NetworkPolicy", "tolerable"),
+        &object(&chart, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"],
+    );
     let replicas =
         |docs: &[Value]| object(docs, "Deployment", "tolerable")["spec"]["replicas"].clone();
     assert_eq!(replicas(&chart), replicas(&kustomize));
@@ -318,6 +324,26 @@ fn defaults_match_kustomize() {
         config_file(&kustomize),
         "tolerable.toml"
     );
+}
+
+/// The NetworkPolicies let in the same traffic, and the chart's selects the chart's Pods (with
+/// the release's instance label besides kustomize's labels).
+fn network_policies_match(chart: &Value, kustomize: &Value, pod_labels: &Value) {
+    assert_eq!(chart["spec"]["ingress"], kustomize["spec"]["ingress"]);
+    assert_eq!(
+        chart["spec"]["policyTypes"],
+        kustomize["spec"]["policyTypes"]
+    );
+    let selector = |policy: &Value| policy["spec"]["podSelector"]["matchLabels"].clone();
+    for (key, value) in selector(kustomize).as_object().unwrap() {
+        assert_eq!(&selector(chart)[key], value, "{key}");
+    }
+    for (key, value) in selector(chart).as_object().unwrap() {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the policy selects the Pods: {key}"
+        );
+    }
 }
 
 /// The Pod templates agree on what tolerable's safety and wiring depend on.
@@ -535,6 +561,10 @@ fn the_values_schema_refuses_typos_and_accepts_umbrella_keys() {
             "duration",
         ),
         (json!({"image": {"digest": "sha256:abc"}}), "digest"),
+        (
+            json!({"networkPolicy": {"webhookFrom": [{"ipblock": {}}]}}),
+            "ipblock",
+        ),
     ] {
         let why = schema_accepts(&bad).expect_err(&bad.to_string());
         assert!(why.contains(reason), "{bad}: {why}");
@@ -615,6 +645,11 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
         json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
     );
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    let policy = object(&docs, "NetworkPolicy", "edge-tolerable");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/16"}}])
+    );
     assert!(
         notes.contains("kubectl -n infra rollout status deploy/edge-tolerable"),
         "{notes}"
