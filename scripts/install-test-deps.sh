@@ -3,7 +3,8 @@
 # it; it needs root or sudo only when an apt package is missing):
 # - apt: docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1),
 #   apache2-utils (htpasswd, for the Basic-auth registry), redis-server (the shared-cache tests
-#   start one on 127.0.0.1), python3-venv (for the tools below);
+#   start one on 127.0.0.1), openssl (tests/helm.rs verifies the chart's certificates with it),
+#   python3-venv (for the tools below);
 # - promtool, unpacked from Debian's prometheus package into .test-tools/bin (the package is not
 #   installed: no service, no user, nothing started or enabled);
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
@@ -36,6 +37,7 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ -z "$python" ]; then
   missing+=(python3 python3-venv)
   python=/usr/bin/python3

@@ -17,23 +17,28 @@ const CHART: &str = "charts/tolerable";
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 
 /// The chart rendered with `values` as release `name` in `namespace`: the manifests' YAML and
-/// NOTES.txt.
-fn render(values: &Value, name: &str, namespace: &str) -> (String, String) {
+/// NOTES.txt, or Helm's error.
+fn try_render(values: &Value, name: &str, namespace: &str) -> Result<(String, String), String> {
     let out = tools::python_script("helm-chart.py")
         .args(["render", CHART, name, namespace, &values.to_string()])
         .current_dir(tools::root())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template {values}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let why = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!why.contains("not installed"), "{why}");
+    if !out.status.success() {
+        return Err(why);
+    }
     let rendered: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (
+    Ok((
         rendered["manifests"].as_str().unwrap().to_owned(),
         rendered["notes"].as_str().unwrap().to_owned(),
-    )
+    ))
+}
+
+fn render(values: &Value, name: &str, namespace: &str) -> (String, String) {
+    try_render(values, name, namespace)
+        .unwrap_or_else(|why| panic!("helm template {values}: {why}"))
 }
 
 /// The default release: named tolerable in tolerable-system, as kustomize/base installs it.
@@ -658,4 +663,133 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
         notes.contains("infra, kube-system, istio-system"),
         "{notes}"
     );
+}
+
+/// `kubernetes-validate --strict` passes `yaml` at both ends of the supported range.
+fn validates_against_kubernetes(yaml: &str) {
+    let file = write_temp(yaml);
+    for version in KUBERNETES_VERSIONS {
+        let out = tools::command("kubernetes-validate")
+            .args(["--strict", "--no-warn", "--kubernetes-version", version])
+            .arg(file.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "Kubernetes {version}:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+/// A base64 field of a rendered object, decoded, in a file.
+fn decoded(object: &Value, pointer: &str) -> tempfile::NamedTempFile {
+    use base64::Engine as _;
+    let text = object.pointer(pointer).and_then(Value::as_str).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap();
+    write_temp(std::str::from_utf8(&bytes).unwrap())
+}
+
+/// `openssl verify`: whether `ca` verifies `cert` as a TLS server certificate for `host`.
+fn openssl_verifies(ca: &std::path::Path, cert: &std::path::Path, host: &str) -> bool {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "verify",
+            "-purpose",
+            "sslserver",
+            "-verify_hostname",
+            host,
+            "-CAfile",
+        ])
+        .arg(ca)
+        .arg(cert)
+        .output()
+        .expect("openssl (scripts/install-test-deps.sh installs it)");
+    out.status.success()
+}
+
+/// Certificates made by Helm: one CA is both the webhook's caBundle and the signer of the
+/// serving certificate (openssl verifies it for the Service's name; another render's CA does
+/// not), the Secret is the one the Pods mount, and nothing of cert-manager is rendered.
+#[test]
+fn helm_made_certificates_verify() {
+    let values = json!({"certificates": {"mode": "helm"}});
+    let yaml = render(&values, "edge", "infra").0;
+    validates_against_kubernetes(&yaml);
+    let docs = tools::documents(&yaml);
+    assert!(!docs.iter().any(|d| d["apiVersion"] == "cert-manager.io/v1"));
+    let secret = object(&docs, "Secret", "edge-tolerable-tls");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "edge-tolerable");
+    assert!(
+        mwc["metadata"].get("annotations").is_none(),
+        "no inject-ca-from"
+    );
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+    let pod = deployment_pod(&docs, "edge-tolerable");
+    let tls = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls");
+    assert_eq!(tls.unwrap()["secret"]["secretName"], "edge-tolerable-tls");
+    let ca = decoded(hook, "/clientConfig/caBundle");
+    let cert = decoded(secret, "/data/tls.crt");
+    let key = decoded(secret, "/data/tls.key");
+    assert!(std::fs::read_to_string(key.path())
+        .unwrap()
+        .contains("PRIVATE KEY"));
+    assert!(openssl_verifies(
+        ca.path(),
+        cert.path(),
+        "edge-tolerable.infra.svc"
+    ));
+    assert!(!openssl_verifies(ca.path(), cert.path(), "other.infra.svc"));
+    let other = tools::documents(&render(&values, "edge", "infra").0);
+    let other_ca = decoded(
+        object(&other, "Secret", "edge-tolerable-tls"),
+        "/data/ca.crt",
+    );
+    assert!(!openssl_verifies(
+        other_ca.path(),
+        cert.path(),
+        "edge-tolerable.infra.svc"
+    ));
+}
+
+/// Certificates from an existing Secret: the Pods mount it, the webhook trusts the CA given,
+/// nothing else is made; without the CA the chart refuses to render, naming the value.
+#[test]
+fn certificates_from_an_existing_secret() {
+    let ca = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
+    let values = json!({"certificates": {"mode": "existingSecret",
+                                         "existingSecret": {"name": "my-tls", "caBundle": ca}}});
+    let yaml = render(&values, "tolerable", "tolerable-system").0;
+    validates_against_kubernetes(&yaml);
+    let docs = tools::documents(&yaml);
+    assert!(!docs
+        .iter()
+        .any(|d| d["apiVersion"] == "cert-manager.io/v1" || d["kind"] == "Secret"));
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+    assert_eq!(mwc["webhooks"][0]["clientConfig"]["caBundle"], ca);
+    let pod = deployment_pod(&docs, "tolerable");
+    let tls = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls");
+    assert_eq!(tls.unwrap()["secret"]["secretName"], "my-tls");
+    load_rendered_config(&docs, "tolerable").unwrap();
+    let without_ca = json!({"certificates": {"mode": "existingSecret",
+                                             "existingSecret": {"name": "my-tls"}}});
+    let why = try_render(&without_ca, "tolerable", "tolerable-system").unwrap_err();
+    assert!(
+        why.contains("certificates.existingSecret.caBundle"),
+        "{why}"
+    );
+    let typo = json!({"certificates": {"mode": "self-signed"}});
+    assert!(schema_accepts(&typo).unwrap_err().contains("mode"));
 }

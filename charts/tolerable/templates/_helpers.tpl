@@ -102,3 +102,13 @@ integers, lists as arrays, maps as inline tables. */}}
 {{- if not $port }}{{ fail (printf "config.%s %q has no port" .key .addr) }}{{ end -}}
 {{- $port -}}
 {{- end -}}
+
+{{/* The Secret holding the serving certificate (tls.crt, tls.key): cert-manager's and Helm's
+are <fullname>-tls; else the operator's. */}}
+{{- define "tolerable.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "existingSecret" -}}
+{{- required "certificates.existingSecret.name: the Secret with tls.crt and tls.key" .Values.certificates.existingSecret.name -}}
+{{- else -}}
+{{- include "tolerable.fullname" . }}-tls
+{{- end -}}
+{{- end -}}
