@@ -637,6 +637,12 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
         tls["secret"]["secretName"],
         certificate["spec"]["secretName"]
     );
+    the_values_reach_the_pod(&docs, &notes);
+}
+
+/// What the switched values set for the Pod, its NetworkPolicy and NOTES.txt is there.
+fn the_values_reach_the_pod(docs: &[Value], notes: &str) {
+    let pod = deployment_pod(docs, "edge-tolerable");
     let container = &pod["containers"][0];
     assert_eq!(
         container["image"],
@@ -650,7 +656,7 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
         json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
     );
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
-    let policy = object(&docs, "NetworkPolicy", "edge-tolerable");
+    let policy = object(docs, "NetworkPolicy", "edge-tolerable");
     assert_eq!(
         policy["spec"]["ingress"][0]["from"],
         json!([{"ipBlock": {"cidr": "10.0.0.0/16"}}])
