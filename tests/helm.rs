@@ -260,7 +260,9 @@ const ONLY_IN_KUSTOMIZE: [(&str, &str); 2] = [
 /// and image, and the same tolerable.toml, so the two install paths cannot drift apart.
 #[test]
 fn defaults_match_kustomize() {
-    let chart = render_defaults();
+    // `helm test`'s objects are not installed (kustomize has no counterpart).
+    let mut chart = render_defaults();
+    chart.retain(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null());
     let kustomize = tools::documents(&tools::render("kustomize"));
     let mut expected = kinds_and_names(&kustomize);
     for (kind, name) in ONLY_IN_KUSTOMIZE {
@@ -657,10 +659,14 @@ fn the_values_reach_the_pod(docs: &[Value], notes: &str) {
     );
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
     let policy = object(docs, "NetworkPolicy", "edge-tolerable");
-    assert_eq!(
-        policy["spec"]["ingress"][0]["from"],
-        json!([{"ipBlock": {"cidr": "10.0.0.0/16"}}])
-    );
+    // The peers given, and `helm test`'s Pod.
+    let test_pod = object(docs, "Pod", "edge-tolerable-test-readyz");
+    let test_labels = &test_pod["metadata"]["labels"];
+    let from = policy["spec"]["ingress"][0]["from"].as_array().unwrap();
+    assert_eq!(from[0], json!({"ipBlock": {"cidr": "10.0.0.0/16"}}));
+    for (key, value) in from[1]["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&test_labels[key], value, "{key}");
+    }
     assert!(
         notes.contains("kubectl -n infra rollout status deploy/edge-tolerable"),
         "{notes}"
@@ -798,4 +804,62 @@ fn certificates_from_an_existing_secret() {
     );
     let typo = json!({"certificates": {"mode": "self-signed"}});
     assert!(schema_accepts(&typo).unwrap_err().contains("mode"));
+}
+
+/// `helm test`'s Pod asks /readyz of the webhook through its Service, trusting the CA the webhook
+/// is served with: the cert-manager (or Helm-made) Secret's ca.crt, or the caBundle given with
+/// an existing Secret; it runs as locked down as tolerable.
+#[test]
+fn the_helm_test_asks_readyz_through_the_service() {
+    for values in [
+        json!({}),
+        json!({"certificates": {"mode": "helm"}}),
+        json!({"certificates": {"mode": "existingSecret",
+               "existingSecret": {"name": "my-tls", "caBundle": "LS0tLS0K"}}}),
+    ] {
+        let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        let pod = object(&docs, "Pod", "tolerable-test-readyz");
+        assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+        let container = &pod["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let service = object(&docs, "Service", "tolerable");
+        let url = format!(
+            "https://tolerable.tolerable-system.svc:{}/readyz",
+            service["spec"]["ports"][0]["port"]
+        );
+        assert_eq!(args.last(), Some(&url.as_str()), "{values}");
+        assert!(args.contains(&"--fail"), "{args:?}");
+        let cacert = args[args.iter().position(|a| *a == "--cacert").unwrap() + 1];
+        let mount = &container["volumeMounts"][0];
+        assert_eq!(
+            format!("{}/ca.crt", mount["mountPath"].as_str().unwrap()),
+            cacert
+        );
+        let volume = &pod["spec"]["volumes"][0];
+        let tls = deployment_pod(&docs, "tolerable")["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "tls")
+            .cloned()
+            .unwrap();
+        match volume["configMap"]["name"].as_str() {
+            Some(name) => assert_eq!(
+                object(&docs, "ConfigMap", name)["data"]["ca.crt"],
+                "-----\n"
+            ),
+            None => {
+                assert_eq!(volume["secret"]["secretName"], tls["secret"]["secretName"]);
+                assert_eq!(volume["secret"]["items"][0]["key"], "ca.crt");
+            }
+        }
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    }
 }
