@@ -9,8 +9,13 @@ helm_python) on a chart directory, for tests/helm.rs; no helm binary is needed.
         "notes": "<NOTES.txt>"} as JSON; exit status 1 with Helm's error on stderr when the
         values are refused (values.schema.json) or a template fails.
     helm-chart.py schema CHART [VALUES_JSON]
-        Checks values against values.schema.json: exit status 0, or 1 with Helm's reasons."""
+        Checks values against values.schema.json: exit status 0, or 1 with Helm's reasons.
+    helm-chart.py publish CHART OCI_REPOSITORY WORKDIR
+        helm package, helm push to OCI_REPOSITORY (oci://HOST:PORT/PATH, plain http: a local
+        registry), then helm pull of what was pushed, untarred into WORKDIR/pulled; prints
+        {"package": ..., "pushed": <push's answer>, "pulled": <pull's answer>} as JSON."""
 import json
+import os
 import sys
 
 try:
@@ -24,6 +29,22 @@ except ImportError:
 
 def values(args, i):
     return json.loads(args[i]) if len(args) > i else {}
+
+
+def publish(chart, repository, workdir):
+    os.makedirs(f"{workdir}/package")
+    package = helm.package(chart, destination=f"{workdir}/package")
+    pushed = helm.push(package, repository, plain_http=True)
+    meta = helm.Chart.load(chart).metadata
+    pulled = helm.pull(
+        f"{repository}/{meta['name']}",
+        version=meta["version"],
+        destination=f"{workdir}/package",
+        untar=True,
+        untar_dir=f"{workdir}/pulled",
+        plain_http=True,
+    )
+    return {"package": package, "pushed": pushed, "pulled": pulled}
 
 
 def main(args):
@@ -42,6 +63,8 @@ def main(args):
                 if k.endswith((".yaml", ".yml"))
             )
             print(json.dumps({"manifests": manifests, "notes": notes}))
+        elif command == "publish":
+            print(json.dumps(publish(chart, args[2], args[3]), default=str))
         elif command == "schema":
             helm.Chart.load(chart).validate_schema(values(args, 2))
         else:

@@ -19,9 +19,20 @@ const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 /// The chart rendered with `values` as release `name` in `namespace`: the manifests' YAML and
 /// NOTES.txt, or Helm's error.
 fn try_render(values: &Value, name: &str, namespace: &str) -> Result<(String, String), String> {
+    try_render_chart(&tools::root().join(CHART), values, name, namespace)
+}
+
+/// [`try_render`] for the chart in `chart`.
+fn try_render_chart(
+    chart: &std::path::Path,
+    values: &Value,
+    name: &str,
+    namespace: &str,
+) -> Result<(String, String), String> {
     let out = tools::python_script("helm-chart.py")
-        .args(["render", CHART, name, namespace, &values.to_string()])
-        .current_dir(tools::root())
+        .arg("render")
+        .arg(chart)
+        .args([name, namespace, &values.to_string()])
         .output()
         .unwrap();
     let why = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -862,4 +873,41 @@ fn the_helm_test_asks_readyz_through_the_service() {
         assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
         assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
     }
+}
+
+/// The chart packaged and pushed as an OCI artifact to a real registry (Debian's
+/// docker-registry on 127.0.0.1), as `helm push` publishes a release, then pulled back with
+/// `helm pull`: the pulled chart renders exactly what the checkout does, schema included.
+#[test]
+fn the_chart_round_trips_through_an_oci_registry() {
+    let registry = common::registry::Registry::start(common::registry::Mode::Plain);
+    let work = tempfile::tempdir().unwrap();
+    let out = tools::python_script("helm-chart.py")
+        .arg("publish")
+        .arg(tools::root().join(CHART))
+        .arg(format!("oci://{}/charts", registry.host))
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm package/push/pull: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    let log = registry.log();
+    assert!(
+        log.contains(&format!("PUT /v2/charts/tolerable/manifests/{version}")),
+        "no chart manifest pushed:\n{log}"
+    );
+    let pulled = work.path().join("pulled/tolerable");
+    for values in [json!({}), switched_values()] {
+        assert_eq!(
+            try_render_chart(&pulled, &values, "tolerable", "tolerable-system").unwrap(),
+            render(&values, "tolerable", "tolerable-system"),
+            "{values}"
+        );
+    }
+    let typo = json!({"image": {"tga": "v1"}});
+    assert!(try_render_chart(&pulled, &typo, "tolerable", "tolerable-system").is_err());
 }
