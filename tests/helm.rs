@@ -91,6 +91,8 @@ fn switched_values() -> Value {
         "env": [{"name": "TOLERABLE_LOG__LEVEL", "value": "debug"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]},
+        "rbac": {"pullSecretNamespaces": ["team-a"]},
+        "registryCredentials": {"existingSecret": "registry-logins"},
         "webhook": {
             "timeoutSeconds": 5,
             "excludeNamespaces": ["istio-system"],
@@ -910,4 +912,77 @@ fn the_chart_round_trips_through_an_oci_registry() {
     }
     let typo = json!({"image": {"tga": "v1"}});
     assert!(try_render_chart(&pulled, &typo, "tolerable", "tolerable-system").is_err());
+}
+
+/// The RBAC objects of `docs` and what they grant to whom, labels aside.
+fn rbac_of(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1")
+        .map(|d| {
+            json!({"kind": d["kind"], "name": d["metadata"]["name"],
+                   "namespace": d["metadata"]["namespace"], "rules": d["rules"],
+                   "roleRef": d["roleRef"], "subjects": d["subjects"]})
+            .to_string()
+        })
+        .collect()
+}
+
+/// The RBAC variants match kustomize's: pull secrets granted per namespace
+/// (`kustomize/overlays/namespaced-pull-secrets`), node tainting (`manage-node-taints`), and no
+/// API access at all (`no-cluster-access`, no token either); the config the chart renders
+/// enables what the roles grant.
+#[test]
+fn rbac_variants_match_kustomize() {
+    for (overlay, values) in [
+        (
+            "kustomize/overlays/namespaced-pull-secrets",
+            json!({"rbac": {"pullSecretNamespaces": ["team-a", "team-b"]}}),
+        ),
+        (
+            "kustomize/overlays/manage-node-taints",
+            json!({"config": {"nodes": {"manage_taints": true}}}),
+        ),
+        ("kustomize/overlays/no-cluster-access", no_api_values()),
+    ] {
+        let kustomize = tools::documents(&tools::render(overlay));
+        let chart = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        assert_eq!(rbac_of(&chart), rbac_of(&kustomize), "{overlay}");
+        assert_eq!(
+            deployment_pod(&chart, "tolerable")["automountServiceAccountToken"],
+            deployment_pod(&kustomize, "tolerable")["automountServiceAccountToken"],
+            "{overlay}"
+        );
+        let config = load_rendered_config(&chart, "tolerable").unwrap();
+        let granted = |name: &str| rbac_of(&chart).iter().any(|r| r.contains(name));
+        assert_eq!(config.read_pull_secrets, granted("tolerable-pull-secrets"));
+        assert_eq!(config.watch_nodes, granted("\"tolerable-nodes\""));
+        assert_eq!(config.manage_node_taints, granted("tolerable-node-taints"));
+    }
+}
+
+/// Registry credential files: by default the release's own Secret, mounted when it exists; an
+/// existing Secret named in the values is mounted (and must exist) instead.
+#[test]
+fn registry_credentials_come_from_a_secret() {
+    let creds = |values: &Value| {
+        let docs = tools::documents(&render(values, "tolerable", "tolerable-system").0);
+        let pod = deployment_pod(&docs, "tolerable");
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "registry-creds")
+            .cloned()
+            .unwrap();
+        load_rendered_config(&docs, "tolerable").unwrap();
+        volume["secret"].clone()
+    };
+    assert_eq!(
+        creds(&json!({})),
+        json!({"secretName": "tolerable-registry-creds", "optional": true})
+    );
+    assert_eq!(
+        creds(&json!({"registryCredentials": {"existingSecret": "registry-logins"}})),
+        json!({"secretName": "registry-logins"})
+    );
 }
