@@ -986,3 +986,98 @@ fn registry_credentials_come_from_a_secret() {
         json!({"secretName": "registry-logins"})
     );
 }
+
+/// The monitoring values: what `kustomize/overlays/monitoring` renders with the same runbook
+/// URL — the PodMonitor's endpoints, the PrometheusRule (from the same file, byte for byte)
+/// and the Grafana dashboard — validated against prometheus-operator's models; the rule refuses
+/// to render without a runbook URL.
+#[test]
+fn monitoring_matches_kustomize() {
+    let component = tools::root().join("kustomize/components/monitoring");
+    let files = tools::root().join(CHART).join("files");
+    for file in ["prometheusrule.yaml", "dashboard.json"] {
+        assert_eq!(
+            std::fs::read(files.join(file)).unwrap(),
+            std::fs::read(component.join(file)).unwrap(),
+            "{CHART}/files/{file} drifted from kustomize/components/monitoring/{file}"
+        );
+    }
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/monitoring"));
+    let runbooks = object(&kustomize, "PrometheusRule", "tolerable")["spec"]["groups"][0]["rules"]
+        [0]["annotations"]["runbook_url"]
+        .as_str()
+        .unwrap()
+        .rsplit_once('/')
+        .unwrap()
+        .0
+        .to_owned();
+    let values = json!({"monitoring": {
+        "podMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": true, "runbookBaseUrl": runbooks},
+        "dashboard": {"enabled": true}}});
+    let yaml = render(&values, "tolerable", "tolerable-system").0;
+    validates_against_kubernetes(&yaml);
+    let out = tools::python_script("validate-custom-resources.py")
+        .arg(write_temp(&yaml).path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("OK PodMonitor/tolerable")
+            && report.contains("OK PrometheusRule/tolerable")
+    );
+    let chart = tools::documents(&yaml);
+    let (ours, theirs) = (
+        object(&chart, "PodMonitor", "tolerable"),
+        object(&kustomize, "PodMonitor", "tolerable"),
+    );
+    assert_eq!(
+        ours["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    for field in ["jobLabel", "podMetricsEndpoints"] {
+        assert_eq!(ours["spec"][field], theirs["spec"][field], "{field}");
+    }
+    let pod_labels =
+        &object(&chart, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in ours["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&pod_labels[key], value, "the PodMonitor selects the Pods");
+    }
+    // Compared with white space collapsed: kustomize re-encodes the folded PromQL expressions
+    // with a blank line before their more-indented lines, Helm (like the YAML spec) without.
+    let rule = |docs: &[Value]| {
+        collapse_white_space(object(docs, "PrometheusRule", "tolerable")["spec"].clone())
+    };
+    assert_eq!(rule(&chart), rule(&kustomize));
+    let dashboard = |docs: &[Value]| object(docs, "ConfigMap", "tolerable-dashboard").clone();
+    assert_eq!(dashboard(&chart)["data"], dashboard(&kustomize)["data"]);
+    assert_eq!(
+        dashboard(&chart)["metadata"]["labels"]["grafana_dashboard"],
+        "1"
+    );
+
+    let without_url = json!({"monitoring": {"prometheusRule": {"enabled": true}}});
+    let why = try_render(&without_url, "tolerable", "tolerable-system").unwrap_err();
+    assert!(
+        why.contains("monitoring.prometheusRule.runbookBaseUrl"),
+        "{why}"
+    );
+    assert!(!render_defaults()
+        .iter()
+        .any(|d| d["apiVersion"] == "monitoring.coreos.com/v1"));
+}
+
+/// `value` with every run of white space in its strings made one space.
+fn collapse_white_space(value: Value) -> Value {
+    match value {
+        Value::String(text) => json!(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+        Value::Array(items) => Value::Array(items.into_iter().map(collapse_white_space).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, collapse_white_space(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
