@@ -93,6 +93,7 @@ fn switched_values() -> Value {
         "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]},
         "rbac": {"pullSecretNamespaces": ["team-a"]},
         "registryCredentials": {"existingSecret": "registry-logins"},
+        "sharedCache": {"passwordSecret": {"name": "valkey-auth"}},
         "webhook": {
             "timeoutSeconds": 5,
             "excludeNamespaces": ["istio-system"],
@@ -110,7 +111,8 @@ fn switched_values() -> Value {
             "architecture_tolerations": {"arm64": [{"key": "arm64", "value": "true"},
                                                    {"key": "kubernetes.io/arch"}]},
             "nodes": {"manage_taints": true},
-            "registry": {"lookup_timeout": "3s", "mirrors": {"docker.io": "mirror.gcr.io"}}
+            "registry": {"lookup_timeout": "3s", "mirrors": {"docker.io": "mirror.gcr.io"}},
+            "shared_cache": {"url": "redis://valkey.cache.svc:6379/0"}
         }
     })
 }
@@ -446,15 +448,20 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tolerable.toml");
     std::fs::write(&path, text).unwrap();
+    // A value from a Secret is only in the cluster: a stand-in here.
     let mut env: Vec<(String, String)> = container["env"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| {
-            (
-                e["name"].as_str().unwrap().into(),
-                e["value"].as_str().unwrap().into(),
-            )
+            let value = match e["value"].as_str() {
+                Some(value) => value.to_owned(),
+                None => {
+                    assert!(e["valueFrom"]["secretKeyRef"]["name"].is_string(), "{e}");
+                    "from-a-secret".to_owned()
+                }
+            };
+            (e["name"].as_str().unwrap().into(), value)
         })
         .collect();
     assert!(env.contains(&(
@@ -509,6 +516,14 @@ fn rendered_config_loads_in_tolerable() {
         std::time::Duration::from_secs(3)
     );
     assert!(config.manage_node_taints);
+    let shared = config.resolver.shared_cache.expect("[shared_cache] url");
+    assert_eq!(shared.url(), "redis://valkey.cache.svc:6379/0");
+    let text =
+        object(&docs, "ConfigMap", "edge-tolerable-config")["data"]["tolerable.toml"].to_string();
+    assert!(
+        !text.contains("password"),
+        "the password stays in its Secret: {text}"
+    );
     let pod = deployment_pod(&docs, "edge-tolerable");
     let metrics = pod["containers"][0]["ports"]
         .as_array()
@@ -668,6 +683,11 @@ fn the_values_reach_the_pod(docs: &[Value], notes: &str) {
     );
     assert_eq!(
         container["env"][1],
+        json!({"name": "TOLERABLE_SHARED_CACHE__PASSWORD",
+               "valueFrom": {"secretKeyRef": {"name": "valkey-auth", "key": "password"}}})
+    );
+    assert_eq!(
+        container["env"][2],
         json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
     );
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
