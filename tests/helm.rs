@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use common::tools::{self, write_temp};
 use serde_json::{json, Value};
@@ -480,7 +481,70 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
         }
         env.push((var.into(), local.display().to_string()));
     }
-    Config::load(Some(&path), env).map_err(|e| e.to_string())
+    local_credential_providers(docs, &pod, dir.path(), &mut env);
+    let config = Config::load(Some(&path), env).map_err(|e| e.to_string());
+    std::mem::forget(dir); // the config may refer to these files
+    config
+}
+
+/// The credential provider config and plugin directory the environment names, made local in
+/// `dir`: the config from the ConfigMap it is mounted from (or, from a node, an empty one), each
+/// plugin it names a stand-in executable. The config must be in a mounted volume.
+fn local_credential_providers(
+    docs: &[Value],
+    pod: &Value,
+    dir: &Path,
+    env: &mut [(String, String)],
+) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(i) = env
+        .iter()
+        .position(|(k, _)| k == "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG")
+    else {
+        return;
+    };
+    let path = env[i].1.clone();
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("the provider config is mounted");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let text = match volume["configMap"]["name"].as_str() {
+        Some(name) => {
+            let key = &path[mount["mountPath"].as_str().unwrap().len() + 1..];
+            object(docs, "ConfigMap", name)["data"][key]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+        None => {
+            assert_eq!(volume["hostPath"]["type"], "File", "{volume}");
+            "{\"apiVersion\": \"kubelet.config.k8s.io/v1\", \"kind\": \"CredentialProviderConfig\", \"providers\": []}".to_owned()
+        }
+    };
+    let local = dir.join("credential-providers.yaml");
+    std::fs::write(&local, &text).unwrap();
+    env[i].1 = local.display().to_string();
+    let bin = dir.join("credential-provider-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let config: Value = serde_yaml_ng::from_str(&text).unwrap();
+    for provider in config["providers"].as_array().unwrap() {
+        let plugin = bin.join(provider["name"].as_str().unwrap());
+        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (name, value) in env.iter_mut() {
+        if name == "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR" {
+            *value = bin.display().to_string();
+        }
+    }
 }
 
 /// Every rendered config loads in tolerable — numbers stay integers (Helm's toToml would write
@@ -1100,4 +1164,99 @@ fn collapse_white_space(value: Value) -> Value {
         ),
         other => other,
     }
+}
+
+/// Credential provider plugins as kustomize's overlays have them: the nodes' own, mounted
+/// read-only from the node (`node-credential-providers`), or built into the image with their
+/// config in a ConfigMap (`credential-provider-image`, with its image and IAM role annotation);
+/// the config loads with them; both at once is refused.
+#[test]
+fn credential_providers_match_kustomize() {
+    let component = tools::root().join("kustomize/components/credential-provider-image");
+    let provider_config =
+        std::fs::read_to_string(component.join("credential-providers.yaml")).unwrap();
+    for (overlay, values) in [
+        (
+            "kustomize/overlays/node-credential-providers",
+            json!({"credentialProviders": {"node": {"enabled": true}}}),
+        ),
+        (
+            "kustomize/overlays/credential-provider-image",
+            json!({"credentialProviders": {"image": {"enabled": true, "config": provider_config}},
+                   "image": {"repository": "registry.example.com/platform/tolerable-ecr"},
+                   "serviceAccount": {"annotations": {
+                       "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/tolerable-ecr-read"}}}),
+        ),
+    ] {
+        let kustomize = tools::documents(&tools::render(overlay));
+        let yaml = render(&values, "tolerable", "tolerable-system").0;
+        validates_against_kubernetes(&yaml);
+        let chart = tools::documents(&yaml);
+        provider_setup_matches(overlay, &chart, &kustomize);
+        load_rendered_config(&chart, "tolerable").unwrap();
+    }
+    let both = json!({"credentialProviders": {"node": {"enabled": true},
+                                              "image": {"enabled": true, "config": "x"}}});
+    let why = try_render(&both, "tolerable", "tolerable-system").unwrap_err();
+    assert!(why.contains("cannot both be enabled"), "{why}");
+}
+
+/// The chart's Pod and objects for credential provider plugins are kustomize's `overlay`'s:
+/// environment, mounts, image, volumes, ServiceAccount annotations and the provider ConfigMap.
+fn provider_setup_matches(overlay: &str, chart: &[Value], kustomize: &[Value]) {
+    let (ours, theirs) = (
+        deployment_pod(chart, "tolerable"),
+        deployment_pod(kustomize, "tolerable"),
+    );
+    let sorted = |items: &Value| -> BTreeSet<String> {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let mut item = i.clone();
+                for pointer in ["/configMap/name", "/secret/secretName"] {
+                    if let Some(name) = item.pointer_mut(pointer) {
+                        *name = json!(without_generated_suffix(name.as_str().unwrap()));
+                    }
+                }
+                item.to_string()
+            })
+            .collect()
+    };
+    for field in ["env", "volumeMounts", "image"] {
+        let (a, b) = (
+            &ours["containers"][0][field],
+            &theirs["containers"][0][field],
+        );
+        if field == "image" {
+            assert_eq!(a, b, "{overlay}");
+            continue;
+        }
+        assert_eq!(sorted(a), sorted(b), "{overlay}: {field}");
+    }
+    assert_eq!(
+        sorted(&ours["volumes"]),
+        sorted(&theirs["volumes"]),
+        "{overlay}"
+    );
+    let account = |docs: &[Value]| {
+        object(docs, "ServiceAccount", "tolerable")["metadata"]["annotations"].clone()
+    };
+    assert_eq!(account(chart), account(kustomize), "{overlay}");
+    let provider_maps = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| {
+                d["kind"] == "ConfigMap"
+                    && without_generated_suffix(d["metadata"]["name"].as_str().unwrap())
+                        == "tolerable-credential-providers"
+            })
+            .map(|d| d["data"].clone())
+            .collect()
+    };
+    assert_eq!(
+        provider_maps(&chart),
+        provider_maps(&kustomize),
+        "{overlay}"
+    );
 }

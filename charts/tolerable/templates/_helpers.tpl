@@ -112,3 +112,51 @@ are <fullname>-tls; else the operator's. */}}
 {{- include "tolerable.fullname" . }}-tls
 {{- end -}}
 {{- end -}}
+
+{{/* Kubelet credential provider plugins for tolerable (docs/cloud-registries.md), as
+kustomize/components/node-credential-providers and credential-provider-image: the environment,
+mounts and volumes they add to the container, as YAML ({env, volumeMounts, volumes}). */}}
+{{- define "tolerable.credentialProviders" -}}
+{{- $node := .Values.credentialProviders.node }}
+{{- $image := .Values.credentialProviders.image }}
+{{- if and $node.enabled $image.enabled }}
+{{- fail "credentialProviders: node and image cannot both be enabled (one provider config)" }}
+{{- end }}
+{{- if $node.enabled }}
+env:
+  - name: TOLERABLE_CREDENTIALS__PROVIDER_CONFIG
+    value: /etc/tolerable/node-credential-providers/config
+  - name: TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR
+    value: /etc/tolerable/node-credential-providers/bin
+volumeMounts:
+  - name: node-credential-provider-config
+    mountPath: /etc/tolerable/node-credential-providers/config
+    readOnly: true
+  - name: node-credential-provider-bin
+    mountPath: /etc/tolerable/node-credential-providers/bin
+    readOnly: true
+volumes:
+  - name: node-credential-provider-config
+    hostPath:
+      path: {{ $node.configPath }}
+      type: File
+  - name: node-credential-provider-bin
+    hostPath:
+      path: {{ $node.binDir }}
+      type: Directory
+{{- else if $image.enabled }}
+env:
+  - name: TOLERABLE_CREDENTIALS__PROVIDER_CONFIG
+    value: /etc/tolerable/credential-providers/credential-providers.yaml
+  - name: TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR
+    value: {{ $image.binDir }}
+volumeMounts:
+  - name: credential-providers
+    mountPath: /etc/tolerable/credential-providers
+    readOnly: true
+volumes:
+  - name: credential-providers
+    configMap:
+      name: {{ include "tolerable.fullname" . }}-credential-providers
+{{- end }}
+{{- end -}}
