@@ -1254,9 +1254,5 @@ fn provider_setup_matches(overlay: &str, chart: &[Value], kustomize: &[Value]) {
             .map(|d| d["data"].clone())
             .collect()
     };
-    assert_eq!(
-        provider_maps(&chart),
-        provider_maps(&kustomize),
-        "{overlay}"
-    );
+    assert_eq!(provider_maps(chart), provider_maps(kustomize), "{overlay}");
 }
