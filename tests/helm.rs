@@ -1256,3 +1256,58 @@ fn provider_setup_matches(overlay: &str, chart: &[Value], kustomize: &[Value]) {
     };
     assert_eq!(provider_maps(chart), provider_maps(kustomize), "{overlay}");
 }
+
+/// The version is the crate's, everywhere an operator reads one: the chart's `version` and
+/// `appVersion`, every image tag of tolerable in the README, the docs, the kustomizations and
+/// the chart (`v<version>`), and the newest CHANGELOG.md entry.
+#[test]
+fn the_version_is_the_crates_everywhere() {
+    let version = env!("CARGO_PKG_VERSION");
+    let chart: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(tools::root().join(CHART).join("Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(chart["version"], version);
+    assert_eq!(chart["appVersion"], version);
+    let tag = format!("v{version}");
+    let mut files = vec![tools::root().join("README.md")];
+    for dir in ["docs", "kustomize", CHART] {
+        files.extend(files_under(&tools::root().join(dir)));
+    }
+    let mut checked = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for (at, _) in text
+            .match_indices("/tolerable:")
+            .chain(text.match_indices("/tolerable-ecr:"))
+        {
+            let rest = &text[at..];
+            let found = rest[rest.find(':').unwrap() + 1..]
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+                .next()
+                .unwrap();
+            if found.starts_with(|c: char| c.is_ascii_digit() || c == 'v') {
+                assert_eq!(found, tag, "{}: image tag {found}", file.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} image tags found");
+    let changelog = std::fs::read_to_string(tools::root().join("CHANGELOG.md")).unwrap();
+    let newest = changelog.lines().find(|l| l.starts_with("## ")).unwrap();
+    assert!(newest.starts_with(&format!("## {version} ")), "{newest}");
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
