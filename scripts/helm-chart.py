@@ -2,8 +2,8 @@
 """Runs the real Helm engine (Helm v4's Go SDK, the `helm-python-sdk` package, import name
 helm_python) on a chart directory, for tests/helm.rs; no helm binary is needed.
 
-    helm-chart.py lint CHART [KUBE_VERSION]
-        helm lint: prints its findings as JSON ({"messages": [...], "errors": [...]}).
+    helm-chart.py lint CHART [KUBE_VERSION [VALUES_JSON]]
+        helm lint --strict: prints its findings as JSON ({"messages": [...], "errors": [...]}).
     helm-chart.py render CHART NAME NAMESPACE [VALUES_JSON]
         helm template: prints {"manifests": "<every template's YAML, in file order>",
         "notes": "<NOTES.txt>"} as JSON; exit status 1 with Helm's error on stderr when the
@@ -51,7 +51,8 @@ def main(args):
     command, chart = args[0], args[1]
     if command == "lint":
         kube_version = args[2] if len(args) > 2 else None
-        print(json.dumps(helm.lint(chart, strict=True, kube_version=kube_version)))
+        lint = helm.lint(chart, values(args, 3), strict=True, kube_version=kube_version)
+        print(json.dumps(lint))
         return 0
     try:
         if command == "render":

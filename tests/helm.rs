@@ -140,11 +140,11 @@ fn chart_metadata_matches_the_crate_and_the_supported_range() {
 /// same lint finds a broken template (so "clean" means something).
 #[test]
 fn helm_lint_is_clean() {
-    let lint = |chart: &std::path::Path, version: &str| -> Value {
+    let lint_with = |chart: &std::path::Path, version: &str, values: &Value| -> Value {
         let out = tools::python_script("helm-chart.py")
             .arg("lint")
             .arg(chart)
-            .arg(version)
+            .args([version, &values.to_string()])
             .output()
             .unwrap();
         assert!(
@@ -154,10 +154,19 @@ fn helm_lint_is_clean() {
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };
+    let lint = |chart: &std::path::Path, version: &str| lint_with(chart, version, &json!({}));
     let chart = tools::root().join(CHART);
-    for version in KUBERNETES_VERSIONS {
-        let report = lint(&chart, version);
-        assert_eq!(report["errors"], json!([]), "{version}: {report}");
+    let mut switched = switched_values();
+    switched["monitoring"] = json!({"podMonitor": {"enabled": true},
+        "prometheusRule": {"enabled": true, "runbookBaseUrl": "https://docs.example/runbooks"},
+        "dashboard": {"enabled": true}});
+    switched["certificates"] = json!({"mode": "helm"});
+    for (version, values) in KUBERNETES_VERSIONS
+        .into_iter()
+        .flat_map(|v| [(v, json!({})), (v, switched.clone())])
+    {
+        let report = lint_with(&chart, version, &values);
+        assert_eq!(report["errors"], json!([]), "{version} {values}: {report}");
         let findings: Vec<&Value> = report["messages"]
             .as_array()
             .unwrap()
