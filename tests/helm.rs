@@ -1320,3 +1320,69 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// The ServiceMonitor alternative: a Service of the metrics port that selects tolerable's Pods
+/// and reaches their metrics port, a ServiceMonitor that selects that Service alone (not the
+/// webhook's) with kustomize's PodMonitor's endpoint and job label, valid for
+/// prometheus-operator; never both monitors at once.
+#[test]
+fn the_service_monitor_scrapes_the_metrics_port() {
+    let values = json!({"monitoring": {"serviceMonitor": {"enabled": true}}});
+    let yaml = render(&values, "tolerable", "tolerable-system").0;
+    validates_against_kubernetes(&yaml);
+    let out = tools::python_script("validate-custom-resources.py")
+        .arg(write_temp(&yaml).path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && report.contains("OK ServiceMonitor/tolerable"),
+        "{report}"
+    );
+    let docs = tools::documents(&yaml);
+    let service = object(&docs, "Service", "tolerable-metrics");
+    let pod = deployment_pod(&docs, "tolerable");
+    let metrics = pod["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .unwrap();
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], metrics["name"]);
+    let pod_labels =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the metrics Service selects the Pods"
+        );
+    }
+    let monitor = object(&docs, "ServiceMonitor", "tolerable");
+    let selects = |svc: &Value| {
+        monitor["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| &svc["metadata"]["labels"][k] == v)
+    };
+    assert!(selects(service));
+    assert!(
+        !selects(object(&docs, "Service", "tolerable")),
+        "not the webhook's Service"
+    );
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/monitoring"));
+    let pod_monitor = object(&kustomize, "PodMonitor", "tolerable");
+    assert_eq!(
+        monitor["spec"]["endpoints"],
+        pod_monitor["spec"]["podMetricsEndpoints"]
+    );
+    assert_eq!(monitor["spec"]["jobLabel"], pod_monitor["spec"]["jobLabel"]);
+    assert_eq!(
+        service["metadata"]["labels"]["app.kubernetes.io/name"],
+        "tolerable"
+    );
+    let both = json!({"monitoring": {"serviceMonitor": {"enabled": true},
+                                     "podMonitor": {"enabled": true}}});
+    let why = try_render(&both, "tolerable", "tolerable-system").unwrap_err();
+    assert!(why.contains("not both"), "{why}");
+}
