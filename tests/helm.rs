@@ -93,7 +93,8 @@ fn switched_values() -> Value {
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "networkPolicy": {"webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]},
         "rbac": {"pullSecretNamespaces": ["team-a"]},
-        "registryCredentials": {"existingSecret": "registry-logins"},
+        "registryCredentials": {"existingSecret": "registry-logins",
+                                "dockerConfigSecret": "pull-secret"},
         "sharedCache": {"passwordSecret": {"name": "valkey-auth"}},
         "webhook": {
             "timeoutSeconds": 5,
@@ -491,9 +492,43 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
         env.push((var.into(), local.display().to_string()));
     }
     local_credential_providers(docs, &pod, dir.path(), &mut env);
+    local_docker_config(&pod, dir.path(), &mut env);
     let config = Config::load(Some(&path), env).map_err(|e| e.to_string());
     std::mem::forget(dir); // the config may refer to these files
     config
+}
+
+/// The Docker config.json the environment names, checked to be the `.dockerconfigjson` of the
+/// Secret mounted there, made a local (empty) one in `dir`.
+fn local_docker_config(pod: &Value, dir: &Path, env: &mut [(String, String)]) {
+    let Some((_, path)) = env
+        .iter_mut()
+        .find(|(k, _)| k == "TOLERABLE_CREDENTIALS__DOCKER_CONFIG_PATH")
+    else {
+        return;
+    };
+    let (mount_path, file) = path.rsplit_once('/').unwrap();
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == mount_path)
+        .expect("the Docker config is mounted");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let items = &volume["secret"]["items"];
+    assert_eq!(
+        items,
+        &json!([{"key": ".dockerconfigjson", "path": file}]),
+        "{volume}"
+    );
+    let local = dir.join("docker-config.json");
+    std::fs::write(&local, r#"{"auths": {}}"#).unwrap();
+    *path = local.display().to_string();
 }
 
 /// The credential provider config and plugin directory the environment names, made local in
@@ -754,14 +789,15 @@ fn the_values_reach_the_pod(docs: &[Value], notes: &str) {
             "ab".repeat(32)
         )
     );
-    assert_eq!(
-        container["env"][1],
-        json!({"name": "TOLERABLE_SHARED_CACHE__PASSWORD",
-               "valueFrom": {"secretKeyRef": {"name": "valkey-auth", "key": "password"}}})
+    let env = container["env"].as_array().unwrap();
+    assert!(
+        env.contains(&json!({"name": "TOLERABLE_SHARED_CACHE__PASSWORD",
+               "valueFrom": {"secretKeyRef": {"name": "valkey-auth", "key": "password"}}}))
     );
+    // The values' own variables come last, so they override the chart's.
     assert_eq!(
-        container["env"][2],
-        json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
+        env.last().unwrap(),
+        &json!({"name": "TOLERABLE_LOG__LEVEL", "value": "debug"})
     );
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
     let policy = object(docs, "NetworkPolicy", "edge-tolerable");
@@ -1078,6 +1114,17 @@ fn registry_credentials_come_from_a_secret() {
         creds(&json!({"registryCredentials": {"existingSecret": "registry-logins"}})),
         json!({"secretName": "registry-logins"})
     );
+    let values = json!({"registryCredentials": {"dockerConfigSecret": "pull-secret"}});
+    let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+    let volume = deployment_pod(&docs, "tolerable")["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "docker-config")
+        .cloned()
+        .expect("the Docker config's volume");
+    assert_eq!(volume["secret"]["secretName"], "pull-secret");
+    load_rendered_config(&docs, "tolerable").unwrap();
 }
 
 /// The monitoring values: what `kustomize/overlays/monitoring` renders with the same runbook
