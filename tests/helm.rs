@@ -1433,3 +1433,95 @@ fn the_service_monitor_scrapes_the_metrics_port() {
     let why = try_render(&both, "tolerable", "tolerable-system").unwrap_err();
     assert!(why.contains("not both"), "{why}");
 }
+
+/// The chart's own Valkey is kustomize's shared-cache component's (container, Pod security,
+/// volumes, Service ports, the policy's rules), reachable from tolerable's Pods alone, and the
+/// rendered config's `[shared_cache] url` names its Service.
+#[test]
+fn the_charts_valkey_matches_kustomize() {
+    let values = json!({"sharedCache": {"valkey": {"enabled": true}}});
+    let yaml = render(&values, "tolerable", "tolerable-system").0;
+    validates_against_kubernetes(&yaml);
+    let chart = tools::documents(&yaml);
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/shared-cache"));
+    let pod = |docs: &[Value], name: &str| deployment_pod(docs, name);
+    let (ours, theirs) = (pod(&chart, "tolerable-valkey"), pod(&kustomize, "valkey"));
+    for field in [
+        "securityContext",
+        "volumes",
+        "automountServiceAccountToken",
+        "tolerations",
+    ] {
+        assert_eq!(ours[field], theirs[field], "{field}");
+    }
+    let mut container = ours["containers"][0].clone();
+    container.as_object_mut().unwrap().remove("image");
+    let mut expected = theirs["containers"][0].clone();
+    assert_eq!(
+        expected.as_object_mut().unwrap().remove("image").unwrap(),
+        ours["containers"][0]["image"]
+    );
+    assert_eq!(container, expected);
+    let service = object(&chart, "Service", "tolerable-valkey");
+    assert_eq!(
+        service["spec"]["ports"],
+        object(&kustomize, "Service", "valkey")["spec"]["ports"]
+    );
+    let valkey_labels =
+        &object(&chart, "Deployment", "tolerable-valkey")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(valkey_labels[tolerable::mutate::SKIP_KEY], "true");
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&valkey_labels[key], value, "the Service selects Valkey");
+    }
+    valkey_admits_tolerable_alone(&chart, &kustomize, valkey_labels);
+    let config = load_rendered_config(&chart, "tolerable").unwrap();
+    let url = config
+        .resolver
+        .shared_cache
+        .expect("[shared_cache] url")
+        .url()
+        .to_owned();
+    assert_eq!(
+        url,
+        format!(
+            "redis://tolerable-valkey.tolerable-system.svc:{}/0",
+            service["spec"]["ports"][0]["port"]
+        )
+    );
+}
+
+/// The chart's Valkey NetworkPolicy has kustomize's rules: tolerable's Pods alone may connect,
+/// on Valkey's port, and Valkey reaches nothing.
+fn valkey_admits_tolerable_alone(chart: &[Value], kustomize: &[Value], valkey_labels: &Value) {
+    let (policy, their_policy) = (
+        object(chart, "NetworkPolicy", "tolerable-valkey"),
+        object(kustomize, "NetworkPolicy", "valkey"),
+    );
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        their_policy["spec"]["policyTypes"]
+    );
+    assert!(
+        policy["spec"].get("egress").is_none(),
+        "Valkey reaches nothing"
+    );
+    let ingress = &policy["spec"]["ingress"];
+    assert_eq!(ingress.as_array().unwrap().len(), 1);
+    assert_eq!(
+        ingress[0]["ports"],
+        their_policy["spec"]["ingress"][0]["ports"]
+    );
+    let tolerable_pods =
+        &object(chart, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+    let peer = ingress[0]["from"][0]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    assert!(
+        peer.iter().all(|(k, v)| &tolerable_pods[k] == v),
+        "the peer is tolerable's Pods"
+    );
+    assert!(
+        peer.iter().any(|(k, v)| valkey_labels[k] != *v),
+        "not Valkey itself"
+    );
+}

@@ -160,3 +160,22 @@ volumes:
       name: {{ include "tolerable.fullname" . }}-credential-providers
 {{- end }}
 {{- end -}}
+
+{{/* The labels selecting the chart's Valkey (sharedCache.valkey). */}}
+{{- define "tolerable.valkeyLabels" -}}
+app.kubernetes.io/name: valkey
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: cache
+{{- end -}}
+
+{{/* `config`, with [shared_cache] url pointing at the chart's Valkey when it runs one and no url
+is given. */}}
+{{- define "tolerable.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if and .Values.sharedCache.valkey.enabled (not (dig "shared_cache" "url" "" $config)) }}
+{{- $section := default dict (get $config "shared_cache") }}
+{{- $_ := set $section "url" (printf "redis://%s-valkey.%s.svc:6379/0" (include "tolerable.fullname" .) .Release.Namespace) }}
+{{- $_ := set $config "shared_cache" $section }}
+{{- end }}
+{{- toJson $config }}
+{{- end -}}
