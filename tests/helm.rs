@@ -1349,6 +1349,14 @@ fn the_version_is_the_crates_everywhere() {
         }
     }
     assert!(checked >= 8, "only {checked} image tags found");
+    let readme = std::fs::read_to_string(tools::root().join("README.md")).unwrap();
+    for pinned in [
+        format!("tolerable-{version}.tgz"),
+        format!("--version {version}"),
+        format!("?ref=v{version}"),
+    ] {
+        assert!(readme.contains(&pinned), "README.md lacks {pinned}");
+    }
     let changelog = std::fs::read_to_string(tools::root().join("CHANGELOG.md")).unwrap();
     let newest = changelog.lines().find(|l| l.starts_with("## ")).unwrap();
     assert!(newest.starts_with(&format!("## {version} ")), "{newest}");
@@ -1524,4 +1532,25 @@ fn valkey_admits_tolerable_alone(chart: &[Value], kustomize: &[Value], valkey_la
         peer.iter().any(|(k, v)| valkey_labels[k] != *v),
         "not Valkey itself"
     );
+}
+
+/// The webhook's deadline leaves room for a lookup, with the defaults and with the values that
+/// change both (the server keeps a fifth, at least 300 ms, back: `tolerable::budget`).
+#[test]
+fn lookups_fit_the_webhooks_timeout() {
+    for (values, name, namespace, fullname) in [
+        (json!({}), "tolerable", "tolerable-system", "tolerable"),
+        (switched_values(), "edge", "infra", "edge-tolerable"),
+    ] {
+        let docs = tools::documents(&render(&values, name, namespace).0);
+        let hook = &object(&docs, "MutatingWebhookConfiguration", fullname)["webhooks"][0];
+        let timeout = hook["timeoutSeconds"].as_u64().unwrap();
+        let budget = tolerable::budget::for_query(Some(&format!("timeout={timeout}s")));
+        let config = load_rendered_config(&docs, fullname).unwrap();
+        assert!(
+            config.resolver.lookup_timeout <= budget,
+            "{values}: lookup_timeout {:?} does not fit timeoutSeconds {timeout} ({budget:?})",
+            config.resolver.lookup_timeout
+        );
+    }
 }
