@@ -120,6 +120,8 @@ fn policy() -> Policy {
                 weight: 20,
             },
         ],
+        // Pods labelled with either get `key In [value]` ANDed into their terms.
+        match_node_labels: vec!["team".into(), "topology.kubernetes.io/region".into()],
         ..Policy::default()
     }
 }

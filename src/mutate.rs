@@ -7,6 +7,7 @@ pub(crate) mod arch;
 pub(crate) mod decision;
 pub(crate) mod explain;
 pub(crate) mod facts;
+pub(crate) mod node_labels;
 pub(crate) mod patch;
 pub(crate) mod platform;
 pub(crate) mod pod;
@@ -385,7 +386,11 @@ fn decide_from_facts(
     let mut placement = Placement::default();
     let tolerated = seen.tolerations(&mut placement);
     let fixed = pod::fixed_placement(pod);
-    let steering_note = seen.steer(fixed.as_ref(), &mut placement);
+    let mut steering_note = seen.steer(fixed.as_ref(), &mut placement);
+    if fixed.is_none() {
+        let labels_note = node_labels::require(pod, policy, &mut placement);
+        explain::join_notes(&mut steering_note, &labels_note);
+    }
     let preference_note = seen.prefer(fixed.is_some(), &mut placement);
     let from = |source| -> Vec<&Toleration> {
         tolerated

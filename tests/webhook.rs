@@ -551,3 +551,66 @@ async fn report_only_annotates_and_counts_without_changing_the_pod() {
         "{metrics}"
     );
 }
+
+/// `[policy] match_node_labels` on a real AdmissionReview: the Pod's `team` label is ANDed into
+/// its recorded required term beside the architecture; its own `topology.kubernetes.io/zone`
+/// constraint, which contradicts its zone label, is kept with a warning; the patched Pod gets
+/// no second patch.
+#[tokio::test]
+async fn match_node_labels_are_anded_into_the_recorded_term() {
+    let configured = tolerable::config::Config::load(
+        None,
+        vec![(
+            "TOLERABLE_POLICY__MATCH_NODE_LABELS".to_owned(),
+            "team, topology.kubernetes.io/zone".to_owned(),
+        )],
+    )
+    .unwrap();
+    let policy = tolerable::mutate::Policy {
+        match_node_labels: configured.policy.match_node_labels.clone(),
+        ..webhook::policy()
+    };
+    let server = TestServer::start(policy, common::settings()).await;
+    let registry = registry::plain();
+    let mut request = recorded(
+        "pod-create-generatename-initcontainers-digest-affinity.v1.json",
+        &registry.host,
+    );
+    let object = &mut request["request"]["object"];
+    object["metadata"]["labels"] = json!({"team": "ml", "topology.kubernetes.io/zone": "z9"});
+    let spec = &mut object["spec"];
+    spec["initContainers"][0]["image"] = json!(format!("{}/fixtures/arm64-oci:v1", registry.host));
+    spec["containers"][0]["image"] = json!(format!("{}/fixtures/multiarch-oci:v1", registry.host));
+    spec["containers"][1]["image"] =
+        json!(format!("{}/fixtures/multiarch-docker:v1", registry.host));
+    let (status, response) = post(&server, "/mutate", request.to_string()).await;
+    assert_eq!(status, 200, "{response}");
+    let patched = apply(&request, &response).unwrap();
+    assert_eq!(
+        patched["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]},
+            {"key": ARCH_LABEL, "operator": "In", "values": ["arm64"]},
+            {"key": "team", "operator": "In", "values": ["ml"]},
+        ]}])
+    );
+    let warnings = response["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains("topology.kubernetes.io/zone=z9") && warnings.contains("In (z1)"),
+        "{response}"
+    );
+    let note = patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.contains("nodes labelled like the Pod: team=ml"),
+        "{note}"
+    );
+
+    let mut again = request.clone();
+    again["request"]["object"] = patched;
+    let (_, response) = post(&server, "/mutate", again.to_string()).await;
+    assert_eq!(response["response"]["allowed"], true);
+    assert!(response["response"].get("patch").is_none(), "{response}");
+}

@@ -21,6 +21,7 @@ pub(super) struct PolicySection {
     supported_architectures: List,
     default_architectures: List,
     skip_namespaces: List,
+    match_node_labels: List,
     steering: Word<Steering>,
     preferred_architecture: Option<RawPreference>,
     on_no_common_architecture: Word<OnNoCommonArchitecture>,
@@ -39,6 +40,7 @@ impl Default for PolicySection {
             supported_architectures: list(policy.supported_architectures),
             default_architectures: list(policy.default_architectures),
             skip_namespaces: list(policy.skip_namespaces),
+            match_node_labels: List(policy.match_node_labels),
             steering: Word::Known(policy.steering),
             preferred_architecture: (!policy.preferred_architectures.is_empty()).then(|| {
                 RawPreference::Weighted(
@@ -279,6 +281,10 @@ impl PolicySection {
                 .clone()
                 .get("policy.on_lookup_failure")?,
             skip_namespaces: self.skip_namespaces.0.iter().cloned().collect(),
+            match_node_labels: validate_label_keys(
+                "policy.match_node_labels",
+                &self.match_node_labels,
+            )?,
             max_containers_per_pod: at_least_one(
                 "policy.max_containers_per_pod",
                 self.max_containers_per_pod,
@@ -287,6 +293,64 @@ impl PolicySection {
             enforce: self.enforce,
         })
     }
+}
+
+/// Label keys as Kubernetes validates them: an optional DNS subdomain prefix (at most 253
+/// characters) and `/`, then a name of at most 63 alphanumerics, `-`, `_`, `.`, beginning and
+/// ending alphanumeric. A key no label can have would silently match nothing. Each once, in the
+/// order written.
+fn validate_label_keys(key: &str, list: &List) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::new();
+    for label in &list.0 {
+        let label = label.trim();
+        if let Some(reason) = label_key_problem(label) {
+            return Err(ConfigError::key(
+                key,
+                format!("{label:?} is not a label key: {reason}"),
+            ));
+        }
+        if out.iter().any(|k| k == label) {
+            return Err(ConfigError::key(key, format!("{label:?} is named twice")));
+        }
+        out.push(label.to_owned());
+    }
+    Ok(out)
+}
+
+/// Why `label` is not a valid label key, if it is not.
+fn label_key_problem(label: &str) -> Option<&'static str> {
+    let (prefix, name) = match label.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, label),
+    };
+    let edges_alphanumeric = |s: &str| {
+        s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    if name.is_empty() || name.len() > 63 {
+        return Some("the name (after any prefix/) must be 1 to 63 characters");
+    }
+    let name_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !name_chars || !edges_alphanumeric(name) {
+        return Some(
+            "the name must be alphanumerics, '-', '_' or '.', beginning and ending alphanumeric",
+        );
+    }
+    if let Some(prefix) = prefix {
+        let labels_ok = prefix.split('.').all(|part| {
+            part.len() <= 63
+                && edges_alphanumeric(part)
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+        if prefix.is_empty() || prefix.len() > 253 || !labels_ok {
+            return Some("the prefix must be a lower-case DNS subdomain");
+        }
+    }
+    None
 }
 
 fn at_least_one(key: &str, n: usize) -> Result<usize, ConfigError> {

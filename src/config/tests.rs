@@ -1293,3 +1293,54 @@ fn the_reference_check_sees_what_it_must() {
         "TOLERABLE_CACHE__STALE_IF_ERROR".to_owned()
     )));
 }
+
+#[test]
+fn match_node_labels_are_label_keys_in_the_order_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "[policy]\nmatch_node_labels = [\"team\", \"topology.kubernetes.io/region\"]\n",
+    );
+    let c = Config::load(Some(&path), env(&[])).unwrap();
+    assert_eq!(
+        c.policy.match_node_labels,
+        vec![
+            "team".to_owned(),
+            "topology.kubernetes.io/region".to_owned()
+        ]
+    );
+    let c = Config::load(
+        None,
+        env(&[(
+            "TOLERABLE_POLICY__MATCH_NODE_LABELS",
+            "example.com/pool, team",
+        )]),
+    )
+    .unwrap();
+    assert_eq!(c.policy.match_node_labels, vec!["example.com/pool", "team"]);
+    assert!(Config::load(None, env(&[]))
+        .unwrap()
+        .policy
+        .match_node_labels
+        .is_empty());
+    for bad in [
+        "team name",
+        "-team",
+        "team-",
+        "Example.com/team",
+        "/team",
+        "example.com/",
+        "a/b/c",
+        "team,team",
+        &"x".repeat(64),
+    ] {
+        let err = Config::load(None, env(&[("TOLERABLE_POLICY__MATCH_NODE_LABELS", bad)]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("policy.match_node_labels")
+                && (err.contains("is not a label key") || err.contains("named twice")),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -51,6 +51,11 @@ pub struct Placement {
     pub(crate) node_selector: Option<String>,
     /// AND `kubernetes.io/arch In (…)` into every required nodeSelectorTerm.
     pub(crate) required_architectures: Option<Vec<String>>,
+    /// `match_node_labels`: `key=value` set in the nodeSelector.
+    pub(crate) node_selector_labels: Vec<(String, String)>,
+    /// `match_node_labels`: `key In [value]` ANDed into every required nodeSelectorTerm that
+    /// does not constrain `key` yet (or the term created).
+    pub(crate) required_labels: Vec<(String, String)>,
     /// Add a preferred term for each of these architectures.
     pub(crate) preferred_architectures: Vec<WeightedArchitecture>,
     /// New value of the decision annotation, when it differs from the Pod's.
@@ -66,6 +71,8 @@ impl Placement {
         !self.tolerations.is_empty()
             || self.node_selector.is_some()
             || self.required_architectures.is_some()
+            || !self.node_selector_labels.is_empty()
+            || !self.required_labels.is_empty()
             || !self.preferred_architectures.is_empty()
             || self.annotation.is_some()
     }

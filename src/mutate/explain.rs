@@ -163,6 +163,12 @@ pub(crate) fn additions(placement: &Placement) -> Vec<String> {
             architectures.join(",")
         ));
     }
+    for (key, value) in &placement.node_selector_labels {
+        out.push(format!("nodeSelector {key}={value}"));
+    }
+    for (key, value) in &placement.required_labels {
+        out.push(format!("requires {key} in ({value})"));
+    }
     if !placement.preferred_architectures.is_empty() {
         out.push(preference(&placement.preferred_architectures)["; ".len()..].to_owned());
     }
@@ -211,6 +217,54 @@ pub(crate) fn constraint_allows_more(
         comma_list(unsupported),
         common.join(",")
     )
+}
+
+// match_node_labels.
+
+/// `note` and `more`, separated as the summary separates its parts.
+pub(crate) fn join_notes(note: &mut String, more: &str) {
+    if more.is_empty() {
+        return;
+    }
+    if !note.is_empty() {
+        note.push_str("; ");
+    }
+    note.push_str(more);
+}
+
+/// One matched label for the summary: `team=ml`, and whether the Pod's own constraint on the
+/// key was kept although it contradicts the label.
+pub(crate) fn node_label_required(key: &str, value: &str, kept_contradiction: bool) -> String {
+    if kept_contradiction {
+        format!("{key}={value} (kept the Pod's own {key} constraint)")
+    } else {
+        format!("{key}={value}")
+    }
+}
+
+/// `nodes labelled like the Pod: team=ml, …`; empty when no label matched.
+pub(crate) fn node_labels(matched: &[String]) -> String {
+    if matched.is_empty() {
+        return String::new();
+    }
+    format!("nodes labelled like the Pod: {}", matched.join(", "))
+}
+
+pub(crate) fn node_label_contradicted(key: &str, value: &str, own: &str) -> String {
+    format!(
+        "the Pod is labelled {key}={value} (match_node_labels) but its own constraint {own} \
+         excludes nodes labelled so; kept it as it is"
+    )
+}
+
+/// A node selector requirement as the summary writes one: `team NotIn (ml,web)`, `gpu Exists`.
+pub(crate) fn requirement_text(e: &k8s_openapi::api::core::v1::NodeSelectorRequirement) -> String {
+    match e.values.as_deref() {
+        Some(values) if !values.is_empty() => {
+            format!("{} {} ({})", e.key, e.operator, values.join(","))
+        }
+        _ => format!("{} {}", e.key, e.operator),
+    }
 }
 
 pub(crate) fn no_steering(why: &str) -> String {

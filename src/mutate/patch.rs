@@ -74,6 +74,8 @@ pub(crate) enum PatchValue {
     Toleration(Toleration),
     Text(String),
     Map(BTreeMap<&'static str, String>),
+    /// A map of keys known only at run time (`match_node_labels`).
+    Labels(BTreeMap<String, String>),
     Affinity(Affinity),
     NodeAffinity(NodeAffinity),
     Required(NodeSelector),
@@ -102,6 +104,14 @@ fn arch_requirement(architectures: &[String]) -> NodeSelectorRequirement {
     }
 }
 
+fn label_requirement(key: &str, value: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(vec![value.to_owned()]),
+    }
+}
+
 fn term(requirement: NodeSelectorRequirement) -> NodeSelectorTerm {
     NodeSelectorTerm {
         match_expressions: Some(vec![requirement]),
@@ -116,13 +126,35 @@ pub(crate) fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> 
     if !decision.tolerations.is_empty() {
         add_tolerations(&mut ops, spec, &decision.tolerations);
     }
-    if let Some(arch) = &decision.node_selector {
-        add_node_selector(&mut ops, spec, arch);
+    let selector: Vec<(&str, &str)> = decision
+        .node_selector
+        .iter()
+        .map(|arch| (ARCH_LABEL, arch.as_str()))
+        .chain(
+            decision
+                .node_selector_labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .collect();
+    if !selector.is_empty() {
+        add_node_selector(&mut ops, spec, &selector);
     }
     let affinity = spec.and_then(|s| s.affinity.as_ref());
+    let requirements: Vec<NodeSelectorRequirement> = decision
+        .required_architectures
+        .iter()
+        .map(|architectures| arch_requirement(architectures))
+        .chain(
+            decision
+                .required_labels
+                .iter()
+                .map(|(key, value)| label_requirement(key, value)),
+        )
+        .collect();
     let mut node_affinity_added = false;
-    if let Some(architectures) = &decision.required_architectures {
-        node_affinity_added = add_required(&mut ops, affinity, architectures);
+    if !requirements.is_empty() {
+        node_affinity_added = add_required(&mut ops, affinity, &requirements);
     }
     if !decision.preferred_architectures.is_empty() {
         add_preferred(
@@ -133,22 +165,27 @@ pub(crate) fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> 
         );
     }
     if let Some(value) = &decision.annotation {
-        if pod.annotations.is_some() {
-            ops.push(add(
-                format!(
-                    "/metadata/annotations/{}",
-                    pointer_token(DECISION_ANNOTATION)
-                ),
-                PatchValue::Text(value.clone()),
-            ));
-        } else {
-            ops.push(add(
-                "/metadata/annotations",
-                PatchValue::Map(BTreeMap::from([(DECISION_ANNOTATION, value.clone())])),
-            ));
-        }
+        add_annotation(&mut ops, pod, value);
     }
     ops
+}
+
+/// The decision annotation, in the Pod's annotations or as a new map.
+fn add_annotation(ops: &mut Vec<Operation>, pod: &PodView, value: &str) {
+    if pod.annotations.is_some() {
+        ops.push(add(
+            format!(
+                "/metadata/annotations/{}",
+                pointer_token(DECISION_ANNOTATION)
+            ),
+            PatchValue::Text(value.to_owned()),
+        ));
+    } else {
+        ops.push(add(
+            "/metadata/annotations",
+            PatchValue::Map(BTreeMap::from([(DECISION_ANNOTATION, value.to_owned())])),
+        ));
+    }
 }
 
 /// The tolerations, appended to the Pod's own list or as a new one.
@@ -171,32 +208,47 @@ fn add_tolerations(
     }
 }
 
-/// `kubernetes.io/arch` pinned in the nodeSelector.
-fn add_node_selector(ops: &mut Vec<Operation>, spec: Option<&PodSpecView>, arch: &str) {
+/// `kubernetes.io/arch` pinned and `match_node_labels` set in the nodeSelector (`entries`:
+/// keys the Pod's nodeSelector lacks).
+fn add_node_selector(
+    ops: &mut Vec<Operation>,
+    spec: Option<&PodSpecView>,
+    entries: &[(&str, &str)],
+) {
     if spec.and_then(|s| s.node_selector.as_ref()).is_some() {
-        ops.push(add(
-            format!("/spec/nodeSelector/{}", pointer_token(ARCH_LABEL)),
-            PatchValue::Text(arch.to_owned()),
-        ));
+        ops.extend(entries.iter().map(|(key, value)| {
+            add(
+                format!("/spec/nodeSelector/{}", pointer_token(key)),
+                PatchValue::Text((*value).to_owned()),
+            )
+        }));
     } else {
         ops.push(add(
             "/spec/nodeSelector",
-            PatchValue::Map(BTreeMap::from([(ARCH_LABEL, arch.to_owned())])),
+            PatchValue::Labels(
+                entries
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
         ));
     }
 }
 
-/// `kubernetes.io/arch In (architectures)` ANDed into every required term (or the term
-/// created); whether a new nodeAffinity was added (the preferred terms then go into it).
+/// `requirements` (`kubernetes.io/arch In (…)`, `match_node_labels`' `key In [value]`) ANDed
+/// into every required term — each into the terms that do not constrain its key yet — or the
+/// term created; whether a new nodeAffinity was added (the preferred terms then go into it).
 fn add_required(
     ops: &mut Vec<Operation>,
     affinity: Option<&Affinity>,
-    architectures: &[String],
+    requirements: &[NodeSelectorRequirement],
 ) -> bool {
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let mut node_affinity_added = false;
     let required = || NodeSelector {
-        node_selector_terms: vec![term(arch_requirement(architectures))],
+        node_selector_terms: vec![NodeSelectorTerm {
+            match_expressions: Some(requirements.to_vec()),
+            match_fields: None,
+        }],
     };
     let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
     if affinity.is_none() {
@@ -210,8 +262,9 @@ fn add_required(
                 ..Affinity::default()
             }),
         ));
-        node_affinity_added = true;
-    } else if node_affinity.is_none() {
+        return true;
+    }
+    if node_affinity.is_none() {
         ops.push(add(
             "/spec/affinity/nodeAffinity",
             PatchValue::NodeAffinity(NodeAffinity {
@@ -219,39 +272,66 @@ fn add_required(
                 ..NodeAffinity::default()
             }),
         ));
-        node_affinity_added = true;
-    } else {
-        match node_affinity.and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        }) {
-            None => ops.push(add(base, PatchValue::Required(required()))),
-            // No term at all can match nothing; give it one. The whole selector is
-            // replaced: `nodeSelectorTerms` may be absent (the API server validates only
-            // after admission), and the selector has no other field to lose.
-            Some(r) if r.node_selector_terms.is_empty() => {
-                ops.push(add(base, PatchValue::Required(required())));
-            }
-            // AND into every term: terms are OR'd, so a new term would widen, not narrow.
-            Some(r) => {
-                for (i, existing) in r.node_selector_terms.iter().enumerate() {
-                    let path = format!("{base}/nodeSelectorTerms/{i}/matchExpressions");
-                    if existing.match_expressions.is_some() {
-                        ops.push(add(
-                            format!("{path}/-"),
-                            PatchValue::Requirement(arch_requirement(architectures)),
-                        ));
-                    } else {
-                        ops.push(add(
-                            path,
-                            PatchValue::Requirements(vec![arch_requirement(architectures)]),
-                        ));
-                    }
-                }
+        return true;
+    }
+    match node_affinity.and_then(|n| {
+        n.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    }) {
+        None => ops.push(add(base, PatchValue::Required(required()))),
+        // No term at all can match nothing; give it one. The whole selector is
+        // replaced: `nodeSelectorTerms` may be absent (the API server validates only
+        // after admission), and the selector has no other field to lose.
+        Some(r) if r.node_selector_terms.is_empty() => {
+            ops.push(add(base, PatchValue::Required(required())));
+        }
+        // AND into every term: terms are OR'd, so a new term would widen, not narrow.
+        Some(r) => {
+            for (i, existing) in r.node_selector_terms.iter().enumerate() {
+                and_into_term(
+                    ops,
+                    &format!("{base}/nodeSelectorTerms/{i}"),
+                    existing,
+                    requirements,
+                );
             }
         }
     }
-    node_affinity_added
+    false
+}
+
+/// The requirements whose key `term` does not constrain yet, ANDed into it: a constraint the
+/// Pod (or an earlier invocation) already has on a key is kept as it is.
+fn and_into_term(
+    ops: &mut Vec<Operation>,
+    term_path: &str,
+    term: &NodeSelectorTerm,
+    requirements: &[NodeSelectorRequirement],
+) {
+    let has_key = |key: &str| {
+        term.match_expressions
+            .iter()
+            .flatten()
+            .any(|e| e.key == key)
+    };
+    let missing: Vec<NodeSelectorRequirement> = requirements
+        .iter()
+        .filter(|r| !has_key(&r.key))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let path = format!("{term_path}/matchExpressions");
+    if term.match_expressions.is_some() {
+        ops.extend(
+            missing
+                .into_iter()
+                .map(|r| add(format!("{path}/-"), PatchValue::Requirement(r))),
+        );
+    } else {
+        ops.push(add(path, PatchValue::Requirements(missing)));
+    }
 }
 
 /// The preferred terms, one per architecture, weighted.

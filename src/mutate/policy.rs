@@ -117,6 +117,10 @@ pub struct Policy {
     pub on_no_common_architecture: OnNoCommonArchitecture,
     pub on_lookup_failure: OnLookupFailure,
     pub skip_namespaces: BTreeSet<String>,
+    /// Pod label keys that must match node labels: for each the Pod carries, `key In [value]`
+    /// is required of its nodes (ANDed into every required term, or in the nodeSelector under
+    /// `steering = node_selector`). In the order written.
+    pub match_node_labels: Vec<String>,
     /// Most containers (init, regular, ephemeral) and image volumes a Pod may have for
     /// tolerable to look its images up.
     pub max_containers_per_pod: usize,
@@ -178,6 +182,7 @@ impl Default for Policy {
             on_no_common_architecture: OnNoCommonArchitecture::Deny,
             on_lookup_failure: OnLookupFailure::Allow,
             skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+            match_node_labels: Vec::new(),
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,
             enforce: true,

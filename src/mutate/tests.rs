@@ -1336,3 +1336,244 @@ fn report_only_writes_the_would_be_decision_into_the_annotation_alone() {
     assert_eq!(answered.not_enforced(), None);
     assert!(answered.patch.len() > 1);
 }
+
+// match_node_labels.
+
+fn matching_policy(steering: Steering) -> Policy {
+    Policy {
+        match_node_labels: vec!["team".into(), "topology.kubernetes.io/region".into()],
+        steering,
+        ..policy()
+    }
+}
+
+fn labelled(extra: Value) -> Value {
+    let mut p = pod(
+        &["app:1"],
+        json!({"metadata": {"labels": {"team": "ml", "app": "x"}}}),
+    );
+    merge(&mut p, extra);
+    p
+}
+
+fn in_(key: &str, values: &[&str]) -> Value {
+    json!({"key": key, "operator": "In", "values": values})
+}
+
+fn amd64_arm64() -> ImageFacts {
+    facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))])
+}
+
+fn annotation(patched: &Value) -> &str {
+    patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap()
+}
+
+#[test]
+fn node_labels_go_into_the_one_new_term_beside_the_architecture() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let out = run(&labelled(json!({})), &amd64_arm64(), &p);
+    assert_eq!(
+        required_terms(&out.patched),
+        &json!([{"matchExpressions": [in_(ARCH_LABEL, &["amd64", "arm64"]), in_("team", &["ml"])]}])
+    );
+    assert!(out.decision.warnings().is_empty());
+    let note = annotation(&out.patched);
+    assert!(
+        note.contains("; nodes labelled like the Pod: team=ml; images:"),
+        "{note}"
+    );
+    // Both label keys listed and carried: both required, in the order written.
+    let both =
+        labelled(json!({"metadata": {"labels": {"topology.kubernetes.io/region": "eu-west-3"}}}));
+    let out = run(&both, &amd64_arm64(), &p);
+    assert_eq!(
+        required_terms(&out.patched)[0]["matchExpressions"],
+        json!([
+            in_(ARCH_LABEL, &["amd64", "arm64"]),
+            in_("team", &["ml"]),
+            in_("topology.kubernetes.io/region", &["eu-west-3"])
+        ])
+    );
+    // Without steering (images run everywhere, or steering off) the label is still required.
+    let everywhere = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64", "linux/s390x"]))]);
+    for (policy, f) in [
+        (p.clone(), &everywhere),
+        (matching_policy(Steering::Off), &amd64_arm64()),
+    ] {
+        let out = run(&labelled(json!({})), f, &policy);
+        assert_eq!(
+            required_terms(&out.patched),
+            &json!([{"matchExpressions": [in_("team", &["ml"])]}])
+        );
+    }
+}
+
+#[test]
+fn node_labels_are_anded_into_one_term_and_into_both_ored_terms() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let required = |terms: Value| {
+        json!({"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}})
+    };
+    let one = labelled(required(
+        json!([{"matchExpressions": [in_("disk", &["ssd"])]}]),
+    ));
+    let out = run(&one, &amd64_arm64(), &p);
+    assert_eq!(
+        required_terms(&out.patched),
+        &json!([{"matchExpressions": [
+            in_("disk", &["ssd"]), in_(ARCH_LABEL, &["amd64", "arm64"]), in_("team", &["ml"])]}])
+    );
+    // Two ORed terms, one with only matchFields: both get the expression (a new term beside
+    // them would let the Pod onto any node of the other terms).
+    let two = labelled(required(json!([
+        {"matchExpressions": [in_("disk", &["ssd"])]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]},
+    ])));
+    let out = run(&two, &amd64_arm64(), &p);
+    let terms = required_terms(&out.patched).as_array().unwrap();
+    assert_eq!(terms.len(), 2);
+    for term in terms {
+        let expressions = term["matchExpressions"].as_array().unwrap();
+        assert!(expressions.contains(&in_("team", &["ml"])), "{term}");
+        assert!(
+            expressions.contains(&in_(ARCH_LABEL, &["amd64", "arm64"])),
+            "{term}"
+        );
+    }
+    assert_eq!(terms[1]["matchFields"][0]["key"], "metadata.name");
+}
+
+#[test]
+fn a_pods_own_constraint_on_the_key_is_kept_with_a_warning_when_it_contradicts() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let terms = |expression: Value| {
+        json!({"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [expression]},
+                {"matchExpressions": [in_("disk", &["ssd"])]}]}}}}})
+    };
+    // A contradicting term is kept as it is; the other term still gets the expression.
+    let contradicting = labelled(terms(in_("team", &["web"])));
+    let out = run(&contradicting, &amd64_arm64(), &p);
+    let got = required_terms(&out.patched);
+    assert_eq!(got[0]["matchExpressions"][0], in_("team", &["web"]));
+    assert!(!got[0]["matchExpressions"]
+        .as_array()
+        .unwrap()
+        .contains(&in_("team", &["ml"])));
+    assert!(got[1]["matchExpressions"]
+        .as_array()
+        .unwrap()
+        .contains(&in_("team", &["ml"])));
+    let warnings = out.decision.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("team=ml") && warnings[0].contains("team In (web)"),
+        "{warnings:?}"
+    );
+    assert!(annotation(&out.patched).contains("team=ml (kept the Pod's own team constraint)"));
+    // A nodeSelector with another value: kept, never overwritten, nothing added to the affinity.
+    let selector = labelled(json!({"spec": {"nodeSelector": {"team": "web"}}}));
+    let out = run(&selector, &amd64_arm64(), &p);
+    assert_eq!(out.patched["spec"]["nodeSelector"], json!({"team": "web"}));
+    assert_eq!(
+        required_terms(&out.patched),
+        &json!([{"matchExpressions": [in_(ARCH_LABEL, &["amd64", "arm64"])]}])
+    );
+    assert!(out.decision.warnings()[0].contains("nodeSelector team=web"));
+    // Constraints that admit the label's value: kept, no warning, nothing added to that term.
+    for own in [
+        in_("team", &["ml"]),
+        in_("team", &["ml", "web"]),
+        json!({"key": "team", "operator": "Exists"}),
+        json!({"key": "team", "operator": "NotIn", "values": ["web"]}),
+    ] {
+        let out = run(&labelled(terms(own.clone())), &amd64_arm64(), &p);
+        assert!(out.decision.warnings().is_empty(), "{own}");
+        let first = required_terms(&out.patched)[0]["matchExpressions"].clone();
+        assert_eq!(first, json!([own, in_(ARCH_LABEL, &["amd64", "arm64"])]));
+    }
+    // An equal nodeSelector entry: no change at all for the label.
+    let equal = labelled(json!({"spec": {"nodeSelector": {"team": "ml"}}}));
+    let out = run(&equal, &amd64_arm64(), &p);
+    assert!(out.decision.warnings().is_empty());
+    assert!(!out.ops.iter().any(|op| op.to_string().contains("\"team\"")));
+}
+
+#[test]
+fn node_selector_steering_sets_the_label_in_the_node_selector() {
+    let p = matching_policy(Steering::NodeSelector);
+    let arm_only = facts(&[("app:1", Ok(&["linux/arm64"]))]);
+    let out = run(&labelled(json!({})), &arm_only, &p);
+    assert_eq!(
+        out.patched["spec"]["nodeSelector"],
+        json!({ARCH_LABEL: "arm64", "team": "ml"})
+    );
+    assert!(out.patched["spec"]["affinity"].is_null());
+    // Beside an existing nodeSelector (escaped key), and when the architecture is not pinned.
+    let regional = labelled(
+        json!({"metadata": {"labels": {"topology.kubernetes.io/region": "eu"}},
+        "spec": {"nodeSelector": {"disk": "ssd"}}}),
+    );
+    let out = run(&regional, &amd64_arm64(), &p);
+    assert_eq!(
+        out.patched["spec"]["nodeSelector"],
+        json!({"disk": "ssd", "team": "ml", "topology.kubernetes.io/region": "eu"})
+    );
+    assert!(out
+        .ops
+        .iter()
+        .any(|op| op["path"] == "/spec/nodeSelector/topology.kubernetes.io~1region"));
+    // A required term that constrains the key keeps it; the nodeSelector is not added.
+    let own_term = labelled(json!({"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [in_("team", &["web"])]}]}}}}}));
+    let out = run(&own_term, &arm_only, &p);
+    assert_eq!(
+        out.patched["spec"]["nodeSelector"],
+        json!({ARCH_LABEL: "arm64"})
+    );
+    assert_eq!(out.decision.warnings().len(), 1);
+}
+
+#[test]
+fn node_labels_leave_daemon_set_bound_and_unlabelled_pods_alone() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let mut ds = daemon_set_pod("app:1", "arm-1");
+    merge(&mut ds, json!({"metadata": {"labels": {"team": "ml"}}}));
+    let out = run(&ds, &amd64_arm64(), &p);
+    assert_eq!(
+        out.patched["spec"]["affinity"],
+        daemon_set_pod("app:1", "arm-1")["spec"]["affinity"]
+    );
+    assert!(!annotation(&out.patched).contains("labelled like the Pod"));
+    let bound = labelled(json!({"spec": {"nodeName": "arm-1"}}));
+    let out = run(&bound, &amd64_arm64(), &p);
+    assert!(out.patched["spec"]["affinity"].is_null());
+    assert!(out.patched["spec"]["nodeSelector"].is_null());
+    // Not labelled with a listed key (only `app`), or no key listed: the label is not required.
+    let unlabelled = pod(&["app:1"], json!({"metadata": {"labels": {"app": "x"}}}));
+    for (pod_json, policy) in [(&unlabelled, &p), (&labelled(json!({})), &policy())] {
+        let out = run(pod_json, &amd64_arm64(), policy);
+        assert_eq!(
+            required_terms(&out.patched),
+            &json!([{"matchExpressions": [in_(ARCH_LABEL, &["amd64", "arm64"])]}])
+        );
+        assert!(!annotation(&out.patched).contains("labelled like the Pod"));
+    }
+}
+
+#[test]
+fn node_labels_are_reported_under_enforce_false() {
+    let p = Policy {
+        enforce: false,
+        ..matching_policy(Steering::NodeAffinity)
+    };
+    let out = run(&labelled(json!({})), &amd64_arm64(), &p);
+    assert!(out.patched["spec"]["affinity"].is_null());
+    let note = annotation(&out.patched);
+    assert!(note.contains("requires team in (ml)"), "{note}");
+}
