@@ -9,14 +9,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::tools::{self, write_temp};
+use common::tools::{self, write_temp, KUBERNETES_VERSIONS};
 use serde_json::{json, Value};
 use tolerable::config::Config;
 
 const CHART: &str = "charts/tolerable";
-/// The oldest and newest Kubernetes supported (docs/install.md, tests/deploy.rs).
-const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
-
 /// The chart rendered with `values` as release `name` in `namespace`: the manifests' YAML and
 /// NOTES.txt, or Helm's error.
 fn try_render(values: &Value, name: &str, namespace: &str) -> Result<(String, String), String> {
@@ -208,37 +205,20 @@ fn rendered_objects_validate_offline() {
     for values in [json!({}), switched_values(), no_api_values()] {
         let yaml = render(&values, "tolerable", "tolerable-system").0;
         let file = write_temp(&yaml);
-        for version in KUBERNETES_VERSIONS {
-            let out = tools::command("kubernetes-validate")
-                .args(["--strict", "--no-warn", "--kubernetes-version", version])
-                .arg(file.path())
-                .output()
-                .unwrap();
-            let report = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{values}: kubernetes-validate (Kubernetes {version}) failed:\n{report}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let kinds = [
-                "serviceaccount",
-                "configmap",
-                "service",
-                "deployment",
-                "poddisruptionbudget",
-                "mutatingwebhookconfiguration",
-                "networkpolicy",
-            ];
-            for kind in kinds.into_iter().chain(
-                yaml.contains("kind: ClusterRole\n")
-                    .then_some("clusterrole"),
-            ) {
-                assert!(
-                    report.contains(&format!("passed for resource {kind}/")),
-                    "{values}: {kind} not validated against Kubernetes {version}:\n{report}"
-                );
-            }
-        }
+        let mut kinds = vec![
+            "serviceaccount",
+            "configmap",
+            "service",
+            "deployment",
+            "poddisruptionbudget",
+            "mutatingwebhookconfiguration",
+            "networkpolicy",
+        ];
+        kinds.extend(
+            yaml.contains("kind: ClusterRole\n")
+                .then_some("clusterrole"),
+        );
+        tools::validate_against_kubernetes(file.path(), &kinds, &values.to_string());
         let out = tools::python_script("validate-custom-resources.py")
             .arg(file.path())
             .output()

@@ -74,3 +74,32 @@ pub fn write_temp(text: &str) -> tempfile::NamedTempFile {
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     file
 }
+
+/// The oldest and the newest Kubernetes docs/install.md says tolerable supports: the manifests
+/// and the chart must validate against both versions' schemas.
+pub const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
+
+/// Validates the objects in `file` strictly (unknown fields are errors) against Kubernetes'
+/// schemas at every [`KUBERNETES_VERSIONS`], and panics naming `what` unless each of `kinds`
+/// (lower case, as `kubernetes-validate` reports them) was validated.
+pub fn validate_against_kubernetes(file: &std::path::Path, kinds: &[&str], what: &str) {
+    for version in KUBERNETES_VERSIONS {
+        let out = command("kubernetes-validate")
+            .args(["--strict", "--no-warn", "--kubernetes-version", version])
+            .arg(file)
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{what}: kubernetes-validate (Kubernetes {version}) failed:\n{report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for kind in kinds {
+            assert!(
+                report.contains(&format!("passed for resource {kind}/")),
+                "{what}: {kind} not validated against Kubernetes {version}:\n{report}"
+            );
+        }
+    }
+}
