@@ -48,6 +48,27 @@ fn pod_with_images(images: &[String]) -> Value {
     request
 }
 
+/// Admits a Pod naming `images` through the webhook: answered within the deadline, allowed
+/// unchanged, and for each image a warning `names_why(image, warning)` accepts (the image named
+/// with the bound or failure it met).
+async fn allowed_unchanged_naming_each(
+    server: &TestServer,
+    images: &[String],
+    names_why: impl Fn(&str, &str) -> bool,
+) {
+    let (response, elapsed) = admit(server, &pod_with_images(images)).await;
+    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let warned = warnings(&response);
+    for image in images {
+        assert!(
+            warned.iter().any(|w| names_why(image, w)),
+            "{image}: {warned:?}"
+        );
+    }
+}
+
 /// 50,000 containers naming 50,000 distinct images: nothing is looked up (far above any real
 /// Pod), the Pod is answered at once, unchanged, with one warning — or denied under
 /// `on_lookup_failure = "deny"`. De-duplication is linear, so /healthz never waits on it.
@@ -334,15 +355,10 @@ async fn nested_indexes_cost_a_bounded_number_of_requests_and_never_open_the_bre
     let images: Vec<String> = (5..10)
         .map(|i| format!("{}/evil/nested{i}:v1", hostile.host))
         .collect();
-    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
-    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
-    assert_eq!(response["allowed"], true);
-    assert!(response.get("patch").is_none(), "{response}");
-    let warned = warnings(&response);
-    for image in &images {
-        let named = |w: &&String| w.contains(image.as_str()) && w.contains("too costly to look up");
-        assert!(warned.iter().any(|w| named(&w)), "{image}: {warned:?}");
-    }
+    allowed_unchanged_naming_each(&server, &images, |image, w| {
+        w.contains(image) && w.contains("too costly to look up")
+    })
+    .await;
     let metrics = webhook::metrics_text(&server).await;
     assert_eq!(
         metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
@@ -373,18 +389,11 @@ async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
     settings.breaker.failures = 1;
     let server = TestServer::start(webhook::policy(), settings).await;
     let image = format!("{}/evil/stalled:v1", hostile.host);
-    let (response, elapsed) = admit(&server, &pod_with_images(std::slice::from_ref(&image))).await;
-    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
-    assert_eq!(response["allowed"], true);
-    assert!(response.get("patch").is_none(), "{response}");
-    let warned = warnings(&response);
-    assert!(
-        warned.iter().any(|w| w.contains(&image)
-            && w.contains(
-                "too costly to look up: more than 5 MiB of manifests and blobs in flight"
-            )),
-        "{warned:?}"
-    );
+    allowed_unchanged_naming_each(&server, std::slice::from_ref(&image), |image, w| {
+        w.contains(image)
+            && w.contains("too costly to look up: more than 5 MiB of manifests and blobs in flight")
+    })
+    .await;
     assert_eq!(registry_bytes_drained(&server).await, 0.0);
     let requested = hostile.requests_for("evil/stalled");
     assert!(
@@ -395,18 +404,12 @@ async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
     let images: Vec<String> = (0..16)
         .map(|i| format!("{}/evil/stalled{i}:v1", hostile.host))
         .collect();
-    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
-    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
-    assert_eq!(response["allowed"], true);
-    let warned = warnings(&response);
-    for image in &images {
-        let own_bound = |w: &String| {
-            w.contains(image.as_str())
-                && (w.contains("too costly to look up")
-                    || w.contains("too many registry bytes in flight"))
-        };
-        assert!(warned.iter().any(own_bound), "{image}: {warned:?}");
-    }
+    allowed_unchanged_naming_each(&server, &images, |image, w| {
+        w.contains(image)
+            && (w.contains("too costly to look up")
+                || w.contains("too many registry bytes in flight"))
+    })
+    .await;
     assert_eq!(registry_bytes_drained(&server).await, 0.0);
     let good = format!("{}/good/app:v1", hostile.host);
     let (response, _) = admit(&server, &pod_with_images(&[good])).await;
@@ -542,17 +545,7 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
     let images: Vec<String> = (0..5)
         .map(|i| format!("{}/evil/stallcfg-hook{i}:v1", hostile.host))
         .collect();
-    let (response, elapsed) = admit(&server, &pod_with_images(&images)).await;
-    assert!(elapsed < Duration::from_secs(DEADLINE_SECS), "{elapsed:?}");
-    assert_eq!(response["allowed"], true);
-    assert!(response.get("patch").is_none(), "{response}");
-    let warned = warnings(&response);
-    for image in &images {
-        assert!(
-            warned.iter().any(|w| w.contains(&stalled(image))),
-            "{image}: {warned:?}"
-        );
-    }
+    allowed_unchanged_naming_each(&server, &images, |image, w| w.contains(&stalled(image))).await;
     let metrics = webhook::metrics_text(&server).await;
     assert_eq!(
         metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
