@@ -7,6 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::deployed;
 use common::tools::{self, write_temp};
 use serde_json::Value;
 use tolerable::config::Config;
@@ -218,78 +219,22 @@ fn deployed_config(docs: &[Value]) -> Config {
             )
         })
         .collect();
-    for (var, name) in [
-        ("TOLERABLE_TLS__CERT_PATH", "tls.crt"),
-        ("TOLERABLE_TLS__KEY_PATH", "tls.key"),
-        ("TOLERABLE_CREDENTIALS__FILES_PATH", "creds"),
-    ] {
-        let local = dir.path().join(name);
-        std::fs::create_dir_all(dir.path().join("creds")).unwrap();
-        if name != "creds" {
-            std::fs::write(&local, "").unwrap();
-        }
-        env.push((var.to_owned(), local.to_string_lossy().into_owned()));
-    }
-    local_credential_providers(docs, dir.path(), &mut env);
+    deployed::local_tls_and_credential_files(dir.path(), &mut env);
+    deployed::local_credential_providers(docs, deployment_pod(docs), dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
         .unwrap_or_else(|e| panic!("deployed config is invalid: {e}"));
     std::mem::forget(dir); // the returned config may refer to these paths
     config
 }
 
-/// Where the Deployment's container mounts the volume that `path` lies in, and that volume.
-fn volume_of<'a>(docs: &'a [Value], path: &str) -> Option<(&'a Value, String)> {
-    let pod = &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"];
-    let mount = pod["containers"][0]["volumeMounts"]
-        .as_array()?
-        .iter()
-        .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))?;
-    let volume = pod["volumes"]
-        .as_array()?
-        .iter()
-        .find(|v| v["name"] == mount["name"])?;
-    Some((volume, mount["mountPath"].as_str().unwrap().to_owned()))
+/// The Deployment's Pod template spec.
+fn deployment_pod(docs: &[Value]) -> &Value {
+    &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]
 }
 
-/// The credential provider config and plugins the Deployment points at, made local in `dir`: a
-/// ConfigMap's file as rendered (its plugins stand-in executables), a node's file (hostPath) as
-/// an empty config. The config must lie in a mounted volume; the plugins in one, or in the image.
-fn local_credential_providers(docs: &[Value], dir: &Path, env: &mut [(String, String)]) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let Some(i) = env
-        .iter()
-        .position(|(k, _)| k == "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG")
-    else {
-        return;
-    };
-    let path = env[i].1.clone();
-    let (volume, mount) = volume_of(docs, &path).expect("the provider config is mounted");
-    let text = match volume["configMap"]["name"].as_str() {
-        Some(name) => {
-            let key = path.strip_prefix(&format!("{mount}/")).unwrap();
-            str_of(object(docs, "ConfigMap", name), &format!("/data/{key}")).to_owned()
-        }
-        None => {
-            assert_eq!(volume["hostPath"]["type"], "File", "{volume}");
-            "{\"apiVersion\": \"kubelet.config.k8s.io/v1\", \"kind\": \"CredentialProviderConfig\", \"providers\": []}".to_owned()
-        }
-    };
-    let config: Value = serde_yaml_ng::from_str(&text).unwrap();
-    let local = dir.join("credential-providers.yaml");
-    std::fs::write(&local, &text).unwrap();
-    env[i].1 = local.display().to_string();
-    let bin = dir.join("credential-provider-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    for provider in config["providers"].as_array().unwrap() {
-        let plugin = bin.join(provider["name"].as_str().unwrap());
-        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    for (name, value) in env.iter_mut() {
-        if name == "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR" {
-            *value = bin.display().to_string();
-        }
-    }
+/// The volume of the Deployment's Pod that `path` lies in, and where its container mounts it.
+fn volume_of<'a>(docs: &'a [Value], path: &str) -> Option<(&'a Value, String)> {
+    deployed::volume_of(deployment_pod(docs), path)
 }
 
 fn toml_table(text: &str) -> toml::Table {

@@ -9,6 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use common::deployed::{self, object};
 use common::tools::{self, write_temp, KUBERNETES_VERSIONS};
 use serde_json::{json, Value};
 use tolerable::config::Config;
@@ -69,12 +70,6 @@ fn schema_accepts(values: &Value) -> Result<(), String> {
     } else {
         Err(why)
     }
-}
-
-fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
 fn deployment_pod(docs: &[Value], name: &str) -> Value {
@@ -459,19 +454,8 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
         "TOLERABLE_CONFIG".into(),
         format!("{}/tolerable.toml", mount_of("config"))
     )));
-    std::fs::create_dir(dir.path().join("creds")).unwrap();
-    for (var, name) in [
-        ("TOLERABLE_TLS__CERT_PATH", "tls.crt"),
-        ("TOLERABLE_TLS__KEY_PATH", "tls.key"),
-        ("TOLERABLE_CREDENTIALS__FILES_PATH", "creds"),
-    ] {
-        let local = dir.path().join(name);
-        if !local.exists() {
-            std::fs::write(&local, "").unwrap();
-        }
-        env.push((var.into(), local.display().to_string()));
-    }
-    local_credential_providers(docs, &pod, dir.path(), &mut env);
+    deployed::local_tls_and_credential_files(dir.path(), &mut env);
+    deployed::local_credential_providers(docs, &pod, dir.path(), &mut env);
     local_docker_config(&pod, dir.path(), &mut env);
     let config = Config::load(Some(&path), env).map_err(|e| e.to_string());
     std::mem::forget(dir); // the config may refer to these files
@@ -488,18 +472,8 @@ fn local_docker_config(pod: &Value, dir: &Path, env: &mut [(String, String)]) {
         return;
     };
     let (mount_path, file) = path.rsplit_once('/').unwrap();
-    let mount = pod["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["mountPath"] == mount_path)
-        .expect("the Docker config is mounted");
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap();
+    let (volume, mount) = deployed::volume_of(pod, path).expect("the Docker config is mounted");
+    assert_eq!(mount, mount_path, "{volume}");
     let items = &volume["secret"]["items"];
     assert_eq!(
         items,
@@ -509,66 +483,6 @@ fn local_docker_config(pod: &Value, dir: &Path, env: &mut [(String, String)]) {
     let local = dir.join("docker-config.json");
     std::fs::write(&local, r#"{"auths": {}}"#).unwrap();
     *path = local.display().to_string();
-}
-
-/// The credential provider config and plugin directory the environment names, made local in
-/// `dir`: the config from the ConfigMap it is mounted from (or, from a node, an empty one), each
-/// plugin it names a stand-in executable. The config must be in a mounted volume.
-fn local_credential_providers(
-    docs: &[Value],
-    pod: &Value,
-    dir: &Path,
-    env: &mut [(String, String)],
-) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let Some(i) = env
-        .iter()
-        .position(|(k, _)| k == "TOLERABLE_CREDENTIALS__PROVIDER_CONFIG")
-    else {
-        return;
-    };
-    let path = env[i].1.clone();
-    let mount = pod["containers"][0]["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
-        .expect("the provider config is mounted");
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap();
-    let text = match volume["configMap"]["name"].as_str() {
-        Some(name) => {
-            let key = &path[mount["mountPath"].as_str().unwrap().len() + 1..];
-            object(docs, "ConfigMap", name)["data"][key]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-        None => {
-            assert_eq!(volume["hostPath"]["type"], "File", "{volume}");
-            "{\"apiVersion\": \"kubelet.config.k8s.io/v1\", \"kind\": \"CredentialProviderConfig\", \"providers\": []}".to_owned()
-        }
-    };
-    let local = dir.join("credential-providers.yaml");
-    std::fs::write(&local, &text).unwrap();
-    env[i].1 = local.display().to_string();
-    let bin = dir.join("credential-provider-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let config: Value = serde_yaml_ng::from_str(&text).unwrap();
-    for provider in config["providers"].as_array().unwrap() {
-        let plugin = bin.join(provider["name"].as_str().unwrap());
-        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    for (name, value) in env.iter_mut() {
-        if name == "TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR" {
-            *value = bin.display().to_string();
-        }
-    }
 }
 
 /// Every rendered config loads in tolerable — numbers stay integers (Helm's toToml would write

@@ -10,6 +10,7 @@
 
 pub mod certs;
 pub mod cli;
+pub mod deployed;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
