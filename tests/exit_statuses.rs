@@ -31,14 +31,7 @@ fn tolerable(home: &Path) -> Command {
 /// The `Exit status:` section of `subcommand --help`: each code and its meaning (the lines
 /// under it joined).
 fn listed(subcommand: &[&str]) -> BTreeMap<u8, String> {
-    let home = tempfile::tempdir().unwrap();
-    let out = tolerable(home.path())
-        .args(subcommand)
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let help = common::cli::help(subcommand);
     let section = help
         .split_once("Exit status:\n")
         .unwrap_or_else(|| panic!("{subcommand:?}: no exit statuses in\n{help}"))

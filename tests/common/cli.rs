@@ -38,6 +38,22 @@ pub fn isolated(home: &std::path::Path, lookup_timeout: &str) -> Command {
     command
 }
 
+/// What `tolerable SUBCOMMAND --help` prints (isolated, as [`isolated`]); it must succeed.
+pub fn help(subcommand: &[&str]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = isolated(home.path(), "1s")
+        .args(subcommand)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{subcommand:?} --help: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `tolerable review ARGS`, with `stdin` written to its standard input.
 pub fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = tolerable()
