@@ -29,8 +29,9 @@ type Server = common::process::ServerProcess;
 
 use common::process::{cpu_us, status_mib};
 
-/// `tolerable serve` as shipped (one worker thread, as the Deployment's 1-CPU limit gives), its
-/// cluster the fake behind `kubeconfig`; `watch_nodes` the one setting that differs.
+/// `tolerable serve` as shipped (one worker thread, as the Deployment's 1-CPU limit gives; the
+/// shipped `info` level, one line per admission, written to a file in the server's directory),
+/// its cluster the fake behind `kubeconfig`; `watch_nodes` the one setting that differs.
 fn spawn(
     kubeconfig: &std::path::Path,
     registry_host: &str,
@@ -44,10 +45,9 @@ fn spawn(
         .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
         .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
         .env("TOLERABLE_NODES__WATCH", watch_nodes.to_string())
-        .env("TOLERABLE_LOG__LEVEL", "warn")
         .env("TOLERABLE_SERVER__WORKER_THREADS", "1")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let server = Server { child, addr, dir };
