@@ -293,3 +293,68 @@ fn the_readme_prerequisites_match_the_script_and_cargo_toml() {
         "README does not ask for Rust {version} or newer"
     );
 }
+
+/// The deprecated flat keys whose sectioned key has another name, from the configuration
+/// reference's table of old keys (`| `old` | `TOLERABLE_OLD` | `[section] key` | … |`, a table
+/// the config tests keep equal to the code's): old name → its sectioned form.
+fn renamed_flat_keys() -> Vec<(String, String)> {
+    let reference = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
+    reference
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let old = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let env = cells.get(2)?;
+            let new = cells.get(3)?.strip_prefix("`[")?.strip_suffix('`')?;
+            let (_, key) = new.split_once("] ")?;
+            (env.starts_with("`TOLERABLE_") && key != old)
+                .then(|| (old.to_string(), format!("[{new}")))
+        })
+        .collect()
+}
+
+/// Where prose names a key by the old flat name the docs would teach a deprecated spelling;
+/// only the reference's table of old keys and the upgrade notes (lines saying "deprecated" or
+/// "flat keys") may name them, and the records of the past (CHANGELOG.md, BENCHMARKS.md) name
+/// keys as they were then.
+fn deprecated_key_mentions(root: &Path) -> Vec<String> {
+    let renamed = renamed_flat_keys();
+    let mut found = Vec::new();
+    let history = |file: &Path| file.ends_with("CHANGELOG.md") || file.ends_with("BENCHMARKS.md");
+    for file in markdown_files(root)
+        .into_iter()
+        .filter(|file| !history(file))
+    {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            let allowed = lower.contains("deprecated")
+                || lower.contains("flat keys")
+                || (file.ends_with("docs/configuration.md") && line.contains("| `TOLERABLE_"));
+            for (old, new) in renamed.iter().filter(|_| !allowed) {
+                if line.contains(&format!("`{old}`")) {
+                    let place = file.strip_prefix(root).unwrap().display();
+                    found.push(format!("{place}:{}: `{old}` is now `{new}`", number + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_docs_name_config_keys_by_their_sectioned_names() {
+    let renamed = renamed_flat_keys();
+    assert!(
+        renamed
+            .iter()
+            .any(|(old, new)| old == "cache_url" && new == "[shared_cache] url"),
+        "the reference's table of old keys was not read: {renamed:?}"
+    );
+    let found = deprecated_key_mentions(&root());
+    assert!(
+        found.is_empty(),
+        "old flat key names in the docs:\n{}",
+        found.join("\n")
+    );
+}
