@@ -2,7 +2,7 @@
 //!
 //! Every event is one line, whatever it carries: image names, hosts and registry answers come
 //! from Pod authors and registries, so a newline or an escape sequence inside a value is
-//! written escaped (`\n`, `\u{1b}`) and can never start a forged line, and a line longer than
+//! written escaped (`\n`, `\u001b`, a form JSON reads too) and can never start a forged line, and a line longer than
 //! [`MAX_LINE_BYTES`] is cut with a marker. So are, in every part of the line (the message
 //! included), the characters that make a line read other than it is: Unicode line and paragraph
 //! separators (a viewer may break the line there), bidi controls (they reorder what follows)
@@ -245,7 +245,9 @@ pub(crate) fn one_line(event: &[u8]) -> Vec<u8> {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push('\t'),
-            c if c.is_control() || is_deceptive(c) => out.push_str(&c.escape_unicode().to_string()),
+            // `\u2028`, not Rust's `\u{2028}`: valid inside a JSON string as well (every such
+            // character is in the Basic Multilingual Plane), so a JSON line stays JSON.
+            c if c.is_control() || is_deceptive(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -307,7 +309,7 @@ mod tests {
         assert_eq!(line.matches('\n').count(), 1, "{line}");
         assert!(line.ends_with('\n'));
         assert!(
-            line.contains("evil\\nERROR forged line \\u{1b}[31mred\\r"),
+            line.contains("evil\\nERROR forged line \\u001b[31mred\\r"),
             "{line}"
         );
 
@@ -317,7 +319,7 @@ mod tests {
         }
         // A C1 control (CSI, U+009B) is escaped too.
         let line = String::from_utf8(one_line("a\u{9b}31m\n".as_bytes())).unwrap();
-        assert!(line.contains("\\u{9b}"), "{line}");
+        assert!(line.contains("\\u009b"), "{line}");
 
         let long = format!("INFO {}\n", "x".repeat(1 << 20));
         let line = String::from_utf8(one_line(long.as_bytes())).unwrap();
@@ -337,7 +339,7 @@ mod tests {
             let event = format!("INFO admission: unchanged: ima{c}ge\n");
             assert!(!is_one_clean_line(event.as_bytes()), "{c:?}");
             let line = String::from_utf8(one_line(event.as_bytes())).unwrap();
-            let escaped = format!("ima\\u{{{:x}}}ge", u32::from(c));
+            let escaped = format!("ima\\u{:04x}ge", u32::from(c));
             assert!(line.contains(&escaped), "{c:?}: {line}");
             assert!(!line.contains(c), "{c:?} written raw: {line}");
         }
@@ -361,7 +363,34 @@ mod tests {
             assert!(!text.contains(raw), "{raw:?} written raw: {text}");
         }
         assert!(
-            text.contains("lookup of evil\\u{2028}INFO forged\\u{202e}gpj.exe failed\\u{200b}"),
+            text.contains("lookup of evil\\u2028INFO forged\\u202egpj.exe failed\\u200b"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_json_line_with_escaped_characters_is_still_json() {
+        let config = Config::load(None, Vec::new()).unwrap();
+        let captured = Captured::default();
+        // As `init` installs it for `[log] format = "json"`.
+        let subscriber = subscriber(&config, OneLineCaptured(captured.clone()))
+            .json()
+            .finish();
+        let image = "evil\u{2028}INFO forged\u{202e}gpj.exe\u{1b}[31m";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(image, "lookup failed\u{200b}");
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        assert!(
+            !text.contains('\u{2028}') && !text.contains('\u{202e}'),
+            "{text}"
+        );
+        let event: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(event["fields"]["image"], image, "{text}");
+        assert_eq!(
+            event["fields"]["message"], "lookup failed\u{200b}",
             "{text}"
         );
     }

@@ -270,6 +270,13 @@ mod tests {
             for raw in ['\u{2028}', '\u{202e}', '\r'] {
                 assert!(!text.contains(raw), "{raw:?} written raw: {text}");
             }
+            if format == LogFormat::Json {
+                // Still one JSON object, its values what they were.
+                let event: serde_json::Value =
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+                assert_eq!(event["fields"]["message"], "evil\nERROR forged\u{2028}line");
+                assert_eq!(event["fields"]["uid"], "uid\u{202e}\r", "{text}");
+            }
         }
     }
 }
