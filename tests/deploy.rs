@@ -780,7 +780,7 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
         (
             config.manage_node_taints,
             "tolerable-node-taints",
-            serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]),
+            serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]),
         ),
     ]
 }

@@ -546,7 +546,7 @@ fn rendered_config_loads_in_tolerable() {
     assert_eq!(roles, expected.into());
     assert_eq!(
         object(&docs, "ClusterRole", "edge-tolerable-node-taints")["rules"][0]["verbs"],
-        json!(["get", "list", "patch"])
+        json!(["get", "list", "watch", "patch"])
     );
 
     let docs = tools::documents(&render(&no_api_values(), "tolerable", "tolerable-system").0);
@@ -1497,4 +1497,153 @@ fn the_schemas_config_keys_are_tolerables() {
         }
     }
     assert_eq!(allowed, documented);
+}
+
+/// A PodDisruptionBudget that no drain could satisfy is refused, not rendered; the one
+/// rendered lets a drain evict a Pod that is not ready.
+#[test]
+fn the_disruption_budget_never_blocks_a_drain() {
+    let defaults = render_defaults();
+    let pdb = object(&defaults, "PodDisruptionBudget", "tolerable");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    for replicas in [0, 1] {
+        let why = try_render(
+            &json!({"replicas": replicas}),
+            "tolerable",
+            "tolerable-system",
+        )
+        .expect_err("a budget of 1 with fewer than 2 replicas");
+        assert!(
+            why.contains("podDisruptionBudget.minAvailable (1) must be below replicas"),
+            "{why}"
+        );
+    }
+    let single = json!({"replicas": 1, "podDisruptionBudget": {"enabled": false}});
+    let docs = tools::documents(&render(&single, "tolerable", "tolerable-system").0);
+    assert!(!docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"));
+}
+
+/// Every Service name stays within Kubernetes' 63 characters and the CA's common name within
+/// cert-manager's 64, however long the release's name.
+#[test]
+fn long_release_names_keep_names_within_their_limits() {
+    let release = format!("platform-{}", "x".repeat(44));
+    assert_eq!(release.len(), 53, "Helm's longest release name");
+    let values = json!({
+        "monitoring": {"serviceMonitor": {"enabled": true}},
+        "sharedCache": {"valkey": {"enabled": true}},
+        "config": {"server": {"metrics_addr": "0.0.0.0:9090"}}
+    });
+    let docs = tools::documents(&render(&values, &release, "tolerable-system").0);
+    let services: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Service")
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(services.len(), 3, "{services:?}");
+    for name in &services {
+        assert!(name.len() <= 63, "{name} is {} characters", name.len());
+    }
+    for certificate in docs.iter().filter(|d| d["kind"] == "Certificate") {
+        if let Some(common_name) = certificate["spec"]["commonName"].as_str() {
+            assert!(common_name.len() <= 64, "{common_name}");
+        }
+    }
+}
+
+/// The Valkey the chart runs asks for the password tolerable sends, from the same Secret.
+#[test]
+fn the_bundled_valkey_takes_the_password_tolerable_sends() {
+    let secret = json!({"name": "valkey-auth", "key": "secret"});
+    let values = json!({"sharedCache": {"valkey": {"enabled": true}, "passwordSecret": secret}});
+    let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+    let valkey = &deployment_pod(&docs, "tolerable-valkey")["containers"][0];
+    let args: Vec<&str> = valkey["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--requirepass")
+        .expect("--requirepass");
+    assert_eq!(args[at + 1], "$(VALKEY_PASSWORD)");
+    let from = |container: &Value, variable: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == variable)
+            .unwrap()["valueFrom"]["secretKeyRef"]
+            .clone()
+    };
+    let tolerable = &deployment_pod(&docs, "tolerable")["containers"][0];
+    assert_eq!(from(valkey, "VALKEY_PASSWORD"), secret);
+    assert_eq!(from(tolerable, "TOLERABLE_SHARED_CACHE__PASSWORD"), secret);
+    // Without a password neither asks for one.
+    let docs = tools::documents(
+        &render(
+            &json!({"sharedCache": {"valkey": {"enabled": true}}}),
+            "tolerable",
+            "tolerable-system",
+        )
+        .0,
+    );
+    let valkey = &deployment_pod(&docs, "tolerable-valkey")["containers"][0];
+    assert!(!valkey["args"].to_string().contains("requirepass"));
+}
+
+/// Alerts and the dashboard select job="tolerable": the scrape sets it whatever nameOverride
+/// makes of the Pods' name label; null dashboard labels render nothing rather than `null`.
+#[test]
+fn monitoring_survives_name_overrides_and_empty_labels() {
+    for monitor in ["podMonitor", "serviceMonitor"] {
+        let values = json!({
+            "nameOverride": "archguard",
+            "config": {"server": {"metrics_addr": "0.0.0.0:9090"}},
+            "monitoring": {monitor: {"enabled": true}, "dashboard": {"enabled": true, "labels": null}}
+        });
+        let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        let (kind, endpoints) = match monitor {
+            "podMonitor" => ("PodMonitor", "podMetricsEndpoints"),
+            _ => ("ServiceMonitor", "endpoints"),
+        };
+        let scrape = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            scrape["spec"][endpoints][0]["relabelings"],
+            json!([{"action": "replace", "targetLabel": "job", "replacement": "tolerable"}]),
+            "{scrape}"
+        );
+        let dashboard = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ConfigMap" && d["metadata"]["name"] == "tolerable-archguard-dashboard"
+            })
+            .unwrap();
+        assert!(dashboard["metadata"]["labels"].is_object(), "{dashboard}");
+    }
+}
+
+/// tolerable reads its credential providers' config only at start: a changed config rolls the
+/// Pods. The `helm test` Pod is placed as tolerable's Pods are.
+#[test]
+fn a_changed_provider_config_rolls_the_pods_and_the_test_pod_is_placed_like_them() {
+    let checksum = |config: &str| {
+        let values = json!({"credentialProviders": {"image": {"enabled": true, "config": config}},
+                            "nodeSelector": {"pool": "system"}});
+        let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        let test_pod = docs.iter().find(|d| d["kind"] == "Pod").unwrap();
+        assert_eq!(test_pod["spec"]["nodeSelector"], json!({"pool": "system"}));
+        object(&docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/credential-providers"]
+            .as_str()
+            .expect("a checksum of the providers' config")
+            .to_owned()
+    };
+    let ecr =
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n";
+    let other = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: CredentialProviderConfig\nproviders: []\n";
+    assert_ne!(checksum(ecr), checksum(other));
 }

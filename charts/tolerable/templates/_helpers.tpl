@@ -4,16 +4,18 @@
 {{- end -}}
 
 {{/* Objects' names: the release name when it already says tolerable (a release named
-tolerable gives kustomize/base's names), else <release>-tolerable; or fullnameOverride. */}}
+tolerable gives kustomize/base's names), else <release>-tolerable; or fullnameOverride. At most
+55 characters, so that the Services named <fullname>-metrics and <fullname>-valkey stay within
+the 63 of a Service name (and the CA's common name <fullname>-ca within cert-manager's 64). */}}
 {{- define "tolerable.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := include "tolerable.name" . -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 55 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -138,18 +140,18 @@ volumeMounts:
 volumes:
   - name: node-credential-provider-config
     hostPath:
-      path: {{ $node.configPath }}
+      path: {{ $node.configPath | quote }}
       type: File
   - name: node-credential-provider-bin
     hostPath:
-      path: {{ $node.binDir }}
+      path: {{ $node.binDir | quote }}
       type: Directory
 {{- else if $image.enabled }}
 env:
   - name: TOLERABLE_CREDENTIALS__PROVIDER_CONFIG
     value: /etc/tolerable/credential-providers/credential-providers.yaml
   - name: TOLERABLE_CREDENTIALS__PROVIDER_BIN_DIR
-    value: {{ $image.binDir }}
+    value: {{ $image.binDir | quote }}
 volumeMounts:
   - name: credential-providers
     mountPath: /etc/tolerable/credential-providers
