@@ -1647,3 +1647,40 @@ fn a_changed_provider_config_rolls_the_pods_and_the_test_pod_is_placed_like_them
     let other = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: CredentialProviderConfig\nproviders: []\n";
     assert_ne!(checksum(ecr), checksum(other));
 }
+
+/// The schema accepts top-level keys it does not know (umbrella charts); NOTES.txt names them,
+/// so a misspelt value is seen. Its list of known keys is the schema's.
+#[test]
+fn notes_name_top_level_values_the_chart_does_not_use() {
+    let (_, notes) = render(
+        &json!({"replica": 3, "global": {}}),
+        "tolerable",
+        "tolerable-system",
+    );
+    assert!(
+        notes.contains("Not used by this chart (a misspelt value?): replica."),
+        "{notes}"
+    );
+    let (_, notes) = render(&switched_values(), "tolerable", "tolerable-system");
+    assert!(!notes.contains("Not used by this chart"), "{notes}");
+
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(tools::root().join(CHART).join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let template =
+        std::fs::read_to_string(tools::root().join(CHART).join("templates/NOTES.txt")).unwrap();
+    let known_line = template
+        .lines()
+        .find(|l| l.contains("$known := list"))
+        .unwrap();
+    let known: BTreeSet<&str> = known_line.split('"').skip(1).step_by(2).collect();
+    let mut expected: BTreeSet<&str> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    expected.insert("enabled");
+    assert_eq!(known, expected);
+}
