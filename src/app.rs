@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
+use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -33,6 +35,8 @@ pub struct Webhook {
     limits: ServerLimits,
     /// Certificate reloads, the node tainter, warnings: stopped when serving ends.
     background: Vec<JoinHandle<()>>,
+    /// Which replica releases gated Pods, when this one competes (see [`elects_a_leader`]).
+    leader_election: Option<LeaderElection>,
 }
 
 impl Webhook {
@@ -73,6 +77,17 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
+        let leader_election = match &kube {
+            Some(client) if elects_a_leader(config) => {
+                metrics.register_gate_leader(&mut metrics_registry);
+                Some(leader_election(
+                    client.clone(),
+                    LeaderElectionSettings::from_environment(),
+                    &metrics,
+                ))
+            }
+            _ => None,
+        };
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
                 config,
@@ -114,7 +129,14 @@ impl Webhook {
             certs,
             limits: config.server_limits.clone(),
             background,
+            leader_election,
         })
+    }
+
+    /// Whether this replica leads the gate releasers now (`None`: it does not compete). The
+    /// releaser runs only while the receiver says `true`.
+    pub fn leader(&self) -> Option<watch::Receiver<bool>> {
+        self.leader_election.as_ref().map(LeaderElection::leader)
     }
 
     /// Where the webhook listens (the port chosen when `listen_addr` says 0).
@@ -133,11 +155,45 @@ impl Webhook {
             )));
         }
         tracing::info!(addr = ?self.listener.local_addr().ok(), "serving the admission webhook on /mutate");
+        // On shutdown, the Lease is given up at once, while the server drains: another replica
+        // takes over releasing gated Pods without waiting for the lease to run out.
+        let leader_election = self.leader_election;
+        let (releasing, released) = tokio::sync::oneshot::channel();
+        let shutdown = async move {
+            shutdown.await;
+            if let Some(election) = leader_election {
+                let _ = releasing.send(tokio::spawn(election.shutdown()));
+            }
+        };
         server::run(self.listener, self.certs, self.state, self.limits, shutdown).await;
+        if let Ok(release) = released.await {
+            let _ = release.await;
+        }
         for task in background {
             task.abort();
         }
     }
+}
+
+/// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
+/// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
+/// `kustomize/components/gates`). Until the releaser is merged nothing here gates Pods, so no
+/// replica competes.
+fn elects_a_leader(_config: &Config) -> bool {
+    false
+}
+
+/// Starts competing for the gate releasers' Lease (`tolerable-gates` in tolerable's namespace),
+/// keeping `tolerable_gate_leader` (register it with [`Metrics::register_gate_leader`]). The
+/// gate releaser runs while [`LeaderElection::leader`] says `true`; [`LeaderElection::shutdown`]
+/// gives the Lease up.
+pub(crate) fn leader_election(
+    client: kube::Client,
+    settings: LeaderElectionSettings,
+    metrics: &Metrics,
+) -> LeaderElection {
+    tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity, "competing for the gate releasers' lease");
+    LeaderElection::start(client, settings, metrics.gate_leader())
 }
 
 /// The image resolver of `config` — its registries, credentials and credential plugins — as

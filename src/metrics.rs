@@ -173,6 +173,7 @@ pub struct Metrics {
     requests_refused: Family<ReasonLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
+    gate_leader: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -222,6 +223,7 @@ impl Metrics {
             requests_refused: Family::default(),
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
+            gate_leader: Gauge::default(),
         };
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
@@ -299,6 +301,21 @@ impl Metrics {
             "The running build: version label, value 1",
             self.build_info.clone(),
         );
+    }
+
+    /// Whether this replica leads the gate releasers (1) or not (0); registered only where the
+    /// leader election runs, so `sum(tolerable_gate_leader) == 0` means "no leader", not "no gates".
+    pub(crate) fn register_gate_leader(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_gate_leader",
+            "1 while this replica holds the gate releasers' Lease (it releases gated Pods), else 0; exactly one replica should say 1",
+            self.gate_leader.clone(),
+        );
+    }
+
+    /// The gauge the leader election keeps (see [`Metrics::register_gate_leader`]).
+    pub(crate) fn gate_leader(&self) -> Gauge {
+        self.gate_leader.clone()
     }
 
     /// The node watch's health; registered only when the node watch feeds decisions.
