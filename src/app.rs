@@ -77,17 +77,8 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
-        let leader_election = match &kube {
-            Some(client) if elects_a_leader(config) => {
-                metrics.register_gate_leader(&mut metrics_registry);
-                Some(leader_election(
-                    client.clone(),
-                    LeaderElectionSettings::from_environment(),
-                    &metrics,
-                ))
-            }
-            _ => None,
-        };
+        let leader_election =
+            compete_for_gates(config, kube.as_ref(), &metrics, &mut metrics_registry);
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
                 config,
@@ -181,6 +172,22 @@ impl Webhook {
 /// replica competes.
 fn elects_a_leader(_config: &Config) -> bool {
     false
+}
+
+/// The leader election, with its gauge registered, where this replica competes.
+fn compete_for_gates(
+    config: &Config,
+    kube: Option<&kube::Client>,
+    metrics: &Metrics,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Option<LeaderElection> {
+    let client = kube.filter(|_| elects_a_leader(config))?;
+    metrics.register_gate_leader(registry);
+    Some(leader_election(
+        client.clone(),
+        LeaderElectionSettings::from_environment(),
+        metrics,
+    ))
 }
 
 /// Starts competing for the gate releasers' Lease (`tolerable-gates` in tolerable's namespace),
