@@ -183,11 +183,8 @@ fn compete_for_gates(
 ) -> Option<LeaderElection> {
     let client = kube.filter(|_| elects_a_leader(config))?;
     metrics.register_gate_leader(registry);
-    Some(leader_election(
-        client.clone(),
-        LeaderElectionSettings::from_environment(),
-        metrics,
-    ))
+    let settings = LeaderElectionSettings::for_replica(client);
+    Some(leader_election(client.clone(), settings, metrics))
 }
 
 /// Starts competing for the gate releasers' Lease (`tolerable-gates` in tolerable's namespace),

@@ -58,12 +58,13 @@ impl LeaderElectionSettings {
         }
     }
 
-    /// The defaults for this process: namespace `POD_NAMESPACE` (else `tolerable`), identity
-    /// `POD_NAME` (else `HOSTNAME`, which is the Pod name in a Pod, else `tolerable`).
-    pub fn from_environment() -> Self {
+    /// The defaults for this replica: namespace `POD_NAMESPACE` (the downward API), else the
+    /// client's (in a Pod: its ServiceAccount's, which is tolerable's own); identity `POD_NAME`,
+    /// else `HOSTNAME` (the container runtime sets it to the Pod's name), else `tolerable`.
+    pub fn for_replica(client: &kube::Client) -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         Self::new(
-            var("POD_NAMESPACE").unwrap_or_else(|| "tolerable".to_owned()),
+            var("POD_NAMESPACE").unwrap_or_else(|| client.default_namespace().to_owned()),
             var("POD_NAME")
                 .or_else(|| var("HOSTNAME"))
                 .unwrap_or_else(|| "tolerable".to_owned()),
