@@ -583,3 +583,27 @@ impl Drop for OpenConnection {
         self.0.open_connections.dec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `tolerable_gate_leader` (what the TolerableNoGateReleaser alert sums) is exposed only once
+    /// registered, as a gauge following the election's value.
+    #[test]
+    fn the_gate_leader_gauge_is_exposed_where_it_is_registered() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        assert!(!exposition::encode(&registry).contains("tolerable_gate_leader"));
+        metrics.register_gate_leader(&mut registry);
+        let text = exposition::encode(&registry);
+        assert!(
+            text.contains("# TYPE tolerable_gate_leader gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ntolerable_gate_leader 0\n"), "{text}");
+        metrics.gate_leader().set(1);
+        let text = exposition::encode(&registry);
+        assert!(text.contains("\ntolerable_gate_leader 1\n"), "{text}");
+    }
+}

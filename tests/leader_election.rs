@@ -329,3 +329,24 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced()
     assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
     sampler.never_two();
 }
+
+/// The API server stops answering the leader (its requests hang): the leader's attempt ends at
+/// its renew deadline and it stops leading then, before the other replica may take over, and
+/// the other does.
+#[tokio::test]
+async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
+    let api = LeaseApiServer::start();
+    let a = replica(&api, "replica-a", Duration::from_secs(3));
+    let ra = a.election.leader();
+    until("replica-a to lead", || leads(&ra)).await;
+    let b = replica(&api, "replica-b", Duration::from_secs(3));
+    let rb = b.election.leader();
+    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let renewed = writes_by(&api, "replica-a");
+    until("a renewal", || writes_by(&api, "replica-a") > renewed).await;
+    api.hang("replica-a");
+    until("replica-a to step down", || !leads(&ra)).await;
+    until("replica-b to take over", || leads(&rb)).await;
+    assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
+    sampler.never_two();
+}

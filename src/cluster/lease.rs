@@ -159,28 +159,35 @@ impl Elector {
         // When the last successful renewal was sent: leadership ends `renew_deadline` after it.
         let mut renewed: Option<Instant> = None;
         loop {
+            // Past the deadline (woken for it): step down before trying again.
+            renewed = renewed.filter(|at| at.elapsed() < self.settings.renew_deadline);
+            self.set_leading(renewed.is_some());
             let started = Instant::now();
-            let budget = match renewed {
-                Some(at) => self.settings.renew_deadline.saturating_sub(at.elapsed()),
-                None => self.settings.renew_deadline,
-            };
+            // A leader's attempt ends at its deadline: it steps down then, not when a hung
+            // request gives up.
+            let budget = renewed.map_or(self.settings.renew_deadline, |at| {
+                (at + self.settings.renew_deadline).saturating_duration_since(started)
+            });
             let attempt = tokio::select! {
                 _ = &mut stop => break,
                 attempt = tokio::time::timeout(budget, self.try_acquire_or_renew()) => attempt,
             };
             match attempt {
-                Ok(Ok(Attempt::Holds)) => renewed = Some(started),
-                Ok(Ok(Attempt::HeldElsewhere)) => renewed = None,
+                Ok(Ok(held)) => {
+                    self.last_error = None;
+                    renewed = matches!(held, Attempt::Holds).then_some(started);
+                }
                 Ok(Err(e)) => self.failed(&e.to_string()),
                 Err(_) => self.failed("the API server did not answer in time"),
             }
-            if renewed.is_some_and(|at| at.elapsed() >= self.settings.renew_deadline) {
-                renewed = None;
-            }
+            renewed = renewed.filter(|at| at.elapsed() < self.settings.renew_deadline);
             self.set_leading(renewed.is_some());
+            // The next attempt after the retry period, or at the deadline if that is sooner.
+            let next = Instant::now() + self.settings.retry_period;
+            let wake = renewed.map_or(next, |at| next.min(at + self.settings.renew_deadline));
             tokio::select! {
                 _ = &mut stop => break,
-                _ = tokio::time::sleep(self.settings.retry_period) => {}
+                _ = tokio::time::sleep_until(wake) => {}
             }
         }
         // Stop leading before giving the Lease up: the releaser has stopped before another

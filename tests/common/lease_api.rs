@@ -12,6 +12,8 @@
 //!   `leaseDurationSeconds` ≤ 0 or `leaseTransitions` < 0: 422 Invalid;
 //! - a token the test refused ([`LeaseApiServer::refuse`]): 403 Forbidden; any other token
 //!   but the known ones: 401. Anything else: 404, or 405 for other methods on a Lease.
+//! - a token the test cut off ([`LeaseApiServer::hang`]): its requests are read and never
+//!   answered, as behind a network partition or an overloaded API server.
 //!
 //! Every write is applied under one lock, so of two racing updates with the same
 //! resourceVersion exactly one wins, as etcd's compare-and-swap makes it on the real server.
@@ -54,6 +56,7 @@ pub struct LeaseApiServer {
     pub port: u16,
     state: Arc<Mutex<State>>,
     refused: Arc<Mutex<HashSet<String>>>,
+    hung: Arc<Mutex<HashSet<String>>>,
     requests: Arc<AtomicUsize>,
 }
 
@@ -257,9 +260,13 @@ impl State {
 async fn answer(
     state: Arc<Mutex<State>>,
     refused: Arc<Mutex<HashSet<String>>>,
+    hung: Arc<Mutex<HashSet<String>>>,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     let token = bearer_token(&req).unwrap_or_default();
+    if hung.lock().unwrap().contains(&token) {
+        std::future::pending::<()>().await;
+    }
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
     if !TOKENS.contains(&token.as_str()) {
         return full(status(StatusCode::UNAUTHORIZED, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}).to_string()));
@@ -321,16 +328,23 @@ impl LeaseApiServer {
         super::init();
         let state = Arc::new(Mutex::new(State::default()));
         let refused = Arc::new(Mutex::new(HashSet::new()));
+        let hung = Arc::new(Mutex::new(HashSet::new()));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (s, r, n) = (state.clone(), refused.clone(), requests.clone());
+        let (s, r, h, n) = (
+            state.clone(),
+            refused.clone(),
+            hung.clone(),
+            requests.clone(),
+        );
         let port = super::serve(Some(api_tls()), move |req| {
             n.fetch_add(1, Ordering::SeqCst);
-            answer(s.clone(), r.clone(), req)
+            answer(s.clone(), r.clone(), h.clone(), req)
         });
         Self {
             port,
             state,
             refused,
+            hung,
             requests,
         }
     }
@@ -349,6 +363,11 @@ impl LeaseApiServer {
         } else {
             set.remove(token);
         }
+    }
+
+    /// From now on, requests with `token` are never answered.
+    pub fn hang(&self, token: &str) {
+        self.hung.lock().unwrap().insert(token.to_owned());
     }
 
     /// The Lease as stored now.
