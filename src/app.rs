@@ -48,6 +48,22 @@ impl Webhook {
         kube: Option<kube::Client>,
         manage_node_taints: bool,
     ) -> anyhow::Result<Self> {
+        let election = kube
+            .as_ref()
+            .filter(|_| elects_a_leader(config))
+            .map(LeaderElectionSettings::for_replica);
+        Self::build_electing(config, kube, manage_node_taints, election).await
+    }
+
+    /// [`Webhook::build`], competing for the gate releasers' Lease as `election` says (with a
+    /// client; `None`: not competing): [`Webhook::leader`] then says whether this replica
+    /// leads, and `serve` gives the Lease up when it shuts down.
+    pub async fn build_electing(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+        election: Option<LeaderElectionSettings>,
+    ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
         let resolver = Arc::new(resolver(config, Some(&metrics))?);
@@ -78,7 +94,7 @@ impl Webhook {
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
         let leader_election =
-            compete_for_gates(config, kube.as_ref(), &metrics, &mut metrics_registry);
+            compete_for_gates(kube.as_ref(), election, &metrics, &mut metrics_registry);
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
                 config,
@@ -176,14 +192,13 @@ fn elects_a_leader(_config: &Config) -> bool {
 
 /// The leader election, with its gauge registered, where this replica competes.
 fn compete_for_gates(
-    config: &Config,
     kube: Option<&kube::Client>,
+    election: Option<LeaderElectionSettings>,
     metrics: &Metrics,
     registry: &mut prometheus_client::registry::Registry,
 ) -> Option<LeaderElection> {
-    let client = kube.filter(|_| elects_a_leader(config))?;
+    let (client, settings) = kube.zip(election)?;
     metrics.register_gate_leader(registry);
-    let settings = LeaderElectionSettings::for_replica(client);
     Some(leader_election(client.clone(), settings, metrics))
 }
 

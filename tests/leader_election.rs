@@ -16,7 +16,8 @@ use common::until;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+use tolerable::app::Webhook;
 use tolerable::cluster::lease::{LeaderElection, LeaderElectionSettings};
 
 const NAMESPACE: &str = "tolerable";
@@ -349,4 +350,73 @@ async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
     until("replica-b to take over", || leads(&rb)).await;
     assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
     sampler.never_two();
+}
+
+/// The config `serve` runs with here: HTTPS on a free port with the test CA's certificate,
+/// `/metrics` on it, nothing read from the API but the Lease.
+fn serve_config(volume: &common::webhook::SecretVolume) -> tolerable::config::Config {
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.tls_files = Some((volume.cert_path(), volume.key_path()));
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = None;
+    config.read_pull_secrets = false;
+    config.watch_nodes = false;
+    config
+}
+
+/// `serve` as the composition root builds it: by default it does not compete (nothing gates
+/// Pods yet); competing, it leads, says so on `/metrics`, and when it shuts down (as on
+/// SIGTERM) it stops leading and clears the Lease's holder.
+#[tokio::test]
+async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
+    common::init();
+    let api = LeaseApiServer::start();
+    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
+    let volume = common::webhook::SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+    let config = serve_config(&volume);
+    let idle = Webhook::build(&config, Some(api.client("replica-b")), false)
+        .await
+        .unwrap();
+    assert!(idle.leader().is_none());
+
+    let election = settings("replica-a", Duration::from_secs(60));
+    let webhook = Webhook::build_electing(
+        &config,
+        Some(api.client("replica-a")),
+        false,
+        Some(election),
+    )
+    .await
+    .unwrap();
+    let leader = webhook.leader().expect("competing for the Lease");
+    let port = webhook.local_addr().unwrap().port();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serving = tokio::spawn(webhook.serve(async {
+        let _ = stopped.await;
+    }));
+    until("serve to lead", || leads(&leader)).await;
+    assert_eq!(
+        api.writes()[0].token,
+        "replica-a",
+        "only the competing server asked"
+    );
+    let metrics = common::webhook::client()
+        .get(format!("https://localhost:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        common::webhook::metric_value(&metrics, "tolerable_gate_leader"),
+        Some(1.0),
+        "{metrics}"
+    );
+    stop.send(()).unwrap();
+    serving.await.unwrap();
+    assert!(!leads(&leader));
+    let lease = api.lease(NAMESPACE, LEASE).unwrap();
+    assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");
+    assert_eq!(api.writes().last().unwrap().token, "replica-a");
 }
