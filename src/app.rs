@@ -93,8 +93,7 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
-        let leader_election =
-            compete_for_gates(kube.as_ref(), election, &metrics, &mut metrics_registry);
+        let election = compete_for_gates(kube.as_ref(), election, &metrics, &mut metrics_registry);
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
                 config,
@@ -136,7 +135,7 @@ impl Webhook {
             certs,
             limits: config.server_limits.clone(),
             background,
-            leader_election,
+            leader_election: election,
         })
     }
 
