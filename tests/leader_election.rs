@@ -241,6 +241,7 @@ async fn a_leader_that_dies_is_replaced_once_its_lease_runs_out() {
     drop(a.election);
     let last_renewal = api.lease(NAMESPACE, LEASE).unwrap();
     assert!(!leads(&ra), "a stopped election says it does not lead");
+    assert_eq!(a.gauge.get(), 0);
     until("replica-b to take over", || leads(&rb)).await;
     let taken = api.lease(NAMESPACE, LEASE).unwrap();
     assert_eq!(taken["spec"]["holderIdentity"], "replica-b");

@@ -77,6 +77,7 @@ impl LeaderElectionSettings {
 /// without releasing (as a crashed replica would): the others take over after the lease duration.
 pub struct LeaderElection {
     leading: Arc<watch::Sender<bool>>,
+    gauge: Gauge,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -85,6 +86,10 @@ impl LeaderElection {
     /// Starts competing for the Lease of `settings` through `client`; `gauge` is 1 while this
     /// replica leads, else 0.
     pub fn start(client: kube::Client, settings: LeaderElectionSettings, gauge: Gauge) -> Self {
+        debug_assert!(
+            settings.renew_deadline < settings.lease_duration,
+            "a leader must stop before another may start"
+        );
         let leading = Arc::new(watch::channel(false).0);
         let (stop, stopped) = oneshot::channel();
         let elector = Elector {
@@ -92,12 +97,13 @@ impl LeaderElection {
             settings,
             observed: None,
             leading: leading.clone(),
-            gauge,
+            gauge: gauge.clone(),
             last_error: None,
         };
         let task = tokio::spawn(elector.run(stopped));
         Self {
             leading,
+            gauge,
             stop: Some(stop),
             task: Some(task),
         }
@@ -125,6 +131,7 @@ impl Drop for LeaderElection {
         if let Some(task) = self.task.take() {
             task.abort();
             self.leading.send_replace(false);
+            self.gauge.set(0);
         }
     }
 }
