@@ -194,11 +194,15 @@ async fn of_two_replicas_exactly_one_leads() {
     let (leader, follower) = if leads(&ra) { (&a, &b) } else { (&b, &a) };
     let leader_id = holder(&api).expect("the leader holds the Lease");
     // Through ten renewals (more than three lease durations at 200 ms a retry).
-    let renewed = writes_by(&api, &leader_id);
+    let (renewed, asked) = (writes_by(&api, &leader_id), api.requests());
     until("ten renewals", || {
         writes_by(&api, &leader_id) >= renewed + 10
     })
     .await;
+    // What that cost the API server: per retry period, the leader's GET and PUT and the
+    // follower's GET (one period of slack each side).
+    let requests = api.requests() - asked;
+    assert!(requests <= 3 * 12, "{requests} requests for 10 renewals");
     assert!(leads(&leader.election.leader()));
     assert!(!leads(&follower.election.leader()));
     assert_eq!((leader.gauge.get(), follower.gauge.get()), (1, 0));
