@@ -60,16 +60,30 @@ impl LeaderElectionSettings {
 
     /// The defaults for this replica: namespace `POD_NAMESPACE` (the downward API), else the
     /// client's (in a Pod: its ServiceAccount's, which is tolerable's own); identity `POD_NAME`,
-    /// else `HOSTNAME` (the container runtime sets it to the Pod's name), else `tolerable`.
+    /// else `HOSTNAME` (the container runtime sets it to the Pod's name), else `tolerable`,
+    /// followed by a random suffix, as client-go advises: two processes never share an
+    /// identity (a Pod restarted in place, two replicas without either variable), which would
+    /// make both believe they hold the Lease.
     pub fn for_replica(client: &kube::Client) -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let pod = var("POD_NAME")
+            .or_else(|| var("HOSTNAME"))
+            .unwrap_or_else(|| "tolerable".to_owned());
         Self::new(
             var("POD_NAMESPACE").unwrap_or_else(|| client.default_namespace().to_owned()),
-            var("POD_NAME")
-                .or_else(|| var("HOSTNAME"))
-                .unwrap_or_else(|| "tolerable".to_owned()),
+            format!("{pod}_{}", random_suffix()),
         )
     }
+}
+
+/// 12 random hex digits.
+fn random_suffix() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 6];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A running election. [`LeaderElection::leader`] says whether this replica leads now;
@@ -365,6 +379,14 @@ mod tests {
 
     fn settings() -> LeaderElectionSettings {
         LeaderElectionSettings::new("tolerable", "tolerable-a")
+    }
+
+    #[test]
+    fn each_process_has_an_identity_of_its_own() {
+        let (a, b) = (random_suffix(), random_suffix());
+        assert_eq!(a.len(), 12);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
     }
 
     #[test]
