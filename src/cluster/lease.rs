@@ -33,7 +33,8 @@ pub struct LeaderElectionSettings {
     pub lease_name: String,
     /// tolerable's own namespace (the downward API's `POD_NAMESPACE`).
     pub namespace: String,
-    /// This replica, as written in `holderIdentity` (its Pod name): unique among the replicas.
+    /// This replica, as written in `holderIdentity` (its Pod name and a random suffix): unique
+    /// among the replicas.
     pub identity: String,
     /// How long a Lease not renewed stays the holder's (15 s): other replicas wait this long,
     /// as they observed it, before taking over from a leader that died without releasing.
