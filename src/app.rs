@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
+use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -33,6 +35,8 @@ pub struct Webhook {
     limits: ServerLimits,
     /// Certificate reloads, the node tainter, warnings: stopped when serving ends.
     background: Vec<JoinHandle<()>>,
+    /// Which replica releases gated Pods, when this one competes (see [`elects_a_leader`]).
+    leader_election: Option<LeaderElection>,
 }
 
 impl Webhook {
@@ -43,6 +47,22 @@ impl Webhook {
         config: &Config,
         kube: Option<kube::Client>,
         manage_node_taints: bool,
+    ) -> anyhow::Result<Self> {
+        let election = kube
+            .as_ref()
+            .filter(|_| elects_a_leader(config))
+            .map(LeaderElectionSettings::for_replica);
+        Self::build_electing(config, kube, manage_node_taints, election).await
+    }
+
+    /// [`Webhook::build`], competing for the gate releasers' Lease as `election` says (with a
+    /// client; `None`: not competing): [`Webhook::leader`] then says whether this replica
+    /// leads, and `serve` gives the Lease up when it shuts down.
+    pub async fn build_electing(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+        election: Option<LeaderElectionSettings>,
     ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
@@ -73,6 +93,7 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
+        let election = compete_for_gates(kube.as_ref(), election, &metrics, &mut metrics_registry);
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
                 config,
@@ -114,7 +135,14 @@ impl Webhook {
             certs,
             limits: config.server_limits.clone(),
             background,
+            leader_election: election,
         })
+    }
+
+    /// Whether this replica leads the gate releasers now (`None`: it does not compete). The
+    /// releaser runs only while the receiver says `true`.
+    pub fn leader(&self) -> Option<watch::Receiver<bool>> {
+        self.leader_election.as_ref().map(LeaderElection::leader)
     }
 
     /// Where the webhook listens (the port chosen when `listen_addr` says 0).
@@ -133,11 +161,57 @@ impl Webhook {
             )));
         }
         tracing::info!(addr = ?self.listener.local_addr().ok(), "serving the admission webhook on /mutate");
+        // On shutdown, the Lease is given up at once, while the server drains: another replica
+        // takes over releasing gated Pods without waiting for the lease to run out.
+        let leader_election = self.leader_election;
+        let (releasing, released) = tokio::sync::oneshot::channel();
+        let shutdown = async move {
+            shutdown.await;
+            if let Some(election) = leader_election {
+                let _ = releasing.send(tokio::spawn(election.shutdown()));
+            }
+        };
         server::run(self.listener, self.certs, self.state, self.limits, shutdown).await;
+        if let Ok(release) = released.await {
+            let _ = release.await;
+        }
         for task in background {
             task.abort();
         }
     }
+}
+
+/// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
+/// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
+/// `kustomize/components/gates`). Until the releaser is merged nothing here gates Pods, so no
+/// replica competes.
+fn elects_a_leader(_config: &Config) -> bool {
+    false
+}
+
+/// The leader election, with its gauge registered, where this replica competes.
+fn compete_for_gates(
+    kube: Option<&kube::Client>,
+    election: Option<LeaderElectionSettings>,
+    metrics: &Metrics,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Option<LeaderElection> {
+    let (client, settings) = kube.zip(election)?;
+    metrics.register_gate_leader(registry);
+    Some(leader_election(client.clone(), settings, metrics))
+}
+
+/// Starts competing for the gate releasers' Lease (`tolerable-gates` in tolerable's namespace),
+/// keeping `tolerable_gate_leader` (register it with [`Metrics::register_gate_leader`]). The
+/// gate releaser runs while [`LeaderElection::leader`] says `true`; [`LeaderElection::shutdown`]
+/// gives the Lease up.
+pub(crate) fn leader_election(
+    client: kube::Client,
+    settings: LeaderElectionSettings,
+    metrics: &Metrics,
+) -> LeaderElection {
+    tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity, "competing for the gate releasers' lease");
+    LeaderElection::start(client, settings, metrics.gate_leader())
 }
 
 /// The image resolver of `config` — its registries, credentials and credential plugins — as

@@ -173,6 +173,7 @@ pub struct Metrics {
     requests_refused: Family<ReasonLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
+    gate_leader: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -222,6 +223,7 @@ impl Metrics {
             requests_refused: Family::default(),
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
+            gate_leader: Gauge::default(),
         };
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
@@ -299,6 +301,21 @@ impl Metrics {
             "The running build: version label, value 1",
             self.build_info.clone(),
         );
+    }
+
+    /// Whether this replica leads the gate releasers (1) or not (0); registered only where the
+    /// leader election runs, so `sum(tolerable_gate_leader) == 0` means "no leader", not "no gates".
+    pub(crate) fn register_gate_leader(&self, registry: &mut Registry) {
+        registry.register(
+            "tolerable_gate_leader",
+            "1 while this replica holds the gate releasers' Lease (it releases gated Pods), else 0; exactly one replica should say 1",
+            self.gate_leader.clone(),
+        );
+    }
+
+    /// The gauge the leader election keeps (see [`Metrics::register_gate_leader`]).
+    pub(crate) fn gate_leader(&self) -> Gauge {
+        self.gate_leader.clone()
     }
 
     /// The node watch's health; registered only when the node watch feeds decisions.
@@ -564,5 +581,29 @@ pub(crate) struct OpenConnection(std::sync::Arc<Metrics>);
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.open_connections.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `tolerable_gate_leader` (what the TolerableNoGateReleaser alert sums) is exposed only once
+    /// registered, as a gauge following the election's value.
+    #[test]
+    fn the_gate_leader_gauge_is_exposed_where_it_is_registered() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        assert!(!exposition::encode(&registry).contains("tolerable_gate_leader"));
+        metrics.register_gate_leader(&mut registry);
+        let text = exposition::encode(&registry);
+        assert!(
+            text.contains("# TYPE tolerable_gate_leader gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ntolerable_gate_leader 0\n"), "{text}");
+        metrics.gate_leader().set(1);
+        let text = exposition::encode(&registry);
+        assert!(text.contains("\ntolerable_gate_leader 1\n"), "{text}");
     }
 }

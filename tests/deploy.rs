@@ -938,3 +938,89 @@ fn the_example_overlay_works_when_copied_elsewhere() {
         "registry.example.com/other/tolerable:v0.1.0"
     );
 }
+
+/// The RBAC objects of `docs`.
+fn rbac_objects(docs: &[Value]) -> Vec<&Value> {
+    docs.iter()
+        .filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1")
+        .collect()
+}
+
+/// The gates component (`kustomize/overlays/gates`): the base plus exactly what the releaser
+/// needs — pods get/list/watch/patch and events create cluster-wide, the leader election's Lease
+/// (named as the code names it) in tolerable's own namespace only, bound to the Deployment's
+/// ServiceAccount — and `on_lookup_failure = "gate"`; the rest is the base, unchanged. It
+/// validates against the Kubernetes schemas as every overlay does.
+#[test]
+fn the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else() {
+    let dir = "kustomize/overlays/gates";
+    let yaml = render(dir);
+    let file = write_temp(&yaml);
+    let kinds = [
+        "deployment",
+        "clusterrole",
+        "clusterrolebinding",
+        "role",
+        "rolebinding",
+    ];
+    tools::validate_against_kubernetes(file.path(), &kinds, dir);
+    let docs = documents(&yaml);
+    let base = documents(&render("kustomize"));
+    let deployment = object(&docs, "Deployment", "tolerable");
+    let namespace = str_of(deployment, "/metadata/namespace");
+    let account = str_of(deployment, "/spec/template/spec/serviceAccountName");
+    assert_eq!(
+        env_value(&docs, "TOLERABLE_POLICY__ON_LOOKUP_FAILURE"),
+        "gate"
+    );
+
+    let role = object(&docs, "ClusterRole", "tolerable-gates");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ])
+    );
+    let lease = tolerable::cluster::lease::DEFAULT_LEASE_NAME;
+    let election = object(&docs, "Role", "tolerable-gates-leader-election");
+    assert_eq!(election["metadata"]["namespace"], namespace);
+    assert_eq!(
+        election["rules"],
+        serde_json::json!([
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease], "verbs": ["get", "update"]},
+        ])
+    );
+    for (kind, name, role_kind) in [
+        ("ClusterRoleBinding", "tolerable-gates", "ClusterRole"),
+        ("RoleBinding", "tolerable-gates-leader-election", "Role"),
+    ] {
+        let binding = object(&docs, kind, name);
+        assert_eq!(binding["roleRef"]["kind"], role_kind);
+        assert_eq!(binding["roleRef"]["name"], name);
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}])
+        );
+        if kind == "RoleBinding" {
+            assert_eq!(binding["metadata"]["namespace"], namespace);
+        }
+    }
+    // Beyond these four objects and the variable, the overlay is the base.
+    assert_eq!(rbac_objects(&docs).len(), rbac_objects(&base).len() + 4);
+    let is_gates = |d: &&Value| {
+        d["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("tolerable-gates"))
+    };
+    let mut rest: Vec<Value> = docs.iter().filter(|d| !is_gates(d)).cloned().collect();
+    let container = rest
+        .iter_mut()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d.pointer_mut("/spec/template/spec/containers/0/env"))
+        .and_then(Value::as_array_mut)
+        .unwrap();
+    container.retain(|e| e["name"] != "TOLERABLE_POLICY__ON_LOOKUP_FAILURE");
+    assert_eq!(rest, base);
+}

@@ -1684,3 +1684,64 @@ fn notes_name_top_level_values_the_chart_does_not_use() {
     expected.insert("enabled");
     assert_eq!(known, expected);
 }
+
+/// The gates switch, `config.policy.on_lookup_failure: gate`, grants what
+/// `kustomize/overlays/gates` grants (the releaser's ClusterRole, the Lease Role in the release's
+/// namespace, their bindings), renders `on_lookup_failure = "gate"` where kustomize sets it by
+/// environment, keeps the API token, and validates; without it, none of that RBAC. In another
+/// namespace the Lease Role and its binding follow the release.
+#[test]
+fn gates_match_kustomize() {
+    let values = json!({"config": {"policy": {"on_lookup_failure": "gate"}}});
+    let (yaml, _) = render(&values, "tolerable", "tolerable-system");
+    validates_against_kubernetes(&yaml);
+    let chart = tools::documents(&yaml);
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/gates"));
+    assert_eq!(rbac_of(&chart), rbac_of(&kustomize));
+    let config_map = object(&chart, "ConfigMap", "tolerable-config");
+    let file: toml::Table = config_map["data"]["tolerable.toml"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(file["policy"]["on_lookup_failure"].as_str(), Some("gate"));
+    let kustomize_env = &deployment_pod(&kustomize, "tolerable")["containers"][0]["env"];
+    assert!(kustomize_env
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "TOLERABLE_POLICY__ON_LOOKUP_FAILURE", "value": "gate"})));
+    assert_eq!(
+        deployment_pod(&chart, "tolerable")["automountServiceAccountToken"],
+        deployment_pod(&kustomize, "tolerable")["automountServiceAccountToken"],
+    );
+    let no_api_but_gates = json!({"config": {
+        "credentials": {"read_pull_secrets": false},
+        "nodes": {"watch": false},
+        "policy": {"on_lookup_failure": "gate"},
+    }});
+    let only_gates =
+        tools::documents(&render(&no_api_but_gates, "tolerable", "tolerable-system").0);
+    assert_ne!(
+        deployment_pod(&only_gates, "tolerable")["automountServiceAccountToken"],
+        false,
+        "the releaser needs the API token"
+    );
+    assert!(!rbac_of(&render_defaults())
+        .iter()
+        .any(|r| r.contains("tolerable-gates")));
+    let elsewhere = tools::documents(&render(&values, "gatekeeper", "platform").0);
+    for kind in ["Role", "RoleBinding"] {
+        let object = object(
+            &elsewhere,
+            kind,
+            "gatekeeper-tolerable-gates-leader-election",
+        );
+        assert_eq!(object["metadata"]["namespace"], "platform");
+    }
+    let binding = object(
+        &elsewhere,
+        "RoleBinding",
+        "gatekeeper-tolerable-gates-leader-election",
+    );
+    assert_eq!(binding["subjects"][0]["namespace"], "platform");
+}

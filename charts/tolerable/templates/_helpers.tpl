@@ -57,6 +57,11 @@ the key is unset: read_pull_secrets, nodes.watch, nodes.manage_taints. */}}
 {{- define "tolerable.managesTaints" -}}
 {{- if dig "nodes" "manage_taints" false .Values.config }}true{{ end -}}
 {{- end -}}
+{{/* Whether Pods are gated when their images cannot be looked up (policy.on_lookup_failure =
+"gate"): then serve releases them, one replica elected on a Lease (kustomize/components/gates). */}}
+{{- define "tolerable.gates" -}}
+{{- if eq (toString (dig "policy" "on_lookup_failure" "allow" .Values.config)) "gate" }}true{{ end -}}
+{{- end -}}
 
 {{/* `config` as TOML: one table per section. Not Helm's toToml: numbers read from YAML reach
 templates as float64, which toToml writes as floats (1000.0) where tolerable.toml has integers. */}}
