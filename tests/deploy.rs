@@ -206,23 +206,29 @@ fn deployed_config(docs: &[Value]) -> Config {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tolerable.toml");
     std::fs::write(&file, text).unwrap();
-    let container =
-        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let deployment = object(docs, "Deployment", "tolerable");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut env: Vec<(String, String)> = container["env"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_owned(),
-                e["value"].as_str().unwrap().to_owned(),
-            )
+            let value = match e["value"].as_str() {
+                Some(value) => value.to_owned(),
+                None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
+            };
+            (e["name"].as_str().unwrap().to_owned(), value)
         })
         .collect();
     deployed::local_tls_and_credential_files(dir.path(), &mut env);
     deployed::local_credential_providers(docs, deployment_pod(docs), dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
         .unwrap_or_else(|e| panic!("deployed config is invalid: {e}"));
+    // Its own namespace, from the downward API: its Pods are never gated.
+    assert_eq!(
+        config.policy.own_namespace.as_deref(),
+        deployment["metadata"]["namespace"].as_str()
+    );
     std::mem::forget(dir); // the returned config may refer to these paths
     config
 }
