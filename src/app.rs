@@ -17,7 +17,9 @@ use crate::admission::Admission;
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::gates::GatedPods;
 use crate::metrics::Metrics;
+use crate::mutate::OnLookupFailure;
 use crate::registry::Resolver;
 use crate::server::tls::{self, CertStore};
 use crate::server::{self, AppState, GaugeRefresh, ReadinessCheck, ServerLimits};
@@ -43,6 +45,22 @@ impl Webhook {
         config: &Config,
         kube: Option<kube::Client>,
         manage_node_taints: bool,
+    ) -> anyhow::Result<Self> {
+        // Until leader election is wired, this replica is always the gates' releaser.
+        let (always, leader) = tokio::sync::watch::channel(true);
+        let mut webhook = Self::build_with_leader(config, kube, manage_node_taints, leader).await?;
+        webhook.background.push(tokio::spawn(async move {
+            always.closed().await;
+        }));
+        Ok(webhook)
+    }
+
+    /// [`Webhook::build`], the gate controller releasing Pods only while `leader` is true.
+    pub async fn build_with_leader(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+        leader: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
@@ -73,16 +91,17 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
-        let (admission, nodes) = match kube {
+        let (admission, nodes) = match &kube {
             Some(client) => wire_cluster(
                 config,
-                client,
+                client.clone(),
                 manage_node_taints,
                 admission,
                 &mut background,
             ),
             None => (admission, None),
         };
+        let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background);
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -99,7 +118,7 @@ impl Webhook {
         let state = Arc::new(AppState {
             admission,
             readiness: readiness(nodes.clone()),
-            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone()),
+            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone(), gated),
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -184,16 +203,20 @@ fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
 }
 
 /// The gauges read at scrape time that the server does not own: the lookup cache's entries
-/// and, with a node watch, its last sync, size and the architectures it has seen.
+/// and, with a node watch, its last sync, size and the architectures it has seen; with the gate
+/// controller, the age of the oldest gated Pod.
 fn scrape_time_gauges(
     metrics: Arc<Metrics>,
     resolver: Arc<Resolver>,
     nodes: Option<NodeWatch>,
+    gated: Option<GatedPods>,
 ) -> GaugeRefresh {
     Box::new(move || {
         let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
+        let oldest_gated = gated.as_ref().and_then(GatedPods::oldest_age);
         Box::pin(async move {
             metrics.set_cache_entries(resolver.cached_entries().await);
+            metrics.gates.set_oldest_age(oldest_gated);
             let Some(nodes) = nodes else {
                 return;
             };
@@ -239,6 +262,28 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated
+/// Pods (every replica, for the oldest-age gauge) and their releaser (while `leader`).
+fn start_gates(
+    config: &Config,
+    kube: Option<kube::Client>,
+    admission: &Admission,
+    metrics: &Arc<Metrics>,
+    leader: tokio::sync::watch::Receiver<bool>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> Option<GatedPods> {
+    let client = kube.filter(|_| config.policy.on_lookup_failure == OnLookupFailure::Gate)?;
+    let (gated, tasks) = crate::gates::start(
+        client,
+        admission.clone(),
+        metrics.clone(),
+        config.gate_timeout,
+        leader,
+    );
+    background.extend(tasks);
+    Some(gated)
 }
 
 /// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and

@@ -368,13 +368,11 @@ pub(crate) fn not_gated(why: &str) -> String {
 }
 
 /// The annotation of a gated Pod whose images share no architecture.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn unrunnable(summary: &str) -> String {
     format!("stays gated, no node can run it: {summary}")
 }
 
 /// The annotation of a gated Pod released unchanged.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn released_unchanged(why: &str) -> String {
     format!("released unchanged: {why}")
 }
