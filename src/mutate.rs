@@ -7,7 +7,7 @@ pub(crate) mod arch;
 pub(crate) mod decision;
 pub(crate) mod explain;
 pub(crate) mod facts;
-pub(crate) mod gate;
+pub mod gate;
 pub(crate) mod node_labels;
 pub(crate) mod patch;
 pub(crate) mod platform;
