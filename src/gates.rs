@@ -126,9 +126,16 @@ impl GatedPods {
         let key = (record.namespace.clone(), record.name.clone());
         let mut queue = self.lock();
         match next {
-            Next::Done => {
+            // Only this Pod's entry: one created again under its name stays queued.
+            Next::Done
+                if queue
+                    .entries
+                    .get(&key)
+                    .is_some_and(|e| e.record.uid == record.uid) =>
+            {
                 queue.entries.remove(&key);
             }
+            Next::Done => {}
             Next::After(wait) => {
                 if let Some(entry) = queue.entries.get_mut(&key) {
                     entry.working = false;

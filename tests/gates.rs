@@ -397,3 +397,35 @@ async fn no_patch_while_not_the_leader() {
         "never released"
     );
 }
+
+/// Another controller removes its gate between the controller's read and its patch: the patch's
+/// `test` fails (422), the controller reads the Pod again and releases it from what it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_is_read_again_and_the_release_made_from_it() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let api = GatesApiServer::start();
+    let server =
+        TestServer::start_configured(gate_config(&proxy.host, WAIT * 4), Some(api.client())).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    api.before_next_patch(
+        "e2e",
+        "raced",
+        json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]),
+    );
+    admit_and_create(&server, &api, "raced", &[image]).await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "raced")).await,
+        "never released"
+    );
+    let codes: Vec<u16> = api.patches().iter().map(|p| p.3).collect();
+    assert_eq!(
+        codes,
+        [422, 200],
+        "the stale patch refused, the fresh one applied"
+    );
+    let pod = api.pod("e2e", "raced").unwrap();
+    assert_eq!(pod["spec"]["schedulingGates"], json!([]));
+    assert_eq!(webhook::arch_tolerations(&pod).len(), 1);
+}

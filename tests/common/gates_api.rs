@@ -60,6 +60,8 @@ struct State {
     log: Mutex<Vec<Change>>,
     /// Every JSON Patch request, with the status answered.
     patches: Mutex<Vec<(Key, Value, u16)>>,
+    /// Another client's JSON Patch, applied just before the next PATCH of that Pod arrives.
+    before_next_patch: Mutex<BTreeMap<Key, Value>>,
     rv: AtomicU64,
     uids: AtomicU64,
     changed: tokio::sync::Notify,
@@ -179,8 +181,8 @@ fn validate_update(old: &Value, new: &Value) -> Option<(u16, Value)> {
 impl State {
     fn record(&self, before: Option<Value>, after: Option<Value>) -> u64 {
         let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
+        // Waiters are woken by the caller, once all it keeps of the change is kept.
         self.log.lock().unwrap().push(Change { rv, before, after });
-        self.changed.notify_waiters();
         rv
     }
 
@@ -232,15 +234,26 @@ impl State {
         pod["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.log.lock().unwrap().last_mut().unwrap().after = Some(pod.clone());
         pods.insert(key, pod.clone());
+        drop(pods);
+        self.changed.notify_waiters();
         Ok(pod)
     }
 
     fn patch(&self, key: &Key, ops: &Value) -> (u16, Value) {
+        let first = self.before_next_patch.lock().unwrap().remove(key);
+        if let Some(theirs) = first {
+            assert_eq!(
+                self.apply_patch(key, &theirs).0,
+                200,
+                "the other client's patch"
+            );
+        }
         let answer = self.apply_patch(key, ops);
         self.patches
             .lock()
             .unwrap()
             .push((key.clone(), ops.clone(), answer.0));
+        self.changed.notify_waiters();
         answer
     }
 
@@ -477,6 +490,16 @@ impl GatesApiServer {
     pub fn patch(&self, namespace: &str, name: &str, ops: &Value) -> (u16, Value) {
         self.state
             .patch(&(namespace.to_owned(), name.to_owned()), ops)
+    }
+
+    /// Another client's patch `ops` lands just before the next PATCH of the Pod (a race the
+    /// controller's `test` must catch).
+    pub fn before_next_patch(&self, namespace: &str, name: &str, ops: Value) {
+        self.state
+            .before_next_patch
+            .lock()
+            .unwrap()
+            .insert((namespace.to_owned(), name.to_owned()), ops);
     }
 
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
