@@ -390,3 +390,44 @@ fn backoff(attempts: u32) -> Duration {
         .saturating_mul(1 << attempts.min(6))
         .min(MAX_BACKOFF)
 }
+
+/// What `tolerable gates release` did with one Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandRelease {
+    Released,
+    /// It carries no gate of tolerable's (its label, if left, removed).
+    NotGated,
+    NotFound,
+}
+
+/// Releases one Pod unchanged by hand (`tolerable gates release`: before uninstalling, or in an
+/// emergency), with the core's release-unchanged patch, read again when its `test` fails.
+pub(crate) async fn release_by_hand(
+    pods: &PodsApi,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<HandRelease> {
+    for _ in 0..=STALE_RETRIES {
+        let Some(json) = pods.get(namespace, name).await? else {
+            return Ok(HandRelease::NotFound);
+        };
+        let object = PodObject::from_value(&json).map_err(anyhow::Error::msg)?;
+        let gated = gate::is_gated(&object.view);
+        let ops =
+            gate::release_unchanged(&object.view, "released by hand (tolerable gates release)");
+        if !ops.is_empty() {
+            match pods.patch(namespace, name, &ops).await {
+                Err(PatchError::Stale(_)) => continue,
+                Err(PatchError::Gone) => return Ok(HandRelease::NotFound),
+                Err(e) => return Err(e.into()),
+                Ok(()) => {}
+            }
+        }
+        return Ok(if gated {
+            HandRelease::Released
+        } else {
+            HandRelease::NotGated
+        });
+    }
+    anyhow::bail!("{namespace}/{name} kept changing while it was released; try again")
+}

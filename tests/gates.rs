@@ -429,3 +429,81 @@ async fn a_stale_read_is_read_again_and_the_release_made_from_it() {
     assert_eq!(pod["spec"]["schedulingGates"], json!([]));
     assert_eq!(webhook::arch_tolerations(&pod).len(), 1);
 }
+
+/// `tolerable gates list` shows the gated Pods and what they wait for; `gates release --all`
+/// releases them unchanged (other gates stay) — what the uninstall order runs first.
+#[test]
+fn gates_list_and_release_by_hand() {
+    let api = GatesApiServer::start();
+    let mut waiting = recorded_json("pod-create-gated.request.json");
+    waiting["metadata"]["namespace"] = json!("e2e");
+    api.create("e2e", waiting).unwrap();
+    let mut stuck = recorded_json("pod-create-gated-2.request.json");
+    stuck["metadata"]["labels"][GATED_LABEL] = json!(UNRUNNABLE);
+    api.create("e2e", stuck).unwrap();
+    let kubeconfig = common::kube_api::kubeconfig(api.port, "admintoken");
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = common::cli::isolated(home.path(), "1s")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.code(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, listed, err) = run(&["gates", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    let row = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{listed}"))
+    };
+    assert!(
+        row("gated-1").contains("waiting") && row("gated-1").contains("127.0.0.1:5000/app:1"),
+        "{listed}"
+    );
+    assert!(row("gated-2").contains(UNRUNNABLE), "{listed}");
+    let (code, released, err) = run(&["gates", "release", "--all", "-n", "e2e"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        released.contains("e2e/gated-1: released unchanged"),
+        "{released}"
+    );
+    for name in ["gated-1", "gated-2"] {
+        let pod = api.pod("e2e", name).unwrap();
+        assert_eq!(
+            pod["spec"]["schedulingGates"],
+            json!([{"name": OTHER_GATE}]),
+            "{name}"
+        );
+        assert!(
+            pod["metadata"]["labels"].get(GATED_LABEL).is_none(),
+            "{name}"
+        );
+        let note = pod["metadata"]["annotations"][DECISION_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert!(
+            note.starts_with("released unchanged: released by hand"),
+            "{note}"
+        );
+    }
+    let (code, listed, _) = run(&["gates", "list"]);
+    assert_eq!(
+        (code, listed.trim()),
+        (Some(0), "no Pod is gated by tolerable")
+    );
+    let (code, again, _) = run(&["gates", "release", "-n", "e2e", "gated-1"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        again.contains("e2e/gated-1: not gated by tolerable"),
+        "{again}"
+    );
+}

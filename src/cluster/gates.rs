@@ -145,6 +145,65 @@ pub(crate) fn watch_gated(client: kube::Client) -> impl Stream<Item = Seen> {
         })
 }
 
+/// A Pod labelled `tolerable.io/gated` (either value), as `tolerable gates list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ListedGate {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    /// The label's value: `true` (waiting) or `unrunnable`.
+    pub(crate) state: String,
+    pub(crate) created: Option<SystemTime>,
+    /// The decision annotation: what it waits for, or why it stays.
+    pub(crate) decision: String,
+}
+
+/// What a list page's Pod is read as: its metadata's few fields (never the spec or status).
+#[derive(Deserialize)]
+struct ListedPod {
+    metadata: ListedMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedMeta {
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// Every Pod labelled `tolerable.io/gated` in `namespace` (all: `None`), in pages.
+pub(crate) async fn list_gated(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<ListedGate>> {
+    let lister = super::list::Lister {
+        client,
+        namespace,
+        page: LIST_PAGE,
+        progress: &|_| {},
+    };
+    lister
+        .list::<Pod, ListedPod, ListedGate>(Some(GATED_LABEL), |pod| {
+            let mut m = pod.metadata;
+            Some(ListedGate {
+                state: m.labels.remove(GATED_LABEL).unwrap_or_default(),
+                decision: m
+                    .annotations
+                    .remove(crate::mutate::DECISION_ANNOTATION)
+                    .unwrap_or_default(),
+                created: m.creation_timestamp.map(|t| SystemTime::from(t.0)),
+                namespace: m.namespace,
+                name: m.name,
+            })
+        })
+        .await
+}
+
 /// Why a patch was not applied.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PatchError {

@@ -297,8 +297,12 @@ fn jiff_now() -> String {
 fn matches(selector: Option<&str>, pod: &Value) -> bool {
     selector.is_none_or(|s| {
         s.split(',').filter(|p| !p.is_empty()).all(|term| {
-            let (k, v) = term.split_once('=').unwrap_or((term, ""));
-            pod["metadata"]["labels"][k].as_str() == Some(v.trim_start_matches('='))
+            let label = |k: &str| pod["metadata"]["labels"][k].as_str().map(str::to_owned);
+            match term.split_once('=') {
+                Some((k, v)) => label(k).as_deref() == Some(v.trim_start_matches('=')),
+                // `key` alone: the label exists.
+                None => label(term).is_some(),
+            }
         })
     })
 }
@@ -317,10 +321,12 @@ fn query(q: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn list(state: &State, selector: Option<&str>) -> Response<Body> {
+fn list(state: &State, namespace: Option<&str>, selector: Option<&str>) -> Response<Body> {
     let pods = state.pods.lock().unwrap();
     let items: Vec<Value> = pods
-        .values()
+        .iter()
+        .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+        .map(|(_, pod)| pod)
         .filter(|p| matches(selector, p))
         .cloned()
         .collect();
@@ -412,7 +418,8 @@ async fn route(state: Arc<State>, req: hyper::Request<hyper::body::Incoming>) ->
                 .unwrap_or(0);
             watch(state, selector.map(str::to_owned), from)
         }
-        (&Method::GET, ["api", "v1", "pods"]) => list(&state, selector),
+        (&Method::GET, ["api", "v1", "pods"]) => list(&state, None, selector),
+        (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => list(&state, Some(ns), selector),
         (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => {
             match state
                 .pods
