@@ -101,7 +101,7 @@ impl Webhook {
             ),
             None => (admission, None),
         };
-        let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background);
+        let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -273,8 +273,15 @@ fn start_gates(
     metrics: &Arc<Metrics>,
     leader: tokio::sync::watch::Receiver<bool>,
     background: &mut Vec<JoinHandle<()>>,
-) -> Option<GatedPods> {
-    let client = kube.filter(|_| config.policy.on_lookup_failure == OnLookupFailure::Gate)?;
+) -> anyhow::Result<Option<GatedPods>> {
+    if config.policy.on_lookup_failure != OnLookupFailure::Gate {
+        return Ok(None);
+    }
+    let Some(client) = kube else {
+        anyhow::bail!(
+            "config key `policy.on_lookup_failure`: \"gate\" needs the cluster: serve's gate controller releases the Pods it gates"
+        );
+    };
     let (gated, tasks) = crate::gates::start(
         client,
         admission.clone(),
@@ -283,7 +290,7 @@ fn start_gates(
         leader,
     );
     background.extend(tasks);
-    Some(gated)
+    Ok(Some(gated))
 }
 
 /// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and

@@ -507,3 +507,22 @@ fn gates_list_and_release_by_hand() {
         "{again}"
     );
 }
+
+/// Gating with no cluster to release the Pods from would hold them forever: `serve` refuses to
+/// start, naming the key.
+#[test]
+fn serve_refuses_to_gate_without_a_cluster() {
+    let home = tempfile::tempdir().unwrap();
+    let out = common::cli::isolated(home.path(), "1s")
+        .env("TOLERABLE_POLICY__ON_LOOKUP_FAILURE", "gate")
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .arg("serve")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("policy.on_lookup_failure") && err.contains("needs the cluster"),
+        "{err}"
+    );
+}
