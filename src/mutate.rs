@@ -235,6 +235,7 @@ impl Answer {
         match &self.decision {
             Decision::Denied { .. } => Some(true),
             Decision::Placed(placement) if !explain::additions(placement).is_empty() => Some(false),
+            Decision::Gated { .. } => Some(false),
             _ => None,
         }
     }

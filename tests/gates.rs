@@ -197,6 +197,8 @@ async fn registry_down_gates_then_back_releases_with_the_decision() {
     let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
     admit_and_create(&server, &api, "web", std::slice::from_ref(&image)).await;
     assert_eq!(metric(&server, "tolerable_gated_pods_total").await, 1.0);
+    let gated_outcome = "tolerable_admissions_total{outcome=\"gated\"}";
+    assert_eq!(metric(&server, gated_outcome).await, 1.0);
     proxy.set(Fault::None);
     assert!(
         api.wait_for(WAIT, |api| released(api, "web")).await,
@@ -362,11 +364,16 @@ async fn images_without_a_common_architecture_stay_gated_as_unrunnable() {
         metric(&server, "tolerable_gate_unrunnable_total").await,
         1.0
     );
-    // Out of the watched set: not counted as a Pod still waiting.
-    assert_eq!(
-        metric(&server, "tolerable_gate_oldest_pod_age_seconds").await,
-        0.0
-    );
+    // Out of the watched set: not counted as a Pod still waiting (once the watch has seen the
+    // new label).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metric(&server, "tolerable_gate_oldest_pod_age_seconds").await != 0.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still counted as waiting"
+        );
+        tokio::task::yield_now().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

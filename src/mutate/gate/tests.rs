@@ -403,6 +403,11 @@ fn report_only_says_it_would_gate() {
     let down = facts(&[("app:1", Err("registry down"))]);
     let (out, patched) = admit(&pod(&["app:1"], json!({})), &down, &policy);
     assert_eq!(out.outcome(), Outcome::Gated);
+    assert_eq!(
+        out.not_enforced(),
+        Some(false),
+        "counted as a change it would make"
+    );
     assert_eq!(patched["spec"]["schedulingGates"], Value::Null);
     assert_eq!(patched["metadata"]["labels"], Value::Null);
     let note = patched["metadata"]["annotations"][DECISION_ANNOTATION]
