@@ -125,24 +125,23 @@ impl GatedPods {
     fn finished(&self, record: &GatedRecord, next: Next) {
         let key = (record.namespace.clone(), record.name.clone());
         let mut queue = self.lock();
+        // Only this Pod's entry: one created again under its name is another Pod's.
+        let same = queue
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.record.uid == record.uid);
         match next {
-            // Only this Pod's entry: one created again under its name stays queued.
-            Next::Done
-                if queue
-                    .entries
-                    .get(&key)
-                    .is_some_and(|e| e.record.uid == record.uid) =>
-            {
+            Next::Done if same => {
                 queue.entries.remove(&key);
             }
-            Next::Done => {}
-            Next::After(wait) => {
+            Next::After(wait) if same => {
                 if let Some(entry) = queue.entries.get_mut(&key) {
                     entry.working = false;
                     entry.attempts += 1;
                     entry.due = Instant::now() + wait;
                 }
             }
+            Next::Done | Next::After(_) => {}
         }
         drop(queue);
         self.changed.notify_one();
@@ -159,12 +158,13 @@ impl Queue {
             working: false,
         });
         if entry.record.uid != record.uid {
-            // Deleted and created again under the same name: a new Pod.
+            // Deleted and created again under the same name: a new Pod, due now (the old one's
+            // work, if any, ends finding it gone).
             *entry = Entry {
                 record,
                 due: Instant::now(),
                 attempts: 0,
-                working: entry.working,
+                working: false,
             };
         }
     }
@@ -430,4 +430,82 @@ pub(crate) async fn release_by_hand(
         });
     }
     anyhow::bail!("{namespace}/{name} kept changing while it was released; try again")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, uid: &str, age_secs: u64) -> GatedRecord {
+        GatedRecord {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+            created: SystemTime::now() - Duration::from_secs(age_secs),
+        }
+    }
+
+    fn queued(gated: &GatedPods) -> Vec<String> {
+        let mut names: Vec<String> = gated.lock().entries.keys().map(|k| k.1.clone()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn one_entry_per_pod_and_a_new_list_replaces_them() {
+        let gated = GatedPods::default();
+        gated.seen(Seen::Gated(record("a", "1", 60)));
+        gated.seen(Seen::Gated(record("a", "1", 60)));
+        gated.seen(Seen::Gated(record("b", "2", 5)));
+        assert_eq!(queued(&gated), ["a", "b"], "one entry per Pod");
+        let age = gated.oldest_age().unwrap();
+        assert!(age >= Duration::from_secs(60), "{age:?}");
+        // A re-list (after an expired watch) without a: a is gone, b kept.
+        gated.seen(Seen::Listing);
+        gated.seen(Seen::Gated(record("b", "2", 5)));
+        assert_eq!(
+            queued(&gated),
+            ["a", "b"],
+            "replaced only when the list ends"
+        );
+        gated.seen(Seen::Listed);
+        assert_eq!(queued(&gated), ["b"]);
+        gated.seen(Seen::Gone(record("b", "2", 5)));
+        assert!(queued(&gated).is_empty());
+        assert_eq!(gated.oldest_age(), None);
+    }
+
+    #[test]
+    fn a_due_pod_is_taken_once_and_backs_off() {
+        let gated = GatedPods::default();
+        gated.seen(Seen::Gated(record("a", "1", 1)));
+        let now = Instant::now();
+        let (taken, attempts) = gated.take_due(now).unwrap();
+        assert_eq!((taken.name.as_str(), attempts), ("a", 0));
+        assert!(
+            matches!(gated.take_due(now), Err(None)),
+            "not taken twice while worked on"
+        );
+        gated.finished(&taken, Next::After(Duration::from_secs(4)));
+        let Err(Some(due)) = gated.take_due(Instant::now()) else {
+            panic!("due later");
+        };
+        assert!(due > now + Duration::from_secs(3));
+        assert_eq!(gated.lock().entries.values().next().unwrap().attempts, 1);
+        // Created again under its name while worked on: the new Pod stays queued.
+        let (taken, _) = gated.take_due(due).unwrap();
+        gated.seen(Seen::Gated(record("a", "2", 0)));
+        gated.finished(&taken, Next::Done);
+        assert_eq!(queued(&gated), ["a"]);
+        let (new, attempts) = gated.take_due(Instant::now()).expect("the new Pod is due");
+        assert_eq!((new.uid.as_str(), attempts), ("2", 0));
+        gated.finished(&new, Next::Done);
+        assert!(queued(&gated).is_empty());
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap() {
+        let waits: Vec<u64> = (0..8).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
 }
