@@ -65,6 +65,7 @@ pub(crate) struct PodAnswer {
     pub(crate) lookup_causes: LookupCauses,
 }
 
+#[derive(Clone)]
 pub struct Admission {
     resolver: Arc<Resolver>,
     policy: Policy,
@@ -183,6 +184,19 @@ impl Admission {
 
     /// The facts the decision needs: the platforms of the images to look up (none for a Pod
     /// that is skipped or over the limits), with the Pod's pull secrets, all within `budget`.
+    /// What is known of the Pod's images now, gathered as an admission gathers it (its pull
+    /// secrets, then the lookups, within `budget`), and the node pools the decision reads: the
+    /// gate controller decides on these.
+    pub(crate) async fn facts(
+        &self,
+        pod: &PodCreate,
+        pull_secrets: &PullSecretRefs,
+        budget: Duration,
+    ) -> (ImageFacts, Option<Arc<mutate::NodePools>>) {
+        let ((facts, _), _) = self.gather(pod, pull_secrets, budget).await;
+        (facts, self.nodes.as_ref().and_then(NodeWatch::pools))
+    }
+
     async fn gather(
         &self,
         request: &PodCreate,

@@ -19,7 +19,9 @@ use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::gates::GatedPods;
 use crate::metrics::Metrics;
+use crate::mutate::OnLookupFailure;
 use crate::registry::Resolver;
 use crate::server::tls::{self, CertStore};
 use crate::server::{self, AppState, GaugeRefresh, ReadinessCheck, ServerLimits};
@@ -56,35 +58,47 @@ impl Webhook {
     }
 
     /// [`Webhook::build`], competing for the gate releasers' Lease as `election` says (with a
-    /// client; `None`: not competing): [`Webhook::leader`] then says whether this replica
-    /// leads, and `serve` gives the Lease up when it shuts down.
+    /// client; `None`: not competing, and a gate controller, if any, always releases):
+    /// [`Webhook::leader`] then says whether this replica leads, and `serve` gives the Lease up
+    /// when it shuts down.
     pub async fn build_electing(
         config: &Config,
         kube: Option<kube::Client>,
         manage_node_taints: bool,
         election: Option<LeaderElectionSettings>,
     ) -> anyhow::Result<Self> {
+        Self::build_led(
+            config,
+            kube,
+            manage_node_taints,
+            Leadership::Elect(election),
+        )
+        .await
+    }
+
+    /// [`Webhook::build`], the gate controller releasing Pods only while `leader` is true (the
+    /// tests' stand-in for the Lease).
+    pub async fn build_with_leader(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+        leader: watch::Receiver<bool>,
+    ) -> anyhow::Result<Self> {
+        Self::build_led(config, kube, manage_node_taints, Leadership::Given(leader)).await
+    }
+
+    async fn build_led(
+        config: &Config,
+        kube: Option<kube::Client>,
+        manage_node_taints: bool,
+        leadership: Leadership,
+    ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
         let resolver = Arc::new(resolver(config, Some(&metrics))?);
         // Listen first: a second `serve` in the same directory must fail on its port before it
         // writes a self-signed CA over the running one's.
-        let listener = TcpListener::bind(config.listen_addr)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot listen on {} (server.listen_addr)",
-                    config.listen_addr
-                )
-            })?;
-        let metrics_listener = match config.metrics_addr {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr} (server.metrics_addr)"))?,
-            ),
-            None => None,
-        };
+        let (listener, metrics_listener) = listeners(config).await?;
         let certs = Arc::new(certificates(config)?);
         let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
         let admission = Admission::new(
@@ -93,17 +107,23 @@ impl Webhook {
             Some(metrics.clone()),
         );
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
-        let election = compete_for_gates(kube.as_ref(), election, &metrics, &mut metrics_registry);
-        let (admission, nodes) = match kube {
+        let (election, leader) = leadership.start(
+            kube.as_ref(),
+            &metrics,
+            &mut metrics_registry,
+            &mut background,
+        );
+        let (admission, nodes) = match &kube {
             Some(client) => wire_cluster(
                 config,
-                client,
+                client.clone(),
                 manage_node_taints,
                 admission,
                 &mut background,
             ),
             None => (admission, None),
         };
+        let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -120,7 +140,7 @@ impl Webhook {
         let state = Arc::new(AppState {
             admission,
             readiness: readiness(nodes.clone()),
-            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone()),
+            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone(), gated),
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -183,10 +203,66 @@ impl Webhook {
 
 /// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
 /// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
-/// `kustomize/components/gates`). Until the releaser is merged nothing here gates Pods, so no
-/// replica competes.
-fn elects_a_leader(_config: &Config) -> bool {
-    false
+/// `kustomize/components/gates`); every replica keeps serving admissions either way.
+fn elects_a_leader(config: &Config) -> bool {
+    config.policy.on_lookup_failure == OnLookupFailure::Gate
+}
+
+/// The webhook's listener and, with `server.metrics_addr`, the metrics one.
+async fn listeners(config: &Config) -> anyhow::Result<(TcpListener, Option<TcpListener>)> {
+    let listener = TcpListener::bind(config.listen_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (server.listen_addr)",
+                config.listen_addr
+            )
+        })?;
+    let metrics_listener = match config.metrics_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (server.metrics_addr)"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, metrics_listener))
+}
+
+/// Who says whether this replica releases gated Pods.
+enum Leadership {
+    /// The Lease, when competing (`None`: not competing).
+    Elect(Option<LeaderElectionSettings>),
+    /// A receiver given by the caller.
+    Given(watch::Receiver<bool>),
+}
+
+impl Leadership {
+    /// The election, when this replica competes, and the receiver the gate releaser follows:
+    /// the election's, the one given, or (not competing) one that always says "leading", its
+    /// sender living as long as the background tasks.
+    fn start(
+        self,
+        kube: Option<&kube::Client>,
+        metrics: &Metrics,
+        registry: &mut prometheus_client::registry::Registry,
+        background: &mut Vec<JoinHandle<()>>,
+    ) -> (Option<LeaderElection>, watch::Receiver<bool>) {
+        let (election, leader) = match self {
+            Leadership::Elect(settings) => {
+                let election = compete_for_gates(kube, settings, metrics, registry);
+                let leader = election.as_ref().map(LeaderElection::leader);
+                (election, leader)
+            }
+            Leadership::Given(leader) => (None, Some(leader)),
+        };
+        let leader = leader.unwrap_or_else(|| {
+            let (always, leader) = watch::channel(true);
+            background.push(tokio::spawn(async move { always.closed().await }));
+            leader
+        });
+        (election, leader)
+    }
 }
 
 /// The leader election, with its gauge registered, where this replica competes.
@@ -258,16 +334,20 @@ fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
 }
 
 /// The gauges read at scrape time that the server does not own: the lookup cache's entries
-/// and, with a node watch, its last sync, size and the architectures it has seen.
+/// and, with a node watch, its last sync, size and the architectures it has seen; with the gate
+/// controller, the age of the oldest gated Pod.
 fn scrape_time_gauges(
     metrics: Arc<Metrics>,
     resolver: Arc<Resolver>,
     nodes: Option<NodeWatch>,
+    gated: Option<GatedPods>,
 ) -> GaugeRefresh {
     Box::new(move || {
         let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
+        let oldest_gated = gated.as_ref().and_then(GatedPods::oldest_age);
         Box::pin(async move {
             metrics.set_cache_entries(resolver.cached_entries().await);
+            metrics.gates.set_oldest_age(oldest_gated);
             let Some(nodes) = nodes else {
                 return;
             };
@@ -313,6 +393,35 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated
+/// Pods (every replica, for the oldest-age gauge) and their releaser (while `leader`).
+fn start_gates(
+    config: &Config,
+    kube: Option<kube::Client>,
+    admission: &Admission,
+    metrics: &Arc<Metrics>,
+    leader: tokio::sync::watch::Receiver<bool>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Option<GatedPods>> {
+    if config.policy.on_lookup_failure != OnLookupFailure::Gate {
+        return Ok(None);
+    }
+    let Some(client) = kube else {
+        anyhow::bail!(
+            "config key `policy.on_lookup_failure`: \"gate\" needs the cluster: serve's gate controller releases the Pods it gates"
+        );
+    };
+    let (gated, tasks) = crate::gates::start(
+        client,
+        admission.clone(),
+        metrics.clone(),
+        config.gate_timeout,
+        leader,
+    );
+    background.extend(tasks);
+    Ok(Some(gated))
 }
 
 /// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and

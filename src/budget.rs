@@ -21,6 +21,10 @@ use std::time::Duration;
 /// What the API server waits when the request names no `?timeout=` (its own default).
 pub(crate) const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
 /// The least time kept back from the API server's timeout to encode and send the answer.
+/// One look of the gate controller at a gated Pod's images (pull secrets and lookups): as long
+/// as the API server gives an admission by default, so a release decides within what an
+/// admission could have waited.
+pub(crate) const GATE_LOOKUP: Duration = DEFAULT_API_TIMEOUT;
 pub(crate) const MIN_MARGIN: Duration = Duration::from_millis(300);
 /// The least budget given, however short the API server's timeout.
 const MIN_BUDGET: Duration = Duration::from_millis(50);

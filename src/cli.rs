@@ -39,6 +39,44 @@ pub(crate) enum Command {
     /// images cannot run on), movable (could run on the other pools), ready, pinned or unknown.
     #[command(after_help = exit_help(AUDIT_EXIT))]
     Audit(AuditArgs),
+    /// Pods held by tolerable's scheduling gate (on_lookup_failure = "gate"): list them, or
+    /// release them unchanged (before uninstalling tolerable, or in an emergency).
+    Gates(GatesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GatesArgs {
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+
+    #[command(subcommand)]
+    pub(crate) command: GatesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum GatesCommand {
+    /// List the Pods labelled tolerable.io/gated (waiting for their images, or unrunnable),
+    /// with their age and what they wait for.
+    #[command(after_help = exit_help(GATES_LIST_EXIT))]
+    List {
+        /// Only this namespace (default: every namespace).
+        #[arg(short = 'n', long, value_name = "NAMESPACE")]
+        namespace: Option<String>,
+    },
+    /// Release gated Pods unchanged: remove tolerable's gate and label (other gates stay), the
+    /// annotation saying so.
+    #[command(after_help = exit_help(GATES_RELEASE_EXIT))]
+    Release {
+        /// Every Pod labelled tolerable.io/gated (in --namespace, else in every namespace).
+        #[arg(long, conflicts_with = "pods", required_unless_present = "pods")]
+        all: bool,
+        /// The namespace of the Pods named (default: default), or the only one --all releases in.
+        #[arg(short = 'n', long, value_name = "NAMESPACE")]
+        namespace: Option<String>,
+        /// Pods to release, by name.
+        #[arg(value_name = "POD")]
+        pods: Vec<String>,
+    },
 }
 
 /// Which cluster a subcommand reads: the same flags, and the same fallback, on every subcommand
@@ -287,6 +325,27 @@ pub(crate) const NODES_CHANGE_EXIT: &[ExitStatus] = &[
         code: 2,
         meaning: "could not run, or refused (the webhook not ready, without --force): nothing more was changed (the cause is on stderr)",
     },
+    READER_STOPPED,
+];
+
+pub(crate) const GATES_LISTED: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "the gated Pods were listed (none is not an error)",
+};
+pub(crate) const GATES_LIST_EXIT: &[ExitStatus] = &[GATES_LISTED, COULD_NOT_RUN, READER_STOPPED];
+
+pub(crate) const GATES_RELEASED: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "done: every Pod listed was released or carried no gate of tolerable's",
+};
+pub(crate) const GATES_NOT_FOUND: ExitStatus = ExitStatus {
+    code: 1,
+    meaning: "some Pod named was not found (each is listed); the others were released",
+};
+pub(crate) const GATES_RELEASE_EXIT: &[ExitStatus] = &[
+    GATES_RELEASED,
+    GATES_NOT_FOUND,
+    COULD_NOT_RUN,
     READER_STOPPED,
 ];
 

@@ -5,6 +5,7 @@
 //! (`nodes`) and paged lists of any kind (`list`, what `audit` reads through).
 
 pub(crate) mod connect;
+pub(crate) mod gates;
 pub mod lease;
 pub(crate) mod list;
 pub mod nodes;

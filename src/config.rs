@@ -47,6 +47,9 @@ use source::Sources;
 pub(crate) const ENV_PREFIX: &str = "TOLERABLE";
 /// The variable naming the config file; not itself a config key.
 pub(crate) const CONFIG_PATH_ENV: &str = "TOLERABLE_CONFIG";
+/// The namespace tolerable runs in, set from the downward API (`metadata.namespace`) by the
+/// kustomize base and the chart; not itself a config key.
+pub(crate) const OWN_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// Read when neither `--config` nor `TOLERABLE_CONFIG` names a file, if it exists.
 pub(crate) const DEFAULT_CONFIG_FILE: &str = "tolerable.toml";
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +233,9 @@ pub struct Config {
     /// Why providers of the file were skipped (logged when the credentials are assembled).
     pub(crate) credential_provider_warnings: Vec<String>,
     pub resolver: ResolverSettings,
+    /// `[policy] gate_timeout`: how long the gate controller waits for a gated Pod's lookups
+    /// before releasing it unchanged.
+    pub gate_timeout: Duration,
     /// A warning for each deprecated key written, logged at start-up.
     pub(crate) deprecations: Vec<String>,
 }
@@ -242,6 +248,11 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         let mut file = file.map(read_file).transpose()?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let own_namespace = env
+            .iter()
+            .find(|(k, v)| k == OWN_NAMESPACE_ENV && !v.trim().is_empty())
+            .map(|(_, v)| v.trim().to_owned());
         let mut deprecations = match &mut file {
             Some((path, table)) => deprecated::rewrite_file(path, table)?,
             None => Vec::new(),
@@ -278,6 +289,7 @@ impl Config {
         }
         let mut config = Self::validate(sections).map_err(|e| e.located(&sources))?;
         config.deprecations = deprecations;
+        config.policy.own_namespace = own_namespace;
         Ok(config)
     }
 
@@ -313,7 +325,9 @@ impl Config {
             .policy
             .validate(&sections.tolerations, &sections.architecture_tolerations)?;
         let credentials = sections.credentials;
+        let gate_timeout = sections.policy.gate_timeout()?;
         Ok(Self {
+            gate_timeout,
             tls_files,
             listen_addr: server.listen_addr,
             metrics_addr: server.metrics_addr,

@@ -77,18 +77,72 @@ pub fn admission_review(data: &[u8]) {
     };
     let out = admission::respond(AdmissionReviewOut::allow(&review), &answer, &[]);
     serde_json::to_vec(&out).expect("answers serialize");
-    if answer.patch.is_empty() {
+    let parsed = serde_json::from_slice::<serde_json::Value>(data);
+    let mut review = match parsed {
+        Ok(review) => review,
+        // Deeper than serde_json's recursion limit: the wire types read it, a whole tree does not.
+        Err(_) if answer.patch.is_empty() => return,
+        Err(e) => panic!("it parsed as an AdmissionReview, so it is JSON: {e}"),
+    };
+    let object = review["request"]["object"].take();
+    if !answer.patch.is_empty() {
+        apply(object.clone(), &answer.patch, "the Pod it was made for");
+    }
+    gate_then_release(request, object);
+}
+
+/// Under `on_lookup_failure = "gate"` with every lookup failed: the gate patch applies to the
+/// Pod, and the release made from the gated Pod (its images then known) applies to it.
+fn gate_then_release(request: &wire::AdmissionRequest, object: serde_json::Value) {
+    let gating = Policy {
+        on_lookup_failure: mutate::OnLookupFailure::Gate,
+        ..policy()
+    };
+    let RequestRead::Decide(pod, _) = admission::read_request(request, &gating) else {
+        return;
+    };
+    let failed: ImageFacts = pod
+        .images_to_look_up()
+        .iter()
+        .map(|image| {
+            let down = mutate::LookupFailure::Unavailable("registry down".into());
+            (image.clone(), Err(down))
+        })
+        .collect();
+    let answer = mutate::answer(&pod, &failed, None, &gating);
+    if answer.outcome() != mutate::Outcome::Gated {
         return;
     }
-    let mut review: serde_json::Value =
-        serde_json::from_slice(data).expect("it parsed as an AdmissionReview, so it is JSON");
-    let mut object = review["request"]["object"].take();
+    let gated = apply(object, &answer.patch, "the Pod it gates");
+    let Ok(read) = wire::PodObject::from_value(&gated) else {
+        panic!("the gated Pod is no Pod tolerable reads");
+    };
+    let Ok(again) = PodCreate::new(pod.namespace.clone(), read.view, &gating) else {
+        return;
+    };
+    let patch = match mutate::gate::release(&again, &facts_for(&again), None, &gating) {
+        mutate::gate::Release::Decided { patch, .. }
+        | mutate::gate::Release::Unrunnable { patch, .. } => patch,
+        mutate::gate::Release::NotGated(_) | mutate::gate::Release::Waiting(_) => {
+            panic!("a gated Pod whose images are known is released")
+        }
+    };
+    apply(gated, &patch, "the gated Pod");
+}
+
+/// `ops` applied to `object`: panics (an invariant broken) when they do not apply.
+fn apply(
+    mut object: serde_json::Value,
+    ops: &[mutate::patch::Operation],
+    what: &str,
+) -> serde_json::Value {
     let ops: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(&answer.patch).expect("operations serialize"))
+        serde_json::from_value(serde_json::to_value(ops).expect("operations serialize"))
             .expect("our operations are a JSON Patch");
     if let Err(e) = json_patch::patch(&mut object, &ops) {
-        panic!("the patch does not apply to the Pod it was made for: {e}");
+        panic!("the patch does not apply to {what}: {e}");
     }
+    object
 }
 
 /// Every image of `pod` runs on linux/amd64 and linux/arm64.

@@ -22,6 +22,7 @@ pub mod config;
 pub(crate) mod duration;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod gates;
 pub mod metrics;
 pub mod mutate;
 pub mod registry;

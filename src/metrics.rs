@@ -6,6 +6,7 @@
 //! credential plugins), `exposition` (OpenMetrics and the Prometheus text format).
 
 mod exposition;
+mod gates;
 mod lookups;
 
 use std::collections::HashSet;
@@ -26,6 +27,7 @@ use self::lookups::WELL_KNOWN_REGISTRIES;
 
 pub use self::exposition::encode;
 pub(crate) use self::exposition::encode_text_format;
+pub(crate) use self::gates::{GateMetrics, GateRelease};
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -174,6 +176,8 @@ pub struct Metrics {
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
     gate_leader: Gauge,
+    /// The scheduling gates: admissions gated, the gate controller's releases.
+    pub(crate) gates: GateMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -224,6 +228,7 @@ impl Metrics {
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
             gate_leader: Gauge::default(),
+            gates: GateMetrics::register(registry),
         };
         metrics.register_connections(registry);
         metrics.register_admissions(registry);
@@ -397,6 +402,10 @@ impl Metrics {
             self.not_enforced(would_deny);
         } else if let Decision::Denied { why, .. } = &answer.decision {
             self.denied(*why);
+        } else if let (Decision::Gated { .. }, false) = (&answer.decision, answer.patch.is_empty())
+        {
+            // Counted when the gate is added, not on a reinvocation that finds it there.
+            self.gates.gated();
         }
     }
 

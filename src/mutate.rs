@@ -7,6 +7,7 @@ pub(crate) mod arch;
 pub(crate) mod decision;
 pub(crate) mod explain;
 pub(crate) mod facts;
+pub mod gate;
 pub(crate) mod node_labels;
 pub(crate) mod patch;
 pub(crate) mod platform;
@@ -234,6 +235,7 @@ impl Answer {
         match &self.decision {
             Decision::Denied { .. } => Some(true),
             Decision::Placed(placement) if !explain::additions(placement).is_empty() => Some(false),
+            Decision::Gated { .. } => Some(false),
             _ => None,
         }
     }
@@ -253,6 +255,7 @@ pub(crate) fn answer(
     }
     let patch = match &decision {
         Decision::Placed(placement) => patch::operations(&request.pod, placement),
+        Decision::Gated { summary, .. } => gate::gate_operations(&request.pod, summary),
         _ => Vec::new(),
     };
     Answer {
@@ -271,6 +274,7 @@ fn report_only(pod: &PodView, decision: Decision) -> Answer {
             &placement.summary,
         )),
         Decision::Denied { message, .. } => Some(explain::would_deny(message)),
+        Decision::Gated { summary, .. } => Some(explain::would_gate(summary)),
         Decision::Unchanged { .. } => None,
     };
     let annotation = would.and_then(|text| {
@@ -330,6 +334,9 @@ pub(crate) fn decide(
             deny_or_leave(deny, reason, vec![warning], Untouched::LookupFailed)
         }
         None => {
+            if let Some(gated) = gate_instead(request, facts, policy) {
+                return gated;
+            }
             let mut decision =
                 decide_from_facts(&request.pod, &request.distinct, facts, policy, pools);
             let stale = request
@@ -346,6 +353,28 @@ pub(crate) fn decide(
             decision
         }
     }
+}
+
+/// Under `on_lookup_failure = "gate"`, a Pod with an image whose platforms are unknown is gated
+/// (nothing else decided now: one decision, made once all are known), unless it cannot be
+/// gated ([`gate::cannot_gate`]): then it is left unchanged with a warning saying why, as with
+/// `allow`.
+fn gate_instead(request: &PodCreate, facts: &ImageFacts, policy: &Policy) -> Option<Decision> {
+    if policy.on_lookup_failure != OnLookupFailure::Gate {
+        return None;
+    }
+    let waiting = known_facts(&request.distinct, facts).err()?;
+    if let Some(why) = gate::cannot_gate(&request.namespace, &request.pod, policy) {
+        let mut decision = lookup_failed(&waiting, policy);
+        decision.warnings_mut().push(explain::no_tolerations(&why));
+        return Some(decision);
+    }
+    let summary = cut(explain::gated(&waiting), MAX_SUMMARY_BYTES);
+    Some(Decision::Gated {
+        waiting,
+        summary,
+        warnings: Vec::new(),
+    })
 }
 
 fn decide_from_facts(

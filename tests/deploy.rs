@@ -11,6 +11,7 @@ use common::deployed;
 use common::tools::{self, write_temp};
 use serde_json::Value;
 use tolerable::config::Config;
+use tolerable::mutate::OnLookupFailure;
 
 const OVERLAYS: &[&str] = &[
     "kustomize",
@@ -22,6 +23,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/namespaced-pull-secrets",
     "kustomize/overlays/node-credential-providers",
     "kustomize/overlays/credential-provider-image",
+    "kustomize/overlays/gates",
 ];
 
 fn root() -> PathBuf {
@@ -206,23 +208,29 @@ fn deployed_config(docs: &[Value]) -> Config {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tolerable.toml");
     std::fs::write(&file, text).unwrap();
-    let container =
-        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let deployment = object(docs, "Deployment", "tolerable");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut env: Vec<(String, String)> = container["env"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_owned(),
-                e["value"].as_str().unwrap().to_owned(),
-            )
+            let value = match e["value"].as_str() {
+                Some(value) => value.to_owned(),
+                None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
+            };
+            (e["name"].as_str().unwrap().to_owned(), value)
         })
         .collect();
     deployed::local_tls_and_credential_files(dir.path(), &mut env);
     deployed::local_credential_providers(docs, deployment_pod(docs), dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
         .unwrap_or_else(|e| panic!("deployed config is invalid: {e}"));
+    // Its own namespace, from the downward API: its Pods are never gated.
+    assert_eq!(
+        config.policy.own_namespace.as_deref(),
+        deployment["metadata"]["namespace"].as_str()
+    );
     std::mem::forget(dir); // the returned config may refer to these paths
     config
 }
@@ -616,6 +624,19 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             );
         }
     }
+    if deployed_config(docs).policy.on_lookup_failure == OnLookupFailure::Gate {
+        // The releaser's ClusterRole and the Lease's Role, each bound once: their rules are
+        // the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else's.
+        for (kind, name) in [
+            ("ClusterRole", "tolerable-gates"),
+            ("ClusterRoleBinding", "tolerable-gates"),
+            ("Role", "tolerable-gates-leader-election"),
+            ("RoleBinding", "tolerable-gates-leader-election"),
+        ] {
+            object(docs, kind, name);
+        }
+        expected += 4;
+    }
     assert_eq!(
         rbac.len(),
         expected,
@@ -979,7 +1000,7 @@ fn the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else() {
         role["rules"],
         serde_json::json!([
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         ])
     );
     let lease = tolerable::cluster::lease::DEFAULT_LEASE_NAME;

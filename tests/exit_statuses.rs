@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use common::gates_api::GatesApiServer;
 use common::kube_api::{FakeApiServer, RegistryHosts};
 use common::workloads_api::WorkloadsApi;
 
 /// The subcommands with their own help, as run.
-const SUBCOMMANDS: [&[&str]; 7] = [
+const SUBCOMMANDS: [&[&str]; 9] = [
     &["serve"],
     &["review"],
     &["inspect"],
@@ -21,6 +22,8 @@ const SUBCOMMANDS: [&[&str]; 7] = [
     &["nodes", "plan"],
     &["nodes", "taint"],
     &["nodes", "untaint"],
+    &["gates", "list"],
+    &["gates", "release"],
 ];
 
 /// `tolerable ARGS` isolated from this process's environment (`common::cli::isolated`).
@@ -181,6 +184,39 @@ fn nodes(seen: &mut Seen, home: &Path) {
     seen.ended(plan, &out, 2, "could not run");
 }
 
+fn gates(seen: &mut Seen, home: &Path) {
+    let api = GatesApiServer::start();
+    let mut pod = common::gates_api::recorded_json("pod-create-gated.request.json");
+    pod["metadata"]["namespace"] = serde_json::json!("default");
+    api.create("default", pod).unwrap();
+    let kubeconfig = common::kube_api::kubeconfig(api.port, "admintoken");
+    let run = |args: &[&str], kubeconfig: &Path| {
+        let mut command = tolerable(home);
+        command.args(args).arg("--kubeconfig").arg(kubeconfig);
+        command
+    };
+    let (list, release) = (&["gates", "list"][..], &["gates", "release"][..]);
+    let good = kubeconfig.path();
+    let missing = home.join("no-kubeconfig");
+    seen.ended(list, &run(list, good).output().unwrap(), 0, "listed");
+    seen.ended(list, &reader_gone(&mut run(list, good)), 141, "stopped");
+    seen.ended(
+        list,
+        &run(list, &missing).output().unwrap(),
+        2,
+        "could not run",
+    );
+    let named = |pods: &[&'static str]| -> Vec<&'static str> { [release, pods].concat() };
+    let out = run(&named(&["gone"]), good).output().unwrap();
+    seen.ended(release, &out, 1, "not found");
+    let out = reader_gone(&mut run(&named(&["gated-1"]), good));
+    seen.ended(release, &out, 141, "stopped");
+    let out = run(&named(&["--all"]), good).output().unwrap();
+    seen.ended(release, &out, 0, "done");
+    let out = run(&named(&["--all"]), &missing).output().unwrap();
+    seen.ended(release, &out, 2, "could not run");
+}
+
 fn inspect(seen: &mut Seen, home: &Path) {
     let registry = &common::registry::plain().host;
     let good = format!("{registry}/fixtures/multiarch-oci:v1");
@@ -322,6 +358,7 @@ async fn every_listed_exit_status_is_returned_and_every_returned_one_listed() {
     review(&mut seen, home.path());
     inspect(&mut seen, home.path());
     audit(&mut seen, home.path());
+    gates(&mut seen, home.path());
     serve(&mut seen).await;
     seen.all_seen();
 }

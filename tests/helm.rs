@@ -409,6 +409,7 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
     let text = config_map["data"]["tolerable.toml"].as_str().unwrap();
     let file: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
     let pod = deployment_pod(docs, fullname);
+    let deployment = object(docs, "Deployment", fullname);
     let container = &pod["containers"][0];
     let mount_of = |volume: &str| -> String {
         let mount = container["volumeMounts"]
@@ -442,10 +443,13 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
         .map(|e| {
             let value = match e["value"].as_str() {
                 Some(value) => value.to_owned(),
-                None => {
-                    assert!(e["valueFrom"]["secretKeyRef"]["name"].is_string(), "{e}");
-                    "from-a-secret".to_owned()
-                }
+                None => match e["valueFrom"]["fieldRef"].is_object() {
+                    true => deployed::downward_value(e, deployment).unwrap(),
+                    false => {
+                        assert!(e["valueFrom"]["secretKeyRef"]["name"].is_string(), "{e}");
+                        "from-a-secret".to_owned()
+                    }
+                },
             };
             (e["name"].as_str().unwrap().into(), value)
         })
@@ -975,6 +979,10 @@ fn rbac_variants_match_kustomize() {
             json!({"config": {"nodes": {"manage_taints": true}}}),
         ),
         ("kustomize/overlays/no-cluster-access", no_api_values()),
+        (
+            "kustomize/overlays/gates",
+            json!({"config": {"policy": {"on_lookup_failure": "gate"}}}),
+        ),
     ] {
         let kustomize = tools::documents(&tools::render(overlay));
         let chart = tools::documents(&render(&values, "tolerable", "tolerable-system").0);

@@ -447,13 +447,10 @@ const SENT_BY_REGISTRIES: [&str; 2] = [
 
 /// Before any admission: every series an alert or panel reads exists, except the registry
 /// requests, labelled by the status a registry answered, and [`SENT_BY_REGISTRIES`].
-/// Exposed only where Pods are gated (`on_lookup_failure = "gate"`): the gate alerts stay quiet
-/// without them, and this server does not gate.
-const ONLY_WITH_GATES: [&str; 3] = [
-    "tolerable_gate_leader",
-    "tolerable_gate_oldest_pod_age_seconds",
-    "tolerable_gate_timeout_seconds",
-];
+/// Exposed only where a replica competes for the gate releasers' Lease (`on_lookup_failure =
+/// "gate"`): TolerableNoGateReleaser stays quiet without it, and this server does not gate.
+/// (The other gate series exist on every server, at 0.)
+const ONLY_WITH_GATES: [&str; 1] = ["tolerable_gate_leader"];
 
 fn series_at_start(text: &str, used: &BTreeSet<String>, started: SystemTime, docs: &[Value]) {
     for name in used {

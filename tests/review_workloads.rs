@@ -296,14 +296,29 @@ fn the_exit_status_is_a_gate_whatever_the_webhook_would_do() {
     std::fs::write(&file, missing).unwrap();
     // A lookup that failed is not a pass (issue 24: a gate with no network checked nothing):
     // its own status, 4, unless the config makes it a denial.
-    for (policy, code, outcome) in [("allow", 4, "lookup_failed"), ("deny", 1, "denied")] {
+    // Under "gate" the workload would be held behind the gate (and not checked either: 4),
+    // its summary naming the image it waits for.
+    for (policy, code, outcome) in [
+        ("allow", 4, "lookup_failed"),
+        ("deny", 1, "denied"),
+        ("gate", 4, "gated"),
+    ] {
         let out = tolerable()
             .env("TOLERABLE_POLICY__ON_LOOKUP_FAILURE", policy)
             .args(["review", "--json", file.to_str().unwrap()])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(code), "{policy}");
-        assert_eq!(workload(&json_report(&out), "Job", "j")["outcome"], outcome);
+        let report = json_report(&out);
+        assert_eq!(workload(&report, "Job", "j")["outcome"], outcome);
+        if policy == "gate" {
+            let summary = workload(&report, "Job", "j")["summary"].to_string();
+            assert!(
+                summary.contains("waiting for the platforms of")
+                    && summary.contains("does-not-exist"),
+                "{summary}"
+            );
+        }
     }
 }
 

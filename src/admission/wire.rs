@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{
-    Affinity, ImageVolumeSource, LocalObjectReference, PodOS, Toleration,
+    Affinity, ImageVolumeSource, LocalObjectReference, PodOS, PodSchedulingGate, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Serialize};
@@ -219,6 +219,7 @@ struct SpecIn {
     affinity: Option<Affinity>,
     os: Option<PodOS>,
     node_name: Option<String>,
+    scheduling_gates: Option<Vec<PodSchedulingGate>>,
     image_pull_secrets: Option<Vec<LocalObjectReference>>,
     service_account_name: Option<String>,
 }
@@ -263,6 +264,9 @@ impl SpecIn {
             affinity: self.affinity,
             os: self.os,
             node_name: self.node_name,
+            scheduling_gates: self
+                .scheduling_gates
+                .map(|gates| gates.into_iter().map(|g| g.name).collect()),
         };
         let pull = PullSecretRefs {
             secrets: self

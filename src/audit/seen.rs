@@ -143,9 +143,55 @@ pub(crate) struct ObjectSeen {
     object: Option<Box<str>>,
 }
 
+/// A Pod held by tolerable's scheduling gate: the `tolerable.io/gated` label's value (`true`:
+/// waiting for its images, `unrunnable`) and the decision annotation (what it waits for).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct GatedSeen {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) state: String,
+    pub(crate) decision: String,
+}
+
+#[derive(Deserialize)]
+struct GateLabel {
+    #[serde(rename = "tolerable.io/gated")]
+    gated: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct DecisionAnnotation {
+    #[serde(rename = "tolerable.io/decision")]
+    decision: Option<String>,
+}
+
+impl Meta {
+    /// The gate's label and the decision, when the Pod carries the label (only that key read).
+    fn gated(&self) -> Option<GatedSeen> {
+        let labels = self.labels.as_deref()?;
+        let state = serde_json::from_str::<GateLabel>(labels.get())
+            .ok()?
+            .gated?;
+        let decision = self
+            .annotations
+            .as_deref()
+            .and_then(|a| serde_json::from_str::<DecisionAnnotation>(a.get()).ok())
+            .and_then(|a| a.decision)
+            .unwrap_or_default();
+        Some(GatedSeen {
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.clone(),
+            state,
+            decision,
+        })
+    }
+}
+
 /// A Pod, compact: where it runs and who controls it.
 #[derive(Debug)]
 pub(crate) struct PodSeen {
+    /// Held by tolerable's scheduling gate.
+    gated: Option<GatedSeen>,
     key: WorkloadKey,
     uid: Option<String>,
     controller: Option<String>,
@@ -242,6 +288,7 @@ impl PodItem {
             _ => None,
         };
         PodSeen {
+            gated: self.metadata.gated(),
             key: (
                 "Pod".to_owned(),
                 self.metadata.namespace,
@@ -377,6 +424,8 @@ pub(crate) struct ClusterState {
     /// Every image the workloads' Pods name, once.
     pub(crate) images: BTreeSet<String>,
     running: HashMap<WorkloadKey, Vec<Placed>>,
+    /// Pods held by tolerable's scheduling gate (of the listed workloads, or chosen).
+    pub(crate) gated: Vec<GatedSeen>,
 }
 
 impl ClusterState {
@@ -437,7 +486,8 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
         }
     }
     let mut running: HashMap<WorkloadKey, Vec<Placed>> = HashMap::new();
-    for pod in pods {
+    let mut gated = Vec::new();
+    for mut pod in pods {
         let chosen = || match (&selected_pods, &pod.uid) {
             (None, _) => true,
             (Some(selected), Some(uid)) => selected.contains(uid),
@@ -457,6 +507,7 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
             }
             None => continue,
         };
+        gated.extend(pod.gated.take());
         if let (Some(node), false) = (pod.node, pod.finished) {
             running.entry(workload).or_default().push(Placed {
                 pod: pod.key.2,
@@ -465,7 +516,9 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
             });
         }
     }
-    finish(workloads, &replicas, running, nodes.len())
+    let mut state = finish(workloads, &replicas, running, nodes.len());
+    state.gated = gated;
+    state
 }
 
 /// The workloads in the order reports list their kinds, each with the Pods it asks for (a
@@ -506,6 +559,7 @@ fn finish(
         nodes,
         images,
         running,
+        gated: Vec::new(),
     }
 }
 

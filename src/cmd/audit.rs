@@ -128,10 +128,12 @@ pub(crate) async fn run(
         struct Report<'a> {
             summary: serde_json::Value,
             workloads: &'a [WorkloadAudit],
+            gated: &'a [crate::audit::seen::GatedSeen],
         }
         let report = Report {
             summary: summary_counts(&audits),
             workloads: &audits,
+            gated: &state.gated,
         };
         let mut buffered = std::io::BufWriter::new(&mut *out);
         serde_json::to_writer_pretty(&mut buffered, &report)?;
@@ -140,8 +142,38 @@ pub(crate) async fn run(
     } else {
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
+        write_gated(out, &state.gated)?;
     }
     Ok(crate::cli::AUDIT_DONE.into())
+}
+
+/// The Pods held by tolerable's scheduling gate, and what each waits for (its decision
+/// annotation); nothing when there are none.
+fn write_gated(
+    out: &mut impl Write,
+    gated: &[crate::audit::seen::GatedSeen],
+) -> std::io::Result<()> {
+    if gated.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\n{} Pods held by tolerable's scheduling gate (tolerable gates list, tolerable gates release):",
+        gated.len()
+    )?;
+    for pod in gated {
+        let state = if pod.state == "true" {
+            "waiting"
+        } else {
+            &pod.state
+        };
+        writeln!(
+            out,
+            "  {}/{}  {state}  {}",
+            pod.namespace, pod.name, pod.decision
+        )?;
+    }
+    Ok(())
 }
 
 /// The webhook's policy as the audit applies it: every namespace looked at (the webhook may skip

@@ -6,6 +6,7 @@ use crate::app::Webhook;
 use crate::cli::ServeArgs;
 use crate::cluster::connect;
 use crate::config::Config;
+use crate::mutate::OnLookupFailure;
 use crate::server;
 
 pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
@@ -15,7 +16,9 @@ pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<Exi
     }
     let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
     let choice = args.cluster.choice();
-    let reads_cluster = config.read_pull_secrets || config.watch_nodes || manage_node_taints;
+    let gates = config.policy.on_lookup_failure == OnLookupFailure::Gate;
+    let reads_cluster =
+        config.read_pull_secrets || config.watch_nodes || manage_node_taints || gates;
     // A cluster the operator named is checked even when nothing is read of it: a typo in a
     // Deployment's arguments shows at once, not when the configuration changes.
     let kube = if reads_cluster || choice.is_explicit() {
@@ -23,6 +26,10 @@ pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<Exi
             Ok(client) => reads_cluster.then_some(client),
             // The cluster the operator named is unusable: refuse to start, as for bad config.
             Err(why) if choice.is_explicit() => anyhow::bail!(why),
+            // Pods gated with no controller to release them would wait forever.
+            Err(why) if gates => anyhow::bail!(
+                "config key `policy.on_lookup_failure`: \"gate\" needs the cluster (serve's gate controller releases the Pods it gates), which cannot be read: {why}"
+            ),
             // Running outside a cluster (trying it out): still useful, with the configured
             // toleration template and without pull secrets.
             Err(why) => {

@@ -3,11 +3,12 @@
 //! does with the cluster's Nodes. The defaults are [`Policy::default`]'s, read from it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::values::{number_or_text, List, Word};
-use super::ConfigError;
+use super::{parse_duration, ConfigError};
 use crate::mutate::arch::{self, KUBERNETES_ARCHITECTURES};
 use crate::mutate::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
@@ -26,6 +27,8 @@ pub(super) struct PolicySection {
     preferred_architecture: Option<RawPreference>,
     on_no_common_architecture: Word<OnNoCommonArchitecture>,
     on_lookup_failure: Word<OnLookupFailure>,
+    /// How long a gated Pod waits for its images' lookups before it is released unchanged.
+    gate_timeout: String,
     enforce: bool,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
@@ -56,12 +59,21 @@ impl Default for PolicySection {
             }),
             on_no_common_architecture: Word::Known(policy.on_no_common_architecture),
             on_lookup_failure: Word::Known(policy.on_lookup_failure),
+            gate_timeout: DEFAULT_GATE_TIMEOUT.into(),
             enforce: policy.enforce,
             max_containers_per_pod: policy.max_containers_per_pod,
             max_images_per_pod: policy.max_images_per_pod,
         }
     }
 }
+
+/// `[policy] gate_timeout`'s default: long enough for a registry's brief outage or a slow first
+/// pull of a new image's index, short enough that a Deployment's rollout is not stalled for
+/// long when the registry stays down.
+const DEFAULT_GATE_TIMEOUT: &str = "2m";
+
+/// The longest `[policy] gate_timeout`: a Pod is never held longer than a day by an outage.
+const MAX_GATE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// `[nodes]` as written: what `serve` does with the cluster's Nodes.
 #[derive(Debug, Deserialize)]
@@ -244,6 +256,23 @@ fn validate_arch_list(key: &str, list: &List) -> Result<BTreeSet<String>, Config
 }
 
 impl PolicySection {
+    /// `gate_timeout`: more than zero (a Pod released at once was never worth gating), at
+    /// most a day.
+    pub(super) fn gate_timeout(&self) -> Result<Duration, ConfigError> {
+        let key = "policy.gate_timeout";
+        let timeout = parse_duration(key, &self.gate_timeout)?;
+        if timeout.is_zero() || timeout > MAX_GATE_TIMEOUT {
+            return Err(ConfigError::key(
+                key,
+                format!(
+                    "{:?} must be more than 0 and at most 24h",
+                    self.gate_timeout
+                ),
+            ));
+        }
+        Ok(timeout)
+    }
+
     /// The policy: architectures, tolerations, steering, and what to do when in doubt.
     pub(super) fn validate(
         &self,
@@ -281,6 +310,7 @@ impl PolicySection {
                 .clone()
                 .get("policy.on_lookup_failure")?,
             skip_namespaces: self.skip_namespaces.0.iter().cloned().collect(),
+            own_namespace: None,
             match_node_labels: validate_label_keys(
                 "policy.match_node_labels",
                 &self.match_node_labels,

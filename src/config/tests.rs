@@ -950,7 +950,7 @@ fn words_name_the_key_and_the_words_it_takes() {
         (
             "TOLERABLE_POLICY__ON_LOOKUP_FAILURE",
             "panic",
-            "config key `policy.on_lookup_failure`: \"panic\" is not allow or deny",
+            "config key `policy.on_lookup_failure`: \"panic\" is not allow, deny or gate",
         ),
     ] {
         let err = Config::load(None, env(&[(var, value)]))
@@ -1342,5 +1342,43 @@ fn match_node_labels_are_label_keys_in_the_order_written() {
                 && (err.contains("is not a label key") || err.contains("named twice")),
             "{bad}: {err}"
         );
+    }
+}
+
+#[test]
+fn gate_policy_its_timeout_and_the_own_namespace() {
+    let c = Config::load(None, env(&[])).unwrap();
+    assert_eq!(c.gate_timeout, Duration::from_secs(120), "2m by default");
+    assert_eq!(c.policy.own_namespace, None);
+    let c = Config::load(
+        None,
+        env(&[
+            ("TOLERABLE_POLICY__ON_LOOKUP_FAILURE", "gate"),
+            ("TOLERABLE_POLICY__GATE_TIMEOUT", "90s"),
+            ("POD_NAMESPACE", "tolerable-system"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.policy.on_lookup_failure, OnLookupFailure::Gate);
+    assert_eq!(c.gate_timeout, Duration::from_secs(90));
+    assert_eq!(c.policy.own_namespace.as_deref(), Some("tolerable-system"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "[policy]\non_lookup_failure = \"gate\"\ngate_timeout = \"5m\"\n",
+    );
+    let c = Config::load(Some(&path), env(&[])).unwrap();
+    assert_eq!(c.gate_timeout, Duration::from_secs(300));
+    for (value, reason) in [
+        ("0s", "must be more than 0"),
+        ("25h", "at most 24h"),
+        ("soon", "policy.gate_timeout"),
+    ] {
+        let err = Config::load(None, env(&[("TOLERABLE_POLICY__GATE_TIMEOUT", value)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("policy.gate_timeout"), "{err}");
+        assert!(err.contains(reason), "{value}: {err}");
+        assert!(err.contains("TOLERABLE_POLICY__GATE_TIMEOUT"), "{err}");
     }
 }

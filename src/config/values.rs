@@ -122,6 +122,7 @@ mod words {
     pub(crate) enum OnLookupFailureWords {
         Allow,
         Deny,
+        Gate,
     }
 
     #[derive(Deserialize)]

@@ -26,6 +26,14 @@ pub enum Decision {
     },
     /// The Pod gets what it lacks of `placement` (possibly nothing, on reinvocation).
     Placed(Placement),
+    /// `on_lookup_failure = "gate"`: the Pod is held behind tolerable's scheduling gate until
+    /// its images are known; nothing else is decided now.
+    Gated {
+        /// Each image waited for, with why it is unknown (`image: reason`).
+        waiting: Vec<String>,
+        summary: String,
+        warnings: Vec<String>,
+    },
 }
 
 /// Why a Pod is left unchanged.
@@ -92,11 +100,13 @@ pub enum Outcome {
     /// Changes made (or already in place from an earlier invocation).
     Decided,
     Denied,
+    /// Held behind tolerable's scheduling gate until its images are known.
+    Gated,
 }
 
 impl Outcome {
     /// Every outcome, for metrics that show each one from the start.
-    pub(crate) const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 9] = [
         Self::BadRequest,
         Self::NotPodCreate,
         Self::InvalidObject,
@@ -105,6 +115,7 @@ impl Outcome {
         Self::NoCommonArchitecture,
         Self::Decided,
         Self::Denied,
+        Self::Gated,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -117,6 +128,7 @@ impl Outcome {
             Self::NoCommonArchitecture => "no_common_architecture",
             Self::Decided => "decided",
             Self::Denied => "denied",
+            Self::Gated => "gated",
         }
     }
 }
@@ -139,26 +151,33 @@ impl Decision {
             },
             Self::Denied { .. } => Outcome::Denied,
             Self::Placed(_) => Outcome::Decided,
+            Self::Gated { .. } => Outcome::Gated,
         }
     }
 
     pub fn summary(&self) -> &str {
         match self {
-            Self::Unchanged { summary, .. } | Self::Denied { summary, .. } => summary,
+            Self::Unchanged { summary, .. }
+            | Self::Denied { summary, .. }
+            | Self::Gated { summary, .. } => summary,
             Self::Placed(placement) => &placement.summary,
         }
     }
 
     pub(crate) fn warnings(&self) -> &[String] {
         match self {
-            Self::Unchanged { warnings, .. } | Self::Denied { warnings, .. } => warnings,
+            Self::Unchanged { warnings, .. }
+            | Self::Denied { warnings, .. }
+            | Self::Gated { warnings, .. } => warnings,
             Self::Placed(placement) => &placement.warnings,
         }
     }
 
     pub(super) fn warnings_mut(&mut self) -> &mut Vec<String> {
         match self {
-            Self::Unchanged { warnings, .. } | Self::Denied { warnings, .. } => warnings,
+            Self::Unchanged { warnings, .. }
+            | Self::Denied { warnings, .. }
+            | Self::Gated { warnings, .. } => warnings,
             Self::Placed(placement) => &mut placement.warnings,
         }
     }

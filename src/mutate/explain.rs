@@ -351,3 +351,33 @@ pub(crate) fn placed_summary(
     summary.push_str(described);
     cut(summary, MAX_SUMMARY_BYTES)
 }
+
+// Scheduling gates (`on_lookup_failure = "gate"`).
+
+/// The summary (= annotation) of a Pod gated at admission: each image waited for and why.
+pub(crate) fn gated(waiting: &[String]) -> String {
+    format!(
+        "gated (tolerable.io/architecture): waiting for the platforms of {}",
+        waiting.join("; ")
+    )
+}
+
+/// Why a Pod whose lookups failed under `on_lookup_failure = "gate"` was not gated.
+pub(crate) fn not_gated(why: &str) -> String {
+    format!("not gated: {why}")
+}
+
+/// The annotation of a gated Pod whose images share no architecture.
+pub(crate) fn unrunnable(summary: &str) -> String {
+    format!("stays gated, no node can run it: {summary}")
+}
+
+/// The annotation of a gated Pod released unchanged.
+pub(crate) fn released_unchanged(why: &str) -> String {
+    format!("released unchanged: {why}")
+}
+
+/// The annotation under `enforce = false` for a Pod the decision would gate.
+pub(crate) fn would_gate(summary: &str) -> String {
+    format!("{REPORT_ONLY}: would be {summary}")
+}

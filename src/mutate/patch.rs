@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PreferredSchedulingTerm, Taint, Toleration,
+    PodSchedulingGate, PreferredSchedulingTerm, Taint, Toleration,
 };
 use serde::Serialize;
 
@@ -85,6 +85,8 @@ pub(crate) enum PatchValue {
     PreferredTerm(PreferredSchedulingTerm),
     Taints(Vec<Taint>),
     Taint(Taint),
+    Gates(Vec<PodSchedulingGate>),
+    Gate(PodSchedulingGate),
 }
 
 /// Escapes one JSON Pointer reference token (RFC 6901: `~` → `~0`, then `/` → `~1`).

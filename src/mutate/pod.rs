@@ -38,6 +38,8 @@ pub struct PodSpecView {
     pub(crate) os: Option<PodOS>,
     /// A Pod already bound to a node is not steered.
     pub(crate) node_name: Option<String>,
+    /// `spec.schedulingGates`' names, in order (`None`: no list at all).
+    pub(crate) scheduling_gates: Option<Vec<String>>,
 }
 
 /// Where an image is named in a Pod spec.
@@ -97,6 +99,10 @@ impl PodView {
                     affinity: spec.affinity.clone(),
                     os: spec.os.clone(),
                     node_name: spec.node_name.clone(),
+                    scheduling_gates: spec
+                        .scheduling_gates
+                        .as_ref()
+                        .map(|gates| gates.iter().map(|g| g.name.clone()).collect()),
                 }
             }),
         }

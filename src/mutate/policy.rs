@@ -26,6 +26,9 @@ pub enum OnNoCommonArchitecture {
 pub enum OnLookupFailure {
     Allow,
     Deny,
+    /// Hold the Pod behind tolerable's scheduling gate until its images are known
+    /// ([`super::gate`]); a Pod that cannot be gated is allowed unchanged with a warning.
+    Gate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +120,10 @@ pub struct Policy {
     pub on_no_common_architecture: OnNoCommonArchitecture,
     pub on_lookup_failure: OnLookupFailure,
     pub skip_namespaces: BTreeSet<String>,
+    /// The namespace tolerable itself runs in (`POD_NAMESPACE`, from the downward API), when
+    /// known: its Pods are never gated (a webhook whose own Pods wait behind its gate could
+    /// never start the controller that releases them).
+    pub own_namespace: Option<String>,
     /// Pod label keys that must match node labels: for each the Pod carries, `key In [value]`
     /// is required of its nodes (ANDed into every required term, or in the nodeSelector under
     /// `steering = node_selector`). In the order written.
@@ -182,6 +189,7 @@ impl Default for Policy {
             on_no_common_architecture: OnNoCommonArchitecture::Deny,
             on_lookup_failure: OnLookupFailure::Allow,
             skip_namespaces: BTreeSet::from(["kube-system".to_owned()]),
+            own_namespace: None,
             match_node_labels: Vec::new(),
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::platform::Platform;
 use super::*;
 
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     // The defaults, with a second tainted pool.
     Policy {
         supported_architectures: BTreeSet::from(["arm64".to_owned(), "s390x".to_owned()]),
@@ -20,7 +20,7 @@ fn policy() -> Policy {
 }
 
 /// A Pod with one container per image, plus whatever `extra` merges into it.
-fn pod(images: &[&str], extra: Value) -> Value {
+pub(super) fn pod(images: &[&str], extra: Value) -> Value {
     let containers: Vec<Value> = images
         .iter()
         .enumerate()
@@ -64,7 +64,7 @@ fn platforms(list: &[&str]) -> Arc<ImageFact> {
     })
 }
 
-fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
+pub(super) fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
     list.iter()
         .map(|(image, r)| {
             (
@@ -77,7 +77,7 @@ fn facts(list: &[(&str, Result<&[&str], &str>)]) -> ImageFacts {
 }
 
 /// The Pod being created in `apps`, read from a full Pod's JSON.
-fn request(pod_json: &Value, policy: &Policy) -> PodCreate {
+pub(super) fn request(pod_json: &Value, policy: &Policy) -> PodCreate {
     let pod: Pod = serde_json::from_value(pod_json.clone()).expect("a Pod");
     PodCreate::new("apps", PodView::of_pod(&pod), policy).expect("the Pod names images")
 }
@@ -121,7 +121,7 @@ fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     }
 }
 
-fn arch_toleration(arch: &str) -> Value {
+pub(super) fn arch_toleration(arch: &str) -> Value {
     json!({"key": ARCH_LABEL, "operator": "Equal", "value": arch, "effect": "NoSchedule"})
 }
 

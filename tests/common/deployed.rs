@@ -92,3 +92,14 @@ pub fn local_credential_providers(
         }
     }
 }
+
+/// A variable the kubelet sets from the downward API, as it would in the Deployment's Pod:
+/// `metadata.namespace` is the Deployment's namespace. `None` for a variable of another kind.
+pub fn downward_value(var: &Value, deployment: &Value) -> Option<String> {
+    let path = var["valueFrom"]["fieldRef"]["fieldPath"].as_str()?;
+    assert_eq!(path, "metadata.namespace", "{var}");
+    let namespace = deployment["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    Some(namespace.to_owned())
+}

@@ -15,6 +15,7 @@ pub mod deployed;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod gates_api;
 pub mod hostile;
 pub mod kube_api;
 pub mod kube_pages;

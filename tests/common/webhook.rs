@@ -139,8 +139,18 @@ impl TestServer {
     /// The server `config` describes (its policy, resolver, credentials and credential
     /// plugins), on 127.0.0.1 with the test CA's certificate, `/metrics` on the webhook port.
     pub async fn start_configured(
+        config: tolerable::config::Config,
+        kube: Option<kube::Client>,
+    ) -> Self {
+        Self::start_leading(config, kube, None).await
+    }
+
+    /// [`TestServer::start_configured`]; with `leader`, the gate controller releases Pods only
+    /// while it says true (else always: the test server does not compete for the Lease).
+    pub async fn start_leading(
         mut config: tolerable::config::Config,
         kube: Option<kube::Client>,
+        leader: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
@@ -148,7 +158,12 @@ impl TestServer {
         config.tls_files = Some((volume.cert_path(), volume.key_path()));
         config.listen_addr = "127.0.0.1:0".parse().unwrap();
         config.metrics_addr = None;
-        let webhook = Webhook::build(&config, kube, false).await.unwrap();
+        let webhook = match leader {
+            Some(leader) => Webhook::build_with_leader(&config, kube, false, leader).await,
+            // No Lease in the tests' fake API servers: not competing, the releaser always runs.
+            None => Webhook::build_electing(&config, kube, false, None).await,
+        }
+        .unwrap();
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();
         let nodes = webhook.nodes.clone();

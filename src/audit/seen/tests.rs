@@ -187,3 +187,26 @@ fn a_controlled_object_keeps_no_template_and_a_pod_no_spec() {
     .unwrap();
     assert_eq!(node.project(), Some(("n1".into(), "arm64".into())));
 }
+
+#[test]
+fn gated_pods_are_reported_with_what_they_wait_for() {
+    let deployment = object("Deployment", "web", "d1", None);
+    let replica_set = object("ReplicaSet", "web-1", "rs1", Some("d1"));
+    let mut waiting = pod("web-1-a", Some("rs1"), "", "Pending");
+    waiting["metadata"]["labels"] = json!({"app": "web", "tolerable.io/gated": "true"});
+    waiting["metadata"]["annotations"] = json!({"tolerable.io/decision": "gated (tolerable.io/architecture): waiting for the platforms of app:1: registry down"});
+    let running = pod("web-1-b", Some("rs1"), "amd", "Running");
+    let mut listed = unselected(&[deployment, replica_set], &[]);
+    project_pods(&mut listed, &[waiting, running]);
+    let state = assemble(listed);
+    assert_eq!(
+        state.gated,
+        vec![GatedSeen {
+            namespace: "ns".into(),
+            name: "web-1-a".into(),
+            state: "true".into(),
+            decision: "gated (tolerable.io/architecture): waiting for the platforms of app:1: registry down".into(),
+        }]
+    );
+    assert_eq!(state.running_pods(), 1, "a gated Pod runs nowhere yet");
+}

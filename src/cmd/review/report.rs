@@ -160,7 +160,11 @@ pub(super) fn exit_status(
     });
     if failed {
         ExitCode::FAILURE
-    } else if outcomes.contains(&Outcome::LookupFailed) {
+    } else if outcomes
+        .iter()
+        .any(|o| matches!(o, Outcome::LookupFailed | Outcome::Gated))
+    {
+        // A gated Pod is one whose images could not be looked up: not checked either.
         crate::cli::REVIEW_LOOKUPS_FAILED.into()
     } else if strict && skipped_inputs > 0 {
         crate::cli::REVIEW_SKIPPED_INPUTS.into()

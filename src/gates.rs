@@ -1,0 +1,511 @@
+//! The gate controller of `serve` (`on_lookup_failure = "gate"`): releases the Pods the
+//! admission gated. Every replica runs the cheap watch of Pods labelled
+//! `tolerable.io/gated=true` (`cluster::gates`: a compact record per Pod), which feeds the
+//! oldest-gated-Pod gauge; only while `leader` says so does it work on them.
+//!
+//! The work queue holds one entry per gated Pod (bounded by the watch: a Pod is in it once,
+//! whatever its events), each with when it is next due; [`AT_ONCE`] Pods are worked on at a
+//! time. Working on a Pod: read it whole, gather its images' facts through the admission's
+//! resolver (caches, shared cache, its pull secrets, within [`crate::budget::GATE_LOOKUP`]),
+//! ask the core ([`crate::mutate::gate::release`]) and send its patch. Still unknown: due again
+//! after a backoff (1 s doubling to 30 s), never past the Pod's `gate_timeout`, when it is
+//! released unchanged with a Warning Event. A patch whose `test` fails (the Pod changed since
+//! it was read) is made again from a fresh read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures_util::StreamExt as _;
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::admission::wire::PodObject;
+use crate::admission::Admission;
+use crate::cluster::gates::{watch_gated, GatedRecord, PatchError, PodsApi, Seen};
+use crate::metrics::{GateRelease, Metrics};
+use crate::mutate::gate::{self, Release};
+use crate::mutate::PodCreate;
+
+/// Pods worked on at once (each holds at most the lookups of one admission).
+pub(crate) const AT_ONCE: usize = 8;
+/// The first retry of a Pod whose images are still unknown; doubled up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Reads again after a stale patch (the `test` failed) before giving the Pod a backoff.
+const STALE_RETRIES: u32 = 3;
+/// The Event reasons.
+pub(crate) const TIMEOUT_REASON: &str = "TolerableGateTimeout";
+pub(crate) const UNRUNNABLE_REASON: &str = "TolerableGateUnrunnable";
+
+type Key = (String, String);
+
+/// One gated Pod in the queue.
+struct Entry {
+    record: GatedRecord,
+    due: Instant,
+    attempts: u32,
+    working: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    entries: HashMap<Key, Entry>,
+    /// During a (re-)list: the Pods listed so far, which replace the entries when it ends.
+    listing: Option<HashMap<Key, GatedRecord>>,
+}
+
+/// The gated Pods this replica's watch sees (for the oldest-age gauge).
+#[derive(Clone, Default)]
+pub(crate) struct GatedPods {
+    queue: Arc<Mutex<Queue>>,
+    changed: Arc<Notify>,
+}
+
+impl GatedPods {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // Plain data: still consistent if a holder panicked.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How old the oldest Pod labelled gated=true is; `None`: there is none.
+    pub(crate) fn oldest_age(&self) -> Option<Duration> {
+        let oldest = self
+            .lock()
+            .entries
+            .values()
+            .map(|e| e.record.created)
+            .min()?;
+        Some(SystemTime::now().duration_since(oldest).unwrap_or_default())
+    }
+
+    fn seen(&self, seen: Seen) {
+        let key = |r: &GatedRecord| (r.namespace.clone(), r.name.clone());
+        let mut queue = self.lock();
+        match seen {
+            Seen::Listing => queue.listing = Some(HashMap::new()),
+            Seen::Gated(record) => match &mut queue.listing {
+                Some(listing) => {
+                    listing.insert(key(&record), record);
+                }
+                None => queue.insert(key(&record), record),
+            },
+            Seen::Listed => {
+                let listed = queue.listing.take().unwrap_or_default();
+                queue.entries.retain(|k, _| listed.contains_key(k));
+                for (k, record) in listed {
+                    queue.insert(k, record);
+                }
+            }
+            Seen::Gone(record) => {
+                queue.entries.remove(&key(&record));
+            }
+            Seen::Failed(why) => tracing::warn!(error = %why, "gated Pod watch failed; retrying"),
+        }
+        drop(queue);
+        self.changed.notify_one();
+    }
+
+    /// The next due Pod not being worked on, marked as worked on; else when one is due.
+    fn take_due(&self, now: Instant) -> Result<(GatedRecord, u32), Option<Instant>> {
+        let mut queue = self.lock();
+        let waiting = queue.entries.values_mut().filter(|e| !e.working);
+        let Some(entry) = waiting.min_by_key(|e| e.due) else {
+            return Err(None);
+        };
+        if entry.due > now {
+            return Err(Some(entry.due));
+        }
+        entry.working = true;
+        Ok((entry.record.clone(), entry.attempts))
+    }
+
+    /// A Pod worked on: done (out of the queue until the watch sees it again) or due again.
+    fn finished(&self, record: &GatedRecord, next: Next) {
+        let key = (record.namespace.clone(), record.name.clone());
+        let mut queue = self.lock();
+        // Only this Pod's entry: one created again under its name is another Pod's.
+        let same = queue
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.record.uid == record.uid);
+        match next {
+            Next::Done if same => {
+                queue.entries.remove(&key);
+            }
+            Next::After(wait) if same => {
+                if let Some(entry) = queue.entries.get_mut(&key) {
+                    entry.working = false;
+                    entry.attempts += 1;
+                    entry.due = Instant::now() + wait;
+                }
+            }
+            Next::Done | Next::After(_) => {}
+        }
+        drop(queue);
+        self.changed.notify_one();
+    }
+}
+
+impl Queue {
+    /// A Pod seen labelled gated: queued due now when new, its state kept otherwise.
+    fn insert(&mut self, key: Key, record: GatedRecord) {
+        let entry = self.entries.entry(key).or_insert_with(|| Entry {
+            record: record.clone(),
+            due: Instant::now(),
+            attempts: 0,
+            working: false,
+        });
+        if entry.record.uid != record.uid {
+            // Deleted and created again under the same name: a new Pod, due now (the old one's
+            // work, if any, ends finding it gone).
+            *entry = Entry {
+                record,
+                due: Instant::now(),
+                attempts: 0,
+                working: false,
+            };
+        }
+    }
+}
+
+/// What to do with a Pod after working on it.
+#[derive(Debug)]
+enum Next {
+    Done,
+    After(Duration),
+}
+
+/// What working on a Pod needs.
+#[derive(Clone)]
+struct Controller {
+    pods: PodsApi,
+    admission: Admission,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+}
+
+/// Starts the watch (every replica) and the releaser (acting only while `leader` is true).
+pub(crate) fn start(
+    client: kube::Client,
+    admission: Admission,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+    leader: watch::Receiver<bool>,
+) -> (GatedPods, Vec<JoinHandle<()>>) {
+    metrics.gates.set_timeout(timeout);
+    let gated = GatedPods::default();
+    let watching = gated.clone();
+    let stream = watch_gated(client.clone());
+    let watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(seen) = stream.next().await {
+            watching.seen(seen);
+        }
+    });
+    let controller = Controller {
+        pods: PodsApi::new(client),
+        admission,
+        metrics,
+        timeout,
+    };
+    let release = tokio::spawn(run(controller, gated.clone(), leader));
+    (gated, vec![watch, release])
+}
+
+/// The releaser: while leader, takes the due Pods, [`AT_ONCE`] at a time.
+async fn run(controller: Controller, gated: GatedPods, mut leader: watch::Receiver<bool>) {
+    let turns = Arc::new(Semaphore::new(AT_ONCE));
+    loop {
+        if !*leader.borrow_and_update() {
+            if leader.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let turn = turns.clone().acquire_owned().await.expect("never closed");
+        match gated.take_due(Instant::now()) {
+            Ok((record, attempts)) => {
+                let (controller, gated) = (controller.clone(), gated.clone());
+                tokio::spawn(async move {
+                    let next = controller.work(&record, attempts).await;
+                    gated.finished(&record, next);
+                    drop(turn);
+                });
+            }
+            Err(due) => {
+                drop(turn);
+                let until = due.unwrap_or_else(|| Instant::now() + MAX_BACKOFF);
+                tokio::select! {
+                    () = gated.changed.notified() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                    _ = leader.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+impl Controller {
+    /// One look at a gated Pod.
+    async fn work(&self, record: &GatedRecord, attempts: u32) -> Next {
+        let mut stale = 0;
+        loop {
+            match self.try_release(record, attempts).await {
+                Err(PatchError::Stale(why)) if stale < STALE_RETRIES => {
+                    tracing::debug!(namespace = %record.namespace, pod = %record.name, %why, "gated Pod changed since read; reading it again");
+                    stale += 1;
+                }
+                Err(PatchError::Gone) => return Next::Done,
+                Err(e) => {
+                    tracing::warn!(namespace = %record.namespace, pod = %record.name, error = %e, "could not release the gated Pod; retrying");
+                    return Next::After(backoff(attempts));
+                }
+                Ok(next) => return next,
+            }
+        }
+    }
+
+    /// Reads the Pod and sends what the core decides; the patch's failure for the caller.
+    async fn try_release(&self, record: &GatedRecord, attempts: u32) -> Result<Next, PatchError> {
+        let Some(json) = self
+            .pods
+            .get(&record.namespace, &record.name)
+            .await
+            .map_err(PatchError::Api)?
+        else {
+            return Ok(Next::Done);
+        };
+        if json["metadata"]["uid"].as_str() != Some(record.uid.as_str()) {
+            return Ok(Next::Done); // another Pod by that name: the watch reports it.
+        }
+        let object = PodObject::from_value(&json).map_err(PatchError::Stale)?;
+        let held = SystemTime::now()
+            .duration_since(record.created)
+            .unwrap_or_default();
+        if held >= self.timeout {
+            return self.time_out(record, &object, held).await;
+        }
+        let policy = self.admission.policy();
+        let request = match PodCreate::new(record.namespace.clone(), object.view.clone(), policy) {
+            Ok(request) => request,
+            Err(why) => return self.release_unchanged(record, &object, &why, None).await,
+        };
+        let budget = crate::budget::GATE_LOOKUP.min(self.timeout - held);
+        let (facts, pools) = self
+            .admission
+            .facts(&request, &object.pull_secrets, budget)
+            .await;
+        match gate::release(&request, &facts, pools.as_deref(), policy) {
+            Release::NotGated(ops) => {
+                if !ops.is_empty() {
+                    self.pods
+                        .patch(&record.namespace, &record.name, &ops)
+                        .await?;
+                }
+                Ok(Next::Done)
+            }
+            Release::Waiting(waiting) => {
+                let wait = backoff(attempts).min(self.timeout - held);
+                tracing::debug!(namespace = %record.namespace, pod = %record.name, ?waiting, ?wait, "gated Pod's images still unknown");
+                Ok(Next::After(wait))
+            }
+            Release::Decided { patch, summary } => {
+                self.pods
+                    .patch(&record.namespace, &record.name, &patch)
+                    .await?;
+                self.metrics.gates.released(GateRelease::Decided, held);
+                tracing::info!(namespace = %record.namespace, pod = %record.name, %summary, "gated Pod released");
+                Ok(Next::Done)
+            }
+            Release::Unrunnable { patch, message } => {
+                self.pods
+                    .patch(&record.namespace, &record.name, &patch)
+                    .await?;
+                self.metrics.gates.unrunnable();
+                self.event(record, UNRUNNABLE_REASON, &message).await;
+                tracing::warn!(namespace = %record.namespace, pod = %record.name, %message, "gated Pod can run nowhere; it stays gated");
+                Ok(Next::Done)
+            }
+        }
+    }
+
+    /// Past `gate_timeout`: released unchanged, with a Warning Event.
+    async fn time_out(
+        &self,
+        record: &GatedRecord,
+        object: &PodObject,
+        held: Duration,
+    ) -> Result<Next, PatchError> {
+        let why = format!(
+            "its images' lookups did not answer within gate_timeout ({})",
+            crate::registry::short_duration(self.timeout)
+        );
+        self.release_unchanged(record, object, &why, Some(held))
+            .await
+    }
+
+    async fn release_unchanged(
+        &self,
+        record: &GatedRecord,
+        object: &PodObject,
+        why: &str,
+        timed_out: Option<Duration>,
+    ) -> Result<Next, PatchError> {
+        let ops = gate::release_unchanged(&object.view, why);
+        if ops.is_empty() {
+            return Ok(Next::Done);
+        }
+        self.pods
+            .patch(&record.namespace, &record.name, &ops)
+            .await?;
+        let held = SystemTime::now()
+            .duration_since(record.created)
+            .unwrap_or_default();
+        let Some(held) = timed_out else {
+            // Decided on (opted out since, or no longer a Pod tolerable can decide on).
+            self.metrics.gates.released(GateRelease::Decided, held);
+            return Ok(Next::Done);
+        };
+        self.metrics.gates.released(GateRelease::TimedOut, held);
+        let message = format!("released unchanged: {why}");
+        self.event(record, TIMEOUT_REASON, &message).await;
+        tracing::warn!(namespace = %record.namespace, pod = %record.name, %why, "gated Pod released unchanged");
+        Ok(Next::Done)
+    }
+
+    /// A Warning Event; a failure to write it is logged, never retried (the annotation says it
+    /// too).
+    async fn event(&self, record: &GatedRecord, reason: &str, message: &str) {
+        if let Err(e) = self.pods.warn(record, reason, message).await {
+            tracing::warn!(namespace = %record.namespace, pod = %record.name, error = %e, "could not write the Event");
+        }
+    }
+}
+
+/// The wait before the `attempts`+1-th look: 1 s doubling, at most [`MAX_BACKOFF`].
+fn backoff(attempts: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << attempts.min(6))
+        .min(MAX_BACKOFF)
+}
+
+/// What `tolerable gates release` did with one Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandRelease {
+    Released,
+    /// It carries no gate of tolerable's (its label, if left, removed).
+    NotGated,
+    NotFound,
+}
+
+/// Releases one Pod unchanged by hand (`tolerable gates release`: before uninstalling, or in an
+/// emergency), with the core's release-unchanged patch, read again when its `test` fails.
+pub(crate) async fn release_by_hand(
+    pods: &PodsApi,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<HandRelease> {
+    for _ in 0..=STALE_RETRIES {
+        let Some(json) = pods.get(namespace, name).await? else {
+            return Ok(HandRelease::NotFound);
+        };
+        let object = PodObject::from_value(&json).map_err(anyhow::Error::msg)?;
+        let gated = gate::is_gated(&object.view);
+        let ops =
+            gate::release_unchanged(&object.view, "released by hand (tolerable gates release)");
+        if !ops.is_empty() {
+            match pods.patch(namespace, name, &ops).await {
+                Err(PatchError::Stale(_)) => continue,
+                Err(PatchError::Gone) => return Ok(HandRelease::NotFound),
+                Err(e) => return Err(e.into()),
+                Ok(()) => {}
+            }
+        }
+        return Ok(if gated {
+            HandRelease::Released
+        } else {
+            HandRelease::NotGated
+        });
+    }
+    anyhow::bail!("{namespace}/{name} kept changing while it was released; try again")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, uid: &str, age_secs: u64) -> GatedRecord {
+        GatedRecord {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+            created: SystemTime::now() - Duration::from_secs(age_secs),
+        }
+    }
+
+    fn queued(gated: &GatedPods) -> Vec<String> {
+        let mut names: Vec<String> = gated.lock().entries.keys().map(|k| k.1.clone()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn one_entry_per_pod_and_a_new_list_replaces_them() {
+        let gated = GatedPods::default();
+        gated.seen(Seen::Gated(record("a", "1", 60)));
+        gated.seen(Seen::Gated(record("a", "1", 60)));
+        gated.seen(Seen::Gated(record("b", "2", 5)));
+        assert_eq!(queued(&gated), ["a", "b"], "one entry per Pod");
+        let age = gated.oldest_age().unwrap();
+        assert!(age >= Duration::from_secs(60), "{age:?}");
+        // A re-list (after an expired watch) without a: a is gone, b kept.
+        gated.seen(Seen::Listing);
+        gated.seen(Seen::Gated(record("b", "2", 5)));
+        assert_eq!(
+            queued(&gated),
+            ["a", "b"],
+            "replaced only when the list ends"
+        );
+        gated.seen(Seen::Listed);
+        assert_eq!(queued(&gated), ["b"]);
+        gated.seen(Seen::Gone(record("b", "2", 5)));
+        assert!(queued(&gated).is_empty());
+        assert_eq!(gated.oldest_age(), None);
+    }
+
+    #[test]
+    fn a_due_pod_is_taken_once_and_backs_off() {
+        let gated = GatedPods::default();
+        gated.seen(Seen::Gated(record("a", "1", 1)));
+        let now = Instant::now();
+        let (taken, attempts) = gated.take_due(now).unwrap();
+        assert_eq!((taken.name.as_str(), attempts), ("a", 0));
+        assert!(
+            matches!(gated.take_due(now), Err(None)),
+            "not taken twice while worked on"
+        );
+        gated.finished(&taken, Next::After(Duration::from_secs(4)));
+        let Err(Some(due)) = gated.take_due(Instant::now()) else {
+            panic!("due later");
+        };
+        assert!(due > now + Duration::from_secs(3));
+        assert_eq!(gated.lock().entries.values().next().unwrap().attempts, 1);
+        // Created again under its name while worked on: the new Pod stays queued.
+        let (taken, _) = gated.take_due(due).unwrap();
+        gated.seen(Seen::Gated(record("a", "2", 0)));
+        gated.finished(&taken, Next::Done);
+        assert_eq!(queued(&gated), ["a"]);
+        let (new, attempts) = gated.take_due(Instant::now()).expect("the new Pod is due");
+        assert_eq!((new.uid.as_str(), attempts), ("2", 0));
+        gated.finished(&new, Next::Done);
+        assert!(queued(&gated).is_empty());
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap() {
+        let waits: Vec<u64> = (0..8).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+}
