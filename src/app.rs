@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
+use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -27,6 +28,8 @@ pub struct Webhook {
     pub state: Arc<AppState>,
     /// The node watch, when it feeds decisions (the server is not ready before it has synced).
     pub nodes: Option<NodeWatch>,
+    /// The namespace watch, when per-namespace policy is read (`[policy] namespace_policy`).
+    pub namespaces: Option<NamespacePolicies>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     certs: Arc<CertStore>,
@@ -67,11 +70,19 @@ impl Webhook {
         };
         let certs = Arc::new(certificates(config)?);
         let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
-        let admission = Admission::new(
+        let mut admission = Admission::new(
             resolver.clone(),
             config.policy.clone(),
             Some(metrics.clone()),
         );
+        let namespaces = kube
+            .as_ref()
+            .filter(|_| config.namespace_policy)
+            .map(|client| NamespacePolicies::watch(client.clone()));
+        if let Some(namespaces) = &namespaces {
+            admission = admission.with_namespaces(namespaces.clone());
+            metrics.register_namespace_watch(&mut metrics_registry);
+        }
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
@@ -98,8 +109,13 @@ impl Webhook {
         );
         let state = Arc::new(AppState {
             admission,
-            readiness: readiness(nodes.clone()),
-            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone()),
+            readiness: readiness(nodes.clone(), namespaces.clone()),
+            refresh_gauges: scrape_time_gauges(
+                metrics.clone(),
+                resolver,
+                nodes.clone(),
+                namespaces.clone(),
+            ),
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -109,6 +125,7 @@ impl Webhook {
         Ok(Self {
             state,
             nodes,
+            namespaces,
             listener,
             metrics_listener,
             certs,
@@ -175,10 +192,15 @@ pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Resu
 }
 
 /// What readiness waits for besides the server: the node watch's first full list, when it
-/// feeds decisions (before it, every Pod would be decided without the cluster's pools).
-fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
-    Box::new(move || match &nodes {
-        Some(nodes) if !nodes.is_synced() => Err("not ready: node watch not synced\n"),
+/// feeds decisions (before it, every Pod would be decided without the cluster's pools), and
+/// the namespace watch's first list — or its refusal (403), after which decisions keep to the
+/// config: a refused watch never holds readiness back.
+fn readiness(nodes: Option<NodeWatch>, namespaces: Option<NamespacePolicies>) -> ReadinessCheck {
+    Box::new(move || match (&nodes, &namespaces) {
+        (Some(nodes), _) if !nodes.is_synced() => Err("not ready: node watch not synced\n"),
+        (_, Some(namespaces)) if !namespaces.is_settled() => {
+            Err("not ready: namespace watch not synced\n")
+        }
         _ => Ok(()),
     })
 }
@@ -189,11 +211,21 @@ fn scrape_time_gauges(
     metrics: Arc<Metrics>,
     resolver: Arc<Resolver>,
     nodes: Option<NodeWatch>,
+    namespaces: Option<NamespacePolicies>,
 ) -> GaugeRefresh {
     Box::new(move || {
         let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
+        let namespaces = namespaces.clone();
         Box::pin(async move {
             metrics.set_cache_entries(resolver.cached_entries().await);
+            if let Some(namespaces) = namespaces {
+                metrics.set_namespace_watch(&crate::metrics::NamespaceWatchState {
+                    available: namespaces.is_available(),
+                    namespaces: namespaces.len(),
+                    updates: namespaces.updates(),
+                    refusals: namespaces.refusals(),
+                });
+            }
             let Some(nodes) = nodes else {
                 return;
             };

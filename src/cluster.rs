@@ -6,6 +6,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod list;
+pub mod namespaces;
 pub mod nodes;
 
 use std::sync::Arc;

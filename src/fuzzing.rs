@@ -71,7 +71,7 @@ pub fn admission_review(data: &[u8]) {
         return;
     };
     let request = review.request.as_ref().expect("parse checks the request");
-    let answer = match admission::read_request(request, &policy()) {
+    let answer = match admission::read_request(request, &policy(), None) {
         RequestRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
         RequestRead::Answered(answer) => answer,
     };

@@ -7,6 +7,7 @@
 
 mod exposition;
 mod lookups;
+mod namespaces;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -26,6 +27,7 @@ use self::lookups::WELL_KNOWN_REGISTRIES;
 
 pub use self::exposition::encode;
 pub(crate) use self::exposition::encode_text_format;
+pub(crate) use self::namespaces::NamespaceWatchState;
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -144,6 +146,7 @@ pub struct Metrics {
     node_pool_builds: Counter,
     node_watch_nodes: Gauge,
     node_watch_events: Family<ChangedLabels, Counter>,
+    namespace_watch: namespaces::NamespaceMetrics,
     build_info: Family<VersionLabels, Gauge>,
     lookup_duration: Family<ResultLabels, Histogram>,
     registry_requests: Family<RegistryLabels, Counter>,
@@ -194,6 +197,7 @@ impl Metrics {
             node_pool_builds: Counter::default(),
             node_watch_nodes: Gauge::default(),
             node_watch_events: Family::default(),
+            namespace_watch: namespaces::NamespaceMetrics::default(),
             build_info: Family::default(),
             lookup_duration: Family::new_with_constructor(latency_histogram),
             registry_requests: Family::default(),
@@ -328,6 +332,16 @@ impl Metrics {
                 .node_watch_events
                 .get_or_create(&ChangedLabels { changed });
         }
+    }
+
+    /// The namespace watch's metrics (registered only when it runs).
+    pub(crate) fn register_namespace_watch(&self, registry: &mut Registry) {
+        self.namespace_watch.register(registry);
+    }
+
+    /// The namespace watch's state, read at scrape time.
+    pub(crate) fn set_namespace_watch(&self, state: &NamespaceWatchState) {
+        self.namespace_watch.set(state);
     }
 
     /// What requests hold now: body bytes, and admissions being answered.

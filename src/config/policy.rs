@@ -27,6 +27,9 @@ pub(super) struct PolicySection {
     on_no_common_architecture: Word<OnNoCommonArchitecture>,
     on_lookup_failure: Word<OnLookupFailure>,
     enforce: bool,
+    /// Read per-namespace policy from Namespace labels and annotations (a watch in `serve`, a
+    /// list in `review --kubeconfig` and `audit`).
+    pub(super) namespace_policy: bool,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
 }
@@ -57,6 +60,7 @@ impl Default for PolicySection {
             on_no_common_architecture: Word::Known(policy.on_no_common_architecture),
             on_lookup_failure: Word::Known(policy.on_lookup_failure),
             enforce: policy.enforce,
+            namespace_policy: true,
             max_containers_per_pod: policy.max_containers_per_pod,
             max_images_per_pod: policy.max_images_per_pod,
         }

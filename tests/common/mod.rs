@@ -5,7 +5,8 @@
 //! `hostile`, `fault_proxy`: hang, send garbage, serve documents built to cost work, misbehave
 //! on purpose), and three thin fakes of the Kubernetes API server (`kube_api`: recorded pull
 //! secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s recorded lists, paged
-//! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale).
+//! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale;
+//! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod certs;
@@ -17,6 +18,7 @@ pub mod fixtures;
 pub mod hostile;
 pub mod kube_api;
 pub mod kube_pages;
+pub mod namespaces_api;
 pub mod plugins;
 pub mod process;
 pub mod redis;
