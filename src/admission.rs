@@ -109,6 +109,10 @@ impl Admission {
         self
     }
 
+    pub(crate) fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
     pub(crate) fn namespaces(&self) -> Option<&NamespacePolicies> {
         self.namespaces.as_ref()
     }

@@ -70,19 +70,13 @@ impl Webhook {
         };
         let certs = Arc::new(certificates(config)?);
         let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
-        let mut admission = Admission::new(
+        let admission = Admission::new(
             resolver.clone(),
             config.policy.clone(),
             Some(metrics.clone()),
         );
-        let namespaces = kube
-            .as_ref()
-            .filter(|_| config.namespace_policy)
-            .map(|client| NamespacePolicies::watch(client.clone()));
-        if let Some(namespaces) = &namespaces {
-            admission = admission.with_namespaces(namespaces.clone());
-            metrics.register_namespace_watch(&mut metrics_registry);
-        }
+        let (admission, namespaces) =
+            watch_namespaces(config, kube.as_ref(), admission, &mut metrics_registry);
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
         let (admission, nodes) = match kube {
             Some(client) => wire_cluster(
@@ -110,12 +104,7 @@ impl Webhook {
         let state = Arc::new(AppState {
             admission,
             readiness: readiness(nodes.clone(), namespaces.clone()),
-            refresh_gauges: scrape_time_gauges(
-                metrics.clone(),
-                resolver,
-                nodes.clone(),
-                namespaces.clone(),
-            ),
+            refresh_gauges: scrape_time_gauges(&metrics, resolver, &nodes, &namespaces),
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -208,11 +197,12 @@ fn readiness(nodes: Option<NodeWatch>, namespaces: Option<NamespacePolicies>) ->
 /// The gauges read at scrape time that the server does not own: the lookup cache's entries
 /// and, with a node watch, its last sync, size and the architectures it has seen.
 fn scrape_time_gauges(
-    metrics: Arc<Metrics>,
+    metrics: &Arc<Metrics>,
     resolver: Arc<Resolver>,
-    nodes: Option<NodeWatch>,
-    namespaces: Option<NamespacePolicies>,
+    nodes: &Option<NodeWatch>,
+    namespaces: &Option<NamespacePolicies>,
 ) -> GaugeRefresh {
+    let (metrics, nodes, namespaces) = (metrics.clone(), nodes.clone(), namespaces.clone());
     Box::new(move || {
         let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
         let namespaces = namespaces.clone();
@@ -271,6 +261,27 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// `[policy] namespace_policy` with a cluster: the namespace watch, which admissions decide
+/// with, and its metrics.
+fn watch_namespaces(
+    config: &Config,
+    kube: Option<&kube::Client>,
+    admission: Admission,
+    registry: &mut prometheus_client::registry::Registry,
+) -> (Admission, Option<NamespacePolicies>) {
+    let Some(client) = kube.filter(|_| config.namespace_policy) else {
+        return (admission, None);
+    };
+    if let Some(metrics) = admission.metrics() {
+        metrics.register_namespace_watch(registry);
+    }
+    let namespaces = NamespacePolicies::watch(client.clone());
+    (
+        admission.with_namespaces(namespaces.clone()),
+        Some(namespaces),
+    )
 }
 
 /// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and

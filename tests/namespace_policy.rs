@@ -329,3 +329,131 @@ async fn refused_by_rbac_the_config_decides_with_one_warning_and_a_metric() {
     );
     assert_eq!(value("tolerable_namespace_policy_namespaces"), Some(0.0));
 }
+
+/// A Deployment `name` in `namespace` of the multi-architecture image, as YAML.
+fn deployment(name: &str, namespace: &str) -> String {
+    let image = format!("{}/fixtures/multiarch-oci:v1", registry::plain().host);
+    format!(
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  template:\n    spec:\n      containers: [{{name: c, image: '{image}'}}]\n"
+    )
+}
+
+fn text<'a>(workload: &'a Value, field: &str) -> &'a str {
+    workload[field].as_str().unwrap_or_default()
+}
+
+/// `review` without a cluster: a Namespace in the input (for the workloads after it) and the
+/// command line's labels; the Namespace's preference is in what would be added, its opt-out
+/// skips the workload.
+#[test]
+fn review_takes_namespace_policy_from_the_input_and_the_command_line() {
+    use common::cli::{json_report, review, workload};
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: batch\n  annotations:\n    {PREFERRED_KEY}: \"arm64=80, amd64=20\"\n{}{}{}",
+        deployment("crunch", "batch"),
+        deployment("web", "team-b"),
+        deployment("api", "default"),
+    );
+    let skip = "team-b:tolerable.io/skip=true";
+    let out = review(
+        &["--json", "--namespace-label", skip, "-"],
+        Some(yaml.as_bytes()),
+    );
+    let report = json_report(&out);
+    let crunch = workload(&report, "Deployment", "crunch");
+    let adds: Vec<&str> = crunch["adds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        adds.contains(&"prefers arm64 (weight 80), amd64 (weight 20)"),
+        "{crunch:#}"
+    );
+    assert!(text(crunch, "summary").contains(&format!("(namespace batch's {PREFERRED_KEY})")));
+    let web = workload(&report, "Deployment", "web");
+    assert_eq!(web["outcome"], "skipped", "{web:#}");
+    assert!(text(web, "summary").contains("namespace team-b opted out with tolerable.io/skip=true"));
+    let api = workload(&report, "Deployment", "api");
+    assert_eq!(api["outcome"], "decided", "{api:#}");
+    assert!(!api["adds"].to_string().contains("prefers"), "{api:#}");
+
+    // A malformed flag: could not run (2), naming the flag and the form.
+    let out = review(
+        &["--namespace-label", "tolerable.io/skip=true", "-"],
+        Some(yaml.as_bytes()),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("--namespace-label \"tolerable.io/skip=true\": expected NAMESPACE:KEY=VALUE"),
+        "{stderr}"
+    );
+}
+
+/// `review --kubeconfig`: the cluster's Namespaces (one metadata-only list) decide, and a
+/// Pod manifest's JSON Patch carries the namespace's report only.
+#[test]
+fn review_with_a_kubeconfig_reads_the_namespaces() {
+    use common::cli::{json_report, tolerable, workload};
+    use common::kube_api::kubeconfig;
+    let api = NamespaceApi::start();
+    let config = kubeconfig(api.port, "admintoken");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let yaml = format!(
+        "{}{}",
+        deployment("crunch", "batch"),
+        deployment("web", "team-b")
+    );
+    std::fs::write(file.path(), yaml).unwrap();
+    let out = tolerable()
+        .args(["review", "--json", "--kubeconfig"])
+        .arg(config.path())
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let report = json_report(&out);
+    let crunch = workload(&report, "Deployment", "crunch");
+    assert!(
+        text(crunch, "summary").contains(&format!("(namespace batch's {PREFERRED_KEY})")),
+        "{crunch:#}"
+    );
+    assert_eq!(workload(&report, "Deployment", "web")["outcome"], "skipped");
+    // (It asks for the workloads' ServiceAccounts too, for their pull secrets: not served here.)
+    let lists: Vec<(String, String)> = api
+        .requests()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("/api/v1/namespaces?"))
+        .collect();
+    assert_eq!(lists.len(), 1, "one list: {lists:#?}");
+    assert!(
+        lists[0].1.contains("as=PartialObjectMetadataList"),
+        "{lists:#?}"
+    );
+
+    // One Pod in team-a (enforce=false): its patch writes only the annotation.
+    let pod = webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
+    let mut pod = pod["request"]["object"].clone();
+    pod["metadata"]["namespace"] = json!("team-a");
+    pod["spec"]["containers"][0]["image"] = json!(format!(
+        "{}/fixtures/multiarch-oci:v1",
+        registry::plain().host
+    ));
+    std::fs::write(file.path(), pod.to_string()).unwrap();
+    let out = tolerable()
+        .args(["review", "--json", "--kubeconfig"])
+        .arg(config.path())
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "report only (namespace team-a's {ENFORCE_KEY}): would add"
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("/spec/tolerations"), "{shown}");
+}

@@ -108,6 +108,28 @@ impl NamespacePolicies {
         policies
     }
 
+    /// Sets what the Namespace `name` says (`review`: the command line, a Namespace in the
+    /// input), replacing what was known of it.
+    pub(crate) fn set(&self, name: &str, policy: NamespacePolicy) {
+        let policy = (!policy.is_empty()).then(|| Arc::new(policy));
+        publish_one(&self.shared, name, policy);
+    }
+
+    /// The same view with only the Namespaces' preferences (and their problems): `audit`
+    /// reports on every namespace as enforced, as it does for `skip_namespaces` and
+    /// `enforce = false`.
+    pub(crate) fn preferences_only(&self) -> Self {
+        let map = self.shared.map.load();
+        Self::fixed(map.iter().map(|(name, policy)| {
+            let preference = NamespacePolicy {
+                preferred: policy.preferred.clone(),
+                problems: policy.problems.clone(),
+                ..NamespacePolicy::default()
+            };
+            (name.to_string(), preference)
+        }))
+    }
+
     /// What the Namespace `name` says, if anything tolerable reads.
     pub fn get(&self, name: &str) -> Option<Arc<NamespacePolicy>> {
         self.shared.map.load().get(name).cloned()
