@@ -457,3 +457,92 @@ fn review_with_a_kubeconfig_reads_the_namespaces() {
     );
     assert!(!shown.contains("/spec/tolerations"), "{shown}");
 }
+
+/// The fake answers as the recorded API server does, and refuses what it refuses.
+#[tokio::test]
+async fn the_fake_answers_and_refuses_as_recorded() {
+    let api = NamespaceApi::start();
+    let client = webhook::client();
+    let get = |query: &str, accept: &str, token: &str| {
+        client
+            .get(format!(
+                "https://localhost:{}/api/v1/namespaces?{query}",
+                api.port
+            ))
+            .header("accept", accept)
+            .bearer_auth(token)
+            .send()
+    };
+    let metadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let full: Value = get("limit=500", "application/json", "admintoken")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(full["kind"], "NamespaceList");
+    assert_eq!(
+        full["items"][0]["status"]["phase"], "Active",
+        "whole objects"
+    );
+    let meta: Value = get("limit=500", metadata, "admintoken")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(meta["kind"], "PartialObjectMetadataList");
+    assert!(meta["items"][0].get("status").is_none(), "metadata only");
+    for (query, accept, token, code) in [
+        ("limit=abc", metadata, "admintoken", 400),
+        ("limit=500&continue=bogus", metadata, "admintoken", 400),
+        (
+            "watch=true&resourceVersion=213",
+            "application/json",
+            "admintoken",
+            400,
+        ),
+        ("limit=500", metadata, "nobodytoken", 403),
+        ("limit=500", metadata, "whoever", 401),
+    ] {
+        let response = get(query, accept, token).await.unwrap();
+        assert_eq!(response.status().as_u16(), code, "{query} {accept} {token}");
+        let status: Value = response.json().await.unwrap();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["code"], code);
+    }
+}
+
+/// Not ready before the first list of Namespaces (every Pod would be decided without their
+/// policy), ready once it is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_until_the_namespaces_are_listed() {
+    let api = NamespaceApi::start_held();
+    let server = server(api.client("admintoken")).await;
+    until("the list asked", || {
+        api.requests()
+            .iter()
+            .any(|(path, _)| path.contains("limit="))
+    })
+    .await;
+    let ready = webhook::client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    assert!(ready
+        .text()
+        .await
+        .unwrap()
+        .contains("namespace watch not synced"));
+    api.answer_list();
+    let namespaces = server.namespaces.clone().unwrap();
+    until("the namespace list", || namespaces.is_settled()).await;
+    let ready = webhook::client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+}

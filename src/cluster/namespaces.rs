@@ -327,6 +327,19 @@ mod tests {
     }
 
     #[test]
+    fn audit_keeps_only_the_preferences() {
+        let listed = NamespacePolicies::new(
+            listed().iter().filter_map(|n| read(&n.metadata)).collect(),
+            true,
+        );
+        let audited = listed.preferences_only();
+        assert_eq!(audited.len(), 1, "batch alone sets a preference");
+        let batch = audited.get("batch").unwrap();
+        assert_eq!(batch.preferred, listed.get("batch").unwrap().preferred);
+        assert!(audited.get("team-a").is_none() && audited.get("team-b").is_none());
+    }
+
+    #[test]
     fn the_recorded_watch_changes_one_namespace_at_a_time() {
         let shared = NamespacePolicies::new(PolicyMap::new(), false).shared;
         publish_list(

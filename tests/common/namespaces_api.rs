@@ -50,6 +50,8 @@ struct State {
     lists: AtomicUsize,
     watches: AtomicUsize,
     refused: AtomicUsize,
+    /// When set, a list is answered only once the test adds a permit.
+    list_gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 fn recording(name: &str) -> String {
@@ -149,8 +151,46 @@ fn tokio_stream_of(
     .chain(futures_util::stream::pending())
 }
 
+/// The 404 the API server answers for a path it does not serve.
+const NOT_FOUND: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
+
+/// One request: a held list waits for its permit first.
+async fn handle(
+    state: Arc<State>,
+    method: hyper::Method,
+    path: String,
+    query: String,
+    token: Option<String>,
+    accept: String,
+) -> Response<Body> {
+    if method != hyper::Method::GET || path != "/api/v1/namespaces" {
+        return full(status(StatusCode::NOT_FOUND, NOT_FOUND.into()));
+    }
+    let is_list = !matches!(param(&query, "watch"), Some("true" | "1"));
+    if let (Some(gate), true) = (&state.list_gate, is_list) {
+        gate.acquire().await.unwrap().forget();
+    }
+    state.answer(token.as_deref(), &query, &accept)
+}
+
 impl NamespaceApi {
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// As [`NamespaceApi::start`]; each list is answered only after [`NamespaceApi::answer_list`].
+    pub fn start_held() -> Self {
+        Self::start_with(Some(Arc::new(tokio::sync::Semaphore::new(0))))
+    }
+
+    /// Lets one held list be answered.
+    pub fn answer_list(&self) {
+        if let Some(gate) = &self.state.list_gate {
+            gate.add_permits(1);
+        }
+    }
+
+    fn start_with(list_gate: Option<Arc<tokio::sync::Semaphore>>) -> Self {
         super::init();
         let (lines, receiver) = tokio::sync::mpsc::unbounded_channel();
         let recorded = recording("namespace-watch-metadata.body.json")
@@ -166,6 +206,7 @@ impl NamespaceApi {
             lists: AtomicUsize::new(0),
             watches: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            list_gate,
         });
         let shared = state.clone();
         let port = super::serve(
@@ -187,14 +228,7 @@ impl NamespaceApi {
                     .lock()
                     .unwrap()
                     .push((format!("{path}?{query}"), accept.clone()));
-                async move {
-                    match (method, path.as_str()) {
-                    (hyper::Method::GET, "/api/v1/namespaces") => {
-                        state.answer(token.as_deref(), &query, &accept)
-                    }
-                    _ => full(status(StatusCode::NOT_FOUND, r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#.into())),
-                }
-                }
+                handle(state, method, path, query, token, accept)
             },
         );
         Self { port, state }
