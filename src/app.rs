@@ -299,7 +299,9 @@ fn wire_cluster(
     if !(config.watch_nodes || manage_node_taints) {
         return (admission, None);
     }
-    let watch = NodeWatch::start(client.clone(), config.policy.taint_keys());
+    let label_keys = config.policy.match_node_labels.iter().cloned().collect();
+    let watch =
+        NodeWatch::start_with_labels(client.clone(), config.policy.taint_keys(), label_keys);
     background.push(tokio::spawn(warn_of_fenced_off_pools(
         watch.clone(),
         config.taint_policy.clone(),

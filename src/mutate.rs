@@ -441,7 +441,7 @@ fn decide_from_facts(
     let fixed = pod::fixed_placement(pod);
     let mut steering_note = seen.steer(fixed.as_ref(), &mut placement);
     if fixed.is_none() {
-        let labels_note = node_labels::require(pod, policy, &mut placement);
+        let labels_note = node_labels::require(pod, policy, pools, &mut placement);
         explain::join_notes(&mut steering_note, &labels_note);
     }
     let preference_note = seen.prefer(fixed.is_some(), &mut placement);

@@ -284,6 +284,13 @@ pub(crate) fn node_labels(matched: &[String]) -> String {
     format!("nodes labelled like the Pod: {}", matched.join(", "))
 }
 
+/// With the node watch: no node carries the label the Pod must match.
+pub(crate) fn no_node_labelled(key: &str, value: &str) -> String {
+    format!(
+        "no node is labelled {key}={value} (match_node_labels): the Pod stays Pending until one is"
+    )
+}
+
 pub(crate) fn node_label_contradicted(key: &str, value: &str, own: &str) -> String {
     format!(
         "the Pod is labelled {key}={value} (match_node_labels) but its own constraint {own} \

@@ -1859,3 +1859,54 @@ fn a_malformed_namespace_value_is_a_warning_never_a_failure() {
         .iter()
         .any(|w| w.contains("the Pod's tolerable.io/enforce ignored")));
 }
+
+/// Pools whose nodes carry `team=ml` (and no other team), watching `team` only.
+fn pools_with_team_ml() -> NodePools {
+    let mut pools = NodePools::default();
+    let keys = BTreeSet::from([ARCH_LABEL.to_owned()]);
+    pools.add_node(Some("a"), "amd64", &[], &keys);
+    pools.add_node(Some("b"), "arm64", &[], &keys);
+    pools.watch_labels(&["team".to_owned()]);
+    pools.add_node_labels(&[("team".into(), "ml".into()), ("zone".into(), "a".into())]);
+    pools
+}
+
+#[test]
+fn with_the_node_watch_a_label_no_node_carries_is_warned_of_never_denied() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let pools = pools_with_team_ml();
+    let decide_with = |pod_json: &Value, pools: Option<&NodePools>| {
+        answer(&request(pod_json, &p), &amd64_arm64(), pools, &p)
+    };
+    let warned = |answered: &Answer| {
+        answered
+            .warnings()
+            .iter()
+            .filter(|w| w.starts_with("no node is labelled"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // team=ml: some node carries it.
+    let ml = labelled(json!({}));
+    assert!(warned(&decide_with(&ml, Some(&pools))).is_empty());
+    // team=gpu: none does; still placed, the label still required.
+    let gpu = labelled(json!({"metadata": {"labels": {"team": "gpu"}}}));
+    let answered = decide_with(&gpu, Some(&pools));
+    assert_eq!(
+        warned(&answered),
+        ["no node is labelled team=gpu (match_node_labels): the Pod stays Pending until one is"]
+    );
+    assert!(answered.denial().is_none());
+    assert!(matches!(answered.decision, Decision::Placed(_)));
+    // A key the watch does not keep (region), and no node watch at all: nothing said.
+    let region = labelled(
+        json!({"metadata": {"labels": {"team": "ml", "topology.kubernetes.io/region": "mars-1"}}}),
+    );
+    assert!(warned(&decide_with(&region, Some(&pools))).is_empty());
+    assert!(warned(&decide_with(&gpu, None)).is_empty());
+    // Reinvocation on the patched Pod: the same warning, nothing more to patch.
+    let out = run(&gpu, &amd64_arm64(), &p);
+    let again = answer(&request(&out.patched, &p), &amd64_arm64(), Some(&pools), &p);
+    assert!(again.patch.is_empty());
+    assert_eq!(warned(&again).len(), 1);
+}
