@@ -448,3 +448,24 @@ fn match_node_labels_are_in_what_would_be_added() {
     let web = workload(&report(&without), "Deployment", "web").to_string();
     assert!(!web.contains("app in (web)"), "{web}");
 }
+
+/// The Namespaces' preferences (batch: `arm64=80, amd64=20`, the recorded annotation) are in
+/// what would be added to the workloads there, as the webhook adds them; a workload elsewhere
+/// gets none. Namespaces are listed once, metadata only.
+#[test]
+fn a_namespace_preference_is_in_what_would_be_added() {
+    let report = report(&audit(cluster(), "admintoken", &["--json"]));
+    let nightly = workload(&report, "CronJob", "nightly");
+    assert_eq!(nightly["status"], "movable", "{nightly:#}");
+    let reason = nightly["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("prefers arm64 (weight 80), amd64 (weight 20)"),
+        "{reason}"
+    );
+    let web = workload(&report, "Deployment", "web").to_string();
+    assert!(!web.contains("prefers"), "{web}");
+    assert!(cluster()
+        .requests()
+        .iter()
+        .any(|r| r.starts_with("/api/v1/namespaces?")));
+}
