@@ -348,11 +348,13 @@ fn text<'a>(workload: &'a Value, field: &str) -> &'a str {
 #[test]
 fn review_takes_namespace_policy_from_the_input_and_the_command_line() {
     use common::cli::{json_report, review, workload};
+    // batch's Namespace alone, team-ml's in a List.
     let yaml = format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: batch\n  annotations:\n    {PREFERRED_KEY}: \"arm64=80, amd64=20\"\n{}{}{}",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: batch\n  annotations:\n    {PREFERRED_KEY}: \"arm64=80, amd64=20\"\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata: {{name: team-ml, annotations: {{{PREFERRED_KEY}: amd64}}}}\n{}{}{}{}",
         deployment("crunch", "batch"),
         deployment("web", "team-b"),
         deployment("api", "default"),
+        deployment("train", "team-ml"),
     );
     let skip = "team-b:tolerable.io/skip=true";
     let out = review(
@@ -378,6 +380,13 @@ fn review_takes_namespace_policy_from_the_input_and_the_command_line() {
     let api = workload(&report, "Deployment", "api");
     assert_eq!(api["outcome"], "decided", "{api:#}");
     assert!(!api["adds"].to_string().contains("prefers"), "{api:#}");
+    let train = workload(&report, "Deployment", "train");
+    assert!(
+        text(train, "summary").contains(&format!(
+            "prefers amd64 (namespace team-ml's {PREFERRED_KEY})"
+        )),
+        "{train:#}"
+    );
 
     // A malformed flag: could not run (2), naming the flag and the form.
     let out = review(

@@ -81,12 +81,27 @@ fn split(value: &str) -> anyhow::Result<(&str, &str, &str)> {
     Ok((namespace, key, text))
 }
 
-/// A Namespace in the input: its policy is taken for the workloads read after it.
+/// A Namespace in the input (or in a List): its policy is taken for the workloads read after
+/// it.
 pub(super) fn take_in(config: &Config, policies: &NamespacePolicies, document: &Value) {
-    if !config.namespace_policy || document.get("kind").and_then(Value::as_str) != Some("Namespace")
-    {
+    if !config.namespace_policy {
         return;
     }
+    match document.get("kind").and_then(Value::as_str) {
+        Some("Namespace") => take_namespace(policies, document),
+        Some(kind) if kind.ends_with("List") => {
+            let items = document.get("items").and_then(Value::as_array);
+            for item in items.into_iter().flatten() {
+                if item.get("kind").and_then(Value::as_str) == Some("Namespace") {
+                    take_namespace(policies, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn take_namespace(policies: &NamespacePolicies, document: &Value) {
     let meta = &document["metadata"];
     let Some(name) = meta.get("name").and_then(Value::as_str) else {
         return;
