@@ -214,6 +214,8 @@ async fn keep_policies(
             Err(e) if is_forbidden(&e) => {
                 shared.refusals.fetch_add(1, Ordering::Relaxed);
                 shared.available.store(false, Ordering::Relaxed);
+                // Access revoked while running: the config alone, not a view nobody updates.
+                publish_list(&shared, PolicyMap::new());
                 if !refused {
                     refused = true;
                     tracing::warn!(error = %e, "namespace policy unavailable: not allowed to list/watch namespaces (RBAC); deciding with the config alone until it is");
