@@ -555,3 +555,30 @@ async fn not_ready_until_the_namespaces_are_listed() {
         .unwrap();
     assert_eq!(ready.status(), 200);
 }
+
+/// Access revoked while running: the next watch is refused, and decisions keep to the config
+/// (not to the last view, which nothing would update any more), with the metric saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_revoked_while_running_falls_back_to_the_config() {
+    let api = NamespaceApi::start();
+    let server = server(api.client("admintoken")).await;
+    let namespaces = server.namespaces.clone().unwrap();
+    until("the namespace list", || namespaces.is_settled()).await;
+    until("the watch", || api.counts().1 == 1).await;
+    assert_eq!(namespaces.len(), 3);
+    api.revoke();
+    api.end_watch();
+    until("the refused watch", || namespaces.refusals() >= 1).await;
+    assert!(!namespaces.is_available());
+    assert!(namespaces.is_empty(), "no stale view");
+    let pod = admitted(&server, &pod_in("team-a", json!({})))
+        .await
+        .0
+        .unwrap();
+    assert!(has_tolerations(&pod), "the config enforces");
+    let metrics = webhook::metrics_text(&server).await;
+    assert_eq!(
+        webhook::metric_value(&metrics, "tolerable_namespace_policy_available"),
+        Some(0.0)
+    );
+}

@@ -10,8 +10,10 @@
 //!   resourceVersion are served (nothing else was recorded: anything else is a 400 saying so);
 //!   the first sends the recorded events (team-a relabelled `true`, batch's annotation removed,
 //!   `new-team` added) one per [`NamespaceApi::release`], then whatever the test adds
-//!   ([`NamespaceApi::add_namespace`], shaped as the recorded ADDED event); it stays open;
-//! - token `nobodytoken`: the recorded 403 for list and watch (no `list namespaces`);
+//!   ([`NamespaceApi::add_namespace`], shaped as the recorded ADDED event); it stays open until
+//!   [`NamespaceApi::end_watch`];
+//! - token `nobodytoken`: the recorded 403 for list and watch (no `list namespaces`), and
+//!   `admintoken` too once [`NamespaceApi::revoke`]d;
 //!   `admintoken` may read; any other token is a 401.
 
 use std::convert::Infallible;
@@ -52,6 +54,8 @@ struct State {
     refused: AtomicUsize,
     /// When set, a list is answered only once the test adds a permit.
     list_gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// `admintoken`'s RoleBinding deleted: refused as `nobodytoken` is.
+    revoked: std::sync::atomic::AtomicBool,
 }
 
 fn recording(name: &str) -> String {
@@ -84,8 +88,8 @@ fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 impl State {
     fn answer(&self, token: Option<&str>, query: &str, accept: &str) -> Response<Body> {
         match token {
-            Some("admintoken") => {}
-            Some("nobodytoken") => {
+            Some("admintoken") if !self.revoked.load(Ordering::SeqCst) => {}
+            Some("nobodytoken" | "admintoken") => {
                 self.refused.fetch_add(1, Ordering::SeqCst);
                 return full(status(
                     StatusCode::FORBIDDEN,
@@ -140,15 +144,18 @@ impl State {
     }
 }
 
-/// Each line the test releases, as one chunk of the watch response; open until the test ends.
+/// What [`NamespaceApi::end_watch`] sends: the watch response ends there.
+const END_OF_WATCH: &str = "";
+
+/// Each line the test releases, as one chunk of the watch response; open until the test ends
+/// it ([`NamespaceApi::end_watch`], as a watch's `timeoutSeconds` ends it).
 fn tokio_stream_of(
     receiver: tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> {
     futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let line = receiver.recv().await?;
+        let line = receiver.recv().await.filter(|l| l != END_OF_WATCH)?;
         Some((Ok(Frame::data(Bytes::from(format!("{line}\n")))), receiver))
     })
-    .chain(futures_util::stream::pending())
 }
 
 /// The 404 the API server answers for a path it does not serve.
@@ -207,6 +214,7 @@ impl NamespaceApi {
             watches: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             list_gate,
+            revoked: std::sync::atomic::AtomicBool::new(false),
         });
         let shared = state.clone();
         let port = super::serve(
@@ -262,6 +270,17 @@ impl NamespaceApi {
             meta["annotations"] = annotations;
         }
         self.state.lines.send(event.to_string()).unwrap();
+    }
+
+    /// Ends the first watch's response (as its `timeoutSeconds` would): the watcher watches
+    /// again.
+    pub fn end_watch(&self) {
+        self.state.lines.send(END_OF_WATCH.to_owned()).unwrap();
+    }
+
+    /// From now on `admintoken` may not list or watch namespaces either (its binding deleted).
+    pub fn revoke(&self) {
+        self.state.revoked.store(true, Ordering::SeqCst);
     }
 
     /// A real `kube` client for this server, authenticating with `token`.
