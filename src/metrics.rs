@@ -449,7 +449,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_admissions_not_enforced",
-            "Pods let through unchanged but for the decision annotation (enforce = false), by what tolerable would have done: change (add tolerations or steering) or deny",
+            "Pods let through unchanged but for the decision annotation (report only: enforce = false, or a Namespace's or Pod's tolerable.io/enforce=false), by what tolerable would have done: change (add tolerations or steering) or deny",
             self.not_enforced.clone(),
         );
         registry.register(

@@ -109,6 +109,10 @@ async fn the_recorded_namespaces_decide_with_precedence_pod_namespace_config() {
         "{}",
         annotation(&pod)
     );
+    // Counted as report only, as under enforce = false.
+    let metrics = webhook::metrics_text(&server).await;
+    let series = r#"tolerable_admissions_not_enforced_total{would="change"}"#;
+    assert_eq!(webhook::metric_value(&metrics, series), Some(1.0));
     // The Pod's own label wins over its Namespace.
     let own = pod_in("team-a", json!({ENFORCE_KEY: "true"}));
     let pod = admitted(&server, &own).await.0.unwrap();
