@@ -79,6 +79,29 @@ fn preferred(pod: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Admissions let through under report only that would have been changed.
+async fn would_change(server: &TestServer) -> Option<f64> {
+    let metrics = webhook::metrics_text(server).await;
+    let series = r#"tolerable_admissions_not_enforced_total{would="change"}"#;
+    webhook::metric_value(&metrics, series)
+}
+
+/// batch: the Namespace's weighted preference; the Pod's own preference wins over it.
+async fn batch_prefers_as_annotated_unless_the_pod_says(server: &TestServer) {
+    let pod = admitted(server, &pod_in("batch", json!({})))
+        .await
+        .0
+        .unwrap();
+    assert_eq!(
+        preferred(&pod),
+        [("arm64".into(), 80), ("amd64".into(), 20)]
+    );
+    assert!(annotation(&pod).contains(&format!("(namespace batch's {PREFERRED_KEY})")));
+    let own = pod_in("batch", json!({PREFERRED_KEY: "amd64"}));
+    let pod = admitted(server, &own).await.0.unwrap();
+    assert_eq!(preferred(&pod), [("amd64".into(), 50)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recorded_namespaces_decide_with_precedence_pod_namespace_config() {
     let api = NamespaceApi::start();
@@ -109,10 +132,11 @@ async fn the_recorded_namespaces_decide_with_precedence_pod_namespace_config() {
         "{}",
         annotation(&pod)
     );
-    // Counted as report only, as under enforce = false.
-    let metrics = webhook::metrics_text(&server).await;
-    let series = r#"tolerable_admissions_not_enforced_total{would="change"}"#;
-    assert_eq!(webhook::metric_value(&metrics, series), Some(1.0));
+    assert_eq!(
+        would_change(&server).await,
+        Some(1.0),
+        "counted as report only"
+    );
     // The Pod's own label wins over its Namespace.
     let own = pod_in("team-a", json!({ENFORCE_KEY: "true"}));
     let pod = admitted(&server, &own).await.0.unwrap();
@@ -123,19 +147,7 @@ async fn the_recorded_namespaces_decide_with_precedence_pod_namespace_config() {
         annotation(&pod)
     );
 
-    // batch: the Namespace's weighted preference; the Pod's own preference wins over it.
-    let pod = admitted(&server, &pod_in("batch", json!({})))
-        .await
-        .0
-        .unwrap();
-    assert_eq!(
-        preferred(&pod),
-        [("arm64".into(), 80), ("amd64".into(), 20)]
-    );
-    assert!(annotation(&pod).contains(&format!("(namespace batch's {PREFERRED_KEY})")));
-    let own = pod_in("batch", json!({PREFERRED_KEY: "amd64"}));
-    let pod = admitted(&server, &own).await.0.unwrap();
-    assert_eq!(preferred(&pod), [("amd64".into(), 50)]);
+    batch_prefers_as_annotated_unless_the_pod_says(&server).await;
 
     // team-b (skip=true): left alone, saying so; default: the config (enforced, no preference).
     let (pod, _) = admitted(&server, &pod_in("team-b", json!({}))).await;
