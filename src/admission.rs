@@ -11,6 +11,7 @@ mod workload_pod;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
 use crate::metrics::Metrics;
@@ -72,6 +73,7 @@ pub struct Admission {
     metrics: Option<Arc<Metrics>>,
     cluster: Option<Arc<Cluster>>,
     nodes: Option<NodeWatch>,
+    namespaces: Option<NamespacePolicies>,
 }
 
 impl Admission {
@@ -82,6 +84,7 @@ impl Admission {
             metrics,
             cluster: None,
             nodes: None,
+            namespaces: None,
         }
     }
 
@@ -98,6 +101,21 @@ impl Admission {
     pub(crate) fn with_nodes(mut self, nodes: NodeWatch) -> Self {
         self.nodes = Some(nodes);
         self
+    }
+
+    /// Decides with each Namespace's own policy (labels and annotations read by the namespace
+    /// watch, or given to `review`).
+    pub fn with_namespaces(mut self, namespaces: NamespacePolicies) -> Self {
+        self.namespaces = Some(namespaces);
+        self
+    }
+
+    pub(crate) fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
+    pub(crate) fn namespaces(&self) -> Option<&NamespacePolicies> {
+        self.namespaces.as_ref()
     }
 
     /// Reads each Pod's image pull secrets (and its ServiceAccount's) from `cluster`.
@@ -121,7 +139,7 @@ impl Admission {
             shell_warnings,
             lookup_causes,
             ..
-        } = match read_request(request, &self.policy) {
+        } = match read_request(request, &self.policy, self.namespaces.as_ref()) {
             RequestRead::Decide(pod, pull_secrets) => {
                 self.answer(&pod, &pull_secrets, budget).await
             }
@@ -328,23 +346,34 @@ pub(crate) enum RequestRead {
     Answered(Answer),
 }
 
-/// What `request` asks of the core.
-pub(crate) fn read_request(request: &AdmissionRequest, policy: &Policy) -> RequestRead {
+/// What `request` asks of the core (in a Namespace whose policy `namespaces` knows, when given).
+pub(crate) fn read_request(
+    request: &AdmissionRequest,
+    policy: &Policy,
+    namespaces: Option<&NamespacePolicies>,
+) -> RequestRead {
     if !request.is_pod_create() {
         return RequestRead::Answered(Answer::not_pod_create());
     }
     match request.pod() {
-        Ok(object) => read_pod(request.namespace.as_deref(), object, policy),
+        Ok(object) => read_pod(request.namespace.as_deref(), object, policy, namespaces),
         Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }
 }
 
-/// A Pod object being created in `namespace` (else the Pod's own, else `default`).
-pub(crate) fn read_pod(namespace: Option<&str>, object: PodObject, policy: &Policy) -> RequestRead {
+/// A Pod object being created in `namespace` (else the Pod's own, else `default`), with that
+/// Namespace's own policy when `namespaces` knows it.
+pub(crate) fn read_pod(
+    namespace: Option<&str>,
+    object: PodObject,
+    policy: &Policy,
+    namespaces: Option<&NamespacePolicies>,
+) -> RequestRead {
     let namespace = namespace
         .or(object.namespace.as_deref())
         .unwrap_or("default");
-    match PodCreate::new(namespace, object.view, policy) {
+    let namespace_policy = namespaces.and_then(|n| n.get(namespace));
+    match PodCreate::in_namespace(namespace, namespace_policy, object.view, policy) {
         Ok(pod) => RequestRead::Decide(pod, object.pull_secrets),
         Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
 use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
+use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -31,6 +32,8 @@ pub struct Webhook {
     pub state: Arc<AppState>,
     /// The node watch, when it feeds decisions (the server is not ready before it has synced).
     pub nodes: Option<NodeWatch>,
+    /// The namespace watch, when per-namespace policy is read (`[policy] namespace_policy`).
+    pub namespaces: Option<NamespacePolicies>,
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     certs: Arc<CertStore>,
@@ -106,6 +109,8 @@ impl Webhook {
             config.policy.clone(),
             Some(metrics.clone()),
         );
+        let (admission, namespaces) =
+            watch_namespaces(config, kube.as_ref(), admission, &mut metrics_registry);
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
         let (election, leader) = leadership.start(
             kube.as_ref(),
@@ -139,8 +144,8 @@ impl Webhook {
         );
         let state = Arc::new(AppState {
             admission,
-            readiness: readiness(nodes.clone()),
-            refresh_gauges: scrape_time_gauges(metrics.clone(), resolver, nodes.clone(), gated),
+            readiness: readiness(nodes.clone(), namespaces.clone()),
+            refresh_gauges: scrape_time_gauges(&metrics, resolver, &nodes, &namespaces, gated),
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -150,6 +155,7 @@ impl Webhook {
         Ok(Self {
             state,
             nodes,
+            namespaces,
             listener,
             metrics_listener,
             certs,
@@ -325,10 +331,15 @@ pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Resu
 }
 
 /// What readiness waits for besides the server: the node watch's first full list, when it
-/// feeds decisions (before it, every Pod would be decided without the cluster's pools).
-fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
-    Box::new(move || match &nodes {
-        Some(nodes) if !nodes.is_synced() => Err("not ready: node watch not synced\n"),
+/// feeds decisions (before it, every Pod would be decided without the cluster's pools), and
+/// the namespace watch's first list — or its refusal (403), after which decisions keep to the
+/// config: a refused watch never holds readiness back.
+fn readiness(nodes: Option<NodeWatch>, namespaces: Option<NamespacePolicies>) -> ReadinessCheck {
+    Box::new(move || match (&nodes, &namespaces) {
+        (Some(nodes), _) if !nodes.is_synced() => Err("not ready: node watch not synced\n"),
+        (_, Some(namespaces)) if !namespaces.is_settled() => {
+            Err("not ready: namespace watch not synced\n")
+        }
         _ => Ok(()),
     })
 }
@@ -337,17 +348,28 @@ fn readiness(nodes: Option<NodeWatch>) -> ReadinessCheck {
 /// and, with a node watch, its last sync, size and the architectures it has seen; with the gate
 /// controller, the age of the oldest gated Pod.
 fn scrape_time_gauges(
-    metrics: Arc<Metrics>,
+    metrics: &Arc<Metrics>,
     resolver: Arc<Resolver>,
-    nodes: Option<NodeWatch>,
+    nodes: &Option<NodeWatch>,
+    namespaces: &Option<NamespacePolicies>,
     gated: Option<GatedPods>,
 ) -> GaugeRefresh {
+    let (metrics, nodes, namespaces) = (metrics.clone(), nodes.clone(), namespaces.clone());
     Box::new(move || {
         let (metrics, resolver, nodes) = (metrics.clone(), resolver.clone(), nodes.clone());
+        let namespaces = namespaces.clone();
         let oldest_gated = gated.as_ref().and_then(GatedPods::oldest_age);
         Box::pin(async move {
             metrics.set_cache_entries(resolver.cached_entries().await);
             metrics.gates.set_oldest_age(oldest_gated);
+            if let Some(namespaces) = namespaces {
+                metrics.set_namespace_watch(&crate::metrics::NamespaceWatchState {
+                    available: namespaces.is_available(),
+                    namespaces: namespaces.len(),
+                    updates: namespaces.updates(),
+                    refusals: namespaces.refusals(),
+                });
+            }
             let Some(nodes) = nodes else {
                 return;
             };
@@ -424,6 +446,27 @@ fn start_gates(
     Ok(Some(gated))
 }
 
+/// `[policy] namespace_policy` with a cluster: the namespace watch, which admissions decide
+/// with, and its metrics.
+fn watch_namespaces(
+    config: &Config,
+    kube: Option<&kube::Client>,
+    admission: Admission,
+    registry: &mut prometheus_client::registry::Registry,
+) -> (Admission, Option<NamespacePolicies>) {
+    let Some(client) = kube.filter(|_| config.namespace_policy) else {
+        return (admission, None);
+    };
+    if let Some(metrics) = admission.metrics() {
+        metrics.register_namespace_watch(registry);
+    }
+    let namespaces = NamespacePolicies::watch(client.clone());
+    (
+        admission.with_namespaces(namespaces.clone()),
+        Some(namespaces),
+    )
+}
+
 /// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and
 /// the tainter), the node tainter.
 fn wire_cluster(
@@ -439,7 +482,9 @@ fn wire_cluster(
     if !(config.watch_nodes || manage_node_taints) {
         return (admission, None);
     }
-    let watch = NodeWatch::start(client.clone(), config.policy.taint_keys());
+    let label_keys = config.policy.match_node_labels.iter().cloned().collect();
+    let watch =
+        NodeWatch::start_with_labels(client.clone(), config.policy.taint_keys(), label_keys);
     background.push(tokio::spawn(warn_of_fenced_off_pools(
         watch.clone(),
         config.taint_policy.clone(),

@@ -164,9 +164,21 @@ pub(crate) struct ReviewArgs {
     #[arg(long)]
     pub(crate) strict: bool,
 
-    /// Read the workloads' image pull secrets (and their ServiceAccounts') from the cluster, as
-    /// the webhook does: the one --kubeconfig and --context name (either implies --cluster),
-    /// else the one the environment names. Without any of the three no cluster is read.
+    /// Per-namespace policy without a cluster: a label of NAMESPACE, as
+    /// NAMESPACE:KEY=VALUE (team-a:tolerable.io/enforce=false, team-b:tolerable.io/skip=true);
+    /// replaces what the cluster says of that namespace. Repeatable.
+    #[arg(long = "namespace-label", value_name = "NAMESPACE:KEY=VALUE")]
+    pub(crate) namespace_labels: Vec<String>,
+
+    /// An annotation of NAMESPACE, as NAMESPACE:KEY=VALUE
+    /// (batch:tolerable.io/preferred-architecture=arm64=80, amd64=20). Repeatable.
+    #[arg(long = "namespace-annotation", value_name = "NAMESPACE:KEY=VALUE")]
+    pub(crate) namespace_annotations: Vec<String>,
+
+    /// Read the workloads' image pull secrets (and their ServiceAccounts') and the Namespaces'
+    /// policy from the cluster, as the webhook does: the one --kubeconfig and --context name
+    /// (either implies --cluster), else the one the environment names. Without any of the three
+    /// no cluster is read.
     #[arg(long = "cluster", conflicts_with = "kubeconfig")]
     pub(crate) read_cluster: bool,
 

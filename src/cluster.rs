@@ -8,6 +8,7 @@ pub(crate) mod connect;
 pub(crate) mod gates;
 pub mod lease;
 pub(crate) mod list;
+pub mod namespaces;
 pub mod nodes;
 
 use std::sync::Arc;

@@ -207,6 +207,9 @@ pub struct Config {
     pub policy: Policy,
     /// Read each Pod's image pull secrets (and its ServiceAccount's) from the API server.
     pub read_pull_secrets: bool,
+    /// `[policy] namespace_policy`: read per-namespace policy from Namespaces (`serve` watches
+    /// them, `review --kubeconfig` and `audit` list them).
+    pub namespace_policy: bool,
     /// Watch Nodes: also tolerate taints the templates do not, count the architectures seen
     /// when deciding whether to steer; `/readyz` waits for the first sync.
     pub watch_nodes: bool,
@@ -334,6 +337,7 @@ impl Config {
             taint_policy: crate::taints::TaintPolicy::from_policy(&policy),
             policy,
             read_pull_secrets: credentials.read_pull_secrets,
+            namespace_policy: sections.policy.namespace_policy,
             watch_nodes: sections.nodes.watch,
             manage_node_taints: sections.nodes.manage_taints,
             log_level,

@@ -71,7 +71,7 @@ pub fn admission_review(data: &[u8]) {
         return;
     };
     let request = review.request.as_ref().expect("parse checks the request");
-    let answer = match admission::read_request(request, &policy()) {
+    let answer = match admission::read_request(request, &policy(), None) {
         RequestRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
         RequestRead::Answered(answer) => answer,
     };
@@ -98,7 +98,7 @@ fn gate_then_release(request: &wire::AdmissionRequest, object: serde_json::Value
         on_lookup_failure: mutate::OnLookupFailure::Gate,
         ..policy()
     };
-    let RequestRead::Decide(pod, _) = admission::read_request(request, &gating) else {
+    let RequestRead::Decide(pod, _) = admission::read_request(request, &gating, None) else {
         return;
     };
     let failed: ImageFacts = pod

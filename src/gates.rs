@@ -288,7 +288,17 @@ impl Controller {
             return self.time_out(record, &object, held).await;
         }
         let policy = self.admission.policy();
-        let request = match PodCreate::new(record.namespace.clone(), object.view.clone(), policy) {
+        // In its Namespace's policy as now, as the admission would read it.
+        let namespace_policy = self
+            .admission
+            .namespaces()
+            .and_then(|namespaces| namespaces.get(&record.namespace));
+        let request = match PodCreate::in_namespace(
+            record.namespace.clone(),
+            namespace_policy,
+            object.view.clone(),
+            policy,
+        ) {
             Ok(request) => request,
             Err(why) => return self.release_unchanged(record, &object, &why, None).await,
         };

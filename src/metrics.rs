@@ -8,6 +8,7 @@
 mod exposition;
 mod gates;
 mod lookups;
+mod namespaces;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -28,6 +29,7 @@ use self::lookups::WELL_KNOWN_REGISTRIES;
 pub use self::exposition::encode;
 pub(crate) use self::exposition::encode_text_format;
 pub(crate) use self::gates::{GateMetrics, GateRelease};
+pub(crate) use self::namespaces::NamespaceWatchState;
 
 /// Distinct registry hosts given their own label value besides the operator's own (mirrors,
 /// credential files, insecure registries) and the well-known public ones; the rest count as
@@ -146,6 +148,7 @@ pub struct Metrics {
     node_pool_builds: Counter,
     node_watch_nodes: Gauge,
     node_watch_events: Family<ChangedLabels, Counter>,
+    namespace_watch: namespaces::NamespaceMetrics,
     build_info: Family<VersionLabels, Gauge>,
     lookup_duration: Family<ResultLabels, Histogram>,
     registry_requests: Family<RegistryLabels, Counter>,
@@ -199,6 +202,7 @@ impl Metrics {
             node_pool_builds: Counter::default(),
             node_watch_nodes: Gauge::default(),
             node_watch_events: Family::default(),
+            namespace_watch: namespaces::NamespaceMetrics::default(),
             build_info: Family::default(),
             lookup_duration: Family::new_with_constructor(latency_histogram),
             registry_requests: Family::default(),
@@ -352,6 +356,16 @@ impl Metrics {
         }
     }
 
+    /// The namespace watch's metrics (registered only when it runs).
+    pub(crate) fn register_namespace_watch(&self, registry: &mut Registry) {
+        self.namespace_watch.register(registry);
+    }
+
+    /// The namespace watch's state, read at scrape time.
+    pub(crate) fn set_namespace_watch(&self, state: &NamespaceWatchState) {
+        self.namespace_watch.set(state);
+    }
+
     /// What requests hold now: body bytes, and admissions being answered.
     pub(crate) fn set_request_load(&self, body_bytes: usize, in_flight: usize) {
         self.request_body_bytes
@@ -461,7 +475,7 @@ impl Metrics {
         );
         registry.register(
             "tolerable_admissions_not_enforced",
-            "Pods let through unchanged but for the decision annotation (enforce = false), by what tolerable would have done: change (add tolerations or steering) or deny",
+            "Pods let through unchanged but for the decision annotation (report only: enforce = false, or a Namespace's or Pod's tolerable.io/enforce=false), by what tolerable would have done: change (add tolerations or steering) or deny",
             self.not_enforced.clone(),
         );
         registry.register(

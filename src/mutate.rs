@@ -8,6 +8,7 @@ pub(crate) mod decision;
 pub(crate) mod explain;
 pub(crate) mod facts;
 pub mod gate;
+pub(crate) mod namespace_policy;
 pub(crate) mod node_labels;
 pub(crate) mod patch;
 pub(crate) mod platform;
@@ -16,11 +17,13 @@ pub(crate) mod policy;
 pub(crate) mod pools;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub use self::decision::{Decision, Outcome, Placement, Untouched};
 pub use self::facts::{ImageFact, ImageFacts, LookupFailure, Provenance, Staleness};
+pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY};
 pub use self::pod::{ImageSlot, PodSpecView, PodView, SlotKind};
 pub use self::policy::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
@@ -92,6 +95,9 @@ pub(crate) fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
 pub(crate) struct PodCreate {
     pub(crate) namespace: String,
     pub(crate) pod: PodView,
+    /// What the Pod's Namespace says (labels and annotations read once, by the shell's
+    /// namespace watch or `review`); `None`: nothing known of it.
+    pub(crate) namespace_policy: Option<Arc<NamespacePolicy>>,
     /// Each image once, in the order the Pod first names it: an image several containers use
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
@@ -108,20 +114,33 @@ enum Settled {
 impl PodCreate {
     /// `Err`: the Pod names no image tolerable could look up (a container without an image, no
     /// containers): it is left unchanged.
+    // The table tests' way in; the shell names the Namespace's policy (`in_namespace`).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn new(
         namespace: impl Into<String>,
+        pod: PodView,
+        policy: &Policy,
+    ) -> Result<Self, String> {
+        Self::in_namespace(namespace, None, pod, policy)
+    }
+
+    /// As [`PodCreate::new`], in a Namespace whose own policy is `namespace_policy`.
+    pub(crate) fn in_namespace(
+        namespace: impl Into<String>,
+        namespace_policy: Option<Arc<NamespacePolicy>>,
         pod: PodView,
         policy: &Policy,
     ) -> Result<Self, String> {
         let namespace = namespace.into();
         let images = images_of(&pod)?;
         let distinct = distinct_images(&images);
-        let settled = skip_reason(&namespace, &pod, policy)
+        let settled = skip_reason(&namespace, namespace_policy.as_deref(), &pod, policy)
             .map(Settled::Skipped)
             .or_else(|| over_limits(&images, &distinct, policy).map(Settled::OverLimits));
         Ok(Self {
             namespace,
             pod,
+            namespace_policy,
             distinct,
             settled,
         })
@@ -149,13 +168,24 @@ fn distinct_images(images: &[ContainerImage]) -> Vec<String> {
         .collect()
 }
 
-/// Why tolerable leaves this Pod alone without looking at its images, if it does.
-fn skip_reason(namespace: &str, pod: &PodView, policy: &Policy) -> Option<String> {
-    if policy.skip_namespaces.contains(namespace) {
-        return Some(explain::skipped_namespace(namespace));
-    }
+/// Why tolerable leaves this Pod alone without looking at its images, if it does: the Pod's
+/// own opt-out, else its Namespace's, else `skip_namespaces` (the strongest level that says so
+/// is named). Each level can only opt out: a Pod cannot opt back into a Namespace the platform
+/// team switched off (the shipped namespaceSelector does not even send it).
+fn skip_reason(
+    namespace: &str,
+    namespace_policy: Option<&NamespacePolicy>,
+    pod: &PodView,
+    policy: &Policy,
+) -> Option<String> {
     if pod.label_or_annotation(SKIP_KEY) == Some("true") {
         return Some(explain::opted_out());
+    }
+    if namespace_policy.is_some_and(|n| n.skip) {
+        return Some(explain::namespace_opted_out(namespace));
+    }
+    if policy.skip_namespaces.contains(namespace) {
+        return Some(explain::skipped_namespace(namespace));
     }
     None
 }
@@ -249,9 +279,30 @@ pub(crate) fn answer(
     pools: Option<&NodePools>,
     policy: &Policy,
 ) -> Answer {
-    let decision = decide(request, facts, pools, policy);
-    if !policy.enforce {
-        return report_only(&request.pod, decision);
+    let mut decision = decide(request, facts, pools, policy);
+    let namespace = request.namespace_policy.as_deref();
+    let (enforce, level, warning) = namespace_policy::enforce(
+        request.pod.label_or_annotation(ENFORCE_KEY),
+        namespace,
+        policy.enforce,
+    );
+    let problems = namespace
+        .into_iter()
+        .flat_map(NamespacePolicy::problems)
+        .map(|problem| explain::namespace_problem(&request.namespace, &problem));
+    decision
+        .warnings_mut()
+        .extend(warning.into_iter().chain(problems));
+    let decided_by = explain::enforce_level(level, &request.namespace);
+    if !enforce {
+        return report_only(&request.pod, decision, &decided_by);
+    }
+    if let (Decision::Placed(placement), false) = (&mut decision, decided_by.is_empty()) {
+        placement.summary = cut(
+            format!("{}; {decided_by}", placement.summary),
+            MAX_SUMMARY_BYTES,
+        );
+        placement.annotation = pod::annotation_update(&request.pod, placement.summary.clone());
     }
     let patch = match &decision {
         Decision::Placed(placement) => patch::operations(&request.pod, placement),
@@ -267,14 +318,16 @@ pub(crate) fn answer(
 
 /// `enforce = false`: the decision is written into the annotation, as what tolerable would
 /// have added or why it would have denied the Pod, and nothing else changes.
-fn report_only(pod: &PodView, decision: Decision) -> Answer {
+/// `decided_by` names the level that asked for report only when it is not the config.
+fn report_only(pod: &PodView, decision: Decision, decided_by: &str) -> Answer {
     let would = match &decision {
         Decision::Placed(placement) => Some(explain::would_add(
             &explain::additions(placement),
             &placement.summary,
+            decided_by,
         )),
-        Decision::Denied { message, .. } => Some(explain::would_deny(message)),
-        Decision::Gated { summary, .. } => Some(explain::would_gate(summary)),
+        Decision::Denied { message, .. } => Some(explain::would_deny(message, decided_by)),
+        Decision::Gated { summary, .. } => Some(explain::would_gate(summary, decided_by)),
         Decision::Unchanged { .. } => None,
     };
     let annotation = would.and_then(|text| {
@@ -337,8 +390,7 @@ pub(crate) fn decide(
             if let Some(gated) = gate_instead(request, facts, policy) {
                 return gated;
             }
-            let mut decision =
-                decide_from_facts(&request.pod, &request.distinct, facts, policy, pools);
+            let mut decision = decide_from_facts(request, facts, policy, pools);
             let stale = request
                 .distinct
                 .iter()
@@ -378,13 +430,13 @@ fn gate_instead(request: &PodCreate, facts: &ImageFacts, policy: &Policy) -> Opt
 }
 
 fn decide_from_facts(
-    pod: &PodView,
-    distinct: &[String],
+    request: &PodCreate,
     facts: &ImageFacts,
     policy: &Policy,
     pools: Option<&NodePools>,
 ) -> Decision {
-    let known = match known_facts(distinct, facts) {
+    let pod = &request.pod;
+    let known = match known_facts(&request.distinct, facts) {
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
@@ -407,6 +459,7 @@ fn decide_from_facts(
     }
     let seen = Seen {
         pod,
+        namespace: (&request.namespace, request.namespace_policy.as_deref()),
         policy,
         pools,
         os: &os,
@@ -417,7 +470,7 @@ fn decide_from_facts(
     let fixed = pod::fixed_placement(pod);
     let mut steering_note = seen.steer(fixed.as_ref(), &mut placement);
     if fixed.is_none() {
-        let labels_note = node_labels::require(pod, policy, &mut placement);
+        let labels_note = node_labels::require(pod, policy, pools, &mut placement);
         explain::join_notes(&mut steering_note, &labels_note);
     }
     let preference_note = seen.prefer(fixed.is_some(), &mut placement);
@@ -524,6 +577,8 @@ fn common_architectures(
 /// What the decision sees once the images' common architectures are known.
 struct Seen<'a> {
     pod: &'a PodView,
+    /// The Pod's Namespace and what it says.
+    namespace: (&'a str, Option<&'a NamespacePolicy>),
     policy: &'a Policy,
     pools: Option<&'a NodePools>,
     os: &'a str,
@@ -658,24 +713,28 @@ impl<'a> Seen<'a> {
         }
     }
 
-    /// A preference among several possible architectures; the Pod's own label or annotation
-    /// wins. The note for the summary.
+    /// A preference among several possible architectures: the Pod's own label or annotation,
+    /// else its Namespace's annotation, else the config's. The note for the summary (naming
+    /// the level).
     fn prefer(&self, placed: bool, placement: &mut Placement) -> String {
         let common = self.common;
-        let preferred: Vec<WeightedArchitecture> = match self.pod.label_or_annotation(PREFERRED_KEY)
-        {
-            Some("none") => Vec::new(),
+        let (preferred, level) = match self.pod.label_or_annotation(PREFERRED_KEY) {
+            Some("none") => (Vec::new(), Level::Pod),
             Some(arch) => {
                 if !common.iter().any(|c| c == arch) {
                     let warning = explain::preference_ignored(arch, common, self.os);
                     placement.warnings.push(warning);
                 }
-                vec![WeightedArchitecture {
+                let preferred = vec![WeightedArchitecture {
                     architecture: arch.to_owned(),
                     weight: PREFERRED_WEIGHT,
-                }]
+                }];
+                (preferred, Level::Pod)
             }
-            None => self.policy.preferred_architectures.clone(),
+            None => match self.namespace.1.and_then(|n| n.preferred.as_ref()) {
+                Some(preferred) => (preferred.clone(), Level::Namespace),
+                None => (self.policy.preferred_architectures.clone(), Level::Config),
+            },
         };
         let preferred: Vec<WeightedArchitecture> = preferred
             .into_iter()
@@ -684,7 +743,8 @@ impl<'a> Seen<'a> {
         if preferred.is_empty() {
             return String::new();
         }
-        let note = explain::preference(&preferred);
+        let note =
+            explain::preference(&preferred) + &explain::preference_level(level, self.namespace.0);
         if !pod::has_preferred_arch_term(self.pod) {
             placement.preferred_architectures = preferred;
         }

@@ -47,6 +47,11 @@ fn cluster() -> &'static WorkloadsApi {
 }
 
 fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
+    audit_with(api, token, args, &[])
+}
+
+/// [`audit`] with these variables set too.
+fn audit_with(api: &WorkloadsApi, token: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let kubeconfig = api.kubeconfig(token);
     let host = &registry::plain().host;
     Command::new(env!("CARGO_BIN_EXE_tolerable"))
@@ -57,6 +62,7 @@ fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
         .env("TOLERABLE_REGISTRY__MIRRORS", format!("docker.io={host}"))
         .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "3s")
         .current_dir(std::env::temp_dir())
+        .envs(env.iter().copied())
         .arg("audit")
         .arg("--kubeconfig")
         .arg(kubeconfig.path())
@@ -423,4 +429,43 @@ fn the_fake_pages_and_refuses_as_the_recorded_api_server() {
     );
     let (code, _) = refused("/apis/apps/v1/namespaces/team-a/replicasets/web-0ld0ne");
     assert_eq!(code, 404);
+}
+
+/// `match_node_labels`: what the webhook would add to a movable workload includes its Pods'
+/// listed labels required of their nodes, as the webhook adds them.
+#[test]
+fn match_node_labels_are_in_what_would_be_added() {
+    let env = [("TOLERABLE_POLICY__MATCH_NODE_LABELS", "app")];
+    let matched = report(&audit_with(cluster(), "admintoken", &["--json"], &env));
+    let web = workload(&matched, "Deployment", "web");
+    assert_eq!(web["status"], "movable", "{web:#}");
+    let reason = web["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("tolerable would add toleration kubernetes.io/arch=arm64:NoSchedule; requires app in (web)"),
+        "{reason}"
+    );
+    let without = audit(cluster(), "admintoken", &["--json"]);
+    let web = workload(&report(&without), "Deployment", "web").to_string();
+    assert!(!web.contains("app in (web)"), "{web}");
+}
+
+/// The Namespaces' preferences (batch: `arm64=80, amd64=20`, the recorded annotation) are in
+/// what would be added to the workloads there, as the webhook adds them; a workload elsewhere
+/// gets none. Namespaces are listed once, metadata only.
+#[test]
+fn a_namespace_preference_is_in_what_would_be_added() {
+    let report = report(&audit(cluster(), "admintoken", &["--json"]));
+    let nightly = workload(&report, "CronJob", "nightly");
+    assert_eq!(nightly["status"], "movable", "{nightly:#}");
+    let reason = nightly["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("prefers arm64 (weight 80), amd64 (weight 20)"),
+        "{reason}"
+    );
+    let web = workload(&report, "Deployment", "web").to_string();
+    assert!(!web.contains("prefers"), "{web}");
+    assert!(cluster()
+        .requests()
+        .iter()
+        .any(|r| r.starts_with("/api/v1/namespaces?")));
 }

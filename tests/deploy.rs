@@ -505,6 +505,12 @@ impl<'a> Overlay<'a> {
                 .any(|v| v == self.namespace),
             "{dir}"
         );
+        // Nor are namespaces the platform team switched off (the namespace policy's skip).
+        assert_eq!(
+            self.hook["namespaceSelector"]["matchExpressions"][1],
+            serde_json::json!({"key": tolerable::mutate::SKIP_KEY, "operator": "NotIn", "values": ["true"]}),
+            "{dir}"
+        );
         let object_selector = &self.hook["objectSelector"]["matchExpressions"][0];
         assert_eq!(object_selector["key"], tolerable::mutate::SKIP_KEY);
         assert_eq!(object_selector["operator"], "NotIn");
@@ -786,7 +792,7 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
 /// binding) named for it, and the rules that role must hold.
-fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
+fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 4] {
     [
         (
             config.read_pull_secrets,
@@ -797,6 +803,11 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 3] {
             config.watch_nodes,
             "tolerable-nodes",
             serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]),
+        ),
+        (
+            config.namespace_policy,
+            "tolerable-namespaces",
+            serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]),
         ),
         (
             config.manage_node_taints,

@@ -113,7 +113,7 @@ fn switched_values() -> Value {
 
 /// Values under which tolerable needs no API access at all.
 fn no_api_values() -> Value {
-    json!({"config": {"credentials": {"read_pull_secrets": false}, "nodes": {"watch": false}}})
+    json!({"config": {"credentials": {"read_pull_secrets": false}, "nodes": {"watch": false}, "policy": {"namespace_policy": false}}})
 }
 
 #[test]
@@ -545,6 +545,7 @@ fn rendered_config_loads_in_tolerable() {
     let expected = [
         "edge-tolerable-pull-secrets",
         "edge-tolerable-nodes",
+        "edge-tolerable-namespaces",
         "edge-tolerable-node-taints",
     ];
     assert_eq!(roles, expected.into());
@@ -641,6 +642,7 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
         namespaces["matchExpressions"],
         json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                 "values": ["infra", "kube-system", "istio-system"]},
+               {"key": tolerable::mutate::SKIP_KEY, "operator": "NotIn", "values": ["true"]},
                {"key": "team", "operator": "Exists"}])
     );
     let objects = &hook["objectSelector"];
@@ -997,6 +999,7 @@ fn rbac_variants_match_kustomize() {
         assert_eq!(config.read_pull_secrets, granted("tolerable-pull-secrets"));
         assert_eq!(config.watch_nodes, granted("\"tolerable-nodes\""));
         assert_eq!(config.manage_node_taints, granted("tolerable-node-taints"));
+        assert_eq!(config.namespace_policy, granted("tolerable-namespaces"));
     }
 }
 

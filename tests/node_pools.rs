@@ -238,3 +238,49 @@ async fn a_pool_that_scales_from_zero_and_back_keeps_its_toleration() {
     assert_eq!(arm_tolerations(&shrunk), [template]);
     assert_eq!(shrunk, zero);
 }
+
+/// `match_node_labels` with the node watch: the watch keeps the listed label's values, and a
+/// Pod labelled with a value no node carries is admitted with a warning (it would stay
+/// Pending), never denied; a value some node carries says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matched_label_no_node_carries_is_warned_of() {
+    let api = FakeApiServer::start(hosts());
+    let mut policy = webhook::policy();
+    policy.match_node_labels = vec!["kubernetes.io/hostname".into()];
+    let server =
+        TestServer::start_with_cluster(policy, common::settings(), api.client("admintoken")).await;
+    let nodes = server.nodes.clone().unwrap();
+    until("the node watch to sync", || nodes.is_synced()).await;
+    let host = &registry::plain().host;
+    let review = |hostname: &str| {
+        let mut request = webhook::recorded("pod-create-simple.v1.json", host);
+        let object = &mut request["request"]["object"];
+        object["spec"]["containers"][0]["image"] =
+            json!(format!("{host}/fixtures/multiarch-oci:v1"));
+        object["metadata"]["labels"]["kubernetes.io/hostname"] = json!(hostname);
+        request
+    };
+    for (hostname, warned) in [("amd-1", false), ("gone-1", true)] {
+        let request = review(hostname);
+        let response = post(&server, &request).await;
+        assert_eq!(response["response"]["allowed"], true);
+        let warnings = webhook::warnings(&response["response"]);
+        let said = format!(
+            "no node is labelled kubernetes.io/hostname={hostname} (match_node_labels): the Pod stays Pending until one is"
+        );
+        assert_eq!(
+            warnings.contains(&said),
+            warned,
+            "{hostname}: {warnings:#?}"
+        );
+        let pod = patched(&request, &response);
+        let terms = &pod["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        assert!(
+            terms
+                .to_string()
+                .contains(&format!("\"values\":[\"{hostname}\"]")),
+            "required all the same: {terms}"
+        );
+    }
+}

@@ -379,3 +379,39 @@ fn pull_secrets_from_the_cluster_with_a_kubeconfig() {
         .requests()
         .contains(&"/api/v1/namespaces/team-a/secrets/regcred".to_owned()));
 }
+
+/// `match_node_labels`: a workload's Pod labels listed there are required of its nodes in what
+/// `review` says would be added; a workload without the label gets nothing of it.
+#[test]
+fn match_node_labels_are_in_what_would_be_added() {
+    let image = format!("{}/fixtures/multiarch-oci:v1", registry::plain().host);
+    let deployment = |name: &str, labels: &str| {
+        format!("---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  template:\n    metadata: {{labels: {labels}}}\n    spec:\n      containers: [{{name: c, image: '{image}'}}]\n")
+    };
+    let yaml = deployment("ml", "{team: ml, app: x}") + &deployment("plain", "{app: y}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let out = tolerable()
+        .env("TOLERABLE_POLICY__MATCH_NODE_LABELS", "team")
+        .args(["review", "--json"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let report = json_report(&out);
+    let ml = workload(&report, "Deployment", "ml");
+    assert!(
+        strings(&ml["adds"])
+            .iter()
+            .any(|a| a.contains("team in (ml)")),
+        "{ml:#}"
+    );
+    assert!(
+        ml["summary"]
+            .as_str()
+            .unwrap()
+            .contains("nodes labelled like the Pod: team=ml"),
+        "{ml:#}"
+    );
+    let plain = workload(&report, "Deployment", "plain");
+    assert!(!plain.to_string().contains("team"), "{plain:#}");
+}

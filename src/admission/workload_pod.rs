@@ -47,7 +47,7 @@ impl Admission {
         let policy = self.policy();
         let asked = match object {
             Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
-            Ok(object) => read_pod(None, object, policy),
+            Ok(object) => read_pod(None, object, policy, self.namespaces()),
         };
         match asked {
             RequestRead::Decide(pod, pull_secrets) => {

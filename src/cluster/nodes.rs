@@ -106,6 +106,8 @@ impl SyncState {
 /// The watch task's own state: every Node's facts, and whether the published pools are behind.
 struct Facts {
     taint_keys: BTreeSet<String>,
+    /// `match_node_labels`: the label keys whose values are kept.
+    label_keys: BTreeSet<String>,
     /// Shared with the published list: a build copies two pointers per Node, not its facts.
     nodes: HashMap<Arc<str>, Arc<NodeFacts>>,
     /// A re-list in progress: the Nodes listed so far (the old view serves until it is done).
@@ -135,6 +137,7 @@ impl Facts {
             let name: Arc<str> = Arc::from(node.name());
             let mut facts = node.facts;
             facts.keep_taints(&self.taint_keys);
+            facts.keep_labels(&self.label_keys);
             (name, Arc::new(facts))
         };
         let changed = match event {
@@ -177,10 +180,12 @@ impl Facts {
     /// Builds the pools from the facts and publishes them.
     fn publish(&mut self, published: &Published) {
         let mut pools = NodePools::default();
+        pools.watch_labels(&self.label_keys);
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for (name, facts) in &self.nodes {
             if let Some(arch) = facts.architecture() {
                 pools.add_node(Some(name), arch, &facts.taints, &self.taint_keys);
+                pools.add_node_labels(&facts.labels);
             }
             nodes.push((name.clone(), facts.clone()));
         }
@@ -199,6 +204,16 @@ impl NodeWatch {
     /// re-lists and backs off on errors, as kube-runtime's watcher does). Only taints under
     /// `taint_keys` are kept.
     pub fn start(client: kube::Client, taint_keys: BTreeSet<String>) -> Self {
+        Self::start_with_labels(client, taint_keys, BTreeSet::new())
+    }
+
+    /// As [`NodeWatch::start`], also keeping each Node's labels under `label_keys`
+    /// (`match_node_labels`): the pools say which values some node carries.
+    pub fn start_with_labels(
+        client: kube::Client,
+        taint_keys: BTreeSet<String>,
+        label_keys: BTreeSet<String>,
+    ) -> Self {
         let api: Api<WatchedNode> = Api::all(client);
         let config = watcher::Config::default().page_size(LIST_PAGE);
         let stream = watcher(api, config).default_backoff();
@@ -207,6 +222,7 @@ impl NodeWatch {
         let (flag, synced) = tokio::sync::watch::channel(false);
         let facts = Facts {
             taint_keys,
+            label_keys,
             nodes: HashMap::new(),
             listing: None,
             changed: false,
@@ -582,6 +598,7 @@ mod facts_tests {
             serde_json::from_str(&recorded("node-list-limit-2.body.json")).unwrap();
         let mut facts = Facts {
             taint_keys: BTreeSet::from([ARCH_LABEL.to_owned()]),
+            label_keys: BTreeSet::new(),
             nodes: HashMap::new(),
             listing: None,
             changed: false,

@@ -20,6 +20,7 @@ use crate::admission::{
 };
 use crate::audit::{judge, Known, Placed, Status};
 use crate::cli::AuditArgs;
+use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::mutate::{explain, Decision, Policy};
@@ -92,8 +93,11 @@ pub(crate) async fn run(
         state.images.len()
     ));
     let resolver = Arc::new(crate::app::resolver(config, None)?);
-    let admission = Admission::new(resolver, audit_policy(&config.policy), None)
-        .with_cluster(Arc::new(Cluster::new(client)));
+    let mut admission = Admission::new(resolver, audit_policy(&config.policy), None);
+    if config.namespace_policy {
+        admission = admission.with_namespaces(namespace_preferences(&client).await);
+    }
+    let admission = admission.with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     // With --verify: each image checked once, whichever workloads name it.
     let verify = args.verify.then(VerifiedImages::default);
@@ -183,6 +187,21 @@ fn audit_policy(policy: &Policy) -> Policy {
         skip_namespaces: Default::default(),
         enforce: true,
         ..policy.clone()
+    }
+}
+
+/// The Namespaces' preferences (`[policy] namespace_policy`), one list of their metadata; their
+/// enforce and skip are not applied, as `audit_policy` does with the config's. Without access
+/// (403), none, said once.
+async fn namespace_preferences(client: &kube::Client) -> NamespacePolicies {
+    match NamespacePolicies::list(client.clone()).await {
+        Ok(listed) => listed.preferences_only(),
+        Err(e) => {
+            progress(&format!(
+                "could not list namespaces ({e}): no namespace policy, the config alone"
+            ));
+            NamespacePolicies::fixed([])
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! AdmissionReview — for operators debugging and for CI pipelines.
 
 mod inputs;
+mod namespaces;
 mod report;
 
 use std::fmt::Write as _;
@@ -107,8 +108,11 @@ pub(crate) async fn run(
     let head: Vec<Input> = inputs.by_ref().take(2).collect();
     let resolver = Arc::new(crate::app::resolver(config, None)?);
     let mut admission = Admission::new(resolver, config.policy.clone(), None);
-    if let Some(cluster) = cluster(args).await? {
-        admission = admission.with_cluster(Arc::new(cluster));
+    let client = cluster(args).await?;
+    let policies = namespaces::policies(config, args, client.as_ref()).await?;
+    admission = admission.with_namespaces(policies.clone());
+    if let Some(client) = client {
+        admission = admission.with_cluster(Arc::new(Cluster::new(client)));
     }
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     if is_single_object(&head) {
@@ -123,6 +127,7 @@ pub(crate) async fn run(
     let workloads = head.into_iter().chain(inputs).flat_map(|input| {
         match input {
             Input::Object(value, document) => {
+                namespaces::take_in(config, &policies, &value);
                 let objects = found.skipped.len();
                 found.add_document(value, &document);
                 // Read: it held a workload or an object (a List may hold both and bad items).
@@ -167,8 +172,8 @@ fn nothing_read(read: usize, found: &Found) -> anyhow::Result<()> {
     bail!(message)
 }
 
-/// The cluster pull secrets are read from, when asked for.
-async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
+/// The cluster pull secrets and Namespaces are read from, when asked for.
+async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<kube::Client>> {
     let choice = args.cluster.choice();
     if !(args.read_cluster || choice.is_explicit()) {
         return Ok(None);
@@ -176,7 +181,7 @@ async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<Cluster>> {
     let client = crate::cluster::connect::client(choice)
         .await
         .map_err(anyhow::Error::msg)?;
-    Ok(Some(Cluster::new(client)))
+    Ok(Some(client))
 }
 
 /// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.

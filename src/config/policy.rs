@@ -30,6 +30,9 @@ pub(super) struct PolicySection {
     /// How long a gated Pod waits for its images' lookups before it is released unchanged.
     gate_timeout: String,
     enforce: bool,
+    /// Read per-namespace policy from Namespace labels and annotations (a watch in `serve`, a
+    /// list in `review --kubeconfig` and `audit`).
+    pub(super) namespace_policy: bool,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
 }
@@ -61,6 +64,7 @@ impl Default for PolicySection {
             on_lookup_failure: Word::Known(policy.on_lookup_failure),
             gate_timeout: DEFAULT_GATE_TIMEOUT.into(),
             enforce: policy.enforce,
+            namespace_policy: true,
             max_containers_per_pod: policy.max_containers_per_pod,
             max_images_per_pod: policy.max_images_per_pod,
         }

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Toleration;
 use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
 use super::{
-    Steering, WeightedArchitecture, ARCH_LABEL, PREFERRED_KEY, PREFERRED_WEIGHT, SKIP_KEY,
+    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PREFERRED_KEY,
+    PREFERRED_WEIGHT, SKIP_KEY,
 };
 
 /// Longest decision summary (and so annotation, deny message and log line) written: the API
@@ -176,21 +177,54 @@ pub(crate) fn additions(placement: &Placement) -> Vec<String> {
 }
 
 /// The annotation under `enforce = false` for a placed Pod.
-pub(crate) fn would_add(additions: &[String], summary: &str) -> String {
+/// `decided_by`: the level that asked for report only ([`enforce_level`]), empty for the
+/// config.
+pub(crate) fn would_add(additions: &[String], summary: &str, decided_by: &str) -> String {
     let additions = if additions.is_empty() {
         "nothing".to_owned()
     } else {
         additions.join("; ")
     };
-    format!("{REPORT_ONLY}: would add {additions}; {summary}")
+    format!(
+        "{}: would add {additions}; {summary}",
+        report_only(decided_by)
+    )
 }
 
-/// The annotation under `enforce = false` for a Pod the decision denies.
-pub(crate) fn would_deny(message: &str) -> String {
-    format!("{REPORT_ONLY}: would deny: {message}")
+/// The annotation under report only for a Pod the decision denies.
+pub(crate) fn would_deny(message: &str, decided_by: &str) -> String {
+    format!("{}: would deny: {message}", report_only(decided_by))
 }
 
-const REPORT_ONLY: &str = "report only (enforce = false)";
+fn report_only(decided_by: &str) -> String {
+    if decided_by.is_empty() {
+        "report only (enforce = false)".into()
+    } else {
+        format!("report only ({decided_by})")
+    }
+}
+
+// Per-namespace policy.
+
+/// Which level set `tolerable.io/enforce`, for the annotation: empty for the config (whose
+/// report only says `enforce = false`, and whose enforcing is the default said nowhere).
+pub(crate) fn enforce_level(level: Level, namespace: &str) -> String {
+    match level {
+        Level::Pod => format!("the Pod's {ENFORCE_KEY}"),
+        Level::Namespace => format!("namespace {namespace}'s {ENFORCE_KEY}"),
+        Level::Config => String::new(),
+    }
+}
+
+/// The Pod's Namespace is labelled `tolerable.io/skip=true`.
+pub(crate) fn namespace_opted_out(namespace: &str) -> String {
+    format!("namespace {namespace} opted out with {SKIP_KEY}=true")
+}
+
+/// A key on the Pod's Namespace that was ignored (`problem` says which and why).
+pub(crate) fn namespace_problem(namespace: &str, problem: &str) -> String {
+    format!("namespace {namespace}: {problem}")
+}
 
 // Steering and preferences.
 
@@ -248,6 +282,13 @@ pub(crate) fn node_labels(matched: &[String]) -> String {
         return String::new();
     }
     format!("nodes labelled like the Pod: {}", matched.join(", "))
+}
+
+/// With the node watch: no node carries the label the Pod must match.
+pub(crate) fn no_node_labelled(key: &str, value: &str) -> String {
+    format!(
+        "no node is labelled {key}={value} (match_node_labels): the Pod stays Pending until one is"
+    )
 }
 
 pub(crate) fn node_label_contradicted(key: &str, value: &str, own: &str) -> String {
@@ -310,6 +351,15 @@ pub(crate) fn preference(preferred: &[WeightedArchitecture]) -> String {
         }
     }
     note
+}
+
+/// Which level the preference came from, after [`preference`] in the summary.
+pub(crate) fn preference_level(level: Level, namespace: &str) -> String {
+    match level {
+        Level::Pod => format!(" (the Pod's {PREFERRED_KEY})"),
+        Level::Namespace => format!(" (namespace {namespace}'s {PREFERRED_KEY})"),
+        Level::Config => " (preferred_architecture)".into(),
+    }
 }
 
 /// The summary of a placed Pod:
@@ -378,6 +428,6 @@ pub(crate) fn released_unchanged(why: &str) -> String {
 }
 
 /// The annotation under `enforce = false` for a Pod the decision would gate.
-pub(crate) fn would_gate(summary: &str) -> String {
-    format!("{REPORT_ONLY}: would be {summary}")
+pub(crate) fn would_gate(summary: &str, decided_by: &str) -> String {
+    format!("{}: would be {summary}", report_only(decided_by))
 }

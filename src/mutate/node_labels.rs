@@ -9,17 +9,29 @@
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use super::pod::required_terms;
-use super::{explain, Placement, PodView, Policy, Steering};
+use super::{explain, NodePools, Placement, PodView, Policy, Steering};
 
 /// Adds to `placement` the constraints the Pod's labels call for; the note for the summary
 /// (empty when no listed key is among the Pod's labels). Not called for a Pod the scheduler
-/// does not place freely (a DaemonSet's, a bound one).
-pub(super) fn require(pod: &PodView, policy: &Policy, placement: &mut Placement) -> String {
+/// does not place freely (a DaemonSet's, a bound one). With the node watch's `pools`, a label
+/// value no node carries is warned of (the Pod would stay Pending) — never denied: a node
+/// group may be on its way.
+pub(super) fn require(
+    pod: &PodView,
+    policy: &Policy,
+    pools: Option<&NodePools>,
+    placement: &mut Placement,
+) -> String {
     let mut matched = Vec::new();
     for key in &policy.match_node_labels {
         let Some(value) = pod.labels.get(key) else {
             continue;
         };
+        if pools.and_then(|p| p.carries_label(key, value)) == Some(false) {
+            placement
+                .warnings
+                .push(explain::no_node_labelled(key, value));
+        }
         let contradictions = contradictions(pod, key, value);
         match where_missing(pod, policy.steering, key) {
             Missing::Nowhere => {}

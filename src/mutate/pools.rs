@@ -16,6 +16,9 @@ pub struct NodePools {
     pub architectures: BTreeMap<String, Vec<Taint>>,
     /// Node name → architecture.
     pub(crate) nodes: BTreeMap<String, String>,
+    /// The `match_node_labels` keys the node watch keeps, each with the values some node
+    /// carries (a key absent: not watched).
+    pub(crate) labels: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl NodePools {
@@ -70,6 +73,27 @@ impl NodePools {
                 });
             }
         }
+    }
+
+    /// Says which label keys the node values are kept of (`match_node_labels`).
+    pub fn watch_labels<'a>(&mut self, keys: impl IntoIterator<Item = &'a String>) {
+        for key in keys {
+            self.labels.entry(key.clone()).or_default();
+        }
+    }
+
+    /// Adds one node's labels under the watched keys.
+    pub fn add_node_labels(&mut self, labels: &[(String, String)]) {
+        for (key, value) in labels {
+            if let Some(values) = self.labels.get_mut(key) {
+                values.insert(value.clone());
+            }
+        }
+    }
+
+    /// Whether some node is labelled `key=value`; `None` when `key` is not watched.
+    pub(crate) fn carries_label(&self, key: &str, value: &str) -> Option<bool> {
+        self.labels.get(key).map(|values| values.contains(value))
     }
 
     pub fn taints(&self, arch: &str) -> &[Taint] {

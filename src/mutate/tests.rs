@@ -628,8 +628,8 @@ fn opt_outs() {
     let d = decide_pod("kube-system", &pod, &f, &policy());
     assert_eq!(d.outcome(), super::Outcome::Skipped);
     let view = PodView::of_pod(&pod);
-    assert!(skip_reason("kube-system", &view, &policy()).is_some());
-    assert!(skip_reason("apps", &view, &policy()).is_none());
+    assert!(skip_reason("kube-system", None, &view, &policy()).is_some());
+    assert!(skip_reason("apps", None, &view, &policy()).is_none());
 }
 
 #[test]
@@ -1576,4 +1576,337 @@ fn node_labels_are_reported_under_enforce_false() {
     assert!(out.patched["spec"]["affinity"].is_null());
     let note = annotation(&out.patched);
     assert!(note.contains("requires team in (ml)"), "{note}");
+}
+
+/// The Pod being created in `apps`, whose Namespace says `namespace`.
+fn request_in(pod_json: &Value, namespace: &NamespacePolicy, policy: &Policy) -> PodCreate {
+    let pod: Pod = serde_json::from_value(pod_json.clone()).expect("a Pod");
+    let namespace = Some(Arc::new(namespace.clone()));
+    PodCreate::in_namespace("apps", namespace, PodView::of_pod(&pod), policy).unwrap()
+}
+
+/// A Namespace's policy read from its labels and annotations.
+fn namespace(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> NamespacePolicy {
+    let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    NamespacePolicy::from_metadata(Some(&map(labels)), Some(&map(annotations)))
+}
+
+/// Answers, applies the patch and checks reinvocation changes nothing, in a Namespace.
+fn run_in(
+    pod_json: &Value,
+    ns: &NamespacePolicy,
+    f: &ImageFacts,
+    policy: &Policy,
+) -> (Answer, Value) {
+    let answered = answer(&request_in(pod_json, ns, policy), f, None, policy);
+    let ops = Value::Array(
+        answered
+            .patch
+            .iter()
+            .map(|op| serde_json::to_value(op).unwrap())
+            .collect(),
+    );
+    let mut patched = pod_json.clone();
+    let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+    json_patch::patch(&mut patched, &ops).unwrap();
+    let again = answer(&request_in(&patched, ns, policy), f, None, policy);
+    assert!(again.patch.is_empty(), "reinvocation: {:#?}", again.patch);
+    (answered, patched)
+}
+
+fn annotation_of(patched: &Value) -> &str {
+    patched["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[test]
+fn enforce_pod_over_namespace_over_config_and_the_annotation_names_the_level() {
+    let multi = pod(&["app:1"], json!({}));
+    let f = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let enforcing = policy();
+    let reporting = Policy {
+        enforce: false,
+        ..policy()
+    };
+    let ns_false = namespace(&[(ENFORCE_KEY, "false")], &[]);
+    let ns_true = namespace(&[(ENFORCE_KEY, "true")], &[]);
+    let pod_true = pod(
+        &["app:1"],
+        json!({"metadata": {"labels": {ENFORCE_KEY: "true"}}}),
+    );
+    let pod_false = pod(
+        &["app:1"],
+        json!({"metadata": {"annotations": {ENFORCE_KEY: "false"}}}),
+    );
+    // (pod, namespace, config, enforced, what the annotation starts with or contains)
+    let cases: [(&Value, &NamespacePolicy, &Policy, bool, &str); 6] = [
+        (&multi, &NamespacePolicy::default(), &enforcing, true, "linux architectures"),
+        (&multi, &NamespacePolicy::default(), &reporting, false, "report only (enforce = false): would add"),
+        (&multi, &ns_false, &enforcing, false, "report only (namespace apps's tolerable.io/enforce): would add toleration kubernetes.io/arch=arm64:NoSchedule"),
+        (&multi, &ns_true, &reporting, true, "; namespace apps's tolerable.io/enforce"),
+        (&pod_true, &ns_false, &reporting, true, "; the Pod's tolerable.io/enforce"),
+        (&pod_false, &ns_true, &enforcing, false, "report only (the Pod's tolerable.io/enforce): would add"),
+    ];
+    for (i, (pod_json, ns, policy, enforced, note)) in cases.into_iter().enumerate() {
+        let (answered, patched) = run_in(pod_json, ns, &f, policy);
+        assert_eq!(answered.not_enforced().is_none(), enforced, "case {i}");
+        assert_eq!(
+            patched["spec"].get("tolerations").is_some(),
+            enforced,
+            "case {i}: {patched:#}"
+        );
+        let annotation = annotation_of(&patched);
+        assert!(
+            annotation.starts_with(note) || (enforced && annotation.contains(note)),
+            "case {i}: {annotation}"
+        );
+        if i == 0 {
+            assert!(
+                !annotation.contains(ENFORCE_KEY),
+                "the config names no level: {annotation}"
+            );
+        }
+    }
+    // A Pod the decision denies, report only by its Namespace: not denied.
+    let mixed = pod(&["x86:1", "z:1"], json!({}));
+    let f = facts(&[
+        ("x86:1", Ok(&["linux/amd64"])),
+        ("z:1", Ok(&["linux/s390x"])),
+    ]);
+    let (answered, patched) = run_in(&mixed, &ns_false, &f, &enforcing);
+    assert_eq!(answered.denial(), None);
+    assert!(annotation_of(&patched)
+        .starts_with("report only (namespace apps's tolerable.io/enforce): would deny: "));
+    // Enforced by the Namespace over the config: denied.
+    let answered = answer(
+        &request_in(&mixed, &ns_true, &reporting),
+        &f,
+        None,
+        &reporting,
+    );
+    assert!(answered.denial().is_some());
+}
+
+#[test]
+fn preference_pod_over_namespace_over_config() {
+    let multi = |extra| pod(&["app:1"], extra);
+    let f = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let config = Policy {
+        preferred_architectures: vec![WeightedArchitecture {
+            architecture: "amd64".into(),
+            weight: 30,
+        }],
+        ..policy()
+    };
+    let batch = namespace(&[], &[(PREFERRED_KEY, "arm64=80, amd64=20")]);
+    let none = namespace(&[], &[(PREFERRED_KEY, "none")]);
+    let preferred = |patched: &Value| {
+        patched["spec"]["affinity"]["nodeAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .map(|terms| {
+                terms
+                    .iter()
+                    .map(|t| {
+                        (
+                            t["preference"]["matchExpressions"][0]["values"][0]
+                                .as_str()
+                                .unwrap()
+                                .to_owned(),
+                            t["weight"].as_i64().unwrap(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let own = multi(json!({"metadata": {"labels": {PREFERRED_KEY: "amd64"}}}));
+    // (the Pod, its Namespace, the preferred terms, the annotation's note)
+    type Case<'a> = (Value, &'a NamespacePolicy, Vec<(&'a str, i64)>, &'a str);
+    let cases: [Case; 4] = [
+        (multi(json!({})), &NamespacePolicy::default(), vec![("amd64", 30)], "prefers amd64 (weight 30) (preferred_architecture)"),
+        (multi(json!({})), &batch, vec![("arm64", 80), ("amd64", 20)], "prefers arm64 (weight 80), amd64 (weight 20) (namespace apps's tolerable.io/preferred-architecture)"),
+        (own, &batch, vec![("amd64", 50)], "prefers amd64 (the Pod's tolerable.io/preferred-architecture)"),
+        (multi(json!({})), &none, vec![], ""),
+    ];
+    for (i, (pod_json, ns, expected, note)) in cases.into_iter().enumerate() {
+        let (_, patched) = run_in(&pod_json, ns, &f, &config);
+        let got = preferred(&patched);
+        let expected: Vec<(String, i64)> = expected
+            .into_iter()
+            .map(|(a, w)| (a.to_owned(), w))
+            .collect();
+        assert_eq!(got, expected, "case {i}");
+        let annotation = annotation_of(&patched);
+        if note.is_empty() {
+            assert!(!annotation.contains("prefers"), "case {i}: {annotation}");
+        } else {
+            assert!(annotation.contains(note), "case {i}: {annotation}");
+        }
+    }
+}
+
+#[test]
+fn skip_pod_over_namespace_over_config_each_only_opts_out() {
+    let f = facts(&[("app:1", Ok(&["linux/arm64"]))]);
+    let config = Policy {
+        skip_namespaces: BTreeSet::from(["apps".to_owned()]),
+        ..policy()
+    };
+    let skipped = namespace(&[(SKIP_KEY, "true")], &[]);
+    let not_skipped = namespace(&[(SKIP_KEY, "false")], &[]);
+    let opted_out = pod(
+        &["app:1"],
+        json!({"metadata": {"annotations": {SKIP_KEY: "true"}}}),
+    );
+    let opted_in = pod(
+        &["app:1"],
+        json!({"metadata": {"labels": {SKIP_KEY: "false"}}}),
+    );
+    let plain = pod(&["app:1"], json!({}));
+    let cases: [(&Value, &NamespacePolicy, &Policy, Option<&str>); 6] = [
+        (
+            &opted_out,
+            &skipped,
+            &config,
+            Some("the Pod opted out with tolerable.io/skip=true"),
+        ),
+        (
+            &plain,
+            &skipped,
+            &config,
+            Some("namespace apps opted out with tolerable.io/skip=true"),
+        ),
+        (
+            &opted_in,
+            &skipped,
+            &policy(),
+            Some("namespace apps opted out"),
+        ),
+        (
+            &plain,
+            &not_skipped,
+            &config,
+            Some("namespace apps is in skip_namespaces"),
+        ),
+        (
+            &plain,
+            &NamespacePolicy::default(),
+            &config,
+            Some("namespace apps is in skip_namespaces"),
+        ),
+        (&plain, &not_skipped, &policy(), None),
+    ];
+    for (i, (pod_json, ns, policy, skipped)) in cases.into_iter().enumerate() {
+        let request = request_in(pod_json, ns, policy);
+        assert_eq!(
+            request.images_to_look_up().is_empty(),
+            skipped.is_some(),
+            "case {i}"
+        );
+        let decision = answer(&request, &f, None, policy).decision;
+        match skipped {
+            Some(why) => {
+                assert!(
+                    matches!(
+                        decision,
+                        Decision::Unchanged {
+                            why: Untouched::Skipped,
+                            ..
+                        }
+                    ),
+                    "case {i}"
+                );
+                assert!(
+                    decision.summary().starts_with(why),
+                    "case {i}: {}",
+                    decision.summary()
+                );
+            }
+            None => assert!(matches!(decision, Decision::Placed(_)), "case {i}"),
+        }
+    }
+}
+
+#[test]
+fn a_malformed_namespace_value_is_a_warning_never_a_failure() {
+    let f = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let ns = namespace(&[(ENFORCE_KEY, "maybe")], &[(PREFERRED_KEY, "arm64=200")]);
+    let (answered, patched) = run_in(&pod(&["app:1"], json!({})), &ns, &f, &policy());
+    assert!(answered.not_enforced().is_none(), "the config decides");
+    assert!(patched["spec"]["tolerations"].is_array());
+    let warnings = answered.warnings();
+    assert!(warnings.iter().any(|w| w == "namespace apps: tolerable.io/enforce ignored: \"maybe\" is not \"true\" or \"false\""), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with(
+            "namespace apps: tolerable.io/preferred-architecture ignored: \"arm64=200\""
+        )),
+        "{warnings:?}"
+    );
+    let bad_pod = pod(
+        &["app:1"],
+        json!({"metadata": {"labels": {ENFORCE_KEY: "yes"}}}),
+    );
+    let (answered, _) = run_in(&bad_pod, &NamespacePolicy::default(), &f, &policy());
+    assert!(answered
+        .warnings()
+        .iter()
+        .any(|w| w.contains("the Pod's tolerable.io/enforce ignored")));
+}
+
+/// Pools whose nodes carry `team=ml` (and no other team), watching `team` only.
+fn pools_with_team_ml() -> NodePools {
+    let mut pools = NodePools::default();
+    let keys = BTreeSet::from([ARCH_LABEL.to_owned()]);
+    pools.add_node(Some("a"), "amd64", &[], &keys);
+    pools.add_node(Some("b"), "arm64", &[], &keys);
+    pools.watch_labels(&["team".to_owned()]);
+    pools.add_node_labels(&[("team".into(), "ml".into()), ("zone".into(), "a".into())]);
+    pools
+}
+
+#[test]
+fn with_the_node_watch_a_label_no_node_carries_is_warned_of_never_denied() {
+    let p = matching_policy(Steering::NodeAffinity);
+    let pools = pools_with_team_ml();
+    let decide_with = |pod_json: &Value, pools: Option<&NodePools>| {
+        answer(&request(pod_json, &p), &amd64_arm64(), pools, &p)
+    };
+    let warned = |answered: &Answer| {
+        answered
+            .warnings()
+            .iter()
+            .filter(|w| w.starts_with("no node is labelled"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // team=ml: some node carries it.
+    let ml = labelled(json!({}));
+    assert!(warned(&decide_with(&ml, Some(&pools))).is_empty());
+    // team=gpu: none does; still placed, the label still required.
+    let gpu = labelled(json!({"metadata": {"labels": {"team": "gpu"}}}));
+    let answered = decide_with(&gpu, Some(&pools));
+    assert_eq!(
+        warned(&answered),
+        ["no node is labelled team=gpu (match_node_labels): the Pod stays Pending until one is"]
+    );
+    assert!(answered.denial().is_none());
+    assert!(matches!(answered.decision, Decision::Placed(_)));
+    // A key the watch does not keep (region), and no node watch at all: nothing said.
+    let region = labelled(
+        json!({"metadata": {"labels": {"team": "ml", "topology.kubernetes.io/region": "mars-1"}}}),
+    );
+    assert!(warned(&decide_with(&region, Some(&pools))).is_empty());
+    assert!(warned(&decide_with(&gpu, None)).is_empty());
+    // Reinvocation on the patched Pod: the same warning, nothing more to patch.
+    let out = run(&gpu, &amd64_arm64(), &p);
+    let again = answer(&request(&out.patched, &p), &amd64_arm64(), Some(&pools), &p);
+    assert!(again.patch.is_empty());
+    assert_eq!(warned(&again).len(), 1);
 }

@@ -7,6 +7,7 @@
 //! secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s recorded lists, paged
 //! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale;
 //! `lease_api`: Leases for the leader election, with the real server's refusals).
+//! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod certs;
@@ -20,6 +21,7 @@ pub mod hostile;
 pub mod kube_api;
 pub mod kube_pages;
 pub mod lease_api;
+pub mod namespaces_api;
 pub mod plugins;
 pub mod process;
 pub mod redis;

@@ -94,6 +94,8 @@ pub struct TestServer {
     pub state: Arc<AppState>,
     /// The node watch, when the server reads a cluster.
     pub nodes: Option<tolerable::cluster::nodes::NodeWatch>,
+    /// The namespace watch, when the config reads per-namespace policy from a cluster.
+    pub namespaces: Option<tolerable::cluster::namespaces::NamespacePolicies>,
     pub volume: SecretVolume,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -130,8 +132,10 @@ impl TestServer {
         config.policy = policy;
         config.resolver = settings;
         config.server_limits = limits;
-        // The fake API server serves nodes; pull secrets have their own tests.
+        // The fake API server serves nodes; pull secrets and namespace policy have their own
+        // tests.
         config.read_pull_secrets = false;
+        config.namespace_policy = false;
         config.watch_nodes = kube.is_some();
         Self::start_configured(config, kube).await
     }
@@ -167,6 +171,7 @@ impl TestServer {
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();
         let nodes = webhook.nodes.clone();
+        let namespaces = webhook.namespaces.clone();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(webhook.serve(async {
             let _ = rx.await;
@@ -175,6 +180,7 @@ impl TestServer {
             addr,
             state,
             nodes,
+            namespaces,
             volume,
             shutdown: Some(tx),
             task: Some(task),

@@ -18,6 +18,10 @@
 //!   a token whose revision was compacted (410 Expired, the recorded body; see
 //!   [`WorkloadsApi::expire_continue_tokens`]), `nobodytoken` (the recorded 403), any other
 //!   token (401), an unknown path (404).
+//! - Namespaces (`GET /api/v1/namespaces`, which audit lists for their policy): the Namespaces
+//!   recorded with the same names (`team-a`, `team-b`, `batch`) in
+//!   `tests/data/kube-api/namespaces/` — metadata only when asked with the metadata Accept
+//!   header, else whole — and that recording's 403 for `nobodytoken`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -300,6 +304,30 @@ impl State {
     }
 }
 
+/// The recorded Namespace list (metadata only when asked so), or its 403.
+fn namespaces(
+    accept: Option<&hyper::header::HeaderValue>,
+    token: Option<&str>,
+) -> Response<Full<Bytes>> {
+    let read = |name: &str| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/kube-api/namespaces")
+            .join(name);
+        std::fs::read_to_string(path).unwrap()
+    };
+    let metadata = accept
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadataList"));
+    match token {
+        Some("admintoken") if metadata => {
+            respond(StatusCode::OK, read("namespace-list-metadata.body.json"))
+        }
+        Some("admintoken") => respond(StatusCode::OK, read("namespace-list.body.json")),
+        Some("nobodytoken") => respond(StatusCode::FORBIDDEN, read("namespace-list-403.body.json")),
+        _ => respond(StatusCode::UNAUTHORIZED, "{}".into()),
+    }
+}
+
 impl WorkloadsApi {
     pub fn start(registry_host: &str) -> Self {
         super::init();
@@ -323,7 +351,13 @@ impl WorkloadsApi {
                     .push(format!("{path}?{}", query.as_deref().unwrap_or("")));
                 let token = kube_api::bearer_token(&req);
                 let state = serving.clone();
-                async move { state.answer(&path, query.as_deref(), token.as_deref()) }
+                let accept = req.headers().get("accept").cloned();
+                async move {
+                    if path == "/api/v1/namespaces" {
+                        return namespaces(accept.as_ref(), token.as_deref());
+                    }
+                    state.answer(&path, query.as_deref(), token.as_deref())
+                }
             },
         );
         Self {

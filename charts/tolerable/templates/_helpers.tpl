@@ -54,6 +54,9 @@ the key is unset: read_pull_secrets, nodes.watch, nodes.manage_taints. */}}
 {{- define "tolerable.watchesNodes" -}}
 {{- if dig "nodes" "watch" true .Values.config }}true{{ end -}}
 {{- end -}}
+{{- define "tolerable.readsNamespacePolicy" -}}
+{{- if dig "policy" "namespace_policy" true .Values.config }}true{{ end -}}
+{{- end -}}
 {{- define "tolerable.managesTaints" -}}
 {{- if dig "nodes" "manage_taints" false .Values.config }}true{{ end -}}
 {{- end -}}

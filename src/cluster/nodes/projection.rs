@@ -69,6 +69,8 @@ pub(crate) struct NodeFacts {
     pub(crate) taints: Vec<Taint>,
     /// The tainter's record of the taints it put there.
     managed_taints: Option<String>,
+    /// Its labels under the `match_node_labels` keys (see [`NodeFacts::keep_labels`]), sorted.
+    pub(crate) labels: Vec<(String, String)>,
 }
 
 impl NodeFacts {
@@ -76,6 +78,13 @@ impl NodeFacts {
     /// tainter re-reads a Node whole before it patches it.
     pub(crate) fn keep_taints(&mut self, taint_keys: &BTreeSet<String>) {
         self.taints.retain(|t| taint_keys.contains(&t.key));
+    }
+
+    /// Keeps only the labels under `label_keys` (`match_node_labels`): whether some node
+    /// carries a Pod's value is all a decision reads of them.
+    pub(crate) fn keep_labels(&mut self, label_keys: &BTreeSet<String>) {
+        self.labels.retain(|(key, _)| label_keys.contains(key));
+        self.labels.shrink_to_fit();
     }
 
     /// The Node's architecture, as the core's `node_architecture` reads a whole Node: its
@@ -94,6 +103,7 @@ impl NodeFacts {
             [(ARCH_LABEL, &self.arch_label), (OS_LABEL, &self.os_label)]
                 .into_iter()
                 .filter_map(|(k, v)| Some((k.to_owned(), v.clone()?)))
+                .chain(self.labels.iter().cloned())
                 .collect();
         let annotations = self
             .managed_taints
@@ -210,6 +220,8 @@ mod wire {
                     taints,
                     managed_taints: annotations
                         .and_then(|mut a| a.remove(super::MANAGED_ANNOTATION)),
+                    // All of them until the watch keeps those it is asked to.
+                    labels: labels.into_iter().collect(),
                 },
             }
         }

@@ -1,0 +1,304 @@
+//! A thin fake API server for Namespaces, serving the responses recorded from a real
+//! kube-apiserver v1.36 in `tests/data/kube-api/namespaces/` (`team-a` labelled
+//! `tolerable.io/enforce=false`, `batch` annotated `tolerable.io/preferred-architecture=arm64=80,
+//! amd64=20`, `team-b` labelled `tolerable.io/skip=true`, and the API server's own four):
+//! - `GET /api/v1/namespaces`: the metadata-only list when asked with kube's
+//!   `as=PartialObjectMetadataList` Accept header, else the full list (as the real one answers);
+//!   a `limit` that is not a positive number, or a `continue` token (the list is one page; the
+//!   real one refuses a token it did not issue), is the API server's 400;
+//! - `?watch=true`: only metadata-only (`as=PartialObjectMetadata`) watches from the list's
+//!   resourceVersion are served (nothing else was recorded: anything else is a 400 saying so);
+//!   the first sends the recorded events (team-a relabelled `true`, batch's annotation removed,
+//!   `new-team` added) one per [`NamespaceApi::release`], then whatever the test adds
+//!   ([`NamespaceApi::add_namespace`], shaped as the recorded ADDED event); it stays open until
+//!   [`NamespaceApi::end_watch`];
+//! - token `nobodytoken`: the recorded 403 for list and watch (no `list namespaces`), and
+//!   `admintoken` too once [`NamespaceApi::revoke`]d;
+//!   `admintoken` may read; any other token is a 401.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::kube_api::{api_tls, bearer_token, status};
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The recorded list's resourceVersion: watches must start from it.
+const LIST_RV: &str = "213";
+
+pub struct NamespaceApi {
+    pub port: u16,
+    state: Arc<State>,
+}
+
+struct State {
+    /// Watch lines for the first watch, sent as the test releases them.
+    lines: tokio::sync::mpsc::UnboundedSender<String>,
+    pending: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// The recorded watch events not yet released.
+    recorded: Mutex<std::collections::VecDeque<String>>,
+    /// Each request: (path?query, Accept header).
+    requests: Mutex<Vec<(String, String)>>,
+    lists: AtomicUsize,
+    watches: AtomicUsize,
+    refused: AtomicUsize,
+    /// When set, a list is answered only once the test adds a permit.
+    list_gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// `admintoken`'s RoleBinding deleted: refused as `nobodytoken` is.
+    revoked: std::sync::atomic::AtomicBool,
+}
+
+fn recording(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kube-api/namespaces")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn full(response: Response<Full<Bytes>>) -> Response<Body> {
+    response.map(|b| b.boxed_unsync())
+}
+
+/// The API server's 400 Status, with `message`.
+fn bad_request(message: &str) -> Response<Body> {
+    full(status(
+        StatusCode::BAD_REQUEST,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": "BadRequest", "code": 400})
+        .to_string(),
+    ))
+}
+
+fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|p| p.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+impl State {
+    fn answer(&self, token: Option<&str>, query: &str, accept: &str) -> Response<Body> {
+        match token {
+            Some("admintoken") if !self.revoked.load(Ordering::SeqCst) => {}
+            Some("nobodytoken" | "admintoken") => {
+                self.refused.fetch_add(1, Ordering::SeqCst);
+                return full(status(
+                    StatusCode::FORBIDDEN,
+                    recording("namespace-list-403.body.json"),
+                ));
+            }
+            _ => {
+                return full(status(
+                    StatusCode::UNAUTHORIZED,
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.into(),
+                ))
+            }
+        }
+        if let Some(limit) = param(query, "limit") {
+            if !limit.parse::<u32>().is_ok_and(|l| l > 0) {
+                return bad_request(&format!("invalid limit {limit:?}"));
+            }
+        }
+        if param(query, "continue").is_some_and(|c| !c.is_empty()) {
+            return bad_request("continue key is not valid: the list was served whole");
+        }
+        let watch = matches!(param(query, "watch"), Some("true" | "1"));
+        if !watch {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+            let body = if accept.contains("as=PartialObjectMetadataList") {
+                recording("namespace-list-metadata.body.json")
+            } else {
+                recording("namespace-list.body.json")
+            };
+            return full(status(StatusCode::OK, body));
+        }
+        if !accept.contains("as=PartialObjectMetadata") {
+            return bad_request("this fake serves only metadata-only watches (the recorded kind)");
+        }
+        if param(query, "resourceVersion") != Some(LIST_RV) {
+            return bad_request(
+                "this fake serves watches from the recorded list's resourceVersion only",
+            );
+        }
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        let receiver = self.pending.lock().unwrap().take();
+        let frames = match receiver {
+            Some(receiver) => tokio_stream_of(receiver).boxed(),
+            // A later watch: quiet, open (the test is over before a real one would time out).
+            None => futures_util::stream::pending().boxed(),
+        };
+        let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+        response
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        response
+    }
+}
+
+/// What [`NamespaceApi::end_watch`] sends: the watch response ends there.
+const END_OF_WATCH: &str = "";
+
+/// Each line the test releases, as one chunk of the watch response; open until the test ends
+/// it ([`NamespaceApi::end_watch`], as a watch's `timeoutSeconds` ends it).
+fn tokio_stream_of(
+    receiver: tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let line = receiver.recv().await.filter(|l| l != END_OF_WATCH)?;
+        Some((Ok(Frame::data(Bytes::from(format!("{line}\n")))), receiver))
+    })
+}
+
+/// The 404 the API server answers for a path it does not serve.
+const NOT_FOUND: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
+
+/// One request: a held list waits for its permit first.
+async fn handle(
+    state: Arc<State>,
+    method: hyper::Method,
+    path: String,
+    query: String,
+    token: Option<String>,
+    accept: String,
+) -> Response<Body> {
+    if method != hyper::Method::GET || path != "/api/v1/namespaces" {
+        return full(status(StatusCode::NOT_FOUND, NOT_FOUND.into()));
+    }
+    let is_list = !matches!(param(&query, "watch"), Some("true" | "1"));
+    if let (Some(gate), true) = (&state.list_gate, is_list) {
+        gate.acquire().await.unwrap().forget();
+    }
+    state.answer(token.as_deref(), &query, &accept)
+}
+
+impl NamespaceApi {
+    pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// As [`NamespaceApi::start`]; each list is answered only after [`NamespaceApi::answer_list`].
+    pub fn start_held() -> Self {
+        Self::start_with(Some(Arc::new(tokio::sync::Semaphore::new(0))))
+    }
+
+    /// Lets one held list be answered.
+    pub fn answer_list(&self) {
+        if let Some(gate) = &self.state.list_gate {
+            gate.add_permits(1);
+        }
+    }
+
+    fn start_with(list_gate: Option<Arc<tokio::sync::Semaphore>>) -> Self {
+        super::init();
+        let (lines, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let recorded = recording("namespace-watch-metadata.body.json")
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        let state = Arc::new(State {
+            lines,
+            pending: Mutex::new(Some(receiver)),
+            recorded: Mutex::new(recorded),
+            requests: Mutex::new(Vec::new()),
+            lists: AtomicUsize::new(0),
+            watches: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+            list_gate,
+            revoked: std::sync::atomic::AtomicBool::new(false),
+        });
+        let shared = state.clone();
+        let port = super::serve(
+            Some(api_tls()),
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let state = shared.clone();
+                let token = bearer_token(&req);
+                let path = req.uri().path().to_owned();
+                let query = req.uri().query().unwrap_or("").to_owned();
+                let accept = req
+                    .headers()
+                    .get("accept")
+                    .and_then(|a| a.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let method = req.method().clone();
+                state
+                    .requests
+                    .lock()
+                    .unwrap()
+                    .push((format!("{path}?{query}"), accept.clone()));
+                handle(state, method, path, query, token, accept)
+            },
+        );
+        Self { port, state }
+    }
+
+    /// Sends the next `n` recorded watch events (BOOKMARK included) on the first watch.
+    pub fn release(&self, n: usize) {
+        let mut recorded = self.state.recorded.lock().unwrap();
+        for _ in 0..n {
+            let line = recorded.pop_front().expect("a recorded event left");
+            self.state.lines.send(line).unwrap();
+        }
+    }
+
+    /// Sends an ADDED event for a Namespace `name` with `labels` and `annotations`, shaped
+    /// exactly as the recorded ADDED event (`new-team`), at the next resourceVersion.
+    pub fn add_namespace(&self, name: &str, labels: Value, annotations: Value, rv: u64) {
+        let recorded = recording("namespace-watch-metadata.body.json");
+        let added = recorded.lines().find(|l| l.contains("\"ADDED\"")).unwrap();
+        let mut event: Value = serde_json::from_str(added).unwrap();
+        let meta = &mut event["object"]["metadata"];
+        meta["name"] = json!(name);
+        meta["uid"] = json!(format!("00000000-0000-4000-8000-{rv:012}"));
+        meta["resourceVersion"] = json!(rv.to_string());
+        let mut all = json!({"kubernetes.io/metadata.name": name});
+        all.as_object_mut()
+            .unwrap()
+            .extend(labels.as_object().unwrap().clone());
+        meta["labels"] = all;
+        if !annotations.as_object().unwrap().is_empty() {
+            meta["annotations"] = annotations;
+        }
+        self.state.lines.send(event.to_string()).unwrap();
+    }
+
+    /// Ends the first watch's response (as its `timeoutSeconds` would): the watcher watches
+    /// again.
+    pub fn end_watch(&self) {
+        self.state.lines.send(END_OF_WATCH.to_owned()).unwrap();
+    }
+
+    /// From now on `admintoken` may not list or watch namespaces either (its binding deleted).
+    pub fn revoke(&self) {
+        self.state.revoked.store(true, Ordering::SeqCst);
+    }
+
+    /// A real `kube` client for this server, authenticating with `token`.
+    pub fn client(&self, token: &str) -> kube::Client {
+        super::kube_api::client(self.port, token)
+    }
+
+    /// Every request so far: the path and query, and the Accept header.
+    pub fn requests(&self) -> Vec<(String, String)> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Lists and watches answered (not refused), and requests refused with the 403.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (
+            self.state.lists.load(Ordering::SeqCst),
+            self.state.watches.load(Ordering::SeqCst),
+            self.state.refused.load(Ordering::SeqCst),
+        )
+    }
+}
