@@ -5,7 +5,8 @@
 //! watcher: `GET /api/v1/nodes?limit=…` paged with opaque continue tokens shaped like the
 //! recorded ones (a malformed token is a 400, as the real server answers), and a watch that
 //! streams whole Nodes again for every change the test makes (kubelet heartbeats, labels,
-//! taints), each event as a real watch line. Nothing else is served (404).
+//! taints), each event as a real watch line; and the recorded Namespaces, for the namespace
+//! watch the shipped config runs. Nothing else is served (404).
 //!
 //! Nodes are generated on the fly from the recording, so the fake holds no copy of the
 //! cluster: a 15,000-Node list costs this process one page at a time.
@@ -259,6 +260,32 @@ async fn nodes(state: Arc<State>, query: BTreeMap<String, String>) -> Response<B
     response
 }
 
+/// The Namespaces, for tolerable's namespace watch (on by default): the recorded list
+/// (`tests/data/kube-api/namespaces/`: a few with policy labels and annotations), in the
+/// metadata-only form when asked so; a watch that stays open with no change.
+fn namespaces(query: &BTreeMap<String, String>, metadata_only: bool) -> Response<Body> {
+    let body = if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
+        StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, Infallible>,
+        >())
+        .boxed_unsync()
+    } else {
+        let name = match metadata_only {
+            true => "namespace-list-metadata.body.json",
+            false => "namespace-list.body.json",
+        };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/kube-api/namespaces")
+            .join(name);
+        Full::new(Bytes::from(std::fs::read(path).unwrap())).boxed_unsync()
+    };
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
+
 /// A watch: every change the test makes from now on, one line each, until the test ends.
 fn watch(state: &State) -> Response<Body> {
     let events = state.events.subscribe();
@@ -310,10 +337,16 @@ impl ScaleApiServer {
                 let path = req.uri().path().to_owned();
                 let query = query(req.uri().query().unwrap_or(""));
                 let get = req.method() == hyper::Method::GET;
+                let metadata_only = req
+                    .headers()
+                    .get("accept")
+                    .and_then(|a| a.to_str().ok())
+                    .is_some_and(|a| a.contains("as=PartialObjectMetadataList"));
                 async move {
                     match (admin, get, path.as_str()) {
                     (false, _, _) => full(status(StatusCode::UNAUTHORIZED, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}).to_string())),
                     (true, true, "/api/v1/nodes") => nodes(state, query).await,
+                    (true, true, "/api/v1/namespaces") => namespaces(&query, metadata_only),
                     _ => full(status(StatusCode::NOT_FOUND, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}).to_string())),
                 }
                 }
