@@ -2,6 +2,8 @@
 //! release (gated first, images learned later) give the same Pod; every patch is applied with
 //! the `json-patch` crate, and checked against the rules the API server keeps for gated Pods.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
@@ -417,4 +419,50 @@ fn report_only_says_it_would_gate() {
         note.starts_with("report only (enforce = false): would be gated"),
         "{note}"
     );
+}
+
+/// In a Namespace with its own preference (`tolerable.io/preferred-architecture`), the release
+/// carries that preference as the admission in that Namespace does: the controller reads the
+/// Pod's Namespace policy as the admission reads it.
+#[test]
+fn a_release_in_a_namespace_with_a_preference_carries_it() {
+    let policy = gate_policy();
+    let annotations = [(
+        "tolerable.io/preferred-architecture".to_string(),
+        "arm64=80, amd64=20".to_string(),
+    )]
+    .into();
+    let batch = Arc::new(crate::mutate::NamespacePolicy::from_metadata(
+        None,
+        Some(&annotations),
+    ));
+    let in_batch = |p: &Value| {
+        let pod: Pod = serde_json::from_value(p.clone()).unwrap();
+        PodCreate::in_namespace("batch", Some(batch.clone()), PodView::of_pod(&pod), &policy)
+            .unwrap()
+    };
+    let p = pod(&["app:1"], json!({}));
+    let known = facts(&[("app:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let direct = apply(&p, &answer(&in_batch(&p), &known, None, &policy).patch).unwrap();
+    let preferred = &direct["spec"]["affinity"]["nodeAffinity"]
+        ["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(preferred[0]["weight"], 80, "{direct:#}");
+
+    let down = facts(&[("app:1", Err("registry down"))]);
+    let gated = apply(&p, &answer(&in_batch(&p), &down, None, &policy).patch).unwrap();
+    let Release::Decided { patch, .. } = release(&in_batch(&gated), &known, None, &policy) else {
+        panic!("not released");
+    };
+    let released = without_gate_traces(apply(&gated, &patch).unwrap());
+    assert_eq!(
+        released["spec"]["affinity"], direct["spec"]["affinity"],
+        "{released:#}"
+    );
+    // Read without its Namespace's policy (as before), the release would lack the preference.
+    let Release::Decided { patch, .. } = release(&request(&gated, &policy), &known, None, &policy)
+    else {
+        panic!("not released");
+    };
+    let elsewhere = apply(&gated, &patch).unwrap();
+    assert_ne!(elsewhere["spec"]["affinity"], direct["spec"]["affinity"]);
 }
