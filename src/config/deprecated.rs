@@ -53,6 +53,9 @@ pub(crate) const FLAT_KEYS: &[(&str, &str, &str)] = &[
     ("enforce", "policy", "enforce"),
     ("max_containers_per_pod", "policy", "max_containers_per_pod"),
     ("max_images_per_pod", "policy", "max_images_per_pod"),
+    // Never a flat key in a release, but named so where it was asked for (issue 25's
+    // `TOLERABLE_MATCH_NODE_LABELS`): read, with the warning that names the sectioned form.
+    ("match_node_labels", "policy", "match_node_labels"),
     ("watch_nodes", "nodes", "watch"),
     ("manage_node_taints", "nodes", "manage_taints"),
     ("read_pull_secrets", "credentials", "read_pull_secrets"),

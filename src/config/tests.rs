@@ -1024,6 +1024,7 @@ fn flat_value(old: &str) -> (&'static str, &'static str) {
         "supported_architectures" | "preferred_architecture" => ("arm64", "\"arm64\""),
         "default_architectures" => ("amd64", "[\"amd64\"]"),
         "skip_namespaces" => ("kube-system", "[\"kube-system\"]"),
+        "match_node_labels" => ("team", "[\"team\"]"),
         "steering" => ("off", "\"off\""),
         "on_no_common_architecture" => ("warn", "\"warn\""),
         "on_lookup_failure" => ("deny", "\"deny\""),
