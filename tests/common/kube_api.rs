@@ -45,7 +45,7 @@ pub struct FakeApiServer {
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-fn full(body: Response<Full<Bytes>>) -> Response<Body> {
+pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
     body.map(|b| b.boxed_unsync())
 }
 
@@ -221,6 +221,16 @@ fn secret(name: &str, hosts: &RegistryHosts) -> String {
         *value = serde_json::Value::String(engine.encode(moved));
     }
     secret.to_string()
+}
+
+/// The API server's 400 Status, with `message`.
+pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
+    status(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": "BadRequest", "code": 400})
+        .to_string(),
+    )
 }
 
 /// A JSON response, as the API server sends every answer.

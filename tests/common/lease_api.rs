@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{api_tls, bearer_token, status};
+use super::kube_api::{self, api_tls, bearer_token, full, status};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -91,17 +91,9 @@ fn refusal(code: StatusCode, reason: &str, message: String, name: &str) -> Respo
     ))
 }
 
-fn bad_request(message: String) -> Response<Body> {
-    full(status(
-        StatusCode::BAD_REQUEST,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": message, "reason": "BadRequest", "code": 400})
-        .to_string(),
-    ))
-}
-
-fn full(body: Response<Full<Bytes>>) -> Response<Body> {
-    body.map(|b| b.boxed_unsync())
+/// The API server's 400 Status, with `message`.
+fn bad_request(message: &str) -> Response<Body> {
+    full(kube_api::bad_request(message))
 }
 
 fn ok(code: StatusCode, lease: &Value) -> Response<Body> {
@@ -218,7 +210,7 @@ impl State {
     fn update(&mut self, namespace: &str, name: &str, lease: Value, token: &str) -> Response<Body> {
         let body_name = lease["metadata"]["name"].as_str().unwrap_or("");
         if body_name != name {
-            return bad_request(format!(
+            return bad_request(&format!(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             ));
         }
@@ -293,7 +285,7 @@ async fn answer(
     }
     let body = match req.into_body().collect().await {
         Ok(body) => body.to_bytes(),
-        Err(e) => return bad_request(e.to_string()),
+        Err(e) => return bad_request(&e.to_string()),
     };
     let mut state = state.lock().unwrap();
     match (method, name) {
@@ -308,11 +300,11 @@ async fn answer(
         },
         (Method::POST, None) => match parse_body(&body, &namespace) {
             Ok(lease) => state.create(&namespace, lease, &token),
-            Err(why) => bad_request(why),
+            Err(why) => bad_request(&why),
         },
         (Method::PUT, Some(name)) => match parse_body(&body, &namespace) {
             Ok(lease) => state.update(&namespace, &name, lease, &token),
-            Err(why) => bad_request(why),
+            Err(why) => bad_request(&why),
         },
         (method, _) => full(status(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -24,12 +24,12 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full, StreamBody};
+use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{api_tls, bearer_token, status};
+use super::kube_api::{self, api_tls, bearer_token, full, status};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -65,18 +65,9 @@ fn recording(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn full(response: Response<Full<Bytes>>) -> Response<Body> {
-    response.map(|b| b.boxed_unsync())
-}
-
 /// The API server's 400 Status, with `message`.
 fn bad_request(message: &str) -> Response<Body> {
-    full(status(
-        StatusCode::BAD_REQUEST,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": message, "reason": "BadRequest", "code": 400})
-        .to_string(),
-    ))
+    full(kube_api::bad_request(message))
 }
 
 fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {

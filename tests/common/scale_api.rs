@@ -24,7 +24,7 @@ use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{api_tls, bearer_token, status};
+use super::kube_api::{self, api_tls, bearer_token, full, status};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -222,17 +222,9 @@ fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     })
 }
 
+/// The API server's 400 Status, with `message`.
 fn bad_request(message: &str) -> Response<Body> {
-    full(status(
-        StatusCode::BAD_REQUEST,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": message, "reason": "BadRequest", "code": 400})
-        .to_string(),
-    ))
-}
-
-fn full(body: Response<Full<Bytes>>) -> Response<Body> {
-    body.map(|b| b.boxed_unsync())
+    full(kube_api::bad_request(message))
 }
 
 async fn nodes(state: Arc<State>, query: BTreeMap<String, String>) -> Response<Body> {

@@ -34,7 +34,7 @@ use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::kube_api::{self, status as respond};
+use super::kube_api::{self, bad_request, status as respond};
 use super::kube_pages::{self, Continue, ListQuery, Refused};
 
 /// The recorded lists' revision (every recorded list says `"resourceVersion":"301"`).
@@ -95,15 +95,6 @@ fn not_found(what: &str) -> Response<Full<Bytes>> {
         StatusCode::NOT_FOUND,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": format!("{what} not found"), "reason": "NotFound", "code": 404})
-        .to_string(),
-    )
-}
-
-fn bad_request(message: &str) -> Response<Full<Bytes>> {
-    respond(
-        StatusCode::BAD_REQUEST,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": message, "reason": "BadRequest", "code": 400})
         .to_string(),
     )
 }
