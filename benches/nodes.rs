@@ -1,8 +1,10 @@
 //! Node-watch benchmark (`cargo bench --bench nodes`, or `make bench`): the release binary
 //! `tolerable serve` with the shipped defaults (node watch on, pull secrets read) against a
 //! thin fake API server serving EKS-shaped Nodes (`tests/common/scale_api.rs`: ~18 KB each,
-//! paged at 500, heartbeats as whole Nodes), beside the same server with only the node watch
-//! switched off, in the same run. Prints a Markdown table; method and results in BENCHMARKS.md.
+//! paged at 250, heartbeats as whole Nodes; and the recorded Namespaces, for the namespace
+//! watch), beside the same server with only the node watch switched off (or, with
+//! `BENCH_OFF=KEY=VALUE`, another one setting changed), in the same run. Prints a Markdown
+//! table; method and results in BENCHMARKS.md.
 //!
 //! For each cluster size (`BENCH_NODES`, default "5000,15000"):
 //! - start to ready (spawn → /readyz 200: the first list synced) and peak RSS (VmHWM) then;
@@ -31,11 +33,11 @@ use common::process::{cpu_us, status_mib};
 
 /// `tolerable serve` as shipped (one worker thread, as the Deployment's 1-CPU limit gives; the
 /// shipped `info` level, one line per admission, written to a file in the server's directory),
-/// its cluster the fake behind `kubeconfig`; `watch_nodes` the one setting that differs.
+/// its cluster the fake behind `kubeconfig`; `changed` the one setting that differs, if any.
 fn spawn(
     kubeconfig: &std::path::Path,
     registry_host: &str,
-    watch_nodes: bool,
+    changed: Option<(&str, &str)>,
 ) -> (Server, Duration) {
     let (dir, addr) = common::process::prepare();
     let started = Instant::now();
@@ -44,8 +46,8 @@ fn spawn(
         .env("KUBECONFIG", kubeconfig)
         .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
         .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
-        .env("TOLERABLE_NODES__WATCH", watch_nodes.to_string())
         .env("TOLERABLE_SERVER__WORKER_THREADS", "1")
+        .envs(changed)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
@@ -155,7 +157,7 @@ fn spread(v: &mut [f64]) -> String {
 fn size(runtime: &tokio::runtime::Runtime, registry_host: &str, nodes: usize, rounds: usize) {
     let api = Arc::new(ScaleApiServer::start(nodes, nodes * 3 / 10));
     let kubeconfig = api.kubeconfig();
-    let (on, ready) = spawn(kubeconfig.path(), registry_host, true);
+    let (on, ready) = spawn(kubeconfig.path(), registry_host, None);
     let (rss, peak) = (
         status_mib(on.child.id(), "VmRSS:"),
         status_mib(on.child.id(), "VmHWM:"),
@@ -165,9 +167,14 @@ fn size(runtime: &tokio::runtime::Runtime, registry_host: &str, nodes: usize, ro
         ready.as_secs_f64(),
         api.lists()
     );
-    let (off, _) = spawn(kubeconfig.path(), registry_host, false);
+    // The second server: the node watch off (the default), or with `BENCH_OFF` another
+    // default switched off (`TOLERABLE_POLICY__NAMESPACE_POLICY=false`, say), by turns.
+    let off_setting =
+        std::env::var("BENCH_OFF").unwrap_or_else(|_| "TOLERABLE_NODES__WATCH=false".into());
+    let (off_key, off_value) = off_setting.split_once('=').expect("BENCH_OFF is KEY=VALUE");
+    let (off, _) = spawn(kubeconfig.path(), registry_host, Some((off_key, off_value)));
     println!(
-        "| {nodes} | RSS, node watch off | {:.1} MiB |",
+        "| {nodes} | RSS, {off_setting} | {:.1} MiB |",
         status_mib(off.child.id(), "VmRSS:")
     );
     let body = review_body(&format!("{registry_host}/fixtures/multiarch-oci:v1"));
@@ -181,7 +188,7 @@ fn size(runtime: &tokio::runtime::Runtime, registry_host: &str, nodes: usize, ro
     });
     let ratio = with.iter().sum::<f64>() / without.iter().sum::<f64>();
     println!(
-        "| {nodes} | server CPU per warm admission, watch on / off (min / median / max µs) | {} / {} ({ratio:.2}× by the means) |",
+        "| {nodes} | server CPU per warm admission, shipped / {off_setting} (min / median / max µs) | {} / {} ({ratio:.2}× by the means) |",
         spread(&mut with),
         spread(&mut without)
     );
