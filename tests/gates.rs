@@ -533,3 +533,83 @@ fn serve_refuses_to_gate_without_a_cluster() {
         "{err}"
     );
 }
+
+/// Two replicas that gate, electing their releaser through the Lease on the same API as the
+/// Pods (the Lease fake's answers routed by the gates fake), as `serve` runs them: exactly one
+/// leads; a Pod gated through either is released once (one JSON Patch, no second release that
+/// its `test` would refuse); the leader shut down, the other takes the Lease over and releases
+/// the next gated Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_releaser_and_the_other_takes_over() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let leases = common::lease_api::LeaseApiServer::start();
+    let api = GatesApiServer::start_with_leases(leases.handler());
+    let election = |identity: &str| tolerable::cluster::lease::LeaderElectionSettings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..tolerable::cluster::lease::LeaderElectionSettings::new("tolerable-system", identity)
+    };
+    let mut replicas = Vec::new();
+    for identity in ["replica-a", "replica-b"] {
+        let config = gate_config(&proxy.host, WAIT * 4);
+        let client = Some(api.client_as(identity));
+        replicas.push(TestServer::start_electing(config, client, election(identity)).await);
+    }
+    let leading = |replicas: &[TestServer]| -> Vec<usize> {
+        (0..replicas.len())
+            .filter(|&i| *replicas[i].leader.as_ref().unwrap().borrow())
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while leading(&replicas).len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leader = leading(&replicas)[0];
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    // Gated through the replica that does not lead: the leader releases it.
+    admit_and_create(
+        &replicas[1 - leader],
+        &api,
+        "first",
+        std::slice::from_ref(&image),
+    )
+    .await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "first")).await,
+        "never released"
+    );
+    let patches_of = |name: &str| -> Vec<u16> {
+        api.patches()
+            .into_iter()
+            .filter(|(_, pod, _, _)| pod == name)
+            .map(|(_, _, _, code)| code)
+            .collect()
+    };
+    assert_eq!(
+        patches_of("first"),
+        vec![200],
+        "one release, by one replica"
+    );
+    assert_eq!(leading(&replicas), vec![leader], "never two leaders");
+
+    // The leader goes (as on SIGTERM: it gives the Lease up); the other takes over.
+    replicas[leader].shutdown().await;
+    let survivor = &replicas[1 - leader];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !*survivor.leader.as_ref().unwrap().borrow() {
+        assert!(tokio::time::Instant::now() < deadline, "no takeover");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.set(Fault::Status(503));
+    admit_and_create(survivor, &api, "second", std::slice::from_ref(&image)).await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "second")).await,
+        "not released after the takeover"
+    );
+    assert_eq!(patches_of("second"), vec![200]);
+}

@@ -27,6 +27,10 @@ use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::kube_api::{api_tls, bearer_token, status};
+use super::lease_api::{LeaseHandler, TOKENS};
+
+/// Where Leases are, when this fake also serves them ([`GatesApiServer::start_with_leases`]).
+const LEASES: &str = "/apis/coordination.k8s.io/";
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 type Key = (String, String);
@@ -393,8 +397,16 @@ fn watch(state: Arc<State>, selector: Option<String>, from: u64) -> Response<Bod
     response
 }
 
-async fn route(state: Arc<State>, req: hyper::Request<hyper::body::Incoming>) -> Response<Body> {
-    if bearer_token(&req).as_deref() != Some("admintoken") {
+async fn route(
+    state: Arc<State>,
+    leases: Option<LeaseHandler>,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    if let Some(leases) = leases.filter(|_| req.uri().path().starts_with(LEASES)) {
+        return leases(req).await;
+    }
+    let token = bearer_token(&req).unwrap_or_default();
+    if token != "admintoken" && !TOKENS.contains(&token.as_str()) {
         return answer(401, &status_value(401, "Unauthorized", "Unauthorized"));
     }
     let method = req.method().clone();
@@ -473,19 +485,36 @@ async fn route(state: Arc<State>, req: hyper::Request<hyper::body::Incoming>) ->
 
 impl GatesApiServer {
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Also serving Leases, as `leases` answers them: one API for replicas that gate and elect
+    /// (each through [`GatesApiServer::client_as`] one of the Lease fake's tokens).
+    pub fn start_with_leases(leases: LeaseHandler) -> Self {
+        Self::start_with(Some(leases))
+    }
+
+    fn start_with(leases: Option<LeaseHandler>) -> Self {
         super::init();
         let state = Arc::new(State {
             rv: AtomicU64::new(200),
             ..State::default()
         });
         let shared = state.clone();
-        let port = super::serve(Some(api_tls()), move |req| route(shared.clone(), req));
+        let port = super::serve(Some(api_tls()), move |req| {
+            route(shared.clone(), leases.clone(), req)
+        });
         Self { port, state }
     }
 
     /// A real `kube` client for this server.
     pub fn client(&self) -> kube::Client {
-        super::kube_api::client(self.port, "admintoken")
+        self.client_as("admintoken")
+    }
+
+    /// A client authenticating as `token` (`admintoken`, or one of the Lease fake's replicas).
+    pub fn client_as(&self, token: &str) -> kube::Client {
+        super::kube_api::client(self.port, token)
     }
 
     /// Creates a Pod as the API server would (after admission).

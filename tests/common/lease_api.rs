@@ -52,6 +52,15 @@ struct State {
     writes: Vec<Write>,
 }
 
+/// See [`LeaseApiServer::handler`].
+pub type LeaseHandler = Arc<
+    dyn Fn(
+            hyper::Request<hyper::body::Incoming>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response<Body>> + Send>>
+        + Send
+        + Sync,
+>;
+
 pub struct LeaseApiServer {
     pub port: u16,
     state: Arc<Mutex<State>>,
@@ -339,6 +348,13 @@ impl LeaseApiServer {
             hung,
             requests,
         }
+    }
+
+    /// This server's answer to one request, for a fake that also serves Leases (the gates fake,
+    /// for replicas that gate and elect through one API).
+    pub fn handler(&self) -> LeaseHandler {
+        let (state, refused, hung) = (self.state.clone(), self.refused.clone(), self.hung.clone());
+        Arc::new(move |req| Box::pin(answer(state.clone(), refused.clone(), hung.clone(), req)))
     }
 
     /// A real `kube` client for this server, authenticating as `token` (one of [`TOKENS`]).

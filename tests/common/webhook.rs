@@ -97,6 +97,8 @@ pub struct TestServer {
     /// The namespace watch, when the config reads per-namespace policy from a cluster.
     pub namespaces: Option<tolerable::cluster::namespaces::NamespacePolicies>,
     pub volume: SecretVolume,
+    /// Whether it leads the gate releasers, when it competes ([`TestServer::start_electing`]).
+    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -152,9 +154,27 @@ impl TestServer {
     /// [`TestServer::start_configured`]; with `leader`, the gate controller releases Pods only
     /// while it says true (else always: the test server does not compete for the Lease).
     pub async fn start_leading(
-        mut config: tolerable::config::Config,
+        config: tolerable::config::Config,
         kube: Option<kube::Client>,
         leader: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Self {
+        Self::start_led(config, kube, Led::Given(leader)).await
+    }
+
+    /// [`TestServer::start_configured`], competing for the gate releasers' Lease as `election`
+    /// says, as `serve` does when it gates.
+    pub async fn start_electing(
+        config: tolerable::config::Config,
+        kube: Option<kube::Client>,
+        election: tolerable::cluster::lease::LeaderElectionSettings,
+    ) -> Self {
+        Self::start_led(config, kube, Led::Elect(election)).await
+    }
+
+    async fn start_led(
+        mut config: tolerable::config::Config,
+        kube: Option<kube::Client>,
+        led: Led,
     ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
@@ -162,12 +182,18 @@ impl TestServer {
         config.tls_files = Some((volume.cert_path(), volume.key_path()));
         config.listen_addr = "127.0.0.1:0".parse().unwrap();
         config.metrics_addr = None;
-        let webhook = match leader {
-            Some(leader) => Webhook::build_with_leader(&config, kube, false, leader).await,
-            // No Lease in the tests' fake API servers: not competing, the releaser always runs.
-            None => Webhook::build_electing(&config, kube, false, None).await,
+        let webhook = match led {
+            Led::Given(Some(leader)) => {
+                Webhook::build_with_leader(&config, kube, false, leader).await
+            }
+            // Most fakes serve no Lease: not competing, the releaser always runs.
+            Led::Given(None) => Webhook::build_electing(&config, kube, false, None).await,
+            Led::Elect(election) => {
+                Webhook::build_electing(&config, kube, false, Some(election)).await
+            }
         }
         .unwrap();
+        let leader = webhook.leader();
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();
         let nodes = webhook.nodes.clone();
@@ -182,6 +208,7 @@ impl TestServer {
             nodes,
             namespaces,
             volume,
+            leader,
             shutdown: Some(tx),
             task: Some(task),
         }
@@ -206,6 +233,12 @@ impl TestServer {
             let _ = tx.send(());
         }
     }
+}
+
+/// Who says whether a test server's gate releaser runs.
+enum Led {
+    Given(Option<tokio::sync::watch::Receiver<bool>>),
+    Elect(tolerable::cluster::lease::LeaderElectionSettings),
 }
 
 impl Drop for TestServer {
