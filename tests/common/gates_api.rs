@@ -397,16 +397,29 @@ fn watch(state: Arc<State>, selector: Option<String>, from: u64) -> Response<Bod
     response
 }
 
+/// Leases to the Lease fake when this one serves them; the rest here.
 async fn route(
     state: Arc<State>,
     leases: Option<LeaseHandler>,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> Response<Body> {
-    if let Some(leases) = leases.filter(|_| req.uri().path().starts_with(LEASES)) {
-        return leases(req).await;
+    match leases.filter(|_| req.uri().path().starts_with(LEASES)) {
+        Some(leases) => leases(req).await,
+        None => route_pods(state, req).await,
     }
-    let token = bearer_token(&req).unwrap_or_default();
-    if token != "admintoken" && !TOKENS.contains(&token.as_str()) {
+}
+
+/// The test's own token, or one of the Lease fake's replicas.
+fn authorized(req: &hyper::Request<hyper::body::Incoming>) -> bool {
+    let token = bearer_token(req).unwrap_or_default();
+    token == "admintoken" || TOKENS.contains(&token.as_str())
+}
+
+async fn route_pods(
+    state: Arc<State>,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    if !authorized(&req) {
         return answer(401, &status_value(401, "Unauthorized", "Unauthorized"));
     }
     let method = req.method().clone();
