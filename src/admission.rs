@@ -15,7 +15,7 @@ use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
 use crate::metrics::Metrics;
-use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, Policy};
+use crate::mutate::{self, Answer, ImageFacts, LookupFailure, PodCreate, PodView, Policy};
 use crate::registry::{Checked, Resolver};
 
 use self::wire::{AdmissionRequest, AdmissionReviewOut, PodObject, ReviewError};
@@ -372,11 +372,22 @@ pub(crate) fn read_pod(
     let namespace = namespace
         .or(object.namespace.as_deref())
         .unwrap_or("default");
-    let namespace_policy = namespaces.and_then(|n| n.get(namespace));
-    match PodCreate::in_namespace(namespace, namespace_policy, object.view, policy) {
+    match pod_in_namespace(namespace, object.view, policy, namespaces) {
         Ok(pod) => RequestRead::Decide(pod, object.pull_secrets),
         Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }
+}
+
+/// `pod` in `namespace`, with that Namespace's own policy when `namespaces` knows it: what the
+/// core decides on, at admission and when the gate controller releases a gated Pod.
+pub(crate) fn pod_in_namespace(
+    namespace: &str,
+    pod: PodView,
+    policy: &Policy,
+    namespaces: Option<&NamespacePolicies>,
+) -> Result<PodCreate, String> {
+    let namespace_policy = namespaces.and_then(|n| n.get(namespace));
+    PodCreate::in_namespace(namespace, namespace_policy, pod, policy)
 }
 
 /// The response carrying `answer`: its warnings and then the shell's, and its patch or denial.

@@ -26,7 +26,6 @@ use crate::admission::Admission;
 use crate::cluster::gates::{watch_gated, GatedRecord, PatchError, PodsApi, Seen};
 use crate::metrics::{GateRelease, Metrics};
 use crate::mutate::gate::{self, Release};
-use crate::mutate::PodCreate;
 
 /// Pods worked on at once (each holds at most the lookups of one admission).
 pub(crate) const AT_ONCE: usize = 8;
@@ -288,16 +287,12 @@ impl Controller {
             return self.time_out(record, &object, held).await;
         }
         let policy = self.admission.policy();
-        // In its Namespace's policy as now, as the admission would read it.
-        let namespace_policy = self
-            .admission
-            .namespaces()
-            .and_then(|namespaces| namespaces.get(&record.namespace));
-        let request = match PodCreate::in_namespace(
-            record.namespace.clone(),
-            namespace_policy,
+        // In its Namespace's policy as now, as the admission reads it.
+        let request = match crate::admission::pod_in_namespace(
+            &record.namespace,
             object.view.clone(),
             policy,
+            self.admission.namespaces(),
         ) {
             Ok(request) => request,
             Err(why) => return self.release_unchanged(record, &object, &why, None).await,

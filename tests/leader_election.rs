@@ -316,19 +316,26 @@ async fn a_replica_refused_the_lease_does_not_lead_and_keeps_trying() {
     sampler.never_two();
 }
 
-/// The leader loses access to the API server (403 from now on): it stops leading within its
-/// renew deadline, before the other replica may take over, and the other replica does.
-#[tokio::test]
-async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced() {
+/// replica-a leading (it has renewed the Lease once since replica-b joined), replica-b
+/// following, and a sampler watching both: where a fault is then done to the leader.
+async fn leader_and_follower() -> (LeaseApiServer, Replica, Replica, LeaderSampler) {
     let api = LeaseApiServer::start();
     let a = replica(&api, "replica-a", Duration::from_secs(3));
     let ra = a.election.leader();
     until("replica-a to lead", || leads(&ra)).await;
     let b = replica(&api, "replica-b", Duration::from_secs(3));
-    let rb = b.election.leader();
-    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let sampler = LeaderSampler::start(vec![ra, b.election.leader()]);
     let renewed = writes_by(&api, "replica-a");
     until("a renewal", || writes_by(&api, "replica-a") > renewed).await;
+    (api, a, b, sampler)
+}
+
+/// The leader loses access to the API server (403 from now on): it stops leading within its
+/// renew deadline, before the other replica may take over, and the other replica does.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced() {
+    let (api, a, b, sampler) = leader_and_follower().await;
+    let (ra, rb) = (a.election.leader(), b.election.leader());
     api.refuse("replica-a", true);
     until("replica-b to take over", || leads(&rb)).await;
     assert!(!leads(&ra));
@@ -341,15 +348,8 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced()
 /// the other does.
 #[tokio::test]
 async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
-    let api = LeaseApiServer::start();
-    let a = replica(&api, "replica-a", Duration::from_secs(3));
-    let ra = a.election.leader();
-    until("replica-a to lead", || leads(&ra)).await;
-    let b = replica(&api, "replica-b", Duration::from_secs(3));
-    let rb = b.election.leader();
-    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
-    let renewed = writes_by(&api, "replica-a");
-    until("a renewal", || writes_by(&api, "replica-a") > renewed).await;
+    let (api, a, b, sampler) = leader_and_follower().await;
+    let (ra, rb) = (a.election.leader(), b.election.leader());
     api.hang("replica-a");
     until("replica-a to step down", || !leads(&ra)).await;
     until("replica-b to take over", || leads(&rb)).await;
