@@ -273,33 +273,13 @@ async fn a_malformed_namespace_value_is_a_warning_never_a_failed_admission() {
     );
 }
 
-/// Log lines written by a test subscriber, kept for the test to read.
-#[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Without `list namespaces` (the recorded 403): ready all the same, decisions keep to the
 /// config, one warning however often the watcher retries, and the metrics say so.
 // One thread: the subscriber set here sees every task of the webhook.
 #[tokio::test]
 async fn refused_by_rbac_the_config_decides_with_one_warning_and_a_metric() {
-    let log = CapturedLog::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let log = common::captured_log::CapturedLog::default();
+    let _guard = tracing::subscriber::set_default(log.subscriber());
     let api = NamespaceApi::start();
     let server = server(api.client("nobodytoken")).await;
     let namespaces = server.namespaces.clone().unwrap();
@@ -317,7 +297,7 @@ async fn refused_by_rbac_the_config_decides_with_one_warning_and_a_metric() {
     // The watcher retries (with its backoff): refused again, said once.
     until("a second refusal", || namespaces.refusals() >= 2).await;
     assert!(!namespaces.is_available());
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let text = log.text();
     let said = text
         .lines()
         .filter(|l| l.contains("namespace policy unavailable"))

@@ -302,21 +302,6 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
     );
 }
 
-/// Log lines written by a test subscriber, kept for the test to read.
-#[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// `manage_node_taints` never fences off a pool nobody tolerates: with amd64 in neither list,
 /// the amd64 nodes are left as they are, tick after tick. The tainter's own warning for each of
 /// them proves it ran and refused (a tainter that never ran would patch nothing either).
@@ -332,17 +317,12 @@ async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
         tolerable::mutate::Policy::default().taint_keys(),
     );
     // The tainter's log, captured from its own task whichever thread polls it.
-    let log = CapturedLog::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let log = common::captured_log::CapturedLog::default();
     let task = tokio::spawn(
         tolerable::cluster::nodes::keep_nodes_tainted(client, watch.clone(), unplanned)
-            .with_subscriber(subscriber),
+            .with_subscriber(log.subscriber()),
     );
-    let log_text = || String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let log_text = || log.text();
     let refused = |text: &str| {
         ["amd-1", "bare-1"].iter().all(|node| {
             text.lines()

@@ -3,13 +3,15 @@
 //! written for the tests, each described in its module: a token service (`token`), hostile
 //! registries and a fault proxy for what a real registry cannot be made to do (`fake`,
 //! `hostile`, `fault_proxy`: hang, send garbage, serve documents built to cost work, misbehave
-//! on purpose), and four thin fakes of the Kubernetes API server (`kube_api`: recorded pull
+//! on purpose), and thin fakes of the Kubernetes API server (`kube_api`: recorded pull
 //! secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s recorded lists, paged
 //! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale;
-//! `lease_api`: Leases for the leader election, with the real server's refusals).
-//! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403).
+//! `lease_api`: Leases for the leader election, with the real server's refusals;
+//! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403; `gates_api`:
+//! Pods and Events as a v1.36 server treats gated Pods). `captured_log`: a test's own log.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod captured_log;
 pub mod certs;
 pub mod cli;
 pub mod deployed;
