@@ -26,7 +26,7 @@ use hyper::body::Frame;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{api_tls, bearer_token, status};
+use super::kube_api::{api_tls, bearer_token, query, status};
 use super::lease_api::{LeaseHandler, TOKENS};
 
 /// Where Leases are, when this fake also serves them ([`GatesApiServer::start_with_leases`]).
@@ -309,20 +309,6 @@ fn matches(selector: Option<&str>, pod: &Value) -> bool {
             }
         })
     })
-}
-
-fn query(q: &str) -> BTreeMap<String, String> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let v = v
-                .replace("%3D", "=")
-                .replace("%2F", "/")
-                .replace("%2C", ",");
-            (k.to_owned(), v)
-        })
-        .collect()
 }
 
 fn list(state: &State, namespace: Option<&str>, selector: Option<&str>) -> Response<Body> {

@@ -223,6 +223,36 @@ fn secret(name: &str, hosts: &RegistryHosts) -> String {
     secret.to_string()
 }
 
+/// A request's query parameters, percent-decoded, as the API server reads them.
+pub fn query(query: &str) -> std::collections::BTreeMap<String, String> {
+    url_pairs(query).collect()
+}
+
+fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|p| {
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        let decode = |s: &str| {
+            let s = s.replace('+', " ");
+            let mut out = Vec::new();
+            let bytes = s.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i] == b'%' && i + 2 < bytes.len() {
+                    if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                }
+                out.push(bytes[i]);
+                i += 1;
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        (decode(k), decode(v))
+    })
+}
+
 /// The API server's 400 Status, with `message`.
 pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
     status(

@@ -70,14 +70,10 @@ fn bad_request(message: &str) -> Response<Body> {
     full(kube_api::bad_request(message))
 }
 
-fn param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
-    query
-        .split('&')
-        .find_map(|p| p.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-}
-
 impl State {
     fn answer(&self, token: Option<&str>, query: &str, accept: &str) -> Response<Body> {
+        let query = kube_api::query(query);
+        let param = |key: &str| query.get(key).map(String::as_str);
         match token {
             Some("admintoken") if !self.revoked.load(Ordering::SeqCst) => {}
             Some("nobodytoken" | "admintoken") => {
@@ -94,15 +90,15 @@ impl State {
                 ))
             }
         }
-        if let Some(limit) = param(query, "limit") {
+        if let Some(limit) = param("limit") {
             if !limit.parse::<u32>().is_ok_and(|l| l > 0) {
                 return bad_request(&format!("invalid limit {limit:?}"));
             }
         }
-        if param(query, "continue").is_some_and(|c| !c.is_empty()) {
+        if param("continue").is_some_and(|c| !c.is_empty()) {
             return bad_request("continue key is not valid: the list was served whole");
         }
-        let watch = matches!(param(query, "watch"), Some("true" | "1"));
+        let watch = matches!(param("watch"), Some("true" | "1"));
         if !watch {
             self.lists.fetch_add(1, Ordering::SeqCst);
             let body = if accept.contains("as=PartialObjectMetadataList") {
@@ -115,7 +111,7 @@ impl State {
         if !accept.contains("as=PartialObjectMetadata") {
             return bad_request("this fake serves only metadata-only watches (the recorded kind)");
         }
-        if param(query, "resourceVersion") != Some(LIST_RV) {
+        if param("resourceVersion") != Some(LIST_RV) {
             return bad_request(
                 "this fake serves watches from the recorded list's resourceVersion only",
             );
@@ -164,7 +160,8 @@ async fn handle(
     if method != hyper::Method::GET || path != "/api/v1/namespaces" {
         return full(status(StatusCode::NOT_FOUND, NOT_FOUND.into()));
     }
-    let is_list = !matches!(param(&query, "watch"), Some("true" | "1"));
+    let watch = kube_api::query(&query).get("watch").cloned();
+    let is_list = !matches!(watch.as_deref(), Some("true" | "1"));
     if let (Some(gate), true) = (&state.list_gate, is_list) {
         gate.acquire().await.unwrap().forget();
     }

@@ -24,7 +24,7 @@ use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{self, api_tls, bearer_token, full, status};
+use super::kube_api::{self, api_tls, bearer_token, full, query, status};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -191,35 +191,6 @@ impl State {
             .ok_or("continue key is not valid: no such start")?;
         Ok((i + 1, rv))
     }
-}
-
-fn query(query: &str) -> BTreeMap<String, String> {
-    url_pairs(query).collect()
-}
-
-fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    query.split('&').filter(|p| !p.is_empty()).map(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        let decode = |s: &str| {
-            let s = s.replace('+', " ");
-            let mut out = Vec::new();
-            let bytes = s.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() {
-                if bytes[i] == b'%' && i + 2 < bytes.len() {
-                    if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                }
-                out.push(bytes[i]);
-                i += 1;
-            }
-            String::from_utf8_lossy(&out).into_owned()
-        };
-        (decode(k), decode(v))
-    })
 }
 
 /// The API server's 400 Status, with `message`.
