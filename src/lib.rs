@@ -3,8 +3,8 @@
 //!
 //! - [`registry`]: image → platforms, read from registry manifests (the I/O edge), cached.
 //! - [`mutate`]: the pure decision core (Pod + image facts + pools + policy → decision → JSON
-//!   Patch); it owns its input types and imports no I/O module (ARCHITECTURE.md,
-//!   `tests/architecture.rs`).
+//!   Patch), the workspace crate `tolerable-core` (crates/core): it owns its input types and
+//!   depends on no crate that does I/O, so the compiler keeps it pure (ARCHITECTURE.md).
 //! - [`admission`]: one AdmissionReview end to end, shared by the server and `review`.
 //! - [`cluster`]: what is read from the Kubernetes API (image pull secrets).
 //! - [`server`]: HTTPS transport, certificate reload, health, metrics.
@@ -24,7 +24,9 @@ pub(crate) mod duration;
 pub mod fuzzing;
 pub(crate) mod gates;
 pub mod metrics;
-pub mod mutate;
+/// The decision core, named `mutate` in the shell as it was before it became a crate of its own
+/// (every `crate::mutate::…` path and `tolerable::mutate::…` in tests and benches still reads).
+pub use tolerable_core as mutate;
 pub mod registry;
 pub mod server;
 pub mod taints;

@@ -108,6 +108,8 @@ enum TaintEffect {
     Any,
 }
 
+super::values::words_by_serde!(TaintEffect);
+
 impl TaintEffect {
     fn as_str(self) -> &'static str {
         match self {

@@ -291,3 +291,5 @@ impl LogSection {
         Ok((self.level.clone(), self.format.clone().get("log.format")?))
     }
 }
+
+super::values::words_by_serde!(NameCheck, LogFormat);

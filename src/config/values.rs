@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::ConfigError;
@@ -24,12 +23,21 @@ pub(super) enum Word<T> {
     },
 }
 
-impl<T: DeserializeOwned> Word<T> {
+/// An enum a config key takes one word of: the config's own enums through their serde derive,
+/// the core's through a mirror here (the core crate has no serde derive for them, and the
+/// orphan rule keeps this crate from giving them one).
+pub(super) trait Words: Sized {
+    fn from_word(
+        words: serde::de::value::StrDeserializer<'_, UnknownWord>,
+    ) -> Result<Self, UnknownWord>;
+}
+
+impl<T: Words> Word<T> {
     /// `text`, trimmed, as one of `T`'s words.
     pub(super) fn parse(text: &str) -> Self {
         let text = text.trim();
         let words = serde::de::value::StrDeserializer::<UnknownWord>::new(text);
-        match T::deserialize(words) {
+        match T::from_word(words) {
             Ok(word) => Self::Known(word),
             Err(UnknownWord(expected)) => Self::Unknown {
                 text: text.to_owned(),
@@ -57,7 +65,7 @@ impl<T: DeserializeOwned> Word<T> {
     }
 }
 
-impl<'de, T: DeserializeOwned> Deserialize<'de> for Word<T> {
+impl<'de, T: Words> Deserialize<'de> for Word<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Ok(Self::parse(&String::deserialize(deserializer)?))
     }
@@ -65,7 +73,7 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for Word<T> {
 
 /// Why serde's derive refused a word: the words it takes.
 #[derive(Debug)]
-struct UnknownWord(&'static [&'static str]);
+pub(super) struct UnknownWord(&'static [&'static str]);
 
 impl std::fmt::Display for UnknownWord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,18 +93,33 @@ impl serde::de::Error for UnknownWord {
     }
 }
 
-/// Deserialize for enums of other modules through a mirror deriving it with
-/// `#[serde(remote = …)]`: the words live here, with the config, and the core stays free of
-/// serde.
+/// The words of the core's enums through a mirror deriving them with `#[serde(remote = …)]`:
+/// the words live here, with the config, and the core stays free of serde derives.
 macro_rules! words_of {
     ($($mirror:ident => $remote:ty),* $(,)?) => {$(
-        impl<'de> Deserialize<'de> for $remote {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                $mirror::deserialize(d)
+        impl Words for $remote {
+            fn from_word(
+                words: serde::de::value::StrDeserializer<'_, UnknownWord>,
+            ) -> Result<Self, UnknownWord> {
+                $mirror::deserialize(words)
             }
         }
     )*};
 }
+
+/// The words of the config's own enums, as their serde derive spells them.
+macro_rules! words_by_serde {
+    ($($local:ty),* $(,)?) => {$(
+        impl $crate::config::values::Words for $local {
+            fn from_word(
+                words: serde::de::value::StrDeserializer<'_, $crate::config::values::UnknownWord>,
+            ) -> Result<Self, $crate::config::values::UnknownWord> {
+                <Self as serde::Deserialize>::deserialize(words)
+            }
+        }
+    )*};
+}
+pub(super) use words_by_serde;
 
 /// The words of the core's enums, mirrored for `#[serde(remote)]`.
 mod words {

@@ -22,18 +22,18 @@ use super::{
 
 /// One JSON Patch operation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub(crate) struct Operation {
-    pub(crate) op: Op,
+pub struct Operation {
+    pub op: Op,
     /// Mostly a fixed path: borrowed, not allocated per admission.
-    pub(crate) path: Cow<'static, str>,
+    pub path: Cow<'static, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) value: Option<PatchValue>,
+    pub value: Option<PatchValue>,
 }
 
 /// The operations tolerable writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Op {
+pub enum Op {
     Add,
     Remove,
     /// Makes the whole patch fail unless the value at the path is the one given.
@@ -41,7 +41,7 @@ pub(crate) enum Op {
 }
 
 impl Operation {
-    pub(crate) fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+    pub fn add(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
         Self {
             op: Op::Add,
             path: path.into(),
@@ -49,7 +49,7 @@ impl Operation {
         }
     }
 
-    pub(crate) fn remove(path: impl Into<Cow<'static, str>>) -> Self {
+    pub fn remove(path: impl Into<Cow<'static, str>>) -> Self {
         Self {
             op: Op::Remove,
             path: path.into(),
@@ -57,7 +57,7 @@ impl Operation {
         }
     }
 
-    pub(crate) fn test(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
+    pub fn test(path: impl Into<Cow<'static, str>>, value: PatchValue) -> Self {
         Self {
             op: Op::Test,
             path: path.into(),
@@ -69,7 +69,7 @@ impl Operation {
 /// What an operation adds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
-pub(crate) enum PatchValue {
+pub enum PatchValue {
     Tolerations(Vec<Toleration>),
     Toleration(Toleration),
     Text(String),
@@ -90,7 +90,7 @@ pub(crate) enum PatchValue {
 }
 
 /// Escapes one JSON Pointer reference token (RFC 6901: `~` → `~0`, then `/` → `~1`).
-pub(crate) fn pointer_token(s: &str) -> String {
+pub fn pointer_token(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
@@ -122,7 +122,7 @@ fn term(requirement: NodeSelectorRequirement) -> NodeSelectorTerm {
 }
 
 /// The JSON Patch operations that apply `decision` to `pod`. Empty when nothing changes.
-pub(crate) fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
+pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
     let mut ops = Vec::new();
     let spec = pod.spec.as_ref();
     if !decision.tolerations.is_empty() {

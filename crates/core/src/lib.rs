@@ -3,18 +3,18 @@
 //! logging — the webhook, `tolerable review`, the fuzz harness, the benches and the table tests
 //! all call [`answer`].
 
-pub(crate) mod arch;
-pub(crate) mod decision;
-pub(crate) mod explain;
-pub(crate) mod facts;
+pub mod arch;
+pub mod decision;
+pub mod explain;
+pub mod facts;
 pub mod gate;
-pub(crate) mod namespace_policy;
-pub(crate) mod node_labels;
-pub(crate) mod patch;
-pub(crate) mod platform;
-pub(crate) mod pod;
-pub(crate) mod policy;
-pub(crate) mod pools;
+pub mod namespace_policy;
+pub mod node_labels;
+pub mod patch;
+pub mod platform;
+pub mod pod;
+pub mod policy;
+pub mod pools;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ use self::pod::{ExistingConstraint, FixedPlacement};
 /// The node label the kubelet sets to the node's architecture.
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The node label the kubelet sets to the node's operating system.
-pub(crate) const OS_LABEL: &str = "kubernetes.io/os";
+pub const OS_LABEL: &str = "kubernetes.io/os";
 /// Label or annotation (`"true"`) that makes tolerable leave a Pod alone.
 pub const SKIP_KEY: &str = "tolerable.io/skip";
 /// Label or annotation naming the architecture a Pod prefers (`none` for no preference);
@@ -46,18 +46,18 @@ pub const PREFERRED_KEY: &str = "tolerable.io/preferred-architecture";
 /// Annotation tolerable writes to explain what it decided and from which platforms.
 pub const DECISION_ANNOTATION: &str = "tolerable.io/decision";
 /// Weight of the preferred-architecture term (1–100): a nudge other preferences can outweigh.
-pub(crate) const PREFERRED_WEIGHT: i32 = 50;
+pub const PREFERRED_WEIGHT: i32 = 50;
 
 /// One container's (or image volume's) image, as the Pod spec writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ContainerImage {
-    pub(crate) container: String,
-    pub(crate) image: String,
+pub struct ContainerImage {
+    pub container: String,
+    pub image: String,
 }
 
 /// Every image of the Pod: init, regular and ephemeral containers, then image volumes. A
 /// container without an image is an error naming it.
-pub(crate) fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
+pub fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
     let Some(spec) = &pod.spec else {
         return Err("the Pod has no spec".into());
     };
@@ -92,12 +92,12 @@ pub(crate) fn images_of(pod: &PodView) -> Result<Vec<ContainerImage>, String> {
 /// and whether it is settled without lookups (skipped, or over the per-Pod limits). The shell
 /// looks up [`PodCreate::images_to_look_up`]; [`answer`] decides.
 #[derive(Clone, Debug)]
-pub(crate) struct PodCreate {
-    pub(crate) namespace: String,
-    pub(crate) pod: PodView,
+pub struct PodCreate {
+    pub namespace: String,
+    pub pod: PodView,
     /// What the Pod's Namespace says (labels and annotations read once, by the shell's
     /// namespace watch or `review`); `None`: nothing known of it.
-    pub(crate) namespace_policy: Option<Arc<NamespacePolicy>>,
+    pub namespace_policy: Option<Arc<NamespacePolicy>>,
     /// Each image once, in the order the Pod first names it: an image several containers use
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
@@ -116,7 +116,7 @@ impl PodCreate {
     /// containers): it is left unchanged.
     // The table tests' way in; the shell names the Namespace's policy (`in_namespace`).
     #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn new(
+    pub fn new(
         namespace: impl Into<String>,
         pod: PodView,
         policy: &Policy,
@@ -125,7 +125,7 @@ impl PodCreate {
     }
 
     /// As [`PodCreate::new`], in a Namespace whose own policy is `namespace_policy`.
-    pub(crate) fn in_namespace(
+    pub fn in_namespace(
         namespace: impl Into<String>,
         namespace_policy: Option<Arc<NamespacePolicy>>,
         pod: PodView,
@@ -148,7 +148,7 @@ impl PodCreate {
 
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
     /// limits.
-    pub(crate) fn images_to_look_up(&self) -> &[String] {
+    pub fn images_to_look_up(&self) -> &[String] {
         match self.settled {
             Some(_) => &[],
             None => &self.distinct,
@@ -208,21 +208,21 @@ fn over_limits(images: &[ContainerImage], distinct: &[String], policy: &Policy) 
 pub struct Answer {
     pub decision: Decision,
     /// Empty unless the Pod is placed and lacks something.
-    pub(crate) patch: Vec<patch::Operation>,
+    pub patch: Vec<patch::Operation>,
     /// `false` under `enforce = false`: the patch only writes the annotation saying what the
     /// decision would have done, and a denial is not carried out.
-    pub(crate) enforced: bool,
+    pub enforced: bool,
 }
 
 impl Answer {
     /// Not a Pod CREATE: allowed unchanged, nothing said.
-    pub(crate) fn not_pod_create() -> Self {
+    pub fn not_pod_create() -> Self {
         Self::unchanged(Untouched::NotPodCreate, Vec::new())
     }
 
     /// An object tolerable cannot decide on: left exactly as it came, with a warning saying
     /// why (tolerable never blocks a Pod it does not understand).
-    pub(crate) fn invalid_object(reason: &str) -> Self {
+    pub fn invalid_object(reason: &str) -> Self {
         Self::unchanged(
             Untouched::InvalidObject,
             vec![explain::invalid_object(reason)],
@@ -243,22 +243,22 @@ impl Answer {
 
     /// What was decided (also under `enforce = false`, where nothing of it is carried out but
     /// the annotation).
-    pub(crate) fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Outcome {
         self.decision.outcome()
     }
 
-    pub(crate) fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[String] {
         self.decision.warnings()
     }
 
     /// The message the Pod is rejected with, when it is (never under `enforce = false`).
-    pub(crate) fn denial(&self) -> Option<&str> {
+    pub fn denial(&self) -> Option<&str> {
         self.decision.denial().filter(|_| self.enforced)
     }
 
     /// Under `enforce = false`: whether the decision would have changed the Pod (`Some(false)`)
     /// or denied it (`Some(true)`).
-    pub(crate) fn not_enforced(&self) -> Option<bool> {
+    pub fn not_enforced(&self) -> Option<bool> {
         if self.enforced {
             return None;
         }
@@ -273,7 +273,7 @@ impl Answer {
 
 /// The one decision function: the Pod being created, what is known of its images, the node
 /// pools (when the node watch runs) and the policy → the answer.
-pub(crate) fn answer(
+pub fn answer(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -353,7 +353,7 @@ fn report_only(pod: &PodView, decision: Decision, decided_by: &str) -> Answer {
 /// The architectures every image of `request` supports on its OS (as the decision sees them):
 /// `None` when the Pod needs no lookups or some image's platforms are unknown. For reports
 /// (`tolerable review`, `audit`) that show what the decision is based on.
-pub(crate) fn architectures_in_common(
+pub fn architectures_in_common(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -367,7 +367,7 @@ pub(crate) fn architectures_in_common(
 }
 
 /// The decision alone (see [`answer`]).
-pub(crate) fn decide(
+pub fn decide(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,

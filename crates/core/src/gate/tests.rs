@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 use super::super::tests::{arch_toleration, facts, pod, policy, request};
 use super::*;
-use crate::mutate::DECISION_ANNOTATION;
-use crate::mutate::{
+use crate::DECISION_ANNOTATION;
+use crate::{
     answer, Answer, LookupFailure, OnLookupFailure, Outcome, Steering, WeightedArchitecture,
 };
 
@@ -432,7 +432,7 @@ fn a_release_in_a_namespace_with_a_preference_carries_it() {
         "arm64=80, amd64=20".to_string(),
     )]
     .into();
-    let batch = Arc::new(crate::mutate::NamespacePolicy::from_metadata(
+    let batch = Arc::new(crate::NamespacePolicy::from_metadata(
         None,
         Some(&annotations),
     ));

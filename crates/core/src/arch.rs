@@ -8,14 +8,14 @@
 //! the config calls it.
 
 /// Architecture names as Kubernetes (Go's GOARCH) writes them in the `kubernetes.io/arch` label.
-pub(crate) const KUBERNETES_ARCHITECTURES: &[&str] = &[
+pub const KUBERNETES_ARCHITECTURES: &[&str] = &[
     "386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le", "mipsle", "ppc64",
     "ppc64le", "riscv64", "s390x", "wasm",
 ];
 
 /// Who spells an architecture this way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Spelling {
+pub enum Spelling {
     /// containerd's platform matching reads it as the GOARCH name: an image's platform that says
     /// it runs where the GOARCH name runs.
     Containerd,
@@ -26,13 +26,13 @@ pub(crate) enum Spelling {
 
 /// Another name for a GOARCH architecture.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Alias {
-    pub(crate) name: &'static str,
-    pub(crate) goarch: &'static str,
+pub struct Alias {
+    pub name: &'static str,
+    pub goarch: &'static str,
     /// The variant containerd gives a platform of this name, whatever variant it says; `None`:
     /// its own variant, normalised as the GOARCH name's.
-    pub(crate) variant: Option<&'static str>,
-    pub(crate) spelling: Spelling,
+    pub variant: Option<&'static str>,
+    pub spelling: Spelling,
 }
 
 const fn containerd(
@@ -58,7 +58,7 @@ const fn other(name: &'static str, goarch: &'static str) -> Alias {
 }
 
 /// Every alias, lower case.
-pub(crate) const ALIASES: &[Alias] = &[
+pub const ALIASES: &[Alias] = &[
     containerd("x86_64", "amd64", None),
     containerd("x86-64", "amd64", None),
     containerd("aarch64", "arm64", None),
@@ -94,20 +94,20 @@ pub(crate) const ALIASES: &[Alias] = &[
 ];
 
 /// `name` (lower case) as an alias of the given spellings.
-pub(crate) fn alias(name: &str, spellings: &[Spelling]) -> Option<&'static Alias> {
+pub fn alias(name: &str, spellings: &[Spelling]) -> Option<&'static Alias> {
     ALIASES
         .iter()
         .find(|a| a.name == name && spellings.contains(&a.spelling))
 }
 
 /// The GOARCH name for any other spelling of it (lower case), for a suggestion.
-pub(crate) fn goarch_for(name: &str) -> Option<&'static str> {
+pub fn goarch_for(name: &str) -> Option<&'static str> {
     alias(name, &[Spelling::Containerd, Spelling::Other]).map(|a| a.goarch)
 }
 
 /// An image platform's architecture and variant (lower case) as containerd normalises them:
 /// its alias read, then the variant spelled as containerd spells it for that architecture.
-pub(crate) fn normalize(arch: &str, variant: &str) -> (String, String) {
+pub fn normalize(arch: &str, variant: &str) -> (String, String) {
     let (arch, variant) = match alias(arch, &[Spelling::Containerd]) {
         Some(alias) => (alias.goarch, alias.variant.unwrap_or(variant)),
         None => (arch, variant),

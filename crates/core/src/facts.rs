@@ -19,7 +19,7 @@ pub struct ImageFact {
     /// Which credential opened the image.
     pub credentials: Provenance,
     /// Set when this is the last known answer, used because the registry is unavailable.
-    pub(crate) stale: Option<Staleness>,
+    pub stale: Option<Staleness>,
 }
 
 /// Where the credential that opened an image came from — never the credential itself.
@@ -43,9 +43,9 @@ impl fmt::Display for Provenance {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staleness {
     /// Why the registry could not be asked (a reason safe to show).
-    pub(crate) cause: String,
+    pub cause: String,
     /// How long ago the registry gave the answer.
-    pub(crate) age: Duration,
+    pub age: Duration,
 }
 
 impl fmt::Display for Staleness {
@@ -82,7 +82,7 @@ pub enum LookupFailure {
 }
 
 impl LookupFailure {
-    pub(crate) fn reason(&self) -> &str {
+    pub fn reason(&self) -> &str {
         match self {
             Self::InvalidReference(reason)
             | Self::NotFound(reason)
@@ -105,7 +105,7 @@ impl fmt::Display for LookupFailure {
 pub type ImageFacts = BTreeMap<String, Result<Arc<ImageFact>, LookupFailure>>;
 
 /// `1h2m3s`, `4m0s`, `12s`: short enough for a warning.
-pub(crate) fn short_age(d: Duration) -> String {
+pub fn short_age(d: Duration) -> String {
     let s = d.as_secs();
     match (s / 3600, s / 60 % 60, s % 60) {
         (0, 0, s) => format!("{s}s"),

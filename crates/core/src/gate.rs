@@ -29,7 +29,7 @@ pub const GATED: &str = "true";
 /// the watched set.
 pub const UNRUNNABLE: &str = "unrunnable";
 /// The annotation the kubelet puts on a mirror Pod (a static Pod's API copy).
-pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Why a Pod cannot be gated (it is then allowed unchanged with a warning), if it cannot: one
 /// bound to a node (the API server refuses gates with `nodeName`) or otherwise not placed by the
@@ -37,7 +37,7 @@ pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Pod (the kubelet runs it whatever the API says), one in tolerable's own namespace (a webhook
 /// whose own Pods wait behind its gate could never release them). `skip_namespaces` are skipped
 /// before any lookup.
-pub(crate) fn cannot_gate(namespace: &str, pod: &PodView, policy: &Policy) -> Option<String> {
+pub fn cannot_gate(namespace: &str, pod: &PodView, policy: &Policy) -> Option<String> {
     if pod
         .annotations
         .as_ref()
@@ -62,7 +62,7 @@ fn gates(pod: &PodView) -> &[String] {
 }
 
 /// Whether the Pod carries tolerable's gate.
-pub(crate) fn is_gated(pod: &PodView) -> bool {
+pub fn is_gated(pod: &PodView) -> bool {
     gates(pod).iter().any(|g| g == GATE)
 }
 
@@ -79,7 +79,7 @@ fn label_path() -> String {
 
 /// The admission's patch for a gated Pod: the gate appended (or the list created), the label,
 /// the annotation; what the Pod already has of them (a reinvocation) is not added again.
-pub(crate) fn gate_operations(pod: &PodView, summary: &str) -> Vec<Operation> {
+pub fn gate_operations(pod: &PodView, summary: &str) -> Vec<Operation> {
     let mut ops = Vec::new();
     if !is_gated(pod) {
         let gate = PodSchedulingGate { name: GATE.into() };
@@ -125,7 +125,7 @@ fn set_label(pod: &PodView, value: &str) -> Option<Operation> {
 /// What the controller does with a Pod it found labelled gated, given what is known of its
 /// images now.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Release {
+pub enum Release {
     /// The Pod carries no gate of tolerable's (already released, or never gated): nothing to
     /// send, the label removed if it is left.
     NotGated(Vec<Operation>),
@@ -147,7 +147,7 @@ pub(crate) enum Release {
 /// The release of a gated Pod as it is now (`request`, read from the Pod the API server
 /// returned) with `facts`: the same decision the admission would have made with these facts,
 /// carried out by a patch the API server accepts on a gated Pod.
-pub(crate) fn release(
+pub fn release(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -257,7 +257,7 @@ fn unchanged_operations(pod: &PodView, why: &str) -> Vec<Operation> {
 /// The release of a Pod whose lookups did not answer within `gate_timeout` (or that an operator
 /// releases by hand): unchanged, the annotation saying so. Empty for a Pod without tolerable's
 /// gate (idempotent).
-pub(crate) fn release_unchanged(pod: &PodView, why: &str) -> Vec<Operation> {
+pub fn release_unchanged(pod: &PodView, why: &str) -> Vec<Operation> {
     if !is_gated(pod) {
         return remove_label(pod).into_iter().collect();
     }

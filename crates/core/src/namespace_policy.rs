@@ -33,21 +33,21 @@ const QUOTED_VALUE_BYTES: usize = 64;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NamespacePolicy {
     /// `tolerable.io/enforce`; `None`: not said (or malformed).
-    pub(crate) enforce: Option<bool>,
+    pub enforce: Option<bool>,
     /// `tolerable.io/skip=true`.
-    pub(crate) skip: bool,
+    pub skip: bool,
     /// `tolerable.io/preferred-architecture`; `Some(empty)`: `none` (no preference, whatever
     /// the config prefers); `None`: not said (or malformed).
-    pub(crate) preferred: Option<Vec<WeightedArchitecture>>,
+    pub preferred: Option<Vec<WeightedArchitecture>>,
     /// Each malformed or misplaced key, and why it was ignored.
-    pub(crate) problems: Vec<NamespaceProblem>,
+    pub problems: Vec<NamespaceProblem>,
 }
 
 /// A key on a Namespace that was ignored, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamespaceProblem {
-    pub(crate) key: &'static str,
-    pub(crate) reason: String,
+    pub key: &'static str,
+    pub reason: String,
 }
 
 impl NamespacePolicy {
@@ -175,7 +175,7 @@ pub enum Level {
 /// Whether the decision is carried out, and which level said so: the Pod's own
 /// `tolerable.io/enforce` (label or annotation), else its Namespace's, else `[policy] enforce`.
 /// A malformed value on the Pod is ignored, with `warning` saying so.
-pub(crate) fn enforce(
+pub fn enforce(
     pod_value: Option<&str>,
     namespace: Option<&NamespacePolicy>,
     config: bool,

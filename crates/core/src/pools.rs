@@ -15,18 +15,18 @@ use super::ARCH_LABEL;
 pub struct NodePools {
     pub architectures: BTreeMap<String, Vec<Taint>>,
     /// Node name → architecture.
-    pub(crate) nodes: BTreeMap<String, String>,
+    pub nodes: BTreeMap<String, String>,
     /// The `match_node_labels` keys the node watch keeps, each with the values some node
     /// carries (a key absent: not watched).
-    pub(crate) labels: BTreeMap<String, BTreeSet<String>>,
+    pub labels: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl NodePools {
     /// Pools from nodes: a node's architecture is its `kubernetes.io/arch` label, else what its
     /// kubelet reports; only taints whose key is one of `taint_keys` count. (The node watch
-    /// builds from its projections with [`NodePools::add_node`]; tests compare the two.)
-    #[cfg(test)]
-    pub(crate) fn from_nodes<'a>(
+    /// builds from its projections with [`NodePools::add_node`]; the shell's tests compare the
+    /// two, so this is public rather than test-only.)
+    pub fn from_nodes<'a>(
         nodes: impl IntoIterator<Item = &'a Node>,
         taint_keys: &BTreeSet<String>,
     ) -> Self {
@@ -92,7 +92,7 @@ impl NodePools {
     }
 
     /// Whether some node is labelled `key=value`; `None` when `key` is not watched.
-    pub(crate) fn carries_label(&self, key: &str, value: &str) -> Option<bool> {
+    pub fn carries_label(&self, key: &str, value: &str) -> Option<bool> {
         self.labels.get(key).map(|values| values.contains(value))
     }
 

@@ -12,11 +12,11 @@ use serde::{Serialize, Serializer};
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Platform {
     #[serde(serialize_with = "as_str")]
-    pub(crate) os: Arc<str>,
+    pub os: Arc<str>,
     #[serde(serialize_with = "as_str")]
-    pub(crate) architecture: Arc<str>,
+    pub architecture: Arc<str>,
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_opt_str")]
-    pub(crate) variant: Option<Arc<str>>,
+    pub variant: Option<Arc<str>>,
 }
 
 fn as_str<S: Serializer>(value: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
@@ -52,7 +52,7 @@ fn intern(name: &str) -> Arc<str> {
 
 impl Platform {
     /// Builds a normalised platform from what a manifest or image config says.
-    pub(crate) fn normalized(os: &str, architecture: &str, variant: Option<&str>) -> Self {
+    pub fn normalized(os: &str, architecture: &str, variant: Option<&str>) -> Self {
         let os = match os.to_ascii_lowercase().as_str() {
             "macos" => "darwin".to_owned(),
             other => other.to_owned(),
@@ -72,7 +72,7 @@ impl Platform {
     /// `kubernetes.io/arch` node labels a patch selects on can hold: at most 63 characters,
     /// ASCII letters, digits, `-`, `_` and `.`, beginning and ending with a letter or digit.
     /// A registry can name anything; only such names may reach a patch.
-    pub(crate) fn is_label_safe(&self) -> bool {
+    pub fn is_label_safe(&self) -> bool {
         let names = [
             Some(&self.os),
             Some(&self.architecture),
@@ -82,7 +82,7 @@ impl Platform {
     }
 
     /// Attestation and other non-runnable entries in an index say `unknown/unknown`.
-    pub(crate) fn is_unknown(&self) -> bool {
+    pub fn is_unknown(&self) -> bool {
         &*self.os == "unknown" || &*self.architecture == "unknown" || self.os.is_empty()
     }
 }

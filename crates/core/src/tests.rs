@@ -676,7 +676,7 @@ fn images_of_names_containers_without_images() {
 /// label; its kubelet says amd64). Every node also carries `node.kubernetes.io/not-ready`.
 fn recorded_pools() -> NodePools {
     let list: k8s_openapi::List<k8s_openapi::api::core::v1::Node> = serde_json::from_str(
-        include_str!("../../tests/data/kube-api/node-list.body.json"),
+        include_str!("../../../tests/data/kube-api/node-list.body.json"),
     )
     .unwrap();
     NodePools::from_nodes(&list.items, &Policy::default().taint_keys())

@@ -54,28 +54,28 @@ pub enum Untouched {
 /// The changes a Pod gets.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
-    pub(crate) tolerations: Vec<Toleration>,
+    pub tolerations: Vec<Toleration>,
     /// Pin `kubernetes.io/arch` in the nodeSelector.
-    pub(crate) node_selector: Option<String>,
+    pub node_selector: Option<String>,
     /// AND `kubernetes.io/arch In (…)` into every required nodeSelectorTerm.
-    pub(crate) required_architectures: Option<Vec<String>>,
+    pub required_architectures: Option<Vec<String>>,
     /// `match_node_labels`: `key=value` set in the nodeSelector.
-    pub(crate) node_selector_labels: Vec<(String, String)>,
+    pub node_selector_labels: Vec<(String, String)>,
     /// `match_node_labels`: `key In [value]` ANDed into every required nodeSelectorTerm that
     /// does not constrain `key` yet (or the term created).
-    pub(crate) required_labels: Vec<(String, String)>,
+    pub required_labels: Vec<(String, String)>,
     /// Add a preferred term for each of these architectures.
-    pub(crate) preferred_architectures: Vec<WeightedArchitecture>,
+    pub preferred_architectures: Vec<WeightedArchitecture>,
     /// New value of the decision annotation, when it differs from the Pod's.
-    pub(crate) annotation: Option<String>,
-    pub(crate) warnings: Vec<String>,
-    pub(crate) summary: String,
+    pub annotation: Option<String>,
+    pub warnings: Vec<String>,
+    pub summary: String,
 }
 
 impl Placement {
     /// Whether the placement changes the Pod.
     #[cfg(test)]
-    pub(crate) fn changes_pod(&self) -> bool {
+    pub fn changes_pod(&self) -> bool {
         !self.tolerations.is_empty()
             || self.node_selector.is_some()
             || self.required_architectures.is_some()
@@ -106,7 +106,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, for metrics that show each one from the start.
-    pub(crate) const ALL: [Self; 9] = [
+    pub const ALL: [Self; 9] = [
         Self::BadRequest,
         Self::NotPodCreate,
         Self::InvalidObject,
@@ -118,7 +118,7 @@ impl Outcome {
         Self::Gated,
     ];
 
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",
             Self::NotPodCreate => "not_pod_create",
@@ -140,7 +140,7 @@ impl std::fmt::Display for Outcome {
 }
 
 impl Decision {
-    pub(crate) fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Outcome {
         match self {
             Self::Unchanged { why, .. } => match why {
                 Untouched::NotPodCreate => Outcome::NotPodCreate,
@@ -164,7 +164,7 @@ impl Decision {
         }
     }
 
-    pub(crate) fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[String] {
         match self {
             Self::Unchanged { warnings, .. }
             | Self::Denied { warnings, .. }
@@ -183,7 +183,7 @@ impl Decision {
     }
 
     /// The message a denied Pod is rejected with.
-    pub(crate) fn denial(&self) -> Option<&str> {
+    pub fn denial(&self) -> Option<&str> {
         match self {
             Self::Denied { message, .. } => Some(message),
             _ => None,
@@ -192,7 +192,7 @@ impl Decision {
 
     /// The changes, when the Pod is placed.
     #[cfg(test)]
-    pub(crate) fn placement(&self) -> Option<&Placement> {
+    pub fn placement(&self) -> Option<&Placement> {
         match self {
             Self::Placed(placement) => Some(placement),
             _ => None,
@@ -201,7 +201,7 @@ impl Decision {
 
     /// Whether the decision changes the Pod.
     #[cfg(test)]
-    pub(crate) fn changes_pod(&self) -> bool {
+    pub fn changes_pod(&self) -> bool {
         self.placement().is_some_and(Placement::changes_pod)
     }
 }

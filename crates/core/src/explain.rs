@@ -17,10 +17,10 @@ use super::{
 /// Longest decision summary (and so annotation, deny message and log line) written: the API
 /// server limits a Pod's annotations to 256 KiB in all, and a Pod may name many images of many
 /// platforms.
-pub(crate) const MAX_SUMMARY_BYTES: usize = 4 << 10;
+pub const MAX_SUMMARY_BYTES: usize = 4 << 10;
 
 /// `text` cut at `max` bytes (on a character boundary) with a marker saying so.
-pub(crate) fn cut(mut text: String, max: usize) -> String {
+pub fn cut(mut text: String, max: usize) -> String {
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {
@@ -34,7 +34,7 @@ pub(crate) fn cut(mut text: String, max: usize) -> String {
 }
 
 /// Items separated by commas.
-pub(crate) fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
+pub fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> String {
     let mut out = String::new();
     for (i, item) in items.into_iter().enumerate() {
         if i > 0 {
@@ -47,7 +47,7 @@ pub(crate) fn comma_list<T: Display>(items: impl IntoIterator<Item = T>) -> Stri
 
 /// `key=value:effect` as `kubectl taint` writes it (`key:effect` without a value, no `:effect`
 /// for every effect): how the decision annotation names a toleration.
-pub(crate) fn toleration_text(t: &Toleration) -> String {
+pub fn toleration_text(t: &Toleration) -> String {
     let mut text = t.key.clone().unwrap_or_else(|| "*".into());
     if let Some(value) = t.value.as_deref().filter(|v| !v.is_empty()) {
         let _ = write!(text, "={value}");
@@ -60,79 +60,79 @@ pub(crate) fn toleration_text(t: &Toleration) -> String {
 
 // Before any lookup.
 
-pub(crate) fn invalid_object(reason: &str) -> String {
+pub fn invalid_object(reason: &str) -> String {
     format!("tolerable left the Pod unchanged: {reason}")
 }
 
-pub(crate) fn skipped_namespace(namespace: &str) -> String {
+pub fn skipped_namespace(namespace: &str) -> String {
     format!("namespace {namespace} is in skip_namespaces")
 }
 
-pub(crate) fn opted_out() -> String {
+pub fn opted_out() -> String {
     format!("the Pod opted out with {SKIP_KEY}=true")
 }
 
-pub(crate) fn too_many_containers(count: usize, max: usize) -> String {
+pub fn too_many_containers(count: usize, max: usize) -> String {
     format!("the Pod has {count} containers and image volumes, more than max_containers_per_pod ({max})")
 }
 
-pub(crate) fn too_many_images(count: usize, max: usize) -> String {
+pub fn too_many_images(count: usize, max: usize) -> String {
     format!("the Pod names {count} distinct images, more than max_images_per_pod ({max})")
 }
 
-pub(crate) fn not_looked_up_denial(reason: &str) -> String {
+pub fn not_looked_up_denial(reason: &str) -> String {
     format!("tolerable did not look the images up: {reason}")
 }
 
 /// The warning of every Pod left without tolerations.
-pub(crate) fn no_tolerations(reason: &str) -> String {
+pub fn no_tolerations(reason: &str) -> String {
     format!("tolerable added no tolerations: {reason}")
 }
 
 // After the lookups.
 
 /// `image: reason` for each image whose platforms are unknown.
-pub(crate) fn failed_image(image: &str, reason: &dyn Display) -> String {
+pub fn failed_image(image: &str, reason: &dyn Display) -> String {
     format!("{image}: {reason}")
 }
 
-pub(crate) fn not_looked_up(image: &str) -> String {
+pub fn not_looked_up(image: &str) -> String {
     format!("{image}: not looked up")
 }
 
-pub(crate) fn unknown_platforms_denial(detail: &str) -> String {
+pub fn unknown_platforms_denial(detail: &str) -> String {
     format!("tolerable could not determine the platforms of: {detail}")
 }
 
-pub(crate) fn unknown_platforms_warning(failed: &str) -> String {
+pub fn unknown_platforms_warning(failed: &str) -> String {
     no_tolerations(&format!("platforms unknown for {failed}"))
 }
 
-pub(crate) fn unknown_platforms_reason(detail: &str) -> String {
+pub fn unknown_platforms_reason(detail: &str) -> String {
     format!("platforms unknown ({detail})")
 }
 
-pub(crate) fn no_common_architecture(os: &str, described: &str) -> String {
+pub fn no_common_architecture(os: &str, described: &str) -> String {
     format!("no {os} architecture is common to all images: {described}")
 }
 
-pub(crate) fn denied_summary(reason: &str) -> String {
+pub fn denied_summary(reason: &str) -> String {
     format!("denied: {reason}")
 }
 
-pub(crate) fn unchanged_summary(reason: &str) -> String {
+pub fn unchanged_summary(reason: &str) -> String {
     format!("unchanged: {reason}")
 }
 
 /// A decision made on a last known answer says so: the registry may have changed since.
-pub(crate) fn stale_answer(image: &str, stale: &Staleness) -> String {
+pub fn stale_answer(image: &str, stale: &Staleness) -> String {
     format!("{image}: {stale}")
 }
 
 /// One image for the summary: `app:1 (linux/amd64,linux/arm64; credentials from secret …)`.
 /// Names where a credential came from (never what it is), so a private image's answer can be
 /// traced to the pull secret that opened it.
-pub(crate) fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
+pub fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
     if !out.is_empty() {
         out.push_str(", ");
     }
@@ -149,7 +149,7 @@ pub(crate) fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
 /// What a placement adds to the Pod, one item each: `toleration kubernetes.io/arch=arm64:NoSchedule`,
 /// `nodeSelector kubernetes.io/arch=arm64`, `requires kubernetes.io/arch in (amd64,arm64)`,
 /// `prefers arm64`; empty when the Pod already has all of it.
-pub(crate) fn additions(placement: &Placement) -> Vec<String> {
+pub fn additions(placement: &Placement) -> Vec<String> {
     let mut out: Vec<String> = placement
         .tolerations
         .iter()
@@ -179,7 +179,7 @@ pub(crate) fn additions(placement: &Placement) -> Vec<String> {
 /// The annotation under `enforce = false` for a placed Pod.
 /// `decided_by`: the level that asked for report only ([`enforce_level`]), empty for the
 /// config.
-pub(crate) fn would_add(additions: &[String], summary: &str, decided_by: &str) -> String {
+pub fn would_add(additions: &[String], summary: &str, decided_by: &str) -> String {
     let additions = if additions.is_empty() {
         "nothing".to_owned()
     } else {
@@ -192,7 +192,7 @@ pub(crate) fn would_add(additions: &[String], summary: &str, decided_by: &str) -
 }
 
 /// The annotation under report only for a Pod the decision denies.
-pub(crate) fn would_deny(message: &str, decided_by: &str) -> String {
+pub fn would_deny(message: &str, decided_by: &str) -> String {
     format!("{}: would deny: {message}", report_only(decided_by))
 }
 
@@ -208,7 +208,7 @@ fn report_only(decided_by: &str) -> String {
 
 /// Which level set `tolerable.io/enforce`, for the annotation: empty for the config (whose
 /// report only says `enforce = false`, and whose enforcing is the default said nowhere).
-pub(crate) fn enforce_level(level: Level, namespace: &str) -> String {
+pub fn enforce_level(level: Level, namespace: &str) -> String {
     match level {
         Level::Pod => format!("the Pod's {ENFORCE_KEY}"),
         Level::Namespace => format!("namespace {namespace}'s {ENFORCE_KEY}"),
@@ -217,18 +217,18 @@ pub(crate) fn enforce_level(level: Level, namespace: &str) -> String {
 }
 
 /// The Pod's Namespace is labelled `tolerable.io/skip=true`.
-pub(crate) fn namespace_opted_out(namespace: &str) -> String {
+pub fn namespace_opted_out(namespace: &str) -> String {
     format!("namespace {namespace} opted out with {SKIP_KEY}=true")
 }
 
 /// A key on the Pod's Namespace that was ignored (`problem` says which and why).
-pub(crate) fn namespace_problem(namespace: &str, problem: &str) -> String {
+pub fn namespace_problem(namespace: &str, problem: &str) -> String {
     format!("namespace {namespace}: {problem}")
 }
 
 // Steering and preferences.
 
-pub(crate) fn steering(steering: Steering, common: &[String]) -> String {
+pub fn steering(steering: Steering, common: &[String]) -> String {
     match steering {
         Steering::Off => String::new(),
         Steering::NodeSelector => format!("nodeSelector {ARCH_LABEL}={}", common[0]),
@@ -236,16 +236,12 @@ pub(crate) fn steering(steering: Steering, common: &[String]) -> String {
     }
 }
 
-pub(crate) const KEPT_OWN_CONSTRAINT: &str = "kept the Pod's own kubernetes.io/arch constraint";
+pub const KEPT_OWN_CONSTRAINT: &str = "kept the Pod's own kubernetes.io/arch constraint";
 
-pub(crate) const RUNS_EVERYWHERE: &str =
+pub const RUNS_EVERYWHERE: &str =
     "no steering: the images run on every architecture the cluster has or may add";
 
-pub(crate) fn constraint_allows_more(
-    unsupported: &[&String],
-    common: &[String],
-    os: &str,
-) -> String {
+pub fn constraint_allows_more(unsupported: &[&String], common: &[String], os: &str) -> String {
     format!(
         "the Pod allows kubernetes.io/arch {} but its images support only {} on {os}",
         comma_list(unsupported),
@@ -256,7 +252,7 @@ pub(crate) fn constraint_allows_more(
 // match_node_labels.
 
 /// `note` and `more`, separated as the summary separates its parts.
-pub(crate) fn join_notes(note: &mut String, more: &str) {
+pub fn join_notes(note: &mut String, more: &str) {
     if more.is_empty() {
         return;
     }
@@ -268,7 +264,7 @@ pub(crate) fn join_notes(note: &mut String, more: &str) {
 
 /// One matched label for the summary: `team=ml`, and whether the Pod's own constraint on the
 /// key was kept although it contradicts the label.
-pub(crate) fn node_label_required(key: &str, value: &str, kept_contradiction: bool) -> String {
+pub fn node_label_required(key: &str, value: &str, kept_contradiction: bool) -> String {
     if kept_contradiction {
         format!("{key}={value} (kept the Pod's own {key} constraint)")
     } else {
@@ -277,7 +273,7 @@ pub(crate) fn node_label_required(key: &str, value: &str, kept_contradiction: bo
 }
 
 /// `nodes labelled like the Pod: team=ml, …`; empty when no label matched.
-pub(crate) fn node_labels(matched: &[String]) -> String {
+pub fn node_labels(matched: &[String]) -> String {
     if matched.is_empty() {
         return String::new();
     }
@@ -285,13 +281,13 @@ pub(crate) fn node_labels(matched: &[String]) -> String {
 }
 
 /// With the node watch: no node carries the label the Pod must match.
-pub(crate) fn no_node_labelled(key: &str, value: &str) -> String {
+pub fn no_node_labelled(key: &str, value: &str) -> String {
     format!(
         "no node is labelled {key}={value} (match_node_labels): the Pod stays Pending until one is"
     )
 }
 
-pub(crate) fn node_label_contradicted(key: &str, value: &str, own: &str) -> String {
+pub fn node_label_contradicted(key: &str, value: &str, own: &str) -> String {
     format!(
         "the Pod is labelled {key}={value} (match_node_labels) but its own constraint {own} \
          excludes nodes labelled so; kept it as it is"
@@ -299,7 +295,7 @@ pub(crate) fn node_label_contradicted(key: &str, value: &str, own: &str) -> Stri
 }
 
 /// A node selector requirement as the summary writes one: `team NotIn (ml,web)`, `gpu Exists`.
-pub(crate) fn requirement_text(e: &k8s_openapi::api::core::v1::NodeSelectorRequirement) -> String {
+pub fn requirement_text(e: &k8s_openapi::api::core::v1::NodeSelectorRequirement) -> String {
     match e.values.as_deref() {
         Some(values) if !values.is_empty() => {
             format!("{} {} ({})", e.key, e.operator, values.join(","))
@@ -308,30 +304,30 @@ pub(crate) fn requirement_text(e: &k8s_openapi::api::core::v1::NodeSelectorRequi
     }
 }
 
-pub(crate) fn no_steering(why: &str) -> String {
+pub fn no_steering(why: &str) -> String {
     format!("no steering: {why}")
 }
 
-pub(crate) fn headed_for(node: &str, arch: &str, common: &[String], os: &str) -> String {
+pub fn headed_for(node: &str, arch: &str, common: &[String], os: &str) -> String {
     format!(
         "the Pod is headed for node {node} ({arch}) but its images support only {} on {os}",
         common.join(",")
     )
 }
 
-pub(crate) fn bound_to(node: &str) -> String {
+pub fn bound_to(node: &str) -> String {
     format!("bound to node {node}")
 }
 
-pub(crate) fn owned_by_daemon_set(name: &str) -> String {
+pub fn owned_by_daemon_set(name: &str) -> String {
     format!("owned by DaemonSet {name}")
 }
 
-pub(crate) fn pinned_to(node: &str) -> String {
+pub fn pinned_to(node: &str) -> String {
     format!("pinned to node {node} by metadata.name")
 }
 
-pub(crate) fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
+pub fn preference_ignored(arch: &str, common: &[String], os: &str) -> String {
     format!(
         "{PREFERRED_KEY}={arch} ignored: the images support only {} on {os}",
         common.join(",")
@@ -339,7 +335,7 @@ pub(crate) fn preference_ignored(arch: &str, common: &[String], os: &str) -> Str
 }
 
 /// `; prefers arm64 (weight 80), amd64 (weight 20)`; the weight only when it says something.
-pub(crate) fn preference(preferred: &[WeightedArchitecture]) -> String {
+pub fn preference(preferred: &[WeightedArchitecture]) -> String {
     let mut note = String::from("; prefers ");
     for (i, p) in preferred.iter().enumerate() {
         if i > 0 {
@@ -354,7 +350,7 @@ pub(crate) fn preference(preferred: &[WeightedArchitecture]) -> String {
 }
 
 /// Which level the preference came from, after [`preference`] in the summary.
-pub(crate) fn preference_level(level: Level, namespace: &str) -> String {
+pub fn preference_level(level: Level, namespace: &str) -> String {
     match level {
         Level::Pod => format!(" (the Pod's {PREFERRED_KEY})"),
         Level::Namespace => format!(" (namespace {namespace}'s {PREFERRED_KEY})"),
@@ -364,7 +360,7 @@ pub(crate) fn preference_level(level: Level, namespace: &str) -> String {
 
 /// The summary of a placed Pod:
 /// `linux architectures amd64,arm64; tolerates arm64 (templates: …); requires …; images: …`.
-pub(crate) fn placed_summary(
+pub fn placed_summary(
     os: &str,
     common: &[String],
     tolerated: &[&String],
@@ -405,7 +401,7 @@ pub(crate) fn placed_summary(
 // Scheduling gates (`on_lookup_failure = "gate"`).
 
 /// The summary (= annotation) of a Pod gated at admission: each image waited for and why.
-pub(crate) fn gated(waiting: &[String]) -> String {
+pub fn gated(waiting: &[String]) -> String {
     format!(
         "gated (tolerable.io/architecture): waiting for the platforms of {}",
         waiting.join("; ")
@@ -413,21 +409,21 @@ pub(crate) fn gated(waiting: &[String]) -> String {
 }
 
 /// Why a Pod whose lookups failed under `on_lookup_failure = "gate"` was not gated.
-pub(crate) fn not_gated(why: &str) -> String {
+pub fn not_gated(why: &str) -> String {
     format!("not gated: {why}")
 }
 
 /// The annotation of a gated Pod whose images share no architecture.
-pub(crate) fn unrunnable(summary: &str) -> String {
+pub fn unrunnable(summary: &str) -> String {
     format!("stays gated, no node can run it: {summary}")
 }
 
 /// The annotation of a gated Pod released unchanged.
-pub(crate) fn released_unchanged(why: &str) -> String {
+pub fn released_unchanged(why: &str) -> String {
     format!("released unchanged: {why}")
 }
 
 /// The annotation under `enforce = false` for a Pod the decision would gate.
-pub(crate) fn would_gate(summary: &str, decided_by: &str) -> String {
+pub fn would_gate(summary: &str, decided_by: &str) -> String {
     format!("{}: would be {summary}", report_only(decided_by))
 }

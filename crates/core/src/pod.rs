@@ -17,29 +17,29 @@ use super::{explain, Steering, ARCH_LABEL, DECISION_ANNOTATION};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodView {
     /// `metadata.labels`: the opt-out and the preferred architecture.
-    pub(crate) labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
     /// `metadata.annotations`: the opt-out, the preferred architecture, the decision
     /// annotation; `None` when the Pod has no annotations map (the patch then adds one).
-    pub(crate) annotations: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
     /// `metadata.ownerReferences`: a DaemonSet's Pod is not steered.
-    pub(crate) owner_references: Vec<OwnerReference>,
+    pub owner_references: Vec<OwnerReference>,
     /// `None` when the object has no spec at all.
-    pub(crate) spec: Option<PodSpecView>,
+    pub spec: Option<PodSpecView>,
 }
 
 /// What the decision reads of a PodSpec.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodSpecView {
     /// Every container image and image volume, in the order the spec writes them.
-    pub(crate) images: Vec<ImageSlot>,
-    pub(crate) node_selector: Option<BTreeMap<String, String>>,
-    pub(crate) tolerations: Option<Vec<Toleration>>,
-    pub(crate) affinity: Option<Affinity>,
-    pub(crate) os: Option<PodOS>,
+    pub images: Vec<ImageSlot>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<Toleration>>,
+    pub affinity: Option<Affinity>,
+    pub os: Option<PodOS>,
     /// A Pod already bound to a node is not steered.
-    pub(crate) node_name: Option<String>,
+    pub node_name: Option<String>,
     /// `spec.schedulingGates`' names, in order (`None`: no list at all).
-    pub(crate) scheduling_gates: Option<Vec<String>>,
+    pub scheduling_gates: Option<Vec<String>>,
 }
 
 /// Where an image is named in a Pod spec.
@@ -56,16 +56,16 @@ pub enum SlotKind {
 /// One place in the spec that names an image (`None`: it names none, which is an error).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageSlot {
-    pub(crate) kind: SlotKind,
+    pub kind: SlotKind,
     /// The container's or the volume's name.
-    pub(crate) name: String,
-    pub(crate) image: Option<String>,
+    pub name: String,
+    pub image: Option<String>,
 }
 
 impl PodView {
     /// The view of a full Pod (a manifest, a workload's template, a test's Pod).
     #[cfg(test)]
-    pub(crate) fn of_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+    pub fn of_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
         let meta = &pod.metadata;
         Self {
             labels: meta.labels.clone().unwrap_or_default(),
@@ -109,7 +109,7 @@ impl PodView {
     }
 
     /// A label's value, else an annotation's.
-    pub(crate) fn label_or_annotation(&self, key: &str) -> Option<&str> {
+    pub fn label_or_annotation(&self, key: &str) -> Option<&str> {
         self.labels
             .get(key)
             .or_else(|| self.annotations.as_ref().and_then(|a| a.get(key)))
@@ -276,7 +276,7 @@ pub(super) fn fixed_placement(pod: &PodView) -> Option<FixedPlacement> {
 impl PodView {
     /// The OS the Pod will run on: its `kubernetes.io/os` node selector, else `spec.os`, else
     /// linux.
-    pub(crate) fn os(&self) -> String {
+    pub fn os(&self) -> String {
         let spec = self.spec.as_ref();
         spec.and_then(|s| s.node_selector.as_ref())
             .and_then(|n| n.get(super::OS_LABEL))
@@ -286,7 +286,7 @@ impl PodView {
     }
 
     /// The Pod's own tolerations.
-    pub(crate) fn tolerations(&self) -> &[Toleration] {
+    pub fn tolerations(&self) -> &[Toleration] {
         self.spec
             .as_ref()
             .and_then(|s| s.tolerations.as_deref())

@@ -41,14 +41,14 @@ pub enum TolerationOperator {
 /// value `value` or else the architecture (no value with `Exists`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TolerationTemplate {
-    pub(crate) key: String,
-    pub(crate) operator: TolerationOperator,
+    pub key: String,
+    pub operator: TolerationOperator,
     /// `None`: the architecture's name (`kubernetes.io/arch=arm64`). Per-architecture templates
     /// may name another (`arm64=true`).
-    pub(crate) value: Option<String>,
+    pub value: Option<String>,
     /// Empty means every effect.
-    pub(crate) effect: String,
-    pub(crate) toleration_seconds: Option<i64>,
+    pub effect: String,
+    pub toleration_seconds: Option<i64>,
 }
 
 impl TolerationTemplate {
@@ -57,7 +57,7 @@ impl TolerationTemplate {
         self.value.as_deref().unwrap_or(arch)
     }
 
-    pub(crate) fn for_architecture(&self, arch: &str) -> Toleration {
+    pub fn for_architecture(&self, arch: &str) -> Toleration {
         Toleration {
             key: Some(self.key.clone()),
             operator: Some(
@@ -78,7 +78,7 @@ impl TolerationTemplate {
 
     /// Whether `existing` already tolerates the taint this template stands for (Kubernetes'
     /// matching rules), so adding ours would be redundant.
-    pub(crate) fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
+    pub fn is_tolerated_by(&self, existing: &Toleration, arch: &str) -> bool {
         // A toleration that expires sooner than ours does not cover ours.
         let seconds_cover = match (existing.toleration_seconds, self.toleration_seconds) {
             (None, _) => true,
@@ -97,8 +97,8 @@ impl TolerationTemplate {
 /// A preferred architecture and its weight (1–100, as the scheduler takes them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WeightedArchitecture {
-    pub(crate) architecture: String,
-    pub(crate) weight: i32,
+    pub architecture: String,
+    pub weight: i32,
 }
 
 /// What the operator configured.
@@ -140,7 +140,7 @@ pub struct Policy {
 
 impl Policy {
     /// The toleration templates for `arch`: its own, else the default one.
-    pub(crate) fn templates_for(&self, arch: &str) -> &[TolerationTemplate] {
+    pub fn templates_for(&self, arch: &str) -> &[TolerationTemplate] {
         self.architecture_tolerations
             .get(arch)
             .map_or(std::slice::from_ref(&self.toleration), Vec::as_slice)
