@@ -26,22 +26,29 @@ lint: ## clippy, warnings are errors; and the binary alone (without test-only cr
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) check --locked --bins
 
-unit: ## every test (starts real registries on 127.0.0.1)
-	$(CARGO) test --locked
+# The tests and benches run through scripts/loopback-only.sh: a network namespace with only
+# loopback and an empty HOME, so none can reach another machine or read a user's files. The
+# crates are fetched first (outside it); inside, cargo works offline (--frozen).
+LOOPBACK_ONLY := ./scripts/loopback-only.sh
 
-bench: test-deps ## benchmarks: release build, real registry (and redis-server), `tolerable serve`; prints tables (results go in BENCHMARKS.md)
-	$(CARGO) bench --locked --bench lookup
-	$(CARGO) bench --locked --bench webhook
-	$(CARGO) bench --locked --bench cluster
-	$(CARGO) bench --locked --bench nodes
-	$(CARGO) bench --locked --bench audit
-	$(CARGO) bench --locked --bench review
-	$(CARGO) bench --locked --bench hostile_registry
+unit: ## every test (starts real registries on 127.0.0.1), where only loopback exists
+	$(CARGO) fetch --locked
+	$(LOOPBACK_ONLY) $(CARGO) test --frozen
+
+bench: test-deps ## benchmarks: release build, real registry (and redis-server), `tolerable serve`; prints tables (results go in BENCHMARKS.md); loopback only
+	$(CARGO) fetch --locked
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench lookup
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench webhook
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench cluster
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench nodes
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench audit
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench review
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench hostile_registry
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000
 soak: test-deps ## soak: SOAK_MINUTES at SOAK_RATE admissions/s with registry restarts and 3 certificate rotations (not in CI)
-	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_RATE=$(SOAK_RATE) $(CARGO) bench --locked --bench soak
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_RATE=$(SOAK_RATE) $(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench soak
 
 FUZZ_TARGETS := reference manifest token_response admission_review
 FUZZ_SECONDS ?= 60

@@ -4,7 +4,8 @@
 # - apt: docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1),
 #   apache2-utils (htpasswd, for the Basic-auth registry), redis-server (the shared-cache tests
 #   start one on 127.0.0.1), openssl (tests/helm.rs verifies the chart's certificates with it),
-#   python3-venv (for the tools below);
+#   python3-venv (for the tools below), iproute2 (`ip`, which brings up loopback in the network
+#   namespace scripts/loopback-only.sh runs the tests in);
 # - promtool, unpacked from Debian's prometheus package into .test-tools/bin (the package is not
 #   installed: no service, no user, nothing started or enabled);
 # - .test-tools/: a Python virtual environment this script owns (Debian's system Python refuses
@@ -38,6 +39,8 @@ command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 if [ -z "$python" ]; then
   missing+=(python3 python3-venv)
   python=/usr/bin/python3
