@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs the real Helm engine (Helm v4's Go SDK, the `helm-python-sdk` package, import name
-helm_python) on a chart directory, for tests/helm.rs; no helm binary is needed.
+helm_python) on a chart directory, for tests/project/helm.rs; no helm binary is needed.
 
     helm-chart.py lint CHART [KUBE_VERSION [VALUES_JSON]]
         helm lint --strict: prints its findings as JSON ({"messages": [...], "errors": [...]}).

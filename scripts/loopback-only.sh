@@ -10,7 +10,7 @@
 # (root, or unprivileged user namespaces); says so and fails where it cannot.
 #   scripts/loopback-only.sh cargo test --frozen --test NAME
 set -eu
-if [ "${TOLERABLE_LOOPBACK_ONLY:-}" = "1" ]; then
+if [ "${LOOPBACK_ONLY_NAMESPACE:-}" = "1" ]; then
   exec "$@"
 fi
 CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}
@@ -38,6 +38,6 @@ trap 'rm -rf "$home"' EXIT INT TERM
 status=0
 $unshare -- env -u KUBECONFIG -u DOCKER_CONFIG -u KUBERNETES_SERVICE_HOST \
   -u KUBERNETES_SERVICE_PORT -u XDG_CONFIG_HOME -u XDG_CACHE_HOME -u XDG_DATA_HOME \
-  -u XDG_RUNTIME_DIR HOME="$home" TOLERABLE_LOOPBACK_ONLY=1 \
+  -u XDG_RUNTIME_DIR HOME="$home" LOOPBACK_ONLY_NAMESPACE=1 \
   sh -c 'ip link set lo up && exec "$@"' sh "$@" || status=$?
 exit $status

@@ -1,6 +1,6 @@
 //! A rendered Deployment's mounted files made local, so that its config loads the way the
-//! container loads it: shared by the kustomize tests (`tests/deploy.rs`) and the chart's
-//! (`tests/helm.rs`). Paths of mounted volumes only exist in the Pod: each is checked to lie in
+//! container loads it: shared by the kustomize tests (`tests/project/deploy.rs`) and the chart's
+//! (`tests/project/helm.rs`). Paths of mounted volumes only exist in the Pod: each is checked to lie in
 //! a mount, then swapped for a local stand-in in a temporary directory.
 
 use std::path::Path;

@@ -1,0 +1,337 @@
+//! `tolerable review -R` as a CI gate over a repository as teams keep them: workloads beside
+//! kustomizations, a Helm chart, JSON patches, partial templates, a Knative Service, a file with
+//! a byte order mark, a dangling symlink and a symlink loop. Every workload is reported once,
+//! every other file is named with its reason, and the exit status says which case it is.
+
+use crate::common;
+
+use std::path::Path;
+
+use common::cli::{json_report, review, succeeded, workload};
+use common::registry;
+use serde_json::Value;
+
+fn write(root: &Path, path: &str, text: &str) {
+    let path = root.join(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A repository tree written for this test; its images are on the test registry.
+fn repository(host: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let multiarch = format!("{host}/fixtures/multiarch-oci:v1");
+    let arm64 = format!("{host}/fixtures/arm64-oci:v1");
+    write(root, "apps/web/deployment.yaml", &format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        image: {multiarch}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: shop}}\nspec:\n  ports: [{{port: 80}}]\n"));
+    write(root, "apps/web/kustomization.yaml", "resources:\n- deployment.yaml\npatches:\n- path: replicas.json\n- path: node-selector.yaml\n");
+    write(
+        root,
+        "apps/web/replicas.json",
+        "[\n  {\"op\": \"replace\", \"path\": \"/spec/replicas\", \"value\": 3}\n]\n",
+    );
+    write(root, "apps/web/node-selector.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      nodeSelector: {disk: ssd}\n");
+    // One bad document between two good ones: only it is skipped.
+    write(root, "apps/batch.yml", &format!(
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: nightly}}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{{name: run, image: '{arm64}'}}]\n---\njust some text\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {{generateName: cleanup-}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: run, image: '{multiarch}'}}]\n"));
+    write(root, "apps/serverless/hello.yaml", &format!(
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {{name: hello}}\nspec:\n  template:\n    spec:\n      containers:\n      - image: {arm64}\n"));
+    write(root, "apps/bom.yaml", &format!(
+        "\u{feff}apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: agent}}\nspec:\n  template:\n    spec:\n      containers: [{{name: agent, image: '{multiarch}'}}]\n"));
+    write(root, "apps/empty.yaml", "# nothing yet\n");
+    write(
+        root,
+        "charts/api/Chart.yaml",
+        "apiVersion: v2\nname: api\nversion: 0.1.0\n",
+    );
+    write(
+        root,
+        "charts/api/values.yaml",
+        "image:\n  repository: api\n  tag: 1.0\n",
+    );
+    write(root, "charts/api/templates/deployment.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ include \"api.fullname\" . }}\nspec:\n  template:\n    spec:\n      containers:\n      - name: api\n        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag }}\"\n");
+    write(root, "charts/api/crds/widgets.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\n");
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("gone.yaml", root.join("apps/dangling.yaml")).unwrap();
+        std::os::unix::fs::symlink("..", root.join("apps/web/up")).unwrap();
+    }
+    dir
+}
+
+fn skipped_inputs(report: &Value) -> Vec<(String, String)> {
+    report["skipped_inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["source"].as_str().unwrap().to_owned(),
+                s["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_repository_tree_every_workload_once_every_other_file_named() {
+    let repo = repository(&registry::plain().host);
+    let root = repo.path().to_str().unwrap();
+    let out = review(&["-R", "--json", root], None);
+    // Skipped inputs do not fail the gate without --strict.
+    let report = json_report(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let mut labels: Vec<(String, String)> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let source = w["source"].as_str().unwrap();
+            let file = source.strip_prefix(root).unwrap().to_owned();
+            (
+                format!(
+                    "{}/{}",
+                    w["kind"].as_str().unwrap(),
+                    w["name"].as_str().unwrap()
+                ),
+                file,
+            )
+        })
+        .collect();
+    labels.sort();
+    // Once each, though apps/web/up leads back to the root (a loop).
+    assert_eq!(
+        labels,
+        [
+            ("CronJob/nightly".to_owned(), "/apps/batch.yml:1".to_owned()),
+            ("DaemonSet/agent".to_owned(), "/apps/bom.yaml:1".to_owned()),
+            (
+                "Deployment/web".to_owned(),
+                "/apps/web/deployment.yaml:1".to_owned()
+            ),
+            ("Job/cleanup-*".to_owned(), "/apps/batch.yml:3".to_owned()),
+            (
+                "Service/hello".to_owned(),
+                "/apps/serverless/hello.yaml:1".to_owned()
+            ),
+        ]
+    );
+    for (kind, name) in [
+        ("Service", "hello"),
+        ("DaemonSet", "agent"),
+        ("Job", "cleanup-*"),
+    ] {
+        assert_eq!(
+            workload(&report, kind, name)["outcome"],
+            "decided",
+            "{kind}/{name}"
+        );
+    }
+    every_other_file_named(&report, root);
+    // The chart's CRD is read: an object without a Pod template, like the Service.
+    let kinds: Vec<&str> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Service", "CustomResourceDefinition"]);
+    assert_eq!(
+        report["summary"],
+        "5 workloads: 5 decided; 2 objects without a Pod template skipped; 9 inputs skipped (not reviewed)"
+    );
+}
+
+/// The repository's files that hold no workload to review, each with its reason.
+fn every_other_file_named(report: &Value, root: &str) {
+    let skipped: Vec<(String, String)> = skipped_inputs(report)
+        .into_iter()
+        .map(|(source, reason)| (source.strip_prefix(root).unwrap().to_owned(), reason))
+        .collect();
+    let sources: Vec<&str> = skipped.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        sources,
+        [
+            "/apps/batch.yml:2",
+            "/apps/dangling.yaml",
+            "/apps/empty.yaml",
+            "/apps/web/kustomization.yaml:1",
+            "/apps/web/node-selector.yaml:1",
+            "/apps/web/replicas.json:1",
+            "/charts/api/Chart.yaml",
+            "/charts/api/templates/deployment.yaml",
+            "/charts/api/values.yaml",
+        ],
+        "{skipped:#?}"
+    );
+    let reason = |source: &str| &skipped.iter().find(|(s, _)| s == source).unwrap().1;
+    assert_eq!(
+        reason("/apps/batch.yml:2"),
+        "expected a Kubernetes object, got a string"
+    );
+    assert!(reason("/apps/dangling.yaml").starts_with("a dangling symlink"));
+    assert!(reason("/apps/web/kustomization.yaml:1").contains("a kustomization"));
+    assert!(
+        reason("/apps/web/node-selector.yaml:1").contains("a partial Pod template (no containers)")
+    );
+    assert!(reason("/apps/web/replicas.json:1").contains("a JSON Patch"));
+    assert!(reason("/charts/api/templates/deployment.yaml").contains("Helm chart"));
+    let batch = report["skipped_inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["document"] == 2)
+        .unwrap();
+    assert_eq!(batch["line"], 13, "{batch}");
+}
+
+#[test]
+fn exit_statuses_say_problems_skipped_inputs_or_nothing_read() {
+    let host = &registry::plain().host;
+    let repo = repository(host);
+    let root = repo.path().to_str().unwrap();
+    // --strict: the same tree fails on its skipped inputs, with its own status.
+    let strict = review(&["-R", "--strict", root], None);
+    assert_eq!(strict.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&strict.stdout);
+    assert!(
+        text.lines().next().unwrap().starts_with("WORKLOAD  "),
+        "{text}"
+    );
+    assert!(text.lines().next().unwrap().contains("SOURCE"), "{text}");
+    assert!(text.contains("skipped: "), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{root}/apps/batch.yml:2 (line 13): expected a Kubernetes object"
+        )),
+        "{text}"
+    );
+
+    // A problem in a manifest: 1, whatever was skipped; its other image is still looked up.
+    write(repo.path(), "apps/broken.yaml", &format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: broken}}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {host}/fixtures/multiarch-oci:v1\n      - name: pinned\n        image: 1.0\n"));
+    let out = review(&["-R", "--json", "--strict", root], None);
+    assert_eq!(out.status.code(), Some(1));
+    let report = json_report(&out);
+    let broken = workload(&report, "Deployment", "broken");
+    assert_eq!(broken["outcome"], "invalid_object");
+    assert_eq!(
+        broken["problems"][0],
+        "container \"pinned\": its image 1.0 is not a string (line 11)"
+    );
+    let image = format!("{host}/fixtures/multiarch-oci:v1");
+    assert!(
+        broken["images"][&image]["platforms"].is_array(),
+        "{broken:#}"
+    );
+
+    // Nothing that holds a Kubernetes object: could not run, each input named on stderr.
+    let chart = repo.path().join("charts");
+    let out = review(
+        &[
+            "-R",
+            chart.join("api/templates").to_str().unwrap(),
+            repo.path().join("apps/empty.yaml").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nothing to review"), "{stderr}");
+    assert!(
+        stderr.contains("empty.yaml: empty: no document"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("a template ({{ … }})"), "{stderr}");
+    // Only the CRD: read, nothing to review, no failure.
+    let out = review(&["-R", chart.join("api/crds").to_str().unwrap()], None);
+    assert_eq!(
+        succeeded(&out).lines().last(),
+        Some("0 workloads; 1 object without a Pod template skipped")
+    );
+}
+
+/// The command ends once its answer is written: a registry on 127.0.0.1 that accepts
+/// connections and never answers holds no lookup past `lookup_timeout`, and no connection
+/// holds the exit. (A DNS query that blocks cannot be made on loopback; the runtime's end
+/// without waiting for a blocking task is the unit test in `cmd.rs`.)
+#[test]
+fn the_command_ends_when_its_answer_is_written() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    // Accepts, keeps every connection open, answers nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in silent.incoming() {
+            held.push(connection);
+        }
+    });
+    let yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: slow}}\nspec:\n  template:\n    spec:\n      containers: [{{name: c, image: '{host}/app:v1'}}]\n"
+    );
+    let started = std::time::Instant::now();
+    let out = common::cli::tolerable()
+        .env("TOLERABLE_REGISTRY__LOOKUP_TIMEOUT", "1s")
+        .env("TOLERABLE_REGISTRY__INSECURE", &host)
+        .args(["review", "--json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(yaml.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    // Before the API server's own timeout for a webhook (10 s), with the lookup's 1 s spent.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let report = json_report(&out);
+    assert_eq!(
+        workload(&report, "Deployment", "slow")["outcome"],
+        "lookup_failed",
+        "{report:#}"
+    );
+}
+
+/// A List item without a kind is a skipped input; the List's other items are reviewed and the
+/// run passes (it could read something).
+#[test]
+fn a_list_with_an_item_without_kind_keeps_its_other_items() {
+    let list = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- metadata: {{name: x}}\n- apiVersion: v1\n  kind: Pod\n  metadata: {{name: p}}\n  spec:\n    containers: [{{name: c, image: '{}/fixtures/multiarch-oci:v1'}}]\n",
+        registry::plain().host
+    );
+    let out = review(&["--json", "-"], Some(list.as_bytes()));
+    let report = json_report(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(workload(&report, "Pod", "p")["outcome"], "decided");
+    assert_eq!(
+        skipped_inputs(&report),
+        [(
+            "-:1".to_owned(),
+            "List item 1: an object without a kind: not a Kubernetes object".to_owned()
+        )]
+    );
+    let strict = review(&["--strict", "-"], Some(list.as_bytes()));
+    assert_eq!(strict.status.code(), Some(3));
+}
+
+/// `review --help` states the rules a CI gate relies on.
+#[test]
+fn help_states_the_rule_for_partial_templates_and_the_exit_statuses() {
+    let out = common::cli::tolerable()
+        .args(["review", "--help"])
+        .output()
+        .unwrap();
+    let help = succeeded(&out);
+    for said in [
+        "a Pod template with no containers, `containers: []`, or a\ncontainer without an image is partial",
+        "  2  could not run",
+        "  3  with --strict: no problem found, but inputs were skipped",
+        "  4  no problem found, but some images could not be looked up",
+        "--strict",
+    ] {
+        assert!(help.contains(said), "{said:?} not in:\n{help}");
+    }
+}

@@ -1,0 +1,615 @@
+//! Scheduling gates end to end: the real server (the composition root `serve` runs) gating a
+//! Pod at admission while the registry (Debian's docker-registry behind a fault proxy) is
+//! down, and its gate controller releasing it through the real `kube` client against the thin
+//! fake API server of `tests/common/gates_api.rs`, which refuses what a real v1.36 API server
+//! refuses on a gated Pod (checked first against the recorded exchanges).
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fault_proxy::{Fault, FaultProxy};
+use common::gates_api::{recorded_json, recording, GatesApiServer};
+use common::registry;
+use common::webhook::{self, metric_value, TestServer};
+use serde_json::{json, Value};
+use tolerable::mutate::gate::{GATE, GATED_LABEL, UNRUNNABLE};
+use tolerable::mutate::{OnLookupFailure, ARCH_LABEL, DECISION_ANNOTATION};
+
+/// How long a test waits for the controller to act: far above what it needs (a retry after a
+/// second), a bound on a hung test, never an order.
+const WAIT: Duration = Duration::from_secs(30);
+const OTHER_GATE: &str = "example.com/other-gate";
+
+/// Every recorded request, sent in the recorded order, gets the recorded status (and, for the
+/// refusals, the recorded Status body).
+#[test]
+fn the_fake_answers_the_recorded_exchanges_as_recorded() {
+    let api = GatesApiServer::start();
+    let create = |file: &str| {
+        let pod = recorded_json(file);
+        api.create("e2e", pod)
+            .map(|_| 201)
+            .unwrap_or_else(|(code, _)| code)
+    };
+    let patch = |name: &str, file: &str| api.patch("e2e", name, &recorded_json(file));
+    assert_eq!(create("pod-create-gated.request.json"), 201);
+    let (code, released) = patch("gated-1", "pod-patch-release-gate.request.json");
+    assert_eq!(code, 200);
+    let recorded = recorded_json("pod-patch-release-gate.body.json");
+    for pointer in [
+        "/spec/schedulingGates",
+        "/spec/affinity",
+        "/metadata/labels",
+    ] {
+        assert_eq!(
+            released.pointer(pointer),
+            recorded.pointer(pointer),
+            "{pointer}"
+        );
+    }
+    assert_eq!(create("pod-create-gated-2.request.json"), 201);
+    for (name, file, want) in [
+        ("gated-2", "pod-patch-new-term-422", 422),
+        ("gated-1", "pod-patch-affinity-other-gate-left", 200),
+        ("gated-2", "pod-patch-nodeselector-gated", 200),
+        ("gated-1", "pod-patch-gates-test-failed", 422),
+        ("gated-2", "pod-patch-add-gate-422", 422),
+    ] {
+        let (code, body) = patch(name, &format!("{file}.request.json"));
+        assert_eq!(code, want, "{file}: {body}");
+        if want == 422 {
+            assert_eq!(body, recorded_json(&format!("{file}.body.json")), "{file}");
+        }
+    }
+    let bound = api.create(
+        "e2e",
+        recorded_json("pod-create-gated-with-nodename-422.request.json"),
+    );
+    assert_eq!(
+        bound.unwrap_err(),
+        (
+            422,
+            recorded_json("pod-create-gated-with-nodename-422.body.json")
+        )
+    );
+    let listed: Vec<Value> = api.list(&format!("{GATED_LABEL}=true"));
+    let names: Vec<&str> = listed
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    let recorded_list = recorded_json("pod-list-gated-label.body.json");
+    let recorded_names: Vec<&str> = recorded_list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, recorded_names);
+    the_last_gate_gone_only_tolerations_may_follow(&api);
+}
+
+/// gated-3 (one gate, as recorded) loses it; then affinity is refused, a toleration is not.
+fn the_last_gate_gone_only_tolerations_may_follow(api: &GatesApiServer) {
+    let mut third = recorded_json("pod-create-gated.request.json");
+    third["metadata"]["name"] = json!("gated-3");
+    third["spec"]["schedulingGates"] = json!([{"name": GATE}]);
+    api.create("e2e", third).unwrap();
+    let patch = |file: &str| {
+        api.patch(
+            "e2e",
+            "gated-3",
+            &recorded_json(&format!("{file}.request.json")),
+        )
+    };
+    assert_eq!(patch("pod-patch-remove-last-gate").0, 200);
+    let (code, body) = patch("pod-patch-affinity-ungated-422");
+    assert_eq!(code, 422);
+    assert_eq!(
+        body,
+        recorded_json("pod-patch-affinity-ungated-422.body.json")
+    );
+    assert_eq!(patch("pod-patch-toleration-ungated").0, 200);
+    assert!(recording("README.md").contains("v1.36"));
+}
+
+/// The server gating on lookup failures, its controller on the fake API server; lookups through
+/// `proxy` (so the test can take the registry away and give it back).
+fn gate_config(api_port_proxy: &str, gate_timeout: Duration) -> tolerable::config::Config {
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.policy = webhook::policy();
+    config.policy.on_lookup_failure = OnLookupFailure::Gate;
+    let mut settings = common::settings();
+    settings
+        .transport
+        .insecure_registries
+        .push(api_port_proxy.to_owned());
+    settings.lookup_timeout = Duration::from_secs(1);
+    settings.cache.failure_ttl = Duration::from_millis(100);
+    settings.breaker.cooldown = Duration::from_millis(200);
+    config.resolver = settings;
+    config.read_pull_secrets = false;
+    config.watch_nodes = false;
+    config.gate_timeout = gate_timeout;
+    config
+}
+
+/// A Pod as `gated-1` was recorded (another controller's gate, two ORed zone terms), named
+/// `name`, with `images`, through the webhook: its answer applied and the Pod created in the
+/// fake API server, as the API server does after admission. The created Pod.
+async fn admit_and_create(
+    server: &TestServer,
+    api: &GatesApiServer,
+    name: &str,
+    images: &[String],
+) -> Value {
+    let mut pod = recorded_json("pod-create-gated.request.json");
+    pod["metadata"] = json!({"name": name, "namespace": "e2e", "labels": {"app": "web"}});
+    pod["spec"]["schedulingGates"] = json!([{"name": OTHER_GATE}]);
+    pod["spec"]["containers"] = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    let mut review = webhook::recorded("pod-create-simple.v1.json", "unused");
+    review["request"]["name"] = json!(name);
+    review["request"]["object"] = pod;
+    let (response, _) = webhook::admit(server, &review, WAIT).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let gated = webhook::patched(&review, &response);
+    assert_eq!(
+        gated["spec"]["schedulingGates"],
+        json!([{"name": OTHER_GATE}, {"name": GATE}])
+    );
+    assert_eq!(gated["metadata"]["labels"][GATED_LABEL], "true");
+    let note = gated["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.contains("waiting for the platforms of") && note.contains(&images[0]),
+        "{note}"
+    );
+    assert_eq!(
+        gated["spec"]["tolerations"],
+        Value::Null,
+        "nothing else decided"
+    );
+    api.create("e2e", gated).unwrap()
+}
+
+fn released(api: &GatesApiServer, name: &str) -> bool {
+    api.pod("e2e", name)
+        .is_some_and(|p| p["metadata"]["labels"].get(GATED_LABEL).is_none())
+}
+
+async fn metric(server: &TestServer, series: &str) -> f64 {
+    let text = webhook::metrics_text(server).await;
+    metric_value(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_down_gates_then_back_releases_with_the_decision() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let api = GatesApiServer::start();
+    let server =
+        TestServer::start_configured(gate_config(&proxy.host, WAIT * 4), Some(api.client())).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    admit_and_create(&server, &api, "web", std::slice::from_ref(&image)).await;
+    assert_eq!(metric(&server, "tolerable_gated_pods_total").await, 1.0);
+    let gated_outcome = "tolerable_admissions_total{outcome=\"gated\"}";
+    assert_eq!(metric(&server, gated_outcome).await, 1.0);
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "web")).await,
+        "never released"
+    );
+    let pod = api.pod("e2e", "web").unwrap();
+    assert_eq!(
+        pod["spec"]["schedulingGates"],
+        json!([{"name": OTHER_GATE}]),
+        "the other gate stays"
+    );
+    assert_eq!(
+        webhook::arch_tolerations(&pod),
+        vec![
+            json!({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"})
+        ]
+    );
+    let terms = pod["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(terms.len(), 2, "no new ORed term");
+    for term in &terms {
+        let expressions = term["matchExpressions"].as_array().unwrap();
+        assert_eq!(
+            expressions.last().unwrap(),
+            &json!({"key": ARCH_LABEL, "operator": "In", "values": ["arm64"]})
+        );
+    }
+    let note = pod["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.contains(&image) && note.contains("linux/arm64"),
+        "{note}"
+    );
+    let patches = api.patches();
+    assert!(
+        patches.iter().all(|(_, _, ops, _)| ops[0]["op"] == "test"),
+        "{patches:?}"
+    );
+    assert_eq!(
+        patches.iter().filter(|p| p.3 == 200).count(),
+        1,
+        "one patch released it"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "tolerable_gate_releases_total{outcome=\"decided\"}"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(&server, "tolerable_gate_held_seconds_count").await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn still_down_at_gate_timeout_releases_unchanged_with_a_warning_event() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let api = GatesApiServer::start();
+    let timeout = Duration::from_secs(2);
+    let server =
+        TestServer::start_configured(gate_config(&proxy.host, timeout), Some(api.client())).await;
+    assert_eq!(metric(&server, "tolerable_gate_timeout_seconds").await, 2.0);
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    let created = admit_and_create(&server, &api, "late", &[image]).await;
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "late")).await,
+        "never released"
+    );
+    let pod = api.pod("e2e", "late").unwrap();
+    assert_eq!(
+        pod["spec"]["schedulingGates"],
+        json!([{"name": OTHER_GATE}])
+    );
+    assert_eq!(
+        pod["spec"]["tolerations"], created["spec"]["tolerations"],
+        "unchanged"
+    );
+    assert_eq!(
+        pod["spec"]["affinity"], created["spec"]["affinity"],
+        "unchanged"
+    );
+    let note = pod["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("released unchanged") && note.contains("gate_timeout (2s)"),
+        "{note}"
+    );
+    assert!(
+        api.wait_for(WAIT, |api| !api.events().is_empty()).await,
+        "no Event"
+    );
+    let event = &api.events()[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "TolerableGateTimeout");
+    assert_eq!(event["involvedObject"]["name"], "late");
+    assert_eq!(event["involvedObject"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(
+        metric(
+            &server,
+            "tolerable_gate_releases_total{outcome=\"timed_out\"}"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "tolerable_gate_releases_total{outcome=\"decided\"}"
+        )
+        .await,
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_without_a_common_architecture_stay_gated_as_unrunnable() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let api = GatesApiServer::start();
+    let server =
+        TestServer::start_configured(gate_config(&proxy.host, WAIT * 4), Some(api.client())).await;
+    let images = [
+        format!("{}/fixtures/amd64-docker:v1", proxy.host),
+        format!("{}/fixtures/arm64-oci:v1", proxy.host),
+    ];
+    admit_and_create(&server, &api, "split", &images).await;
+    proxy.set(Fault::None);
+    let unrunnable = |api: &GatesApiServer| {
+        api.pod("e2e", "split")
+            .is_some_and(|p| p["metadata"]["labels"][GATED_LABEL] == UNRUNNABLE)
+    };
+    assert!(
+        api.wait_for(WAIT, unrunnable).await,
+        "never marked unrunnable"
+    );
+    let pod = api.pod("e2e", "split").unwrap();
+    assert_eq!(
+        pod["spec"]["schedulingGates"],
+        json!([{"name": OTHER_GATE}, {"name": GATE}]),
+        "stays gated"
+    );
+    let note = pod["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap();
+    for (image, platform) in images.iter().zip(["linux/amd64", "linux/arm64"]) {
+        assert!(note.contains(&format!("{image} ({platform}")), "{note}");
+    }
+    assert!(
+        api.wait_for(WAIT, |api| !api.events().is_empty()).await,
+        "no Event"
+    );
+    assert_eq!(api.events()[0]["reason"], "TolerableGateUnrunnable");
+    assert_eq!(
+        metric(&server, "tolerable_gate_unrunnable_total").await,
+        1.0
+    );
+    // Out of the watched set: not counted as a Pod still waiting (once the watch has seen the
+    // new label).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metric(&server, "tolerable_gate_oldest_pod_age_seconds").await != 0.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still counted as waiting"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_patch_while_not_the_leader() {
+    let api = GatesApiServer::start();
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let (leader, follower) = tokio::sync::watch::channel(false);
+    let config = gate_config(&proxy.host, WAIT * 4);
+    let server = TestServer::start_leading(config, Some(api.client()), Some(follower)).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    admit_and_create(&server, &api, "waits", &[image]).await;
+    proxy.set(Fault::None);
+    // The follower's own watch sees the gated Pod (its oldest-age gauge, every replica)...
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while metric(&server, "tolerable_gate_oldest_pod_age_seconds").await == 0.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch never saw the Pod"
+        );
+        tokio::task::yield_now().await;
+    }
+    // ...and sends nothing; once it leads, it releases the Pod.
+    assert!(api.patches().is_empty(), "{:?}", api.patches());
+    leader.send(true).unwrap();
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "waits")).await,
+        "never released"
+    );
+}
+
+/// Another controller removes its gate between the controller's read and its patch: the patch's
+/// `test` fails (422), the controller reads the Pod again and releases it from what it read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_is_read_again_and_the_release_made_from_it() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let api = GatesApiServer::start();
+    let server =
+        TestServer::start_configured(gate_config(&proxy.host, WAIT * 4), Some(api.client())).await;
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    api.before_next_patch(
+        "e2e",
+        "raced",
+        json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]),
+    );
+    admit_and_create(&server, &api, "raced", &[image]).await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "raced")).await,
+        "never released"
+    );
+    let codes: Vec<u16> = api.patches().iter().map(|p| p.3).collect();
+    assert_eq!(
+        codes,
+        [422, 200],
+        "the stale patch refused, the fresh one applied"
+    );
+    let pod = api.pod("e2e", "raced").unwrap();
+    assert_eq!(pod["spec"]["schedulingGates"], json!([]));
+    assert_eq!(webhook::arch_tolerations(&pod).len(), 1);
+}
+
+/// `tolerable gates list` shows the gated Pods and what they wait for; `gates release --all`
+/// releases them unchanged (other gates stay) — what the uninstall order runs first.
+#[test]
+fn gates_list_and_release_by_hand() {
+    let api = GatesApiServer::start();
+    let mut waiting = recorded_json("pod-create-gated.request.json");
+    waiting["metadata"]["namespace"] = json!("e2e");
+    api.create("e2e", waiting).unwrap();
+    let mut stuck = recorded_json("pod-create-gated-2.request.json");
+    stuck["metadata"]["labels"][GATED_LABEL] = json!(UNRUNNABLE);
+    api.create("e2e", stuck).unwrap();
+    let kubeconfig = common::kube_api::kubeconfig(api.port, "admintoken");
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = common::cli::isolated(home.path(), "1s")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.code(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, listed, err) = run(&["gates", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    let row = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{listed}"))
+    };
+    assert!(
+        row("gated-1").contains("waiting") && row("gated-1").contains("127.0.0.1:5000/app:1"),
+        "{listed}"
+    );
+    assert!(row("gated-2").contains(UNRUNNABLE), "{listed}");
+    let (code, released, err) = run(&["gates", "release", "--all", "-n", "e2e"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        released.contains("e2e/gated-1: released unchanged"),
+        "{released}"
+    );
+    for name in ["gated-1", "gated-2"] {
+        let pod = api.pod("e2e", name).unwrap();
+        assert_eq!(
+            pod["spec"]["schedulingGates"],
+            json!([{"name": OTHER_GATE}]),
+            "{name}"
+        );
+        assert!(
+            pod["metadata"]["labels"].get(GATED_LABEL).is_none(),
+            "{name}"
+        );
+        let note = pod["metadata"]["annotations"][DECISION_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert!(
+            note.starts_with("released unchanged: released by hand"),
+            "{note}"
+        );
+    }
+    let (code, listed, _) = run(&["gates", "list"]);
+    assert_eq!(
+        (code, listed.trim()),
+        (Some(0), "no Pod is gated by tolerable")
+    );
+    let (code, again, _) = run(&["gates", "release", "-n", "e2e", "gated-1"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        again.contains("e2e/gated-1: not gated by tolerable"),
+        "{again}"
+    );
+}
+
+/// Gating with no cluster to release the Pods from would hold them forever: `serve` refuses to
+/// start, naming the key.
+#[test]
+fn serve_refuses_to_gate_without_a_cluster() {
+    let home = tempfile::tempdir().unwrap();
+    let out = common::cli::isolated(home.path(), "1s")
+        .env("TOLERABLE_POLICY__ON_LOOKUP_FAILURE", "gate")
+        .env("TOLERABLE_SERVER__LISTEN_ADDR", "127.0.0.1:0")
+        .arg("serve")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("policy.on_lookup_failure") && err.contains("needs the cluster"),
+        "{err}"
+    );
+}
+
+/// Two replicas that gate, electing their releaser through the Lease on the same API as the
+/// Pods (the Lease fake's answers routed by the gates fake), as `serve` runs them: exactly one
+/// leads; a Pod gated through either is released once (one JSON Patch, no second release that
+/// its `test` would refuse); the leader shut down, the other takes the Lease over and releases
+/// the next gated Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_releaser_and_the_other_takes_over() {
+    let proxy = FaultProxy::start(&registry::plain().host);
+    proxy.set(Fault::Status(503));
+    let leases = common::lease_api::LeaseApiServer::start();
+    let api = GatesApiServer::start_with_leases(leases.handler());
+    let election = |identity: &str| tolerable::cluster::lease::LeaderElectionSettings {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..tolerable::cluster::lease::LeaderElectionSettings::new("tolerable-system", identity)
+    };
+    let mut replicas = Vec::new();
+    for identity in ["replica-a", "replica-b"] {
+        let config = gate_config(&proxy.host, WAIT * 4);
+        let client = Some(api.client_as(identity));
+        replicas.push(TestServer::start_electing(config, client, election(identity)).await);
+    }
+    let leading = |replicas: &[TestServer]| -> Vec<usize> {
+        (0..replicas.len())
+            .filter(|&i| *replicas[i].leader.as_ref().unwrap().borrow())
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while leading(&replicas).len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leader = leading(&replicas)[0];
+    let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
+    // Gated through the replica that does not lead: the leader releases it.
+    admit_and_create(
+        &replicas[1 - leader],
+        &api,
+        "first",
+        std::slice::from_ref(&image),
+    )
+    .await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "first")).await,
+        "never released"
+    );
+    let patches_of = |name: &str| -> Vec<u16> {
+        api.patches()
+            .into_iter()
+            .filter(|(_, pod, _, _)| pod == name)
+            .map(|(_, _, _, code)| code)
+            .collect()
+    };
+    assert_eq!(
+        patches_of("first"),
+        vec![200],
+        "one release, by one replica"
+    );
+    assert_eq!(leading(&replicas), vec![leader], "never two leaders");
+
+    // The leader goes (as on SIGTERM: it gives the Lease up); the other takes over.
+    replicas[leader].shutdown().await;
+    let survivor = &replicas[1 - leader];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !*survivor.leader.as_ref().unwrap().borrow() {
+        assert!(tokio::time::Instant::now() < deadline, "no takeover");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.set(Fault::Status(503));
+    admit_and_create(survivor, &api, "second", std::slice::from_ref(&image)).await;
+    proxy.set(Fault::None);
+    assert!(
+        api.wait_for(WAIT, |api| released(api, "second")).await,
+        "not released after the takeover"
+    );
+    assert_eq!(patches_of("second"), vec![200]);
+}

@@ -1,0 +1,427 @@
+//! Exactly one gate releaser: the leader election (`tolerable::cluster::lease`) against a fake
+//! API server's Leases (`tests/common/lease_api.rs`) that refuses what the real one refuses.
+//! Each test samples every elector's `leader()` receiver continuously while they run and fails
+//! if two ever say `true` at once; waits are on the events themselves (a receiver, a write to
+//! the Lease), never a sleep. Durations are short (lease 3 s, renew deadline 2 s, retry
+//! 200 ms) so a takeover after a lease runs out is seen in seconds.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::lease_api::LeaseApiServer;
+use common::until;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{oneshot, watch};
+use tolerable::app::Webhook;
+use tolerable::cluster::lease::{LeaderElection, LeaderElectionSettings};
+
+const NAMESPACE: &str = "tolerable";
+const LEASE: &str = "tolerable-gates";
+
+fn settings(identity: &str, lease_duration: Duration) -> LeaderElectionSettings {
+    LeaderElectionSettings {
+        lease_duration,
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..LeaderElectionSettings::new(NAMESPACE, identity)
+    }
+}
+
+/// A replica: its election and its `tolerable_gate_leader` gauge.
+struct Replica {
+    election: LeaderElection,
+    gauge: Gauge,
+}
+
+fn replica(api: &LeaseApiServer, identity: &str, lease_duration: Duration) -> Replica {
+    let gauge = Gauge::default();
+    let election = LeaderElection::start(
+        api.client(identity),
+        settings(identity, lease_duration),
+        gauge.clone(),
+    );
+    Replica { election, gauge }
+}
+
+/// Reads every receiver every millisecond until dropped; `most` is the most that ever said
+/// `true` at once.
+struct LeaderSampler {
+    most: Arc<AtomicUsize>,
+    samples: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LeaderSampler {
+    fn start(receivers: Vec<watch::Receiver<bool>>) -> Self {
+        let (most, samples, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (m, n, s) = (most.clone(), samples.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !s.load(Ordering::SeqCst) {
+                let leading = receivers.iter().filter(|r| *r.borrow()).count();
+                m.fetch_max(leading, Ordering::SeqCst);
+                n.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        Self {
+            most,
+            samples,
+            stop,
+        }
+    }
+
+    /// Stops sampling; panics if two ever led at once or nothing was sampled.
+    fn never_two(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        assert!(self.samples.load(Ordering::SeqCst) > 0, "nothing sampled");
+        assert!(
+            self.most.load(Ordering::SeqCst) <= 1,
+            "two replicas led at once"
+        );
+    }
+}
+
+fn leads(receiver: &watch::Receiver<bool>) -> bool {
+    *receiver.borrow()
+}
+
+/// The Lease's holder as stored now.
+fn holder(api: &LeaseApiServer) -> Option<String> {
+    let lease = api.lease(NAMESPACE, LEASE)?;
+    lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+}
+
+/// Successful writes to the Lease made by `identity`.
+fn writes_by(api: &LeaseApiServer, identity: &str) -> usize {
+    api.writes().iter().filter(|w| w.token == identity).count()
+}
+
+fn micro_time(lease: &serde_json::Value, field: &str) -> k8s_openapi::jiff::Timestamp {
+    lease["spec"][field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no spec.{field} in {lease}"))
+        .parse()
+        .unwrap()
+}
+
+/// The fake answers as the real server does: 404 for a missing Lease, 409 AlreadyExists for a
+/// second create, 409 Conflict for an update with a stale resourceVersion, 422 for an invalid
+/// spec, 403 for a caller without RBAC; an update without resourceVersion is unconditional.
+#[tokio::test]
+async fn the_fake_lease_api_refuses_what_the_real_one_refuses() {
+    let server = LeaseApiServer::start();
+    let api: Api<Lease> = Api::namespaced(server.client("replica-a"), NAMESPACE);
+    let code = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.reason),
+        other => panic!("not an API refusal: {other}"),
+    };
+    assert_eq!(api.get_opt(LEASE).await.unwrap(), None);
+    let (c, reason) = code(api.get(LEASE).await.unwrap_err());
+    assert_eq!((c, reason.as_str()), (404, "NotFound"));
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("replica-a".into()),
+            lease_duration_seconds: Some(15),
+            ..LeaseSpec::default()
+        }),
+    };
+    let created = api.create(&PostParams::default(), &lease).await.unwrap();
+    let (c, reason) = code(
+        api.create(&PostParams::default(), &lease)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((c, reason.as_str()), (409, "AlreadyExists"));
+
+    let mut renewed = created.clone();
+    renewed.spec.as_mut().unwrap().lease_transitions = Some(1);
+    api.replace(LEASE, &PostParams::default(), &renewed)
+        .await
+        .unwrap();
+    // `created` carries the resourceVersion from before that update.
+    let (c, reason) = code(
+        api.replace(LEASE, &PostParams::default(), &created)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((c, reason.as_str()), (409, "Conflict"));
+
+    let mut invalid = api.get(LEASE).await.unwrap();
+    invalid.spec.as_mut().unwrap().lease_duration_seconds = Some(0);
+    let (c, reason) = code(
+        api.replace(LEASE, &PostParams::default(), &invalid)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((c, reason.as_str()), (422, "Invalid"));
+
+    let mut unconditional = api.get(LEASE).await.unwrap();
+    unconditional.metadata.resource_version = None;
+    unconditional.spec.as_mut().unwrap().holder_identity = Some("replica-b".into());
+    api.replace(LEASE, &PostParams::default(), &unconditional)
+        .await
+        .unwrap();
+    assert_eq!(holder(&server).as_deref(), Some("replica-b"));
+
+    server.refuse("replica-a", true);
+    let (c, reason) = code(api.get(LEASE).await.unwrap_err());
+    assert_eq!((c, reason.as_str()), (403, "Forbidden"));
+}
+
+/// Two replicas competing for one Lease: one leads, the other never does while the leader
+/// keeps renewing, and the Lease only ever names the leader.
+#[tokio::test]
+async fn of_two_replicas_exactly_one_leads() {
+    let api = LeaseApiServer::start();
+    let a = replica(&api, "replica-a", Duration::from_secs(3));
+    let b = replica(&api, "replica-b", Duration::from_secs(3));
+    let (ra, rb) = (a.election.leader(), b.election.leader());
+    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    until("a leader", || leads(&ra) || leads(&rb)).await;
+    let (leader, follower) = if leads(&ra) { (&a, &b) } else { (&b, &a) };
+    let leader_id = holder(&api).expect("the leader holds the Lease");
+    // Through ten renewals (more than three lease durations at 200 ms a retry).
+    let (renewed, asked) = (writes_by(&api, &leader_id), api.requests());
+    until("ten renewals", || {
+        writes_by(&api, &leader_id) >= renewed + 10
+    })
+    .await;
+    // What that cost the API server: per retry period, the leader's GET and PUT and the
+    // follower's GET (one period of slack each side).
+    let requests = api.requests() - asked;
+    assert!(requests <= 3 * 12, "{requests} requests for 10 renewals");
+    assert!(leads(&leader.election.leader()));
+    assert!(!leads(&follower.election.leader()));
+    assert_eq!((leader.gauge.get(), follower.gauge.get()), (1, 0));
+    let holders: std::collections::BTreeSet<String> = api
+        .writes()
+        .iter()
+        .map(|w| {
+            w.lease["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(holders.len(), 1, "the Lease changed hands: {holders:?}");
+    assert_eq!(
+        api.lease(NAMESPACE, LEASE).unwrap()["spec"]["leaseTransitions"],
+        0
+    );
+    sampler.never_two();
+}
+
+/// The leader dies without releasing (its task stops mid-term): the other replica takes over,
+/// and not before the lease ran out as it observed it — never two leaders meanwhile.
+#[tokio::test]
+async fn a_leader_that_dies_is_replaced_once_its_lease_runs_out() {
+    let api = LeaseApiServer::start();
+    let lease_duration = Duration::from_secs(3);
+    let a = replica(&api, "replica-a", lease_duration);
+    let ra = a.election.leader();
+    until("replica-a to lead", || leads(&ra)).await;
+    let b = replica(&api, "replica-b", lease_duration);
+    let rb = b.election.leader();
+    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    // replica-b has read the Lease at least once: replica-a renewed twice since it started.
+    let renewed = writes_by(&api, "replica-a");
+    until("two renewals", || {
+        writes_by(&api, "replica-a") >= renewed + 2
+    })
+    .await;
+    drop(a.election);
+    let last_renewal = api.lease(NAMESPACE, LEASE).unwrap();
+    assert!(!leads(&ra), "a stopped election says it does not lead");
+    assert_eq!(a.gauge.get(), 0);
+    until("replica-b to take over", || leads(&rb)).await;
+    let taken = api.lease(NAMESPACE, LEASE).unwrap();
+    assert_eq!(taken["spec"]["holderIdentity"], "replica-b");
+    assert_eq!(taken["spec"]["leaseTransitions"], 1);
+    // Not before the lease ran out: replica-b saw replica-a's last renewal no earlier than it
+    // was written, and waited a whole lease duration from then.
+    let waited =
+        micro_time(&taken, "acquireTime").duration_since(micro_time(&last_renewal, "renewTime"));
+    assert!(
+        waited.as_secs_f64() >= lease_duration.as_secs_f64() - 0.001,
+        "replica-b took over {waited:?} after replica-a's last renewal"
+    );
+    assert_eq!(b.gauge.get(), 1);
+    sampler.never_two();
+}
+
+/// A leader shut down gracefully clears the Lease's holder, and the other replica takes over
+/// at once: the lease here lasts 60 s, longer than the test waits for the takeover.
+#[tokio::test]
+async fn a_leader_shut_down_hands_over_without_waiting_for_its_lease() {
+    let api = LeaseApiServer::start();
+    let lease_duration = Duration::from_secs(60);
+    let a = replica(&api, "replica-a", lease_duration);
+    let ra = a.election.leader();
+    until("replica-a to lead", || leads(&ra)).await;
+    let b = replica(&api, "replica-b", lease_duration);
+    let rb = b.election.leader();
+    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let asked = api.requests();
+    until("replica-b to try", || api.requests() >= asked + 3).await;
+    assert!(!leads(&rb));
+    let gauge = a.gauge.clone();
+    a.election.shutdown().await;
+    assert!(!leads(&ra));
+    assert_eq!(gauge.get(), 0);
+    let release = api
+        .writes()
+        .into_iter()
+        .rfind(|w| w.token == "replica-a")
+        .unwrap();
+    assert_eq!(release.method, "PUT");
+    assert!(
+        release.lease["spec"].get("holderIdentity").is_none(),
+        "the release cleared the holder: {}",
+        release.lease
+    );
+    until("replica-b to take over", || leads(&rb)).await;
+    assert_eq!(holder(&api).as_deref(), Some("replica-b"));
+    sampler.never_two();
+}
+
+/// RBAC without the Lease Role (403 on every request): never leading, retried every retry
+/// period, no panic; once allowed, the replica leads.
+#[tokio::test]
+async fn a_replica_refused_the_lease_does_not_lead_and_keeps_trying() {
+    let api = LeaseApiServer::start();
+    api.refuse("replica-a", true);
+    let a = replica(&api, "replica-a", Duration::from_secs(3));
+    let ra = a.election.leader();
+    let sampler = LeaderSampler::start(vec![ra.clone()]);
+    until("five refused attempts", || api.requests() >= 5).await;
+    assert!(!leads(&ra));
+    assert_eq!(a.gauge.get(), 0);
+    assert!(api.writes().is_empty());
+    api.refuse("replica-a", false);
+    until("replica-a to lead once allowed", || leads(&ra)).await;
+    assert_eq!(a.gauge.get(), 1);
+    sampler.never_two();
+}
+
+/// replica-a leading (it has renewed the Lease once since replica-b joined), replica-b
+/// following, and a sampler watching both: where a fault is then done to the leader.
+async fn leader_and_follower() -> (LeaseApiServer, Replica, Replica, LeaderSampler) {
+    let api = LeaseApiServer::start();
+    let a = replica(&api, "replica-a", Duration::from_secs(3));
+    let ra = a.election.leader();
+    until("replica-a to lead", || leads(&ra)).await;
+    let b = replica(&api, "replica-b", Duration::from_secs(3));
+    let sampler = LeaderSampler::start(vec![ra, b.election.leader()]);
+    let renewed = writes_by(&api, "replica-a");
+    until("a renewal", || writes_by(&api, "replica-a") > renewed).await;
+    (api, a, b, sampler)
+}
+
+/// The leader loses access to the API server (403 from now on): it stops leading within its
+/// renew deadline, before the other replica may take over, and the other replica does.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced() {
+    let (api, a, b, sampler) = leader_and_follower().await;
+    let (ra, rb) = (a.election.leader(), b.election.leader());
+    api.refuse("replica-a", true);
+    until("replica-b to take over", || leads(&rb)).await;
+    assert!(!leads(&ra));
+    assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
+    sampler.never_two();
+}
+
+/// The API server stops answering the leader (its requests hang): the leader's attempt ends at
+/// its renew deadline and it stops leading then, before the other replica may take over, and
+/// the other does.
+#[tokio::test]
+async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
+    let (api, a, b, sampler) = leader_and_follower().await;
+    let (ra, rb) = (a.election.leader(), b.election.leader());
+    api.hang("replica-a");
+    until("replica-a to step down", || !leads(&ra)).await;
+    until("replica-b to take over", || leads(&rb)).await;
+    assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
+    sampler.never_two();
+}
+
+/// The config `serve` runs with here: HTTPS on a free port with the test CA's certificate,
+/// `/metrics` on it, nothing read from the API but the Lease.
+fn serve_config(volume: &common::webhook::SecretVolume) -> tolerable::config::Config {
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.tls_files = Some((volume.cert_path(), volume.key_path()));
+    config.listen_addr = "127.0.0.1:0".parse().unwrap();
+    config.metrics_addr = None;
+    config.read_pull_secrets = false;
+    config.watch_nodes = false;
+    config
+}
+
+/// `serve` as the composition root builds it: by default it does not compete (nothing gates
+/// Pods yet); competing, it leads, says so on `/metrics`, and when it shuts down (as on
+/// SIGTERM) it stops leading and clears the Lease's holder.
+#[tokio::test]
+async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
+    common::init();
+    let api = LeaseApiServer::start();
+    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
+    let volume = common::webhook::SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+    let config = serve_config(&volume);
+    let idle = Webhook::build(&config, Some(api.client("replica-b")), false)
+        .await
+        .unwrap();
+    assert!(idle.leader().is_none());
+
+    let election = settings("replica-a", Duration::from_secs(60));
+    let webhook = Webhook::build_electing(
+        &config,
+        Some(api.client("replica-a")),
+        false,
+        Some(election),
+    )
+    .await
+    .unwrap();
+    let leader = webhook.leader().expect("competing for the Lease");
+    let port = webhook.local_addr().unwrap().port();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serving = tokio::spawn(webhook.serve(async {
+        let _ = stopped.await;
+    }));
+    until("serve to lead", || leads(&leader)).await;
+    assert_eq!(
+        api.writes()[0].token,
+        "replica-a",
+        "only the competing server asked"
+    );
+    let metrics = common::webhook::client()
+        .get(format!("https://localhost:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        common::webhook::metric_value(&metrics, "tolerable_gate_leader"),
+        Some(1.0),
+        "{metrics}"
+    );
+    stop.send(()).unwrap();
+    serving.await.unwrap();
+    assert!(!leads(&leader));
+    let lease = api.lease(NAMESPACE, LEASE).unwrap();
+    assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");
+    assert_eq!(api.writes().last().unwrap().token, "replica-a");
+}
