@@ -10,6 +10,7 @@ pub mod lease;
 pub(crate) mod list;
 pub mod namespaces;
 pub mod nodes;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -13,8 +13,7 @@
 //! retrying (with its backoff) and the policy comes back on its own once the access is granted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use futures_util::StreamExt as _;
@@ -24,6 +23,7 @@ use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt as _};
 
+use super::watch::{Keyed, Notice, Seen, WatchStatus};
 use crate::mutate::NamespacePolicy;
 
 /// Namespaces per list page (metadata only: a few hundred bytes each).
@@ -40,27 +40,24 @@ pub struct NamespacePolicies {
 }
 
 struct Shared {
+    /// What admissions read: the store's view as of its last change.
     map: ArcSwap<PolicyMap>,
-    /// Set once the first list is in, or the API server refused it (readiness waits for
-    /// this, never for a refused watch).
-    settled: tokio::sync::watch::Sender<bool>,
-    /// Whether the Namespaces could be read (`false` before the first list and while refused).
-    available: AtomicBool,
-    /// Lists or watches the API server refused (403).
-    refusals: AtomicU64,
-    /// Times the published map changed.
-    updates: AtomicU64,
+    /// Each Namespace that sets a policy, as the watch (or `review`) last said.
+    store: Mutex<Keyed<NamespacePolicy>>,
+    status: WatchStatus,
 }
 
 impl NamespacePolicies {
     fn new(map: PolicyMap, settled: bool) -> Self {
+        let mut store = Keyed::new();
+        for (name, policy) in &map {
+            store.set(name.clone(), Some(NamespacePolicy::clone(policy)));
+        }
         Self {
             shared: Arc::new(Shared {
                 map: ArcSwap::from_pointee(map),
-                settled: tokio::sync::watch::channel(settled).0,
-                available: AtomicBool::new(settled),
-                refusals: AtomicU64::new(0),
-                updates: AtomicU64::new(0),
+                store: Mutex::new(store),
+                status: WatchStatus::new(settled),
             }),
         }
     }
@@ -111,8 +108,10 @@ impl NamespacePolicies {
     /// Sets what the Namespace `name` says (`review`: the command line, a Namespace in the
     /// input), replacing what was known of it.
     pub(crate) fn set(&self, name: &str, policy: NamespacePolicy) {
-        let policy = (!policy.is_empty()).then(|| Arc::new(policy));
-        publish_one(&self.shared, name, policy);
+        let policy = (!policy.is_empty()).then_some(policy);
+        let mut store = self.shared.lock_store();
+        let took = store.set(Arc::from(name), policy);
+        publish(&self.shared, &store, took);
     }
 
     /// The same view with only the Namespaces' preferences (and their problems): `audit`
@@ -137,27 +136,27 @@ impl NamespacePolicies {
 
     /// Whether the first list is in, or was refused (decisions go on without it then).
     pub fn is_settled(&self) -> bool {
-        *self.shared.settled.borrow()
+        self.shared.status.is_settled()
     }
 
     /// Waits until [`NamespacePolicies::is_settled`].
     pub async fn settled(&self) {
-        let _ = self.shared.settled.subscribe().wait_for(|s| *s).await;
+        self.shared.status.settled().await;
     }
 
     /// Whether the Namespaces are read (`false` before the first list and while refused).
     pub fn is_available(&self) -> bool {
-        self.shared.available.load(Ordering::Relaxed)
+        self.shared.status.is_available()
     }
 
     /// Lists or watches refused (403) so far.
     pub fn refusals(&self) -> u64 {
-        self.shared.refusals.load(Ordering::Relaxed)
+        self.shared.status.refusals()
     }
 
     /// Times the published policy changed (each list that changed it, each changed Namespace).
     pub fn updates(&self) -> u64 {
-        self.shared.updates.load(Ordering::Relaxed)
+        self.shared.status.updates()
     }
 
     /// Namespaces with a policy now.
@@ -178,6 +177,14 @@ fn read(meta: &ObjectMeta) -> Option<(Arc<str>, Arc<NamespacePolicy>)> {
     (!policy.is_empty()).then(|| (Arc::from(name), Arc::new(policy)))
 }
 
+/// A Namespace as the store keeps it: its name, and its policy when it sets one.
+fn project(namespace: PartialObjectMeta<Namespace>) -> (Arc<str>, Option<NamespacePolicy>) {
+    let meta = &namespace.metadata;
+    let name: Arc<str> = Arc::from(meta.name.as_deref().unwrap_or_default());
+    let policy = NamespacePolicy::from_metadata(meta.labels.as_ref(), meta.annotations.as_ref());
+    (name, (!policy.is_empty()).then_some(policy))
+}
+
 /// Says once per change which keys of a Namespace were ignored, and why.
 fn warn_of_problems(name: &str, policy: &NamespacePolicy) {
     for problem in policy.problems() {
@@ -185,19 +192,17 @@ fn warn_of_problems(name: &str, policy: &NamespacePolicy) {
     }
 }
 
-/// Whether the API server refused the list or watch (no RBAC for it).
-fn is_forbidden(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 403,
-        watcher::Error::WatchError(status) => status.code == 403,
-        _ => false,
+impl Shared {
+    fn lock_store(&self) -> std::sync::MutexGuard<'_, Keyed<NamespacePolicy>> {
+        // Plain data: still consistent if a holder panicked.
+        self.store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// The watch task: a re-list replaces the map once it is done; each change after it replaces
-/// one entry (the old snapshot serves until then).
+/// The watch task: the primitive's store and status (a re-list replaces the view once it is
+/// done; each change after it, one entry), published on each change.
 async fn keep_policies(
     stream: impl futures_util::Stream<
         Item = Result<watcher::Event<PartialObjectMeta<Namespace>>, watcher::Error>,
@@ -205,94 +210,57 @@ async fn keep_policies(
     shared: Arc<Shared>,
 ) {
     let mut stream = std::pin::pin!(stream);
-    let mut listing: Option<PolicyMap> = None;
-    // Said once per refusal, not once per retry.
-    let mut refused = false;
     while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(e) if is_forbidden(&e) => {
-                shared.refusals.fetch_add(1, Ordering::Relaxed);
-                shared.available.store(false, Ordering::Relaxed);
-                // Access revoked while running: the config alone, not a view nobody updates.
-                publish_list(&shared, PolicyMap::new());
-                if !refused {
-                    refused = true;
-                    tracing::warn!(error = %e, "namespace policy unavailable: not allowed to list/watch namespaces (RBAC); deciding with the config alone until it is");
-                }
-                shared.settled.send_replace(true);
-                continue;
+        let seen = Seen::of(&event);
+        // The view first, then the status: whoever waits for "settled" or "unavailable" reads
+        // the view that goes with it.
+        let error = match event {
+            Ok(event) => {
+                let mut store = shared.lock_store();
+                let took = store.take(event, project);
+                publish(&shared, &store, took);
+                None
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "namespace watch failed; retrying");
-                continue;
-            }
+            Err(e) => Some(e),
         };
-        match event {
-            watcher::Event::Init => listing = Some(PolicyMap::new()),
-            watcher::Event::InitApply(namespace) => {
-                if let Some((name, policy)) = read(&namespace.metadata) {
-                    listing
-                        .get_or_insert_with(PolicyMap::new)
-                        .insert(name, policy);
-                }
+        if seen == Seen::Refused {
+            // Access revoked while running: the config alone, not a view nobody updates.
+            *shared.lock_store() = Keyed::new();
+            shared.map.store(Arc::new(PolicyMap::new()));
+        }
+        match (shared.status.event(seen), error) {
+            (Notice::FirstRefusal, Some(e)) => {
+                tracing::warn!(error = %e, "namespace policy unavailable: not allowed to list/watch namespaces (RBAC); deciding with the config alone until it is")
             }
-            watcher::Event::InitDone => {
-                let listed = listing.take().unwrap_or_default();
-                publish_list(&shared, listed);
-                if std::mem::take(&mut refused) {
-                    tracing::info!("namespace policy available: namespaces listed");
-                }
-                shared.available.store(true, Ordering::Relaxed);
-                shared.settled.send_replace(true);
+            (Notice::AvailableAgain, _) => {
+                tracing::info!("namespace policy available: namespaces listed")
             }
-            watcher::Event::Apply(namespace) => {
-                let name = namespace.metadata.name.as_deref().unwrap_or_default();
-                let policy = read(&namespace.metadata).map(|(_, p)| p);
-                publish_one(&shared, name, policy);
+            (Notice::Nothing, Some(e)) if seen == Seen::Failed => {
+                tracing::warn!(error = %e, "namespace watch failed; retrying")
             }
-            watcher::Event::Delete(namespace) => {
-                let name = namespace.metadata.name.as_deref().unwrap_or_default();
-                publish_one(&shared, name, None);
-            }
+            _ => {}
         }
     }
 }
 
-/// A full list is in: published when it differs from what is.
-fn publish_list(shared: &Shared, listed: PolicyMap) {
-    let current = shared.map.load();
-    if **current == listed {
+/// Publishes the store's view when it changed, saying what is wrong with each changed policy.
+fn publish(shared: &Shared, store: &Keyed<NamespacePolicy>, took: super::watch::Took) {
+    use super::watch::Took;
+    let changed: &[Arc<str>] = match &took {
+        Took::Listed { changed, .. } => changed,
+        Took::Changed(name) => std::slice::from_ref(name),
+        Took::Listing | Took::Unchanged => &[],
+    };
+    if !took.changed() {
         return;
     }
-    for (name, policy) in &listed {
-        if current.get(name) != Some(policy) {
+    for name in changed {
+        if let Some(policy) = store.current().get(name) {
             warn_of_problems(name, policy);
         }
     }
-    shared.map.store(Arc::new(listed));
-    shared.updates.fetch_add(1, Ordering::Relaxed);
-}
-
-/// One Namespace changed (`None`: it says nothing tolerable reads now, or is gone): published
-/// when its policy differs.
-fn publish_one(shared: &Shared, name: &str, policy: Option<Arc<NamespacePolicy>>) {
-    let current = shared.map.load();
-    if current.get(name) == policy.as_ref() || name.is_empty() {
-        return;
-    }
-    let mut map = PolicyMap::clone(&current);
-    match policy {
-        Some(policy) => {
-            warn_of_problems(name, &policy);
-            map.insert(Arc::from(name), policy);
-        }
-        None => {
-            map.remove(name);
-        }
-    }
-    shared.map.store(Arc::new(map));
-    shared.updates.fetch_add(1, Ordering::Relaxed);
+    shared.map.store(Arc::new(store.current().clone()));
+    shared.status.updated();
 }
 
 #[cfg(test)]
@@ -343,12 +311,17 @@ mod tests {
 
     #[test]
     fn the_recorded_watch_changes_one_namespace_at_a_time() {
+        use watcher::Event;
         let shared = NamespacePolicies::new(PolicyMap::new(), false).shared;
-        publish_list(
-            &shared,
-            listed().iter().filter_map(|n| read(&n.metadata)).collect(),
-        );
-        assert_eq!(shared.updates.load(Ordering::Relaxed), 1);
+        let take = |event| {
+            let mut store = shared.lock_store();
+            let took = store.take(event, project);
+            publish(&shared, &store, took);
+        };
+        take(Event::Init);
+        listed().into_iter().for_each(|n| take(Event::InitApply(n)));
+        take(Event::InitDone);
+        assert_eq!(shared.status.updates(), 1);
         let events: Vec<serde_json::Value> = recorded("namespace-watch-metadata.body.json")
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -358,8 +331,11 @@ mod tests {
         for event in &events {
             let namespace: PartialObjectMeta<Namespace> =
                 serde_json::from_value(event["object"].clone()).unwrap();
-            let name = namespace.metadata.name.clone().unwrap();
-            publish_one(&shared, &name, read(&namespace.metadata).map(|(_, p)| p));
+            take(if event["type"] == "DELETED" {
+                Event::Delete(namespace)
+            } else {
+                Event::Apply(namespace)
+            });
         }
         let map = shared.map.load();
         assert_eq!(map["team-a"].enforce, Some(true), "relabelled");
@@ -369,6 +345,6 @@ mod tests {
             "added without a policy: not kept"
         );
         // team-a and batch changed; new-team says nothing.
-        assert_eq!(shared.updates.load(Ordering::Relaxed), 3);
+        assert_eq!(shared.status.updates(), 3);
     }
 }

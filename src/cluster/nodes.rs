@@ -9,9 +9,9 @@
 
 mod projection;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
@@ -21,6 +21,7 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt as _};
 
 pub(crate) use self::projection::{NodeFacts, WatchedNode};
+use super::watch::{Keyed, Seen, Took, WatchStatus};
 use crate::mutate::NodePools;
 
 /// Nodes per list page. A page is read whole before it is parsed, twice over in the client's
@@ -38,8 +39,8 @@ pub struct NodeWatch {
     published: Arc<Published>,
     /// Set once the first full list is in.
     synced: tokio::sync::watch::Receiver<bool>,
-    /// Whether the view is in sync with the API server, for the sync metric.
-    sync: Arc<Mutex<SyncState>>,
+    /// The watch's state (in sync and until when, for the sync metric).
+    status: Arc<WatchStatus>,
 }
 
 /// What the watch task publishes for admissions, the tainter and the metrics.
@@ -58,131 +59,49 @@ struct Published {
     unchanged: AtomicU64,
 }
 
-/// Whether the node watch is in sync: after a full list and while no error has been reported
-/// since (kube-runtime's watcher reports every failed watch or list, and lists again).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct SyncState {
-    /// In sync now.
-    in_sync: bool,
-    /// When it last stopped being in sync; `None` before the first full list.
-    until: Option<SystemTime>,
-    /// A full list has arrived.
-    listed: bool,
-}
-
-impl SyncState {
-    /// An event from the watch (`Ok`: an object or a list's end; `Err`: the watch or list
-    /// failed), at `now`.
-    fn event<K>(&mut self, event: Result<&watcher::Event<K>, ()>, now: SystemTime) {
-        match event {
-            Ok(watcher::Event::InitDone) => {
-                self.listed = true;
-                self.in_sync = true;
-            }
-            // A re-list in progress: the view is the old one until it is done.
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
-                self.in_sync = self.listed;
-            }
-            Err(()) => {
-                if self.in_sync {
-                    self.until = Some(now);
-                }
-                self.in_sync = false;
-            }
-        }
-    }
-
-    /// Until when the view was known in sync: `now` while it is.
-    fn last_synced(&self, now: SystemTime) -> Option<SystemTime> {
-        if self.in_sync {
-            Some(now)
-        } else {
-            self.until
-        }
-    }
-}
-
 /// The watch task's own state: every Node's facts, and whether the published pools are behind.
 struct Facts {
     taint_keys: BTreeSet<String>,
     /// `match_node_labels`: the label keys whose values are kept.
     label_keys: BTreeSet<String>,
-    /// Shared with the published list: a build copies two pointers per Node, not its facts.
-    nodes: HashMap<Arc<str>, Arc<NodeFacts>>,
-    /// A re-list in progress: the Nodes listed so far (the old view serves until it is done).
-    listing: Option<HashMap<Arc<str>, Arc<NodeFacts>>>,
+    /// Each Node's facts (shared with the published list: a build copies two pointers per
+    /// Node, not its facts); a re-list is gathered aside until it is done.
+    nodes: Keyed<NodeFacts>,
     /// A fact changed since the last build.
     changed: bool,
 }
 
-/// What one watch event did to the facts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Seen {
-    /// Part of a (re-)list, not done yet.
-    Listing,
-    /// A full list is in.
-    Listed,
-    /// A Node's facts changed (added, removed, or something a decision reads).
-    Changed,
-    /// Nothing a decision reads changed (a kubelet heartbeat, an image, a condition, a label
-    /// or taint under another key).
-    Unchanged,
-}
-
 impl Facts {
-    /// Takes one watch event in.
-    fn apply(&mut self, event: watcher::Event<WatchedNode>) -> Seen {
-        let keep = |node: WatchedNode| {
+    fn new(taint_keys: BTreeSet<String>, label_keys: BTreeSet<String>) -> Self {
+        Self {
+            taint_keys,
+            label_keys,
+            nodes: Keyed::new(),
+            changed: false,
+        }
+    }
+
+    /// Takes one watch event in: each Node kept as its facts, only taints and labels under
+    /// the keys a decision reads.
+    fn apply(&mut self, event: watcher::Event<WatchedNode>) -> Took {
+        let (taint_keys, label_keys) = (&self.taint_keys, &self.label_keys);
+        let took = self.nodes.take(event, |node| {
             let name: Arc<str> = Arc::from(node.name());
             let mut facts = node.facts;
-            facts.keep_taints(&self.taint_keys);
-            facts.keep_labels(&self.label_keys);
-            (name, Arc::new(facts))
-        };
-        let changed = match event {
-            watcher::Event::Init => {
-                self.listing = Some(HashMap::new());
-                return Seen::Listing;
-            }
-            watcher::Event::InitApply(node) => {
-                let (name, facts) = keep(node);
-                self.listing
-                    .get_or_insert_with(HashMap::new)
-                    .insert(name, facts);
-                return Seen::Listing;
-            }
-            watcher::Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                self.changed |= listed != self.nodes;
-                self.nodes = listed;
-                self.nodes.shrink_to_fit();
-                return Seen::Listed;
-            }
-            watcher::Event::Apply(node) => {
-                let (name, facts) = keep(node);
-                let changed = self.nodes.get(&name) != Some(&facts);
-                if changed {
-                    self.nodes.insert(name, facts);
-                }
-                changed
-            }
-            watcher::Event::Delete(node) => self.nodes.remove(node.name()).is_some(),
-        };
-        self.changed |= changed;
-        if changed {
-            Seen::Changed
-        } else {
-            Seen::Unchanged
-        }
+            facts.keep_taints(taint_keys);
+            facts.keep_labels(label_keys);
+            (name, Some(facts))
+        });
+        self.changed |= took.changed();
+        took
     }
 
     /// Builds the pools from the facts and publishes them.
     fn publish(&mut self, published: &Published) {
         let mut pools = NodePools::default();
         pools.watch_labels(&self.label_keys);
-        let mut nodes = Vec::with_capacity(self.nodes.len());
-        for (name, facts) in &self.nodes {
+        let mut nodes = Vec::with_capacity(self.nodes.current().len());
+        for (name, facts) in self.nodes.current() {
             if let Some(arch) = facts.architecture() {
                 pools.add_node(Some(name), arch, &facts.taints, &self.taint_keys);
                 pools.add_node_labels(&facts.labels);
@@ -192,9 +111,8 @@ impl Facts {
         published.pools.store(Some(Arc::new(pools)));
         published.nodes.store(Some(Arc::new(nodes)));
         published.builds.fetch_add(1, Ordering::Relaxed);
-        published
-            .count
-            .store(self.nodes.len() as u64, Ordering::Relaxed);
+        let count = self.nodes.current().len() as u64;
+        published.count.store(count, Ordering::Relaxed);
         self.changed = false;
     }
 }
@@ -217,27 +135,21 @@ impl NodeWatch {
         let api: Api<WatchedNode> = Api::all(client);
         let config = watcher::Config::default().page_size(LIST_PAGE);
         let stream = watcher(api, config).default_backoff();
-        let sync = Arc::new(Mutex::new(SyncState::default()));
+        let status = Arc::new(WatchStatus::new(false));
         let published = Arc::new(Published::default());
         let (flag, synced) = tokio::sync::watch::channel(false);
-        let facts = Facts {
-            taint_keys,
-            label_keys,
-            nodes: HashMap::new(),
-            listing: None,
-            changed: false,
-        };
+        let facts = Facts::new(taint_keys, label_keys);
         tokio::spawn(keep_facts(
             stream,
             facts,
             published.clone(),
-            sync.clone(),
+            status.clone(),
             flag,
         ));
         Self {
             published,
             synced,
-            sync,
+            status,
         }
     }
 
@@ -245,10 +157,7 @@ impl NodeWatch {
     /// arrived and no error since), the moment it failed while it is not, `None` before the
     /// first full list.
     pub(crate) fn last_synced(&self) -> Option<SystemTime> {
-        self.sync
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .last_synced(SystemTime::now())
+        self.status.last_synced()
     }
 
     /// Whether the first full list has arrived (until then the pools are unknown).
@@ -309,7 +218,7 @@ async fn keep_facts(
     stream: impl futures_util::Stream<Item = Result<watcher::Event<WatchedNode>, watcher::Error>>,
     mut facts: Facts,
     published: Arc<Published>,
-    sync: Arc<Mutex<SyncState>>,
+    status: Arc<WatchStatus>,
     flag: tokio::sync::watch::Sender<bool>,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -327,25 +236,25 @@ async fn keep_facts(
             None => stream.next().await,
         };
         let Some(event) = event else { return };
-        if let Err(e) = &event {
-            tracing::warn!(error = %e, "node watch failed; retrying");
-        }
-        // Plain data: still consistent if a holder panicked.
-        sync.lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .event(event.as_ref().map_err(|_| ()), SystemTime::now());
-        let Ok(event) = event else { continue };
-        let seen = facts.apply(event);
-        match seen {
-            Seen::Changed => published.changed.fetch_add(1, Ordering::Relaxed),
-            Seen::Unchanged => published.unchanged.fetch_add(1, Ordering::Relaxed),
-            Seen::Listing | Seen::Listed => 0,
+        let seen = Seen::of(&event);
+        let took = match event {
+            Ok(event) => facts.apply(event),
+            Err(e) => {
+                tracing::warn!(error = %e, "node watch failed; retrying");
+                Took::Unchanged
+            }
+        };
+        status.event(seen);
+        match (&took, seen) {
+            (Took::Changed(_), _) => published.changed.fetch_add(1, Ordering::Relaxed),
+            (Took::Unchanged, Seen::Object) => published.unchanged.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
         };
         if seen == Seen::Listed && !*flag.borrow() {
             facts.publish(&published);
             rebuild_at = None;
             flag.send_replace(true);
-            tracing::info!(nodes = facts.nodes.len(), "node watch synced");
+            tracing::info!(nodes = facts.nodes.current().len(), "node watch synced");
         } else if facts.changed && rebuild_at.is_none() {
             rebuild_at = Some(tokio::time::Instant::now() + COALESCE);
         }
@@ -540,44 +449,6 @@ pub async fn keep_nodes_tainted(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn in_sync_after_a_full_list_until_an_error_then_again_after_the_next_event() {
-        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
-        let node = Node::default();
-        let mut sync = SyncState::default();
-        assert_eq!(sync.last_synced(t(1)), None, "before the first list");
-        sync.event(Ok(&watcher::Event::<Node>::Init), t(1));
-        sync.event(Ok(&watcher::Event::InitApply(node.clone())), t(1));
-        assert_eq!(sync.last_synced(t(2)), None, "the list is not done");
-        sync.event(Ok(&watcher::Event::Apply(node.clone())), t(2));
-        assert_eq!(sync.last_synced(t(2)), None, "an object is no list");
-        sync.event(Ok(&watcher::Event::<Node>::InitDone), t(3));
-        assert_eq!(sync.last_synced(t(100)), Some(t(100)), "in sync: now");
-        sync.event::<Node>(Err(()), t(200));
-        assert_eq!(sync.last_synced(t(900)), Some(t(200)), "since the failure");
-        sync.event::<Node>(Err(()), t(300));
-        assert_eq!(
-            sync.last_synced(t(900)),
-            Some(t(200)),
-            "the first failure counts"
-        );
-        // The watcher re-lists: not in sync until the list is done.
-        sync.event(Ok(&watcher::Event::<Node>::Init), t(400));
-        assert_eq!(sync.last_synced(t(900)), Some(t(200)));
-        sync.event(Ok(&watcher::Event::<Node>::InitDone), t(500));
-        assert_eq!(sync.last_synced(t(901)), Some(t(901)));
-        // Or the watch resumes without a list: its next event says so.
-        sync.event::<Node>(Err(()), t(1000));
-        sync.event(Ok(&watcher::Event::Delete(node)), t(1010));
-        assert_eq!(sync.last_synced(t(1020)), Some(t(1020)));
-    }
-}
-
-#[cfg(test)]
 mod facts_tests {
     //! What each recorded kind of watch event does to the facts (the EKS-shaped recording: a
     //! kubelet heartbeat, a label under another key, a taint change).
@@ -596,24 +467,18 @@ mod facts_tests {
     fn listed() -> Facts {
         let list: serde_json::Value =
             serde_json::from_str(&recorded("node-list-limit-2.body.json")).unwrap();
-        let mut facts = Facts {
-            taint_keys: BTreeSet::from([ARCH_LABEL.to_owned()]),
-            label_keys: BTreeSet::new(),
-            nodes: HashMap::new(),
-            listing: None,
-            changed: false,
-        };
-        assert_eq!(facts.apply(watcher::Event::Init), Seen::Listing);
+        let mut facts = Facts::new(BTreeSet::from([ARCH_LABEL.to_owned()]), BTreeSet::new());
+        assert_eq!(facts.apply(watcher::Event::Init), Took::Listing);
         for item in list["items"].as_array().unwrap() {
             let node: WatchedNode = serde_json::from_value(item.clone()).unwrap();
-            assert_eq!(facts.apply(watcher::Event::InitApply(node)), Seen::Listing);
+            assert_eq!(facts.apply(watcher::Event::InitApply(node)), Took::Listing);
             assert!(
-                facts.nodes.is_empty(),
+                facts.nodes.current().is_empty(),
                 "the old view serves until the list is done"
             );
         }
-        assert_eq!(facts.apply(watcher::Event::InitDone), Seen::Listed);
-        assert_eq!(facts.nodes.len(), 2);
+        assert!(facts.apply(watcher::Event::InitDone).changed());
+        assert_eq!(facts.nodes.current().len(), 2);
         facts
     }
 
@@ -634,31 +499,27 @@ mod facts_tests {
         let [heartbeat, label, taint] = <[WatchedNode; 3]>::try_from(events()).unwrap();
         assert_eq!(
             facts.apply(watcher::Event::Apply(heartbeat)),
-            Seen::Unchanged
+            Took::Unchanged
         );
-        assert_eq!(facts.apply(watcher::Event::Apply(label)), Seen::Unchanged);
+        assert_eq!(facts.apply(watcher::Event::Apply(label)), Took::Unchanged);
         assert!(!facts.changed, "nothing to rebuild");
         let name = taint.name().to_owned();
-        assert_eq!(
-            facts.apply(watcher::Event::Apply(taint.clone())),
-            Seen::Changed
-        );
+        assert!(facts.apply(watcher::Event::Apply(taint.clone())).changed());
         assert!(facts.changed);
         assert_eq!(
-            facts.nodes[name.as_str()].taints[0].value.as_deref(),
+            facts.nodes.current()[name.as_str()].taints[0]
+                .value
+                .as_deref(),
             Some("amd64")
         );
         // The same event again (a watch resumed) changes nothing more.
         facts.changed = false;
         assert_eq!(
             facts.apply(watcher::Event::Apply(taint.clone())),
-            Seen::Unchanged
+            Took::Unchanged
         );
-        assert_eq!(
-            facts.apply(watcher::Event::Delete(taint.clone())),
-            Seen::Changed
-        );
-        assert_eq!(facts.apply(watcher::Event::Delete(taint)), Seen::Unchanged);
+        assert!(facts.apply(watcher::Event::Delete(taint.clone())).changed());
+        assert_eq!(facts.apply(watcher::Event::Delete(taint)), Took::Unchanged);
     }
 
     #[test]
@@ -666,9 +527,14 @@ mod facts_tests {
         let mut facts = listed();
         facts.changed = false;
         let published = Published::default();
-        let again = listed();
-        facts.listing = Some(again.nodes);
-        assert_eq!(facts.apply(watcher::Event::InitDone), Seen::Listed);
+        let list: serde_json::Value =
+            serde_json::from_str(&recorded("node-list-limit-2.body.json")).unwrap();
+        facts.apply(watcher::Event::Init);
+        for item in list["items"].as_array().unwrap() {
+            let node: WatchedNode = serde_json::from_value(item.clone()).unwrap();
+            facts.apply(watcher::Event::InitApply(node));
+        }
+        assert!(!facts.apply(watcher::Event::InitDone).changed());
         assert!(!facts.changed);
         facts.publish(&published);
         assert_eq!(published.builds.load(Ordering::Relaxed), 1);
