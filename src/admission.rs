@@ -230,7 +230,8 @@ impl Admission {
             .pull_credentials(&request.namespace, pull_secrets, budget)
             .await;
         let budget = budget.saturating_sub(started.elapsed());
-        (self.lookup(images, &pull, budget).await, pull.warnings)
+        let lookups = self.lookup(images, (&pull, &request.namespace), budget).await;
+        (lookups, pull.warnings)
     }
 
     /// The Pod's pull-secret credentials, within a share of `budget`.
@@ -268,7 +269,7 @@ impl Admission {
     async fn lookup<'a>(
         &'a self,
         images: &'a [String],
-        pull: &'a PodCredentials,
+        (pull, namespace): (&'a PodCredentials, &'a str),
         budget: Duration,
     ) -> (ImageFacts, LookupCauses) {
         // Every lookup ends by the same deadline, however long it waited for its turn. The
@@ -287,7 +288,7 @@ impl Admission {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let resolve =
                 self.resolver
-                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin));
+                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin), Some(namespace));
             let (result, cause) = match tokio::time::timeout_at(deadline, resolve).await {
                 Ok(Ok(found)) => (Ok(found.fact.clone()), None),
                 Ok(Err(e)) => (Err(LookupFailure::from(&e)), e.cause().map(str::to_owned)),

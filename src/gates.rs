@@ -5,7 +5,10 @@
 //!
 //! The work queue holds one entry per gated Pod (bounded by the watch: a Pod is in it once,
 //! whatever its events), each with when it is next due; [`AT_ONCE`] Pods are worked on at a
-//! time. Working on a Pod: read it whole, gather its images' facts through the admission's
+//! time, taken fairly (issue 34): the due Pod of the namespace with the fewest being worked on
+//! first, at most [`PER_NAMESPACE`] of one namespace and [`PER_REGISTRY`] naming one registry
+//! (learned from its images once worked on) at once — Pods whose registry hangs hold only their
+//! own turns, never another namespace's release. Working on a Pod: read it whole, gather its images' facts through the admission's
 //! resolver (caches, shared cache, its pull secrets, within [`crate::budget::GATE_LOOKUP`]),
 //! ask the core ([`crate::mutate::gate::release`]) and send its patch. Still unknown: due again
 //! after a backoff (1 s doubling to 30 s), never past the Pod's `gate_timeout`, when it is
@@ -29,6 +32,10 @@ use crate::mutate::gate::{self, Release};
 
 /// Pods worked on at once (each holds at most the lookups of one admission).
 pub(crate) const AT_ONCE: usize = 8;
+/// Pods of one namespace worked on at once: the other half of [`AT_ONCE`] stays for the others.
+pub(crate) const PER_NAMESPACE: usize = AT_ONCE / 2;
+/// Pods naming one registry worked on at once: a hung registry holds two turns, not eight.
+pub(crate) const PER_REGISTRY: usize = 2;
 /// The first retry of a Pod whose images are still unknown; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -46,6 +53,8 @@ struct Entry {
     due: Instant,
     attempts: u32,
     working: bool,
+    /// The registries its images name, learned when it was last worked on.
+    registries: Vec<String>,
 }
 
 #[derive(Default)]
@@ -106,22 +115,51 @@ impl GatedPods {
         self.changed.notify_one();
     }
 
-    /// The next due Pod not being worked on, marked as worked on; else when one is due.
+    /// The next due Pod not being worked on, marked as worked on: of the namespaces with the
+    /// fewest Pods worked on, the one due first, skipping those whose namespace or a registry
+    /// is at its bound; else when one is due (`None`: none, or only Pods waiting for a turn of
+    /// their namespace or registry, which [`Self::finished`] gives back).
     fn take_due(&self, now: Instant) -> Result<(GatedRecord, u32), Option<Instant>> {
         let mut queue = self.lock();
-        let waiting = queue.entries.values_mut().filter(|e| !e.working);
-        let Some(entry) = waiting.min_by_key(|e| e.due) else {
-            return Err(None);
-        };
-        if entry.due > now {
-            return Err(Some(entry.due));
+        let mut namespaces: HashMap<&str, usize> = HashMap::new();
+        let mut registries: HashMap<&str, usize> = HashMap::new();
+        for entry in queue.entries.values().filter(|e| e.working) {
+            *namespaces.entry(&entry.record.namespace).or_default() += 1;
+            for registry in &entry.registries {
+                *registries.entry(registry).or_default() += 1;
+            }
         }
+        let count = |map: &HashMap<&str, usize>, key: &str| map.get(key).copied().unwrap_or(0);
+        let eligible = queue.entries.iter().filter(|(_, e)| {
+            !e.working
+                && count(&namespaces, &e.record.namespace) < PER_NAMESPACE
+                && e.registries.iter().all(|r| count(&registries, r) < PER_REGISTRY)
+        });
+        let (mut best, mut next_due): (Option<(usize, Instant, &Key)>, Option<Instant>) =
+            (None, None);
+        for (key, entry) in eligible {
+            if entry.due > now {
+                next_due = Some(next_due.map_or(entry.due, |d| d.min(entry.due)));
+                continue;
+            }
+            let rank = (count(&namespaces, &entry.record.namespace), entry.due, key);
+            if best.is_none_or(|b| (rank.0, rank.1) < (b.0, b.1)) {
+                best = Some(rank);
+            }
+        }
+        let Some((_, _, key)) = best else {
+            return Err(next_due);
+        };
+        let key = key.clone();
+        drop((namespaces, registries));
+        let entry = queue.entries.get_mut(&key).expect("just found");
         entry.working = true;
         Ok((entry.record.clone(), entry.attempts))
     }
 
-    /// A Pod worked on: done (out of the queue until the watch sees it again) or due again.
-    fn finished(&self, record: &GatedRecord, next: Next) {
+    /// A Pod worked on: done (out of the queue until the watch sees it again) or due again;
+    /// `registries`: those its images name, when it was read.
+    fn finished(&self, record: &GatedRecord, next: Next, registries: Vec<String>) {
         let key = (record.namespace.clone(), record.name.clone());
         let mut queue = self.lock();
         // Only this Pod's entry: one created again under its name is another Pod's.
@@ -138,6 +176,9 @@ impl GatedPods {
                     entry.working = false;
                     entry.attempts += 1;
                     entry.due = Instant::now() + wait;
+                    if !registries.is_empty() {
+                        entry.registries = registries;
+                    }
                 }
             }
             Next::Done | Next::After(_) => {}
@@ -155,6 +196,7 @@ impl Queue {
             due: Instant::now(),
             attempts: 0,
             working: false,
+            registries: Vec::new(),
         });
         if entry.record.uid != record.uid {
             // Deleted and created again under the same name: a new Pod, due now (the old one's
@@ -164,6 +206,7 @@ impl Queue {
                 due: Instant::now(),
                 attempts: 0,
                 working: false,
+                registries: Vec::new(),
             };
         }
     }
@@ -228,8 +271,9 @@ async fn run(controller: Controller, gated: GatedPods, mut leader: watch::Receiv
             Ok((record, attempts)) => {
                 let (controller, gated) = (controller.clone(), gated.clone());
                 tokio::spawn(async move {
-                    let next = controller.work(&record, attempts).await;
-                    gated.finished(&record, next);
+                    let mut registries = Vec::new();
+                    let next = controller.work(&record, attempts, &mut registries).await;
+                    gated.finished(&record, next, registries);
                     drop(turn);
                 });
             }
@@ -247,11 +291,11 @@ async fn run(controller: Controller, gated: GatedPods, mut leader: watch::Receiv
 }
 
 impl Controller {
-    /// One look at a gated Pod.
-    async fn work(&self, record: &GatedRecord, attempts: u32) -> Next {
+    /// One look at a gated Pod; the registries its images name go into `registries`.
+    async fn work(&self, record: &GatedRecord, attempts: u32, registries: &mut Vec<String>) -> Next {
         let mut stale = 0;
         loop {
-            match self.try_release(record, attempts).await {
+            match self.try_release(record, attempts, registries).await {
                 Err(PatchError::Stale(why)) if stale < STALE_RETRIES => {
                     tracing::debug!(namespace = %record.namespace, pod = %record.name, %why, "gated Pod changed since read; reading it again");
                     stale += 1;
@@ -267,7 +311,12 @@ impl Controller {
     }
 
     /// Reads the Pod and sends what the core decides; the patch's failure for the caller.
-    async fn try_release(&self, record: &GatedRecord, attempts: u32) -> Result<Next, PatchError> {
+    async fn try_release(
+        &self,
+        record: &GatedRecord,
+        attempts: u32,
+        registries: &mut Vec<String>,
+    ) -> Result<Next, PatchError> {
         let Some(json) = self
             .pods
             .get(&record.namespace, &record.name)
@@ -297,6 +346,7 @@ impl Controller {
             Ok(request) => request,
             Err(why) => return self.release_unchanged(record, &object, &why, None).await,
         };
+        *registries = registries_of(request.images_to_look_up());
         let budget = crate::budget::GATE_LOOKUP.min(self.timeout - held);
         let (facts, pools) = self
             .admission
@@ -387,6 +437,18 @@ impl Controller {
             tracing::warn!(namespace = %record.namespace, pod = %record.name, error = %e, "could not write the Event");
         }
     }
+}
+
+/// The registries `images` name, each once.
+fn registries_of(images: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = images
+        .iter()
+        .filter_map(|image| crate::registry::ImageReference::parse(image).ok())
+        .map(|reference| reference.registry().to_owned())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
 }
 
 /// The wait before the `attempts`+1-th look: 1 s doubling, at most [`MAX_BACKOFF`].
@@ -491,7 +553,7 @@ mod tests {
             matches!(gated.take_due(now), Err(None)),
             "not taken twice while worked on"
         );
-        gated.finished(&taken, Next::After(Duration::from_secs(4)));
+        gated.finished(&taken, Next::After(Duration::from_secs(4)), Vec::new());
         let Err(Some(due)) = gated.take_due(Instant::now()) else {
             panic!("due later");
         };
@@ -500,12 +562,70 @@ mod tests {
         // Created again under its name while worked on: the new Pod stays queued.
         let (taken, _) = gated.take_due(due).unwrap();
         gated.seen(Seen::Gated(record("a", "2", 0)));
-        gated.finished(&taken, Next::Done);
+        gated.finished(&taken, Next::Done, Vec::new());
         assert_eq!(queued(&gated), ["a"]);
         let (new, attempts) = gated.take_due(Instant::now()).expect("the new Pod is due");
         assert_eq!((new.uid.as_str(), attempts), ("2", 0));
-        gated.finished(&new, Next::Done);
+        gated.finished(&new, Next::Done, Vec::new());
         assert!(queued(&gated).is_empty());
+    }
+
+    fn in_namespace(namespace: &str, name: &str) -> GatedRecord {
+        GatedRecord {
+            namespace: namespace.into(),
+            ..record(name, name, 1)
+        }
+    }
+
+    /// Issue 34: one namespace's Pods (whose registry hangs) fill at most half the turns, the
+    /// namespace with the fewest worked on goes first, and Pods naming a registry already
+    /// worked on twice wait for those, whatever namespace they are in.
+    #[test]
+    fn turns_are_fair_across_namespaces_and_bounded_per_registry() {
+        let gated = GatedPods::default();
+        for i in 0..20 {
+            gated.seen(Seen::Gated(in_namespace("flood", &format!("f{i}"))));
+        }
+        let now = Instant::now() + Duration::from_millis(1);
+        let mut taken = Vec::new();
+        while let Ok((record, _)) = gated.take_due(now) {
+            taken.push(record);
+        }
+        assert_eq!(taken.len(), PER_NAMESPACE, "one namespace, half the turns");
+        gated.seen(Seen::Gated(in_namespace("victim", "v1")));
+        gated.seen(Seen::Gated(in_namespace("other", "o1")));
+        let now = Instant::now() + Duration::from_millis(1);
+        let (first, _) = gated.take_due(now).unwrap();
+        let (second, _) = gated.take_due(now).unwrap();
+        let mut names = [first.namespace.as_str(), second.namespace.as_str()];
+        names.sort_unstable();
+        assert_eq!(names, ["other", "victim"]);
+
+        // Pods of three namespaces, known to name one hung registry: two are worked on at a
+        // time, and a Pod that names another registry still gets its turn.
+        let gated = GatedPods::default();
+        for (namespace, name) in [("a", "a1"), ("a", "a2"), ("b", "b1"), ("b", "b2"), ("c", "c1")] {
+            gated.seen(Seen::Gated(in_namespace(namespace, name)));
+        }
+        let now = Instant::now() + Duration::from_millis(1);
+        let hung = vec!["hung.example".to_owned()];
+        while let Ok((record, _)) = gated.take_due(now) {
+            gated.finished(&record, Next::After(Duration::ZERO), hung.clone());
+        }
+        let now = Instant::now() + Duration::from_millis(1);
+        let mut naming_hung = Vec::new();
+        while let Ok((record, _)) = gated.take_due(now) {
+            naming_hung.push(record);
+        }
+        assert_eq!(naming_hung.len(), PER_REGISTRY, "{naming_hung:?}");
+        gated.seen(Seen::Gated(in_namespace("d", "d1")));
+        let (other, _) = gated.take_due(Instant::now() + Duration::from_millis(1)).unwrap();
+        assert_eq!(other.name, "d1");
+        gated.finished(&naming_hung[0], Next::After(Duration::ZERO), hung);
+        assert!(
+            gated.take_due(Instant::now() + Duration::from_millis(1)).is_ok(),
+            "a turn of the registry given back"
+        );
     }
 
     #[test]

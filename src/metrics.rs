@@ -68,6 +68,16 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BodyRefusalLabels {
+    peer_class: &'static str,
+    budget: &'static str,
+}
+
+/// `tolerable_body_refusals_total`'s peer classes and budgets.
+const PEER_CLASSES: [&str; 2] = ["serving", "other"];
+const BODY_BUDGETS: [&str; 3] = ["connection", "peer", "process"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -107,6 +117,12 @@ const PLUGIN_RESULTS: [&str; 6] = [
     "not_started",
     "none",
 ];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegistryWaitLabels {
+    registry: String,
+    result: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RegistryLabels {
@@ -176,6 +192,8 @@ pub struct Metrics {
     connections_refused: Counter,
     connections_closed: Family<ReasonLabels, Counter>,
     requests_refused: Family<ReasonLabels, Counter>,
+    body_refusals: Family<BodyRefusalLabels, Counter>,
+    registry_bytes_waits: Family<RegistryWaitLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
     gate_leader: Gauge,
@@ -229,6 +247,8 @@ impl Metrics {
             connections_refused: Counter::default(),
             connections_closed: Family::default(),
             requests_refused: Family::default(),
+            body_refusals: Family::default(),
+            registry_bytes_waits: Family::default(),
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
             gate_leader: Gauge::default(),
@@ -261,6 +281,11 @@ impl Metrics {
             let _ = self
                 .requests_refused
                 .get_or_create(&ReasonLabels { reason });
+        }
+        for peer_class in PEER_CLASSES {
+            for budget in BODY_BUDGETS {
+                let _ = self.body_refusals.get_or_create(&BodyRefusalLabels { peer_class, budget });
+            }
         }
         for reason in ["idle", "reclaimed"] {
             let _ = self
@@ -464,6 +489,11 @@ impl Metrics {
             "Requests refused before being answered, by reason: requests_in_flight (503), body_memory (503: a body, or what an admission parses from it, past the body budgets), read_timeout (408), too_many_connections (503)",
             self.requests_refused.clone(),
         );
+        registry.register(
+            "tolerable_body_refusals",
+            "Request bodies refused for memory (the body_memory refusals), by who was refused — peer_class serving (a connection that had an admission answered: the API server's) or other — and the budget that was spent: connection, peer (the peer address's share) or process (the budget and, for serving connections, its reserve)",
+            self.body_refusals.clone(),
+        );
     }
 
     /// Admissions, certificates and the node pools.
@@ -582,6 +612,15 @@ impl Metrics {
     pub(crate) fn connection_closed(&self, reason: &'static str) {
         self.connections_closed
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A body refused for memory: `serving` whether its connection had an admission answered,
+    /// `budget` which budget was spent (a fixed set).
+    pub(crate) fn body_refused(&self, serving: bool, budget: &'static str) {
+        let peer_class = if serving { "serving" } else { "other" };
+        self.body_refusals
+            .get_or_create(&BodyRefusalLabels { peer_class, budget })
             .inc();
     }
 

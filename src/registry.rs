@@ -12,6 +12,7 @@ pub mod access;
 mod bounds;
 mod breaker;
 pub mod cache;
+mod children;
 pub mod challenge;
 pub mod client;
 pub mod clock;
@@ -146,8 +147,9 @@ pub enum LookupError {
     /// at once): the image's own doing, so its registry's circuit breaker does not count it.
     #[error("{reference}: too costly to look up: {limit} (tolerable's bound for one image)")]
     OverLimit { reference: String, limit: String },
-    /// The process-wide budget of registry bytes in flight is spent by other lookups: tolerable's
-    /// own bound, like `Throttled` — not counted by the breaker, not cached.
+    /// The lookup waited for room in the registry bytes in flight (the process budget, its
+    /// registry's or its namespace's share, spent by other lookups) until its deadline:
+    /// tolerable's own bound, like `Throttled` — not counted by the breaker, not cached.
     #[error("{reference}: not looked up: too many registry bytes in flight")]
     Busy { reference: String },
     /// The registry answered a manifest or blob request (status and headers) and then sent
@@ -436,6 +438,9 @@ pub(crate) trait RegistryObserver: Send + Sync {
     fn shared_cache_write(&self, _result: &'static str) {}
     /// Registry bytes in flight rose (or, negative, fell) by `change`.
     fn registry_bytes(&self, _change: i64) {}
+    /// A lookup's answer from `host` waited for room in the registry bytes: `room` (it got
+    /// some) or `deadline` (its lookup ended first).
+    fn registry_bytes_wait(&self, _host: &str, _result: &'static str) {}
     /// Whether the shared cache answered the last request.
     fn shared_cache_up(&self, _up: bool) {}
     /// A credential plugin ran: `result` is `ok`, `failed` (non-zero exit), `invalid_response`,

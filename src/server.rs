@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::Admission;
 use crate::metrics::Metrics;
 
-use self::body::ByteBudget;
+use self::body::BodyBudgets;
 use self::connection::{ConnectionState, Tracked};
 use self::slots::{Slot, Slots};
 use self::tls::CertStore;
@@ -85,8 +85,9 @@ pub struct AppState {
 /// What the server's requests hold, process-wide.
 #[derive(Debug)]
 pub(crate) struct Load {
-    /// Bytes of request bodies held (compressed and inflated alike).
-    bodies: Arc<ByteBudget>,
+    /// Bytes of request bodies held (compressed and inflated alike), with each peer's share
+    /// and the serving connections' reserve.
+    bodies: Arc<BodyBudgets>,
     /// Permits for `/mutate` requests being answered.
     requests: Arc<Semaphore>,
     max_requests: usize,
@@ -95,7 +96,7 @@ pub(crate) struct Load {
 impl Load {
     pub(crate) fn new(limits: &ServerLimits) -> Self {
         Self {
-            bodies: Arc::new(ByteBudget::new(body::PROCESS_BODY_BUDGET)),
+            bodies: Arc::new(BodyBudgets::shipped()),
             requests: Arc::new(Semaphore::new(limits.max_requests_in_flight)),
             max_requests: limits.max_requests_in_flight,
         }
@@ -357,7 +358,11 @@ async fn serve_connection(
         return;
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-    let state = ConnectionState::new(!h2, body::CONNECTION_BODY_BUDGET, peer.ip(), slot);
+    let budgets = (
+        body::CONNECTION_BODY_BUDGET,
+        server.app.load.bodies.peer(peer.ip()),
+    );
+    let state = ConnectionState::new(!h2, budgets, peer.ip(), slot);
     let io = TokioIo::new(Tracked::new(stream, state.clone()));
     let service = {
         let (server, state) = (server.clone(), state.clone());

@@ -8,8 +8,8 @@ use prometheus_client::registry::Registry;
 use crate::registry::{RateLimit, RegistryObserver, RequestMethod, Revalidation};
 
 use super::{
-    CircuitLabels, Metrics, PluginLabels, PluginRunLabels, RegistryLabels, ResultLabels,
-    MAX_REGISTRY_LABELS, PLUGIN_RESULTS,
+    CircuitLabels, Metrics, PluginLabels, PluginRunLabels, RegistryLabels, RegistryWaitLabels,
+    ResultLabels, MAX_REGISTRY_LABELS, PLUGIN_RESULTS,
 };
 
 /// API hosts of public registries that always have their own label.
@@ -69,8 +69,13 @@ impl Metrics {
         );
         registry.register(
             "tolerable_registry_bytes_in_flight",
-            "Bytes of registry answers the lookups hold while they arrive (a process-wide budget of 32 MiB, at most 5 MiB per lookup)",
+            "Bytes of registry answers the lookups hold while they arrive (a process-wide budget of 32 MiB, at most 12 MiB per registry host and per namespace, 5 MiB per lookup)",
             self.registry_bytes.clone(),
+        );
+        registry.register(
+            "tolerable_registry_bytes_waits",
+            "Registry answers that waited for room in the registry bytes in flight (the budget, their registry's or their namespace's share spent), by registry host and result: room (it came) or deadline (the lookup ended first, busy)",
+            self.registry_bytes_waits.clone(),
         );
         registry.register(
             "tolerable_registry_circuit_opened",
@@ -226,6 +231,14 @@ impl RegistryObserver for Metrics {
 
     fn shared_cache_up(&self, up: bool) {
         self.shared_cache_up.set(i64::from(up));
+    }
+
+    fn registry_bytes_wait(&self, host: &str, result: &'static str) {
+        let labels = RegistryWaitLabels {
+            registry: self.registry_label(host, false),
+            result,
+        };
+        self.registry_bytes_waits.get_or_create(&labels).inc();
     }
 
     fn registry_bytes(&self, change: i64) {

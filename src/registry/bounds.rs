@@ -5,8 +5,14 @@
 //! Each index is already bounded on its own (entries, depth), but a tree of indexes multiplies
 //! those bounds, and a registry that sends 4 MiB − 2 bytes of each child and stalls would make
 //! every child hold its buffer. These bounds hold per lookup: a lookup that reaches them ends
-//! as the image's own failure ([`FetchError::OverLimit`]), never the registry's; one that finds
-//! the process-wide budget spent ends at once as [`FetchError::Busy`].
+//! as the image's own failure ([`FetchError::OverLimit`]), never the registry's.
+//!
+//! The process-wide budget is shared fairly: the lookups of one registry host hold at most
+//! [`REGISTRY_BYTES_SHARE`] of it together, and so do those of one namespace, so a registry
+//! that stalls its answers spends its own share, not everyone's. A lookup that finds no room
+//! (in the budget, its host's or its namespace's share) waits for some within its own deadline
+//! instead of failing at once; cut off while waiting, it is busy (tolerable's bound, never its
+//! registry's breaker), while the lookups holding the bytes end as stalled.
 //!
 //! A lookup also knows what its requests are waiting for — the registry's answer (status and
 //! headers), or the rest of a manifest or blob it has begun to send — so that a lookup cut off
@@ -14,11 +20,11 @@
 //! (its circuit breaker counts it), an image whose answer stalled after its headers is the
 //! image's own ([`LookupBounds::stalled_body`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 
 use super::client::MAX_MANIFEST_BYTES;
 use super::{FetchError, RegistryObserver};
@@ -31,6 +37,11 @@ pub(crate) const REGISTRY_BYTES_BUDGET: usize = 32 << 20;
 /// distribution spec lets a registry serve, and a little room for its siblings. Real manifests
 /// and configs are a few KiB.
 pub(crate) const LOOKUP_BYTES_SHARE: usize = MAX_MANIFEST_BYTES + (1 << 20);
+/// What the lookups of one registry host may hold of [`REGISTRY_BYTES_BUDGET`] together, and
+/// what the lookups of one namespace may: a registry that sends 4 MiB − 2 bytes of each answer
+/// and stalls fills its own share (three such answers), and the rest waits for room there,
+/// while every other registry's and namespace's lookups find room (issue 34).
+pub(crate) const REGISTRY_BYTES_SHARE: usize = 12 << 20;
 /// Manifests and blobs one lookup fetches at most, over the whole walk (mirror, origin and
 /// every credential tried). A real image needs one (an index whose entries name their
 /// platforms) to a few (a single manifest and its config); an index of 31 entries without
@@ -40,43 +51,111 @@ pub(crate) const MAX_FETCHES_PER_LOOKUP: usize = 64;
 /// Manifests and blobs one lookup fetches at the same time, however many indexes it walks.
 pub(crate) const FETCHES_AT_ONCE: usize = 4;
 
-/// The process-wide budget of registry bytes in flight.
+/// The process-wide budget of registry bytes in flight, with each registry host's and each
+/// namespace's share of it.
 pub(crate) struct RegistryBytes {
-    used: AtomicUsize,
+    held: Mutex<Held>,
+    /// `held.total`, for scrapes.
+    in_flight: AtomicUsize,
     limit: usize,
+    share: usize,
+    /// Woken whenever bytes are given back: lookups waiting for room look again.
+    room: Notify,
     /// Told every change, so `tolerable_registry_bytes_in_flight` follows it.
     observer: Option<Arc<dyn RegistryObserver>>,
 }
 
+/// Bytes held, in all and by each holder (only holders holding some).
+#[derive(Default)]
+struct Held {
+    total: usize,
+    hosts: HashMap<String, usize>,
+    namespaces: HashMap<String, usize>,
+}
+
+/// Who bytes are held for: a registry host, and the namespace of the Pod that asked (none for
+/// `inspect`, `review` and the like).
+#[derive(Clone, Copy)]
+struct Holder<'a> {
+    host: &'a str,
+    namespace: Option<&'a str>,
+}
+
 impl RegistryBytes {
     pub(crate) fn new(limit: usize, observer: Option<Arc<dyn RegistryObserver>>) -> Self {
+        Self::with_share(limit, REGISTRY_BYTES_SHARE.min(limit), observer)
+    }
+
+    pub(crate) fn with_share(
+        limit: usize,
+        share: usize,
+        observer: Option<Arc<dyn RegistryObserver>>,
+    ) -> Self {
         Self {
-            used: AtomicUsize::new(0),
+            held: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
             limit,
+            share,
+            room: Notify::new(),
             observer,
         }
     }
 
     /// Bytes held now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.used.load(Ordering::Acquire)
+        self.in_flight.load(Ordering::Acquire)
     }
 
-    fn try_take(&self, bytes: usize) -> bool {
-        let taken = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= self.limit)
-            })
-            .is_ok();
-        if taken {
-            self.tell(i64::try_from(bytes).unwrap_or(i64::MAX));
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Counters only, updated together: consistent whatever panicked.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `bytes` could ever be taken for one holder (then waiting makes sense).
+    fn could_fit(&self, bytes: usize) -> bool {
+        bytes <= self.limit.min(self.share)
+    }
+
+    fn try_take(&self, holder: Holder<'_>, bytes: usize) -> bool {
+        let mut held = self.held();
+        let host = held.hosts.get(holder.host).copied().unwrap_or(0);
+        let namespace = holder
+            .namespace
+            .map_or(0, |n| held.namespaces.get(n).copied().unwrap_or(0));
+        let fits = |used: usize, limit: usize| used.checked_add(bytes).is_some_and(|t| t <= limit);
+        if !(fits(held.total, self.limit) && fits(host, self.share) && fits(namespace, self.share))
+        {
+            return false;
         }
-        taken
+        held.total += bytes;
+        *held.hosts.entry(holder.host.to_owned()).or_default() += bytes;
+        if let Some(namespace) = holder.namespace {
+            *held.namespaces.entry(namespace.to_owned()).or_default() += bytes;
+        }
+        self.in_flight.store(held.total, Ordering::Release);
+        drop(held);
+        self.tell(i64::try_from(bytes).unwrap_or(i64::MAX));
+        true
     }
 
-    fn give_back(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    fn give_back(&self, holder: Holder<'_>, bytes: usize) {
+        let mut held = self.held();
+        held.total -= bytes;
+        let release = |map: &mut HashMap<String, usize>, key: &str| {
+            if let Some(used) = map.get_mut(key) {
+                *used -= bytes;
+                if *used == 0 {
+                    map.remove(key);
+                }
+            }
+        };
+        release(&mut held.hosts, holder.host);
+        if let Some(namespace) = holder.namespace {
+            release(&mut held.namespaces, namespace);
+        }
+        self.in_flight.store(held.total, Ordering::Release);
+        drop(held);
+        self.room.notify_waiters();
         self.tell(-i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
@@ -91,6 +170,8 @@ impl RegistryBytes {
 /// One lookup's bounds: its share of the registry bytes, its fetches, its turns to fetch.
 pub(crate) struct LookupBounds {
     process: Arc<RegistryBytes>,
+    /// The namespace of the Pod the lookup is for, when known: its share is the namespace's.
+    namespace: Option<String>,
     /// This lookup's bytes in flight, at most `share`.
     bytes: AtomicUsize,
     share: usize,
@@ -107,15 +188,18 @@ struct Waiting {
     /// being read (a 5xx is the registry's failure, however its body ends).
     answers: usize,
     /// Manifest and blob bodies being read after a 200, by a number of their own: what each
-    /// is (`sha256:…`, a tag), for the message.
-    bodies: BTreeMap<u64, String>,
+    /// is (`sha256:…`, a tag), for the message, and whether it waits for room in the registry
+    /// bytes (then it is not stalling: the budget is spent by others).
+    bodies: BTreeMap<u64, (String, bool)>,
     next_body: u64,
 }
 
 impl LookupBounds {
-    /// The bounds of an admission's lookup.
-    pub(crate) fn new(process: Arc<RegistryBytes>) -> Self {
-        Self::with_limits(process, LOOKUP_BYTES_SHARE, MAX_FETCHES_PER_LOOKUP)
+    /// The bounds of an admission's lookup for a Pod in `namespace` (when known).
+    pub(crate) fn new(process: Arc<RegistryBytes>, namespace: Option<&str>) -> Self {
+        let mut bounds = Self::with_limits(process, LOOKUP_BYTES_SHARE, MAX_FETCHES_PER_LOOKUP);
+        bounds.namespace = namespace.map(str::to_owned);
+        bounds
     }
 
     pub(crate) fn with_limits(
@@ -125,6 +209,7 @@ impl LookupBounds {
     ) -> Self {
         Self {
             process,
+            namespace: None,
             bytes: AtomicUsize::new(0),
             share,
             fetches: AtomicUsize::new(0),
@@ -150,22 +235,43 @@ impl LookupBounds {
         let mut waiting = self.waiting();
         let number = waiting.next_body;
         waiting.next_body += 1;
-        waiting.bodies.insert(number, what.to_owned());
+        waiting.bodies.insert(number, (what.to_owned(), false));
         ReadingBody {
             bounds: self,
             number,
+            what: what.to_owned(),
         }
     }
 
     /// When the lookup waits only on bodies the registry began to send (none of its requests
-    /// still waits for an answer): what the first of them is. A lookup cut off by its deadline
-    /// then stalled on the image's own content, not on the registry.
+    /// still waits for an answer, none of those bodies waits for room): what the first of them
+    /// is. A lookup cut off by its deadline then stalled on the image's own content, not on
+    /// the registry.
     pub(crate) fn stalled_body(&self) -> Option<String> {
         let waiting = self.waiting();
         if waiting.answers > 0 {
             return None;
         }
-        waiting.bodies.values().next().cloned()
+        let stalled = waiting.bodies.values().find(|(_, for_room)| !for_room);
+        stalled.map(|(what, _)| what.clone())
+    }
+
+    /// Whether the lookup waits for nothing but room in the registry bytes (no request waits
+    /// for an answer, no body stalls): cut off by its deadline, it was busy, through no fault
+    /// of its registry's.
+    pub(crate) fn waiting_for_room(&self) -> bool {
+        let waiting = self.waiting();
+        waiting.answers == 0
+            && !waiting.bodies.is_empty()
+            && waiting.bodies.values().all(|(_, for_room)| *for_room)
+    }
+
+    fn mark_room(&self, body: Option<u64>, for_room: bool) {
+        if let Some(number) = body {
+            if let Some(entry) = self.waiting().bodies.get_mut(&number) {
+                entry.1 = for_room;
+            }
+        }
     }
 
     /// Counts one manifest or blob fetch and waits for a turn to make it (held while the
@@ -185,11 +291,25 @@ impl LookupBounds {
             .expect("the semaphore is never closed"))
     }
 
-    /// An empty reservation against this lookup's share (and the process budget).
-    pub(crate) fn reservation(&self) -> Reservation<'_> {
+    /// An empty reservation against this lookup's share and the process budget, for an answer
+    /// of `host` (`body`: the manifest or blob it is, when one).
+    pub(crate) fn reservation<'a>(
+        &'a self,
+        host: &'a str,
+        body: Option<&ReadingBody<'_>>,
+    ) -> Reservation<'a> {
         Reservation {
             bounds: self,
+            host,
+            body: body.map(|b| b.number),
             bytes: 0,
+        }
+    }
+
+    fn holder<'a>(&'a self, host: &'a str) -> Holder<'a> {
+        Holder {
+            host,
+            namespace: self.namespace.as_deref(),
         }
     }
 }
@@ -209,6 +329,14 @@ impl Drop for AwaitingAnswer<'_> {
 pub(crate) struct ReadingBody<'a> {
     bounds: &'a LookupBounds,
     number: u64,
+    what: String,
+}
+
+impl ReadingBody<'_> {
+    /// What is being read (`sha256:…`, a tag).
+    pub(crate) fn what(&self) -> &str {
+        &self.what
+    }
 }
 
 impl Drop for ReadingBody<'_> {
@@ -217,16 +345,22 @@ impl Drop for ReadingBody<'_> {
     }
 }
 
-/// Bytes held from a lookup's share and the process budget for one buffer; given back when
-/// dropped, so it lives as long as the buffer it pays for.
+/// Bytes held from a lookup's share and the process budget (its host's and namespace's shares)
+/// for one buffer; given back when dropped, so it lives as long as the buffer it pays for.
 pub(crate) struct Reservation<'a> {
     bounds: &'a LookupBounds,
+    host: &'a str,
+    body: Option<u64>,
     bytes: usize,
 }
 
 impl Reservation<'_> {
     /// Raises the reservation to `total` bytes, or says which bound refused (nothing taken).
-    pub(crate) fn grow_to(&mut self, total: usize) -> Result<(), FetchError> {
+    /// Past the lookup's own share it is the image's failure at once; when the process budget,
+    /// the host's or the namespace's share has no room, it waits for room (its lookup's
+    /// deadline bounds the wait: cut off there, it ends as busy, see
+    /// [`LookupBounds::waiting_for_room`]).
+    pub(crate) async fn grow_to(&mut self, total: usize) -> Result<(), FetchError> {
         let extra = total.saturating_sub(self.bytes);
         if extra == 0 {
             return Ok(());
@@ -243,20 +377,85 @@ impl Reservation<'_> {
                 bounds.share >> 20
             )));
         }
-        if !bounds.process.try_take(extra) {
-            bounds.bytes.fetch_sub(extra, Ordering::AcqRel);
+        // Given back unless taken: refused, or cut off while waiting.
+        let mut pending = PendingShare {
+            bounds,
+            host: self.host,
+            extra,
+            body: self.body,
+            waited: false,
+        };
+        let process = &bounds.process;
+        if !process.could_fit(extra) {
             return Err(FetchError::Busy);
         }
-        self.bytes = total;
-        Ok(())
+        loop {
+            let room = process.room.notified();
+            tokio::pin!(room);
+            // Registered before looking, so bytes given back meanwhile wake it.
+            room.as_mut().enable();
+            if process.try_take(bounds.holder(self.host), extra) {
+                pending.taken();
+                self.bytes = total;
+                return Ok(());
+            }
+            pending.waiting();
+            room.await;
+        }
+    }
+}
+
+/// A reservation's growth under way: its bytes of the lookup's share, and whether it waited for
+/// room (told to the observer, and marked on its body for the deadline's verdict).
+struct PendingShare<'a> {
+    bounds: &'a LookupBounds,
+    host: &'a str,
+    extra: usize,
+    body: Option<u64>,
+    waited: bool,
+}
+
+impl PendingShare<'_> {
+    fn waiting(&mut self) {
+        if !self.waited {
+            self.waited = true;
+            self.bounds.mark_room(self.body, true);
+        }
+    }
+
+    /// The bytes are taken: nothing to give back.
+    fn taken(&mut self) {
+        if self.waited {
+            self.bounds.mark_room(self.body, false);
+            self.tell("room");
+        }
+        self.extra = 0;
+    }
+
+    fn tell(&self, result: &'static str) {
+        if let Some(observer) = &self.bounds.process.observer {
+            observer.registry_bytes_wait(self.host, result);
+        }
+    }
+}
+
+impl Drop for PendingShare<'_> {
+    fn drop(&mut self) {
+        if self.extra > 0 {
+            self.bounds.bytes.fetch_sub(self.extra, Ordering::AcqRel);
+            if self.waited {
+                self.tell("deadline");
+            }
+        }
     }
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            self.bounds.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-            self.bounds.process.give_back(self.bytes);
+            let bounds = self.bounds;
+            bounds.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+            bounds.process.give_back(bounds.holder(self.host), self.bytes);
         }
     }
 }
@@ -265,31 +464,77 @@ impl Drop for Reservation<'_> {
 mod tests {
     use super::*;
 
+    /// `grow_to` that must not wait: `None` when it would.
+    fn now(grow: impl std::future::Future<Output = Result<(), FetchError>>) -> Option<Result<(), FetchError>> {
+        use futures_util::FutureExt as _;
+        grow.now_or_never()
+    }
+
     #[test]
     fn a_lookup_holds_at_most_its_share_and_gives_it_back() {
-        let process = Arc::new(RegistryBytes::new(10, None));
+        let process = Arc::new(RegistryBytes::with_share(10, 10, None));
         let first = LookupBounds::with_limits(process.clone(), 6, 1);
         let second = LookupBounds::with_limits(process.clone(), 6, 1);
-        let mut a = first.reservation();
-        a.grow_to(4).unwrap();
-        let mut b = first.reservation();
-        assert!(matches!(b.grow_to(3), Err(FetchError::OverLimit(_))));
-        b.grow_to(2).unwrap();
+        let mut a = first.reservation("r.example", None);
+        now(a.grow_to(4)).unwrap().unwrap();
+        let mut b = first.reservation("r.example", None);
+        assert!(matches!(now(b.grow_to(3)), Some(Err(FetchError::OverLimit(_)))));
+        now(b.grow_to(2)).unwrap().unwrap();
         assert_eq!(process.in_flight(), 6);
-        // The process budget is spent before the second lookup's share.
-        let mut c = second.reservation();
-        c.grow_to(4).unwrap();
-        let mut d = second.reservation();
-        assert_eq!(d.grow_to(1), Err(FetchError::Busy));
+        // The process budget is spent before the second lookup's share: it waits for room.
+        let mut c = second.reservation("r.example", None);
+        now(c.grow_to(4)).unwrap().unwrap();
+        let mut d = second.reservation("r.example", None);
+        assert_eq!(now(d.grow_to(1)), None, "waits");
         assert_eq!(second.bytes.load(Ordering::Acquire), 4, "nothing kept");
         drop((a, b, c, d));
         assert_eq!(process.in_flight(), 0);
         assert_eq!(first.bytes.load(Ordering::Acquire), 0);
     }
 
+    /// Issue 34: a host's lookups hold at most its share; another host's (and another
+    /// namespace's) find room meanwhile, and a lookup waiting for room in its host's share gets
+    /// it when bytes are given back — and is marked busy, not stalled, while it waits.
+    #[tokio::test]
+    async fn each_host_and_namespace_holds_its_own_share_and_waiters_get_room() {
+        let process = Arc::new(RegistryBytes::with_share(10, 4, None));
+        let lookup = |namespace| LookupBounds {
+            namespace: Some(String::from(namespace)),
+            ..LookupBounds::with_limits(process.clone(), 10, 8)
+        };
+        let (hostile, victim, same_ns) = (lookup("evil"), lookup("ok"), lookup("evil"));
+        let mut held = hostile.reservation("evil.example", None);
+        now(held.grow_to(4)).unwrap().unwrap();
+        let body = victim.reading_body("sha256:c0");
+        let mut fine = victim.reservation("good.example", Some(&body));
+        now(fine.grow_to(4)).unwrap().unwrap();
+        drop(fine);
+        // Its namespace's share is spent too, on another host.
+        let mut other_host = same_ns.reservation("other.example", None);
+        assert_eq!(now(other_host.grow_to(1)), None, "the namespace's share");
+
+        let waiter_body = hostile.reading_body("sha256:c1");
+        let mut waiter = hostile.reservation("evil.example", Some(&waiter_body));
+        {
+            let grow = waiter.grow_to(2);
+            tokio::pin!(grow);
+            assert!(futures_util::poll!(grow.as_mut()).is_pending());
+            assert!(hostile.waiting_for_room(), "busy, not stalled");
+            assert_eq!(hostile.stalled_body(), None);
+            drop(held);
+            grow.await.unwrap();
+        }
+        assert!(!hostile.waiting_for_room());
+        assert_eq!(hostile.stalled_body().as_deref(), Some("sha256:c1"));
+        assert_eq!(process.in_flight(), 2);
+        drop((waiter, waiter_body, body));
+        assert_eq!(process.in_flight(), 0);
+        assert!(process.held().hosts.is_empty() && process.held().namespaces.is_empty());
+    }
+
     #[test]
     fn a_body_stalls_only_when_no_request_waits_for_an_answer() {
-        let bounds = LookupBounds::new(Arc::new(RegistryBytes::new(1, None)));
+        let bounds = LookupBounds::new(Arc::new(RegistryBytes::new(1, None)), None);
         assert_eq!(bounds.stalled_body(), None);
         let answer = bounds.awaiting_answer();
         let config = bounds.reading_body("sha256:c0");

@@ -27,6 +27,7 @@ use self::digests::{shown_reference, verify_digest};
 use self::redirects::redirect_policy;
 use super::access::{AccessRules, FilteringResolver};
 use super::bounds::LookupBounds;
+use super::children::{ChildKey, Children};
 use super::challenge::{self, Challenge};
 use super::credentials::Credential;
 use super::manifest::ACCEPT as MANIFEST_TYPES;
@@ -63,6 +64,8 @@ pub(crate) struct RegistryClient {
     authorizations: Mutex<HashMap<AuthorizationKey, CachedAuthorization>>,
     hasher: RandomState,
     observer: Option<Arc<dyn RegistryObserver>>,
+    /// Manifests by digest and config blobs, read once across lookups.
+    children: Children,
 }
 
 impl RegistryClient {
@@ -121,6 +124,7 @@ impl RegistryClient {
             authorizations: Mutex::default(),
             hasher: RandomState::new(),
             observer: None,
+            children: Children::default(),
         })
     }
 
@@ -198,8 +202,14 @@ impl HostSource<'_> {
         let headers = response.headers().clone();
         // The registry has answered: from here a stall is the image's content stalling.
         let what = shown_reference(reference);
-        let _reading = self.bounds.reading_body(what);
-        let body = read_capped(response, max_bytes, self.bounds, Some(what)).await?;
+        let reading = self.bounds.reading_body(what);
+        let body = read_capped(
+            response,
+            max_bytes,
+            (self.bounds, &self.host),
+            Some(&reading),
+        )
+        .await?;
         Ok((body, headers))
     }
 
@@ -250,7 +260,7 @@ impl HostSource<'_> {
         }
         let status = response.status();
         if status != StatusCode::OK {
-            return Err(status_error(status, response, self.bounds).await);
+            return Err(status_error(status, response, (self.bounds, &self.host)).await);
         }
         Ok(response)
     }
@@ -319,40 +329,70 @@ impl ManifestSource for HostSource<'_> {
         repository: &str,
         reference: &str,
     ) -> Result<(Bytes, String), FetchError> {
-        let accept = MANIFEST_TYPES.join(", ");
-        let (body, headers) = self
-            .get(
-                repository,
-                "manifests",
-                reference,
-                Some(&accept),
-                MAX_MANIFEST_BYTES,
-            )
-            .await?;
-        let digest = if reference.contains(':') {
-            verify_digest(reference, &body)?;
-            reference.to_owned()
-        } else {
-            match headers
-                .get("docker-content-digest")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(header) => {
-                    verify_digest(header, &body)?;
-                    header.to_owned()
-                }
-                None => sha256_digest(&body),
+        if reference.contains(':') {
+            let read = Box::pin(async {
+                let (body, _) = self.get_manifest(repository, reference).await?;
+                verify_digest(reference, &body)?;
+                Ok(body)
+            });
+            let key = self.child_key(repository, reference, false);
+            let body = self.client.children.get_or_read(key, read).await?;
+            return Ok((body, reference.to_owned()));
+        }
+        let (body, headers) = self.get_manifest(repository, reference).await?;
+        let digest = match headers
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(header) => {
+                verify_digest(header, &body)?;
+                header.to_owned()
             }
+            None => sha256_digest(&body),
         };
         Ok((body, digest))
     }
 
     async fn blob(&self, repository: &str, digest: &str) -> Result<Bytes, FetchError> {
-        let (body, _) = self
-            .get(repository, "blobs", digest, None, MAX_CONFIG_BYTES)
-            .await?;
-        verify_digest(digest, &body)?;
-        Ok(body)
+        let read = Box::pin(async {
+            let (body, _) = self
+                .get(repository, "blobs", digest, None, MAX_CONFIG_BYTES)
+                .await?;
+            verify_digest(digest, &body)?;
+            Ok(body)
+        });
+        let key = self.child_key(repository, digest, true);
+        self.client.children.get_or_read(key, read).await
+    }
+}
+
+impl HostSource<'_> {
+    /// GET a manifest (tag or digest), unchecked.
+    async fn get_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<(Bytes, HeaderMap), FetchError> {
+        let accept = MANIFEST_TYPES.join(", ");
+        self.get(
+            repository,
+            "manifests",
+            reference,
+            Some(&accept),
+            MAX_MANIFEST_BYTES,
+        )
+        .await
+    }
+
+    /// The key of child `digest` of `repository` read through this source.
+    fn child_key(&self, repository: &str, digest: &str, blob: bool) -> ChildKey {
+        ChildKey {
+            host: self.host.clone(),
+            repository: repository.to_owned(),
+            credential: self.fingerprint,
+            digest: digest.to_owned(),
+            blob,
+        }
     }
 }
 

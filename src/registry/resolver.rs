@@ -173,19 +173,21 @@ impl Resolver {
         image: &str,
         first: &CredentialStore,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
-        self.resolve_within(image, first, self.settings.lookup_timeout)
+        self.resolve_within(image, first, self.settings.lookup_timeout, None)
             .await
     }
 
     /// [`Resolver::resolve_with`] for a caller who can wait only `budget` (an admission whose
     /// API server times out sooner than `lookup_timeout`): a registry lookup then ends by itself
     /// within the budget, so a hung registry is still counted by its circuit breaker rather than
-    /// abandoned unnoticed.
+    /// abandoned unnoticed. `namespace`: the Pod's, whose share of the registry bytes its
+    /// lookups hold (see [`super::bounds`]).
     pub(crate) async fn resolve_within(
         &self,
         image: &str,
         first: &CredentialStore,
         budget: Duration,
+        namespace: Option<&str>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let timeout = budget.min(self.settings.lookup_timeout);
         let reference = ImageReference::parse(image)?;
@@ -212,7 +214,7 @@ impl Resolver {
             reference,
             chain,
             shared_keys,
-            bounds: LookupBounds::new(self.registry_bytes.clone()),
+            bounds: LookupBounds::new(self.registry_bytes.clone(), namespace),
         };
         Box::pin(self.resolve_uncached(key, asked, timeout)).await
     }
@@ -374,6 +376,11 @@ impl Resolver {
             .flatten();
         let result = match (timed, stalled) {
             (Ok(result), _) => result,
+            // It waited for room in the registry bytes others held (its registry's share spent
+            // by its own stalled answers, or the budget by everyone's): busy, not the registry.
+            (Err(_), None) if asked.bounds.waiting_for_room() => Err(LookupError::Busy {
+                reference: reference.to_string(),
+            }),
             // The registry answered, and then the image's manifest or blob stalled: the image's
             // own failure, however long the registry took.
             (Err(_), Some(what)) => Err(LookupError::Stalled {

@@ -1,17 +1,26 @@
 //! Request bodies read into one buffer under memory budgets. Collecting a body frame by frame
 //! keeps every frame as its own allocation: a body sent as one-byte chunks cost ~40 times its
-//! size. Here the buffer is sized from `Content-Length` (or grown by doubling) and every byte of
-//! capacity is first reserved from the connection's budget and the process-wide one, so neither
-//! one HTTP/2 connection with many streams nor many connections can run the process out of
-//! memory. (Reserving a declared length only as bytes arrive was tried: an HTTP/2 client whose
-//! streams are refused later, mid-body, has more DATA in flight on them, and h2's limit on
-//! streams reset for protocol errors then closes the whole connection.)
+//! size. Here the buffer grows (by doubling, never past the declared `Content-Length`) as the
+//! bytes **arrive**, and every byte of capacity is first reserved from the connection's budget,
+//! its peer address's share and the process-wide budget — so neither one HTTP/2 connection with
+//! many streams, nor many connections, nor one client's many connections can run the process
+//! out of memory, and a body that declares 3 MiB and stalls holds what it sent (issue 34: 16
+//! such connections, reserved as declared, refused every other admission).
+//!
+//! The process budget keeps a reserve ([`SERVING_RESERVE`]) that only connections which have
+//! already had an admission answered (the API server's) may draw on once their peer's share or
+//! the rest of the budget is spent: whatever new connections hold, the API server's open
+//! connection still gets its admissions read. An HTTP/2 stream refused mid-body has the rest of
+//! its body read and dropped before it is answered, so the client sends no DATA on a reset
+//! stream (h2 closes a whole connection after too many of those).
 //!
 //! A gzip body's inflated copy is reserved the same way as it grows (see [`inflate`]): 3 KB of
 //! gzip can inflate to 3 MiB, and that copy lives through the whole admission.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
@@ -28,9 +37,16 @@ pub(crate) const ADMISSION_BYTES_PER_BODY_BYTE: usize = 3;
 /// (the API server's way).
 pub(crate) const CONNECTION_BODY_BUDGET: usize = ADMISSION_BYTES_PER_BODY_BYTE * MAX_BODY_BYTES;
 /// Bytes of body buffers the whole process may hold at once, well inside the shipped
-/// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take).
+/// Deployment's 128 MiB memory limit (bodies are parsed into more memory than they take); the
+/// reserve included.
 pub(crate) const PROCESS_BODY_BUDGET: usize = 16 * MAX_BODY_BYTES;
-/// First capacity of a body that does not declare its length (and of an inflated one).
+/// Of [`PROCESS_BODY_BUDGET`], what only connections that have had an admission answered may
+/// use: one full-size admission being answered, and a few ordinary ones.
+pub(crate) const SERVING_RESERVE: usize = 4 * MAX_BODY_BYTES;
+/// What all connections from one peer address may hold of the rest: half of it, so one client
+/// (however many connections it opens) leaves the other half to everyone else.
+pub(crate) const PEER_BODY_SHARE: usize = (PROCESS_BODY_BUDGET - SERVING_RESERVE) / 2;
+/// First capacity of a body (and of an inflated one): what an ordinary AdmissionReview needs.
 const INITIAL_CAPACITY: usize = 16 << 10;
 
 /// A number of bytes that reservations draw from (memory, not the admission's time budget:
@@ -67,64 +83,162 @@ impl ByteBudget {
     }
 }
 
-/// Bytes held from both budgets; given back when dropped, so it must live as long as the
+/// The process's body budget: the part anyone may use, the serving connections' reserve, and
+/// each peer address's share.
+#[derive(Debug)]
+pub(crate) struct BodyBudgets {
+    open: ByteBudget,
+    reserve: ByteBudget,
+    peer_share: usize,
+    /// One share per peer address with a connection open (dead entries pruned as it grows).
+    peers: Mutex<Peers>,
+}
+
+#[derive(Debug, Default)]
+struct Peers {
+    shares: HashMap<IpAddr, Weak<ByteBudget>>,
+    /// Prune dead entries when the map reaches this size.
+    prune_at: usize,
+}
+
+impl BodyBudgets {
+    pub(crate) fn new(limit: usize, reserve: usize, peer_share: usize) -> Self {
+        Self {
+            open: ByteBudget::new(limit.saturating_sub(reserve)),
+            reserve: ByteBudget::new(reserve),
+            peer_share,
+            peers: Mutex::default(),
+        }
+    }
+
+    /// The shipped budgets.
+    pub(crate) fn shipped() -> Self {
+        Self::new(PROCESS_BODY_BUDGET, SERVING_RESERVE, PEER_BODY_SHARE)
+    }
+
+    /// Bytes reserved now, the reserve's included.
+    pub(crate) fn used(&self) -> usize {
+        self.open.used() + self.reserve.used()
+    }
+
+    /// `peer`'s share, the same for all its connections (taken once per connection).
+    pub(crate) fn peer(&self, peer: IpAddr) -> Arc<ByteBudget> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(share) = peers.shares.get(&peer).and_then(Weak::upgrade) {
+            return share;
+        }
+        if peers.shares.len() >= peers.prune_at {
+            peers.shares.retain(|_, share| share.strong_count() > 0);
+            peers.prune_at = (2 * peers.shares.len()).max(64);
+        }
+        let share = Arc::new(ByteBudget::new(self.peer_share));
+        peers.shares.insert(peer, Arc::downgrade(&share));
+        share
+    }
+}
+
+/// Which budget refused a reservation (`tolerable_body_refusals_total`'s `budget`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Connection,
+    Peer,
+    Process,
+}
+
+impl Refused {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Connection => "connection",
+            Self::Peer => "peer",
+            Self::Process => "process",
+        }
+    }
+}
+
+/// Bytes held from the budgets; given back when dropped, so it must live as long as the
 /// buffer it pays for.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    budgets: [Arc<ByteBudget>; 2],
+    connection: Arc<ByteBudget>,
+    peer: Arc<ByteBudget>,
+    process: Arc<BodyBudgets>,
+    /// The connection has had an admission answered: it may draw on the reserve.
+    serving: bool,
     bytes: usize,
+    /// Of `bytes`, those drawn from the reserve (not from the peer's share and the open part).
+    from_reserve: usize,
 }
 
 impl Reservation {
-    pub(crate) fn new(connection: Arc<ByteBudget>, process: Arc<ByteBudget>) -> Self {
+    pub(crate) fn new(
+        connection: Arc<ByteBudget>,
+        peer: Arc<ByteBudget>,
+        process: Arc<BodyBudgets>,
+        serving: bool,
+    ) -> Self {
         Self {
-            budgets: [connection, process],
+            connection,
+            peer,
+            process,
+            serving,
             bytes: 0,
+            from_reserve: 0,
         }
     }
 
-    /// Raises the reservation to `total` bytes; `false` (and nothing taken) when a budget is
-    /// exhausted.
-    fn grow_to(&mut self, total: usize) -> bool {
+    /// Raises the reservation to `total` bytes; which budget refused (and nothing taken) when
+    /// one is exhausted.
+    fn grow_to(&mut self, total: usize) -> Result<(), Refused> {
         let extra = total.saturating_sub(self.bytes);
         if extra == 0 {
-            return true;
+            return Ok(());
         }
-        let [connection, process] = &self.budgets;
-        if !connection.try_take(extra) {
-            return false;
+        if !self.connection.try_take(extra) {
+            return Err(Refused::Connection);
         }
-        if !process.try_take(extra) {
-            connection.give_back(extra);
-            return false;
+        let refused = if !self.peer.try_take(extra) {
+            Refused::Peer
+        } else if !self.process.open.try_take(extra) {
+            self.peer.give_back(extra);
+            Refused::Process
+        } else {
+            self.bytes = total;
+            return Ok(());
+        };
+        if self.serving && self.process.reserve.try_take(extra) {
+            self.from_reserve += extra;
+            self.bytes = total;
+            return Ok(());
         }
-        self.bytes = total;
-        true
+        self.connection.give_back(extra);
+        Err(refused)
     }
 
     /// Raises the reservation to cover an admission of a `body_len`-byte body being answered
-    /// ([`ADMISSION_BYTES_PER_BODY_BYTE`]); `false` (and nothing more taken) when a budget is
-    /// exhausted.
-    pub(crate) fn cover_admission(&mut self, body_len: usize) -> bool {
+    /// ([`ADMISSION_BYTES_PER_BODY_BYTE`]); which budget refused (and nothing more taken) when
+    /// one is exhausted.
+    pub(crate) fn cover_admission(&mut self, body_len: usize) -> Result<(), Refused> {
         let needed = ADMISSION_BYTES_PER_BODY_BYTE * body_len;
         self.grow_to(needed.max(self.bytes))
     }
 
-    /// Lowers the reservation to `total` bytes (a buffer it paid for was freed).
+    /// Lowers the reservation to `total` bytes (a buffer it paid for was freed); what came from
+    /// the reserve goes back first.
     fn shrink_to(&mut self, total: usize) {
         let freed = self.bytes.saturating_sub(total);
-        for budget in &self.budgets {
-            budget.give_back(freed);
-        }
+        let reserved = freed.min(self.from_reserve);
+        self.process.reserve.give_back(reserved);
+        self.peer.give_back(freed - reserved);
+        self.process.open.give_back(freed - reserved);
+        self.connection.give_back(freed);
+        self.from_reserve -= reserved;
         self.bytes -= freed;
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        for budget in &self.budgets {
-            budget.give_back(self.bytes);
-        }
+        self.shrink_to(0);
     }
 }
 
@@ -133,41 +247,58 @@ impl Drop for Reservation {
 pub(crate) enum BodyError {
     TooLarge,
     /// A memory budget is exhausted: the server is busy, the client may retry.
-    OverBudget,
+    OverBudget(Refused),
     Unreadable(String),
     /// `Content-Encoding: gzip`, but not gzip.
     NotGzip(String),
 }
 
 /// Reads `body` into one buffer. `declared` is its `Content-Length`. The caller bounds the time.
+/// `drain_refused`: a body refused for memory is read to its end (and dropped) first — an
+/// HTTP/2 stream's, whose client would otherwise keep sending DATA on a reset stream.
 pub(crate) async fn read(
     mut body: Incoming,
     declared: Option<u64>,
     reservation: &mut Reservation,
+    drain_refused: bool,
 ) -> Result<Bytes, BodyError> {
-    let declared = match declared {
+    let ceiling = match declared {
         Some(n) if n > MAX_BODY_BYTES as u64 => return Err(BodyError::TooLarge),
-        Some(n) => Some(n as usize),
-        None => None,
+        Some(n) => n as usize,
+        None => MAX_BODY_BYTES,
     };
-    // A declared length is trusted for the first allocation only up to the limit checked above;
-    // a client that lies gets an error from hyper, never more than it declared.
-    let first = declared.unwrap_or(INITIAL_CAPACITY);
-    if !reservation.grow_to(first) {
-        return Err(BodyError::OverBudget);
+    let mut buffer = Vec::new();
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            let needed = buffer.len() + data.len();
+            // A declared length bounds the buffer, never the reservation ahead of the bytes: a
+            // client that declares 3 MiB and sends 10 bytes holds 16 KiB (or what it declared,
+            // when less). One that sends more than it declared gets hyper's error.
+            let capacity = needed
+                .max(buffer.capacity() * 2)
+                .max(INITIAL_CAPACITY)
+                .min(ceiling.max(needed));
+            grow(&mut buffer, needed, capacity, reservation)?;
+            buffer.extend_from_slice(&data);
+        }
+        Ok(())
+    };
+    match read.await {
+        Ok(()) => Ok(Bytes::from(buffer)),
+        Err(BodyError::OverBudget(refused)) if drain_refused => {
+            drop(buffer);
+            reservation.shrink_to(0);
+            while let Some(frame) = body.frame().await {
+                frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+            }
+            Err(BodyError::OverBudget(refused))
+        }
+        Err(e) => Err(e),
     }
-    let mut buffer = Vec::with_capacity(first);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
-        let Ok(data) = frame.into_data() else {
-            continue; // trailers
-        };
-        let needed = buffer.len() + data.len();
-        let capacity = needed.max(buffer.capacity() * 2).min(MAX_BODY_BYTES);
-        grow(&mut buffer, needed, capacity, reservation)?;
-        buffer.extend_from_slice(&data);
-    }
-    Ok(Bytes::from(buffer))
 }
 
 /// Makes room in `buffer` for `needed` bytes in all, growing it to `capacity` when it must grow,
@@ -186,13 +317,12 @@ fn grow(
     }
     // The reservation pays for what is held besides this buffer too (the compressed body).
     let others = reservation.bytes.saturating_sub(buffer.capacity());
-    if !reservation.grow_to(others + capacity) {
-        return Err(BodyError::OverBudget);
-    }
+    reservation
+        .grow_to(others + capacity)
+        .map_err(BodyError::OverBudget)?;
     buffer.reserve_exact(capacity - buffer.len());
     Ok(())
 }
-
 /// Inflates a gzip body, every byte of the inflated copy reserved before it is written, then
 /// frees the compressed one.
 ///
@@ -233,25 +363,87 @@ pub(crate) fn inflate(
 mod tests {
     use super::*;
 
+    fn budgets(limit: usize, reserve: usize, peer_share: usize) -> Arc<BodyBudgets> {
+        Arc::new(BodyBudgets::new(limit, reserve, peer_share))
+    }
+
+    fn reservation(
+        connection: &Arc<ByteBudget>,
+        process: &Arc<BodyBudgets>,
+        peer: IpAddr,
+        serving: bool,
+    ) -> Reservation {
+        Reservation::new(connection.clone(), process.peer(peer), process.clone(), serving)
+    }
+
+    const ONE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    const TWO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
     #[test]
-    fn reservations_draw_from_both_budgets_and_give_back_on_drop() {
+    fn reservations_draw_from_every_budget_and_give_back_on_drop() {
         let connection = Arc::new(ByteBudget::new(100));
-        let process = Arc::new(ByteBudget::new(150));
-        let mut a = Reservation::new(connection.clone(), process.clone());
-        assert!(a.grow_to(60));
-        assert!(a.grow_to(100));
-        assert!(!a.grow_to(101), "over the connection's budget");
+        let process = budgets(150, 0, 150);
+        let mut a = reservation(&connection, &process, ONE, false);
+        assert_eq!(a.grow_to(60), Ok(()));
+        assert_eq!(a.grow_to(100), Ok(()));
+        assert_eq!(a.grow_to(101), Err(Refused::Connection));
         assert_eq!((connection.used(), process.used()), (100, 100));
 
         let other = Arc::new(ByteBudget::new(100));
-        let mut b = Reservation::new(other.clone(), process.clone());
-        assert!(!b.grow_to(60), "over the process's budget");
+        let mut b = reservation(&other, &process, TWO, false);
+        assert_eq!(b.grow_to(60), Err(Refused::Process));
         assert_eq!(other.used(), 0, "a refused reservation takes nothing");
-        assert!(b.grow_to(50));
+        assert_eq!(process.peer(TWO).used(), 0, "nor from the peer's share");
+        assert_eq!(b.grow_to(50), Ok(()));
         drop(a);
         assert_eq!((connection.used(), process.used()), (0, 50));
         drop(b);
         assert_eq!((other.used(), process.used()), (0, 0));
+    }
+
+    /// Issue 34: one peer's connections hold at most its share, and only a connection that has
+    /// had an admission answered draws on the reserve, whoever holds the rest.
+    #[test]
+    fn a_peer_holds_its_share_and_serving_connections_keep_the_reserve() {
+        let process = budgets(100, 20, 50);
+        let connection = || Arc::new(ByteBudget::new(100));
+        let (c1, c2, c3) = (connection(), connection(), connection());
+        let mut first = reservation(&c1, &process, ONE, false);
+        assert_eq!(first.grow_to(50), Ok(()));
+        let mut second = reservation(&c2, &process, ONE, false);
+        assert_eq!(second.grow_to(1), Err(Refused::Peer), "one peer, one share");
+        let mut other = reservation(&c3, &process, TWO, false);
+        assert_eq!(other.grow_to(30), Ok(()), "another peer has its own");
+        assert_eq!(other.grow_to(31), Err(Refused::Process), "80 of 80 open");
+        // The open part and the peer's share are spent; a serving connection still gets the
+        // reserve, and gives it back first.
+        let c4 = connection();
+        let mut serving = reservation(&c4, &process, ONE, true);
+        assert_eq!(serving.grow_to(20), Ok(()));
+        assert_eq!(serving.grow_to(21), Err(Refused::Peer));
+        assert_eq!(process.used(), 100);
+        drop(first);
+        assert_eq!(serving.grow_to(30), Ok(()), "room in the share again");
+        serving.shrink_to(10);
+        assert_eq!((serving.from_reserve, process.reserve.used()), (0, 0));
+        assert_eq!(process.peer(ONE).used(), 10);
+        drop((second, other, serving));
+        assert_eq!(process.used(), 0);
+        assert_eq!(process.peer(ONE).used(), 0);
+        assert_eq!(c4.used(), 0);
+    }
+
+    #[test]
+    fn peer_shares_are_one_per_address_and_pruned_when_unused() {
+        let process = budgets(100, 0, 10);
+        let held = process.peer(ONE);
+        assert!(Arc::ptr_eq(&held, &process.peer(ONE)));
+        for last in 0..=255u8 {
+            drop(process.peer(IpAddr::from([10, 0, 0, last])));
+        }
+        let peers = process.peers.lock().unwrap();
+        assert!(peers.shares.len() <= 128, "{}", peers.shares.len());
+        assert!(peers.shares.contains_key(&ONE), "a held share is kept");
     }
 
     fn gzip(plain: &[u8]) -> Bytes {
@@ -265,10 +457,10 @@ mod tests {
     fn reserved_for(
         compressed: &Bytes,
         connection: &Arc<ByteBudget>,
-        process: &Arc<ByteBudget>,
+        process: &Arc<BodyBudgets>,
     ) -> Reservation {
-        let mut reservation = Reservation::new(connection.clone(), process.clone());
-        assert!(reservation.grow_to(compressed.len()));
+        let mut reservation = reservation(connection, process, ONE, false);
+        assert_eq!(reservation.grow_to(compressed.len()), Ok(()));
         reservation
     }
 
@@ -276,7 +468,7 @@ mod tests {
     fn inflated_bytes_are_reserved_as_they_grow() {
         let (connection, process) = (
             Arc::new(ByteBudget::new(CONNECTION_BODY_BUDGET)),
-            Arc::new(ByteBudget::new(PROCESS_BODY_BUDGET)),
+            Arc::new(BodyBudgets::shipped()),
         );
         // A bomb: 3 MiB of spaces in about 3 KB.
         let bomb = gzip(&vec![b' '; MAX_BODY_BYTES]);
@@ -284,7 +476,7 @@ mod tests {
         let mut reservation = reserved_for(&bomb, &connection, &process);
         let inflated = inflate(bomb, &mut reservation).unwrap();
         assert_eq!(inflated.len(), MAX_BODY_BYTES);
-        // The inflated copy is what is held now, in both budgets; the compressed one is freed.
+        // The inflated copy is what is held now, in every budget; the compressed one is freed.
         assert_eq!(reservation.bytes, MAX_BODY_BYTES);
         assert_eq!(
             (connection.used(), process.used()),
@@ -299,7 +491,7 @@ mod tests {
         let mut reservation = reserved_for(&bomb, &small, &process);
         assert_eq!(
             inflate(bomb, &mut reservation).unwrap_err(),
-            BodyError::OverBudget
+            BodyError::OverBudget(Refused::Connection)
         );
         drop(reservation);
         assert_eq!((small.used(), process.used()), (0, 0));

@@ -32,6 +32,8 @@ pub(crate) struct ConnectionState {
     track_heads: bool,
     /// Bytes of body buffers this connection holds.
     pub(crate) bodies: Arc<ByteBudget>,
+    /// Its peer address's share of the process's body budget (taken once, when accepted).
+    pub(crate) peer_bodies: Arc<ByteBudget>,
     /// The client's address.
     pub(crate) peer: IpAddr,
     /// Its connection slot, told when the connection is busy and when idle; `None` for a
@@ -55,7 +57,7 @@ impl ConnectionState {
     /// that sends nothing is only holding a file descriptor.
     pub(crate) fn new(
         track_heads: bool,
-        body_budget: usize,
+        (body_budget, peer_bodies): (usize, Arc<ByteBudget>),
         peer: IpAddr,
         slot: Option<SlotHandle>,
     ) -> Arc<Self> {
@@ -69,6 +71,7 @@ impl ConnectionState {
             changed: Notify::new(),
             track_heads,
             bodies: Arc::new(ByteBudget::new(body_budget)),
+            peer_bodies,
             peer,
             slot: Mutex::new(slot),
             promoted: Mutex::new(None),
@@ -97,6 +100,12 @@ impl ConnectionState {
     /// An admission was answered on this connection.
     pub(crate) fn served(&self) {
         self.served.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether an admission was answered on this connection (the API server's): its bodies may
+    /// draw on the serving reserve.
+    pub(crate) fn has_served(&self) -> bool {
+        self.served.load(Ordering::Relaxed)
     }
 
     fn times(&self) -> MutexGuard<'_, Times> {
@@ -247,7 +256,7 @@ mod tests {
         let (idle, read) = (Duration::from_secs(60), Duration::from_secs(5));
         let before = Instant::now();
         let peer = IpAddr::from([127, 0, 0, 1]);
-        let state = ConnectionState::new(true, 0, peer, None);
+        let state = ConnectionState::new(true, (0, Arc::new(ByteBudget::new(0))), peer, None);
         let after = Instant::now();
         let due = state.deadline(idle, read).unwrap();
         assert!(
@@ -272,7 +281,7 @@ mod tests {
         drop(second);
         assert!(state.deadline(idle, read).unwrap() >= Instant::now() + read * 2);
 
-        let h2 = ConnectionState::new(false, 0, peer, None);
+        let h2 = ConnectionState::new(false, (0, Arc::new(ByteBudget::new(0))), peer, None);
         drop(h2.request_started());
         h2.bytes_read(); // a PING is not a request
         assert!(h2.deadline(idle, read).unwrap() >= Instant::now() + read * 2);

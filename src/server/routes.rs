@@ -85,10 +85,16 @@ async fn read_body(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase());
-    let mut reservation =
-        Reservation::new(connection.bodies.clone(), server.app.load.bodies.clone());
+    let mut reservation = Reservation::new(
+        connection.bodies.clone(),
+        connection.peer_bodies.clone(),
+        server.app.load.bodies.clone(),
+        connection.has_served(),
+    );
+    let serving = connection.has_served();
+    let h2 = req.version() == http::Version::HTTP_2;
     let read = async {
-        let body = body::read(req.into_body(), declared, &mut reservation).await?;
+        let body = body::read(req.into_body(), declared, &mut reservation, h2).await?;
         match encoding.as_deref() {
             None | Some("identity") | Some("") => Ok(Ok(body)),
             Some("gzip") => body::inflate(body, &mut reservation).map(Ok),
@@ -102,8 +108,9 @@ async fn read_body(
         Ok(Ok(Ok(body))) => body,
         Ok(Ok(Err(unsupported))) => return Err(unsupported),
         Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
-        Ok(Err(body::BodyError::OverBudget)) => {
+        Ok(Err(body::BodyError::OverBudget(refused))) => {
             metrics.request_refused("body_memory");
+            metrics.body_refused(serving, refused.label());
             return Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "busy: too many request bodies being read at once",
@@ -151,7 +158,7 @@ async fn mutate(
             return response;
         }
     };
-    let _in_flight = match take_in_flight(server, &mut reservation, body.len()) {
+    let _in_flight = match take_in_flight(server, (&mut reservation, connection.has_served()), body.len()) {
         Ok(permit) => permit,
         Err(busy) => return *busy,
     };
@@ -195,14 +202,15 @@ async fn mutate(
 /// out of the body, and an in-flight permit; a 503 when either is exhausted.
 fn take_in_flight(
     server: &Server,
-    reservation: &mut Reservation,
+    (reservation, serving): (&mut Reservation, bool),
     body_len: usize,
 ) -> Result<OwnedSemaphorePermit, Box<Response<Body>>> {
     let state = &server.app;
     // What is parsed out of the body lives as long as it, and counts too: without this, 16
     // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
-    if !reservation.cover_admission(body_len) {
+    if let Err(refused) = reservation.cover_admission(body_len) {
         state.metrics.request_refused("body_memory");
+        state.metrics.body_refused(serving, refused.label());
         return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "busy: too many request bodies being answered at once",

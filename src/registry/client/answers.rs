@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::redirects::RedirectRefused;
-use crate::registry::bounds::LookupBounds;
+use crate::registry::bounds::{LookupBounds, ReadingBody};
 use crate::registry::{FetchError, RateLimit};
 
 /// What an admission warning says about any failure to connect: refused, not TLS, a bad
@@ -40,14 +40,15 @@ const INITIAL_BODY_CAPACITY: usize = 16 << 10;
 /// Reads a body of at most `max_bytes` into one buffer whose every byte of capacity is first
 /// reserved from the lookup's `bounds`: a declared length at once (so children that declare
 /// more than the lookup's share end it before sending it), an undeclared one as the bytes
-/// arrive. The buffer itself grows as the bytes arrive, so a body that stalls occupies only
-/// what it sent. The reservation ends with the read. A `content` body (a manifest or blob,
-/// named so) that stalls past the read timeout is [`FetchError::Stalled`].
+/// arrive (waiting for room in `host`'s share, see [`crate::registry::bounds`]). The buffer
+/// itself grows as the bytes arrive, so a body that stalls occupies only what it sent. The
+/// reservation ends with the read. A `content` body (a manifest or blob being read) that
+/// stalls past the read timeout is [`FetchError::Stalled`].
 pub(super) async fn read_capped(
     mut response: reqwest::Response,
     max_bytes: usize,
-    bounds: &LookupBounds,
-    content: Option<&str>,
+    (bounds, host): (&LookupBounds, &str),
+    content: Option<&ReadingBody<'_>>,
 ) -> Result<Bytes, FetchError> {
     let declared = response.content_length();
     if declared.is_some_and(|n| n > max_bytes as u64) {
@@ -56,8 +57,11 @@ pub(super) async fn read_capped(
     // The buffer grows no larger than the declared length (a body longer than it declared is
     // hyper's error), nor than `max_bytes`.
     let ceiling = declared.map_or(max_bytes, |n| (n as usize).min(max_bytes));
-    let mut reserved = bounds.reservation();
-    reserved.grow_to(ceiling.min(declared.map_or(0, |n| n as usize)))?;
+    let mut reserved = bounds.reservation(host, content);
+    reserved
+        .grow_to(ceiling.min(declared.map_or(0, |n| n as usize)))
+        .await?;
+    let content = content.map(ReadingBody::what);
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| match content {
         Some(what) if e.is_timeout() => FetchError::Stalled(what.to_owned()),
@@ -72,7 +76,7 @@ pub(super) async fn read_capped(
                 .max(body.capacity() * 2)
                 .max(INITIAL_BODY_CAPACITY)
                 .min(ceiling.max(needed));
-            reserved.grow_to(capacity)?;
+            reserved.grow_to(capacity).await?;
             body.reserve_exact(capacity - body.len());
         }
         body.extend_from_slice(&chunk);
@@ -119,7 +123,7 @@ const ERROR_CODES: &[&str] = &[
 pub(super) async fn status_error(
     status: StatusCode,
     response: reqwest::Response,
-    bounds: &LookupBounds,
+    bounds: (&LookupBounds, &str),
 ) -> FetchError {
     match status {
         StatusCode::NOT_FOUND => return FetchError::NotFound,

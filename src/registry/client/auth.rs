@@ -165,7 +165,7 @@ impl HostSource<'_> {
                 })
             }
         }
-        let body = read_capped(response, 1 << 20, self.bounds, None).await?;
+        let body = read_capped(response, 1 << 20, (self.bounds, &self.host), None).await?;
         parse_token_response(&body)
     }
 }
