@@ -23,6 +23,7 @@ pub(crate) mod duration;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod gates;
+pub(crate) mod kinds;
 pub mod metrics;
 pub mod mutate;
 pub mod registry;

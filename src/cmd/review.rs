@@ -122,7 +122,7 @@ pub(crate) async fn run(
         let reviewed = review_document(&admission, document, budget).await?;
         return write_one(out, &reviewed, args.json);
     }
-    let mut found = Found::default();
+    let mut found = Found::with_kinds(config.kinds.clone());
     let mut read = 0;
     let workloads = head.into_iter().chain(inputs).flat_map(|input| {
         match input {

@@ -315,12 +315,7 @@ impl Document {
     }
 }
 
-/// One step of a path into a document.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
-    Key(&'static str),
-    Index(usize),
-}
+pub(crate) use crate::kinds::Step;
 
 /// What the probe's error says when it reached its value: serde_json and serde_yaml_ng mark an
 /// error raised by a visitor with where the value it was visiting starts.
@@ -370,7 +365,7 @@ impl<'de> Visitor<'de> for Probe<'_> {
             return Ok(());
         };
         while let Some(name) = map.next_key::<KeyName>()? {
-            if name.0.as_deref() == Some(*key) {
+            if name.0.as_deref() == Some(key.as_str()) {
                 return map.next_value_seed(Probe(rest));
             }
             map.next_value::<IgnoredAny>()?;
@@ -520,15 +515,15 @@ mod tests {
         let found = documents(text);
         let deployment = found[1].as_ref().unwrap();
         let path = [
-            Step::Key("spec"),
-            Step::Key("template"),
-            Step::Key("spec"),
-            Step::Key("containers"),
+            Step::key("spec"),
+            Step::key("template"),
+            Step::key("spec"),
+            Step::key("containers"),
             Step::Index(1),
-            Step::Key("image"),
+            Step::key("image"),
         ];
         assert_eq!(deployment.line_of(&path), Some(10));
-        assert_eq!(deployment.line_of(&[Step::Key("nope")]), None);
+        assert_eq!(deployment.line_of(&[Step::key("nope")]), None);
         let bad = found[2].as_ref().unwrap().parse().unwrap_err();
         assert!(bad.starts_with("input is neither JSON nor YAML"), "{bad}");
         assert!(bad.contains("at line 13"), "{bad}");
@@ -540,7 +535,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(
-            json.line_of(&[Step::Key("items"), Step::Index(1), Step::Key("kind")]),
+            json.line_of(&[Step::key("items"), Step::Index(1), Step::key("kind")]),
             Some(3)
         );
     }
