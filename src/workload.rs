@@ -2,7 +2,9 @@
 //! Rollout …), found in the documents an operator keeps in Git, with the Pod its template makes.
 //! `tolerable review` decides on that Pod as the webhook would when the controller creates it.
 
+mod depth;
 mod documents;
+pub(crate) mod encoding;
 
 use std::sync::Arc;
 
