@@ -28,8 +28,8 @@ pub(crate) enum Command {
     /// Taint nodes by architecture (the other half of the scheme), or undo it.
     Nodes(NodesArgs),
     /// Decide offline for manifests: every workload (Pod, Deployment, StatefulSet, DaemonSet,
-    /// Job, CronJob, any kind with a Pod template) in a table, or one Pod / AdmissionReview with
-    /// its JSON Patch and patched Pod.
+    /// Job, CronJob, every Pod template of the AI/ML and pipeline kinds) in a table, or with
+    /// --patch each one's JSON Patch and patched Pod.
     #[command(after_long_help = review_help())]
     Review(ReviewArgs),
     /// Ask the registries on which platforms images can run (reads manifests, never layers).
@@ -151,7 +151,8 @@ pub(crate) struct ReviewArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
-    /// Show each workload's JSON Patch and patched Pod (what one Pod or AdmissionReview shows).
+    /// Show each workload's Pod (and each AdmissionReview) in detail: the decision, its JSON
+    /// Patch and the patched Pod, under a heading naming it (--json: one array).
     #[arg(long)]
     pub(crate) patch: bool,
 
@@ -160,7 +161,7 @@ pub(crate) struct ReviewArgs {
     #[arg(short = 'R', long)]
     pub(crate) recursive: bool,
 
-    /// Fail (exit status 3) when any input was skipped, not only on problems found.
+    /// Fail (exit status 3) when any input was skipped, whatever else was found.
     #[arg(long)]
     pub(crate) strict: bool,
 
@@ -193,12 +194,22 @@ pub(crate) struct ReviewArgs {
 
 /// `review --help`: what is read and what is skipped.
 const REVIEW_HELP: &str = "\
-Inputs: each file and each document is read on its own. A file or document that is not a
-Kubernetes object with a kind (a kustomization, Chart.yaml, Helm values, a JSON Patch, a
-Helm template with {{ }}, an empty file, a dangling symlink, a List item without a kind) is
-skipped: listed with its file, document number and line and the reason, counted in the
-summary, and the run goes on. The files of a Helm chart (a directory with Chart.yaml; not
-its crds/) are skipped: review `helm template`'s output. Empty documents are passed over.
+Workloads: every Pod template where its kind keeps it: Kubernetes' own kinds, Argo Rollouts
+and Workflows, Knative, Ray, JobSet, LeaderWorkerSet, Kubeflow, KServe, Katib and Tekton (its
+steps and sidecars are the containers of the Pod they run in), each named by the kind's own
+names (`RayCluster/ray (workerGroupSpecs[gpu])`); in-house kinds by [workloads] pod_specs.
+A kind with containers where no row looks is a skipped input naming their path.
+
+Inputs: each file and each document is read on its own: YAML, JSON, JSON streams and JSON
+Lines, UTF-8 (a byte order mark is read past) or UTF-16/UTF-32 with a byte order mark. A file
+or document that is not a Kubernetes object with a kind (a kustomization, Chart.yaml, Helm
+values, a JSON Patch, a Helm template with {{ }}, an empty file, a dangling symlink, a FIFO or
+other file that is not a regular file in a directory, a List item without a kind, a document
+nested deeper than 100 levels) is skipped: listed with its file, document number and line and
+the reason, counted in the summary, and the run goes on. A Helm chart's templates/ are
+skipped: review `helm template`'s output; its other manifests and crds/ are read, whichever
+directory is named. Empty documents are passed over. A path named that does not exist or
+cannot be read is an error (exit status 2).
 
 Patches and partial templates: a Pod template with no containers, `containers: []`, or a
 container without an image is partial (a kustomize patch, an overlay's part): it is skipped
@@ -206,9 +217,13 @@ with that reason, never reviewed; review `kubectl kustomize`'s output instead. O
 no Pod template at all (Services, ConfigMaps) are counted, not reviewed.
 
 Containers: a name is optional where the kind allows it (custom kinds such as Knative
-Services); Kubernetes' own kinds need one. An image that is not a string is a problem of its
-container: the workload is invalid_object, with the line, and its other images are still
-looked up.
+Services); Kubernetes' own kinds need one. An image that is not a string, or with white space
+around it, is a problem of its container: the workload is invalid_object, with the line, and
+its other images are still looked up.
+
+Output: the table (--json: the report) for any number of workloads, a Pod or an
+AdmissionReview alike; --patch shows each in detail instead. Why a registry could not be
+reached (cause: lines) goes to standard error.
 
 SOURCE is FILE:DOCUMENT (documents counted from 1, as YAML counts them; `-` is standard input).
 A workload with only generateName is shown as `prefix-*`.";
@@ -386,7 +401,7 @@ pub(crate) fn exit_help(statuses: &[ExitStatus]) -> String {
 /// `review --strict` found no problem but skipped inputs.
 pub(crate) const REVIEW_SKIPPED_INPUTS: ExitStatus = ExitStatus {
     code: 3,
-    meaning: "with --strict: no problem found, but inputs were skipped",
+    meaning: "with --strict: inputs were skipped, whatever else was found (3 outranks 1 and 4: a gate that accepts 4 still sees unread inputs)",
 };
 /// `review` found no problem but could not look some images up: those workloads were not
 /// checked (a gate with no network must not pass by default).
@@ -398,7 +413,7 @@ pub(crate) const REVIEW_LOOKUPS_FAILED: ExitStatus = ExitStatus {
 pub(crate) const REVIEW_EXIT: &[ExitStatus] = &[
     ExitStatus {
         code: 0,
-        meaning: "no problem found (skipped inputs are listed, and do not fail the run)",
+        meaning: "no problem found (without --strict, skipped inputs are listed, and do not fail the run)",
     },
     ExitStatus {
         code: 1,
@@ -406,7 +421,7 @@ pub(crate) const REVIEW_EXIT: &[ExitStatus] = &[
     },
     ExitStatus {
         code: 2,
-        meaning: "could not run: bad arguments or configuration, or no input held a Kubernetes object",
+        meaning: "could not run: bad arguments or configuration, a path named that does not exist or cannot be read, or no input held a Kubernetes object",
     },
     REVIEW_SKIPPED_INPUTS,
     REVIEW_LOOKUPS_FAILED,

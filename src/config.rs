@@ -5,7 +5,7 @@
 //!
 //! The keys are grouped in sections (`[server]`, `[tls]`, `[log]`, `[policy]`, `[tolerations]`,
 //! `[architecture_tolerations]`, `[nodes]`, `[credentials]`, `[registry]`, `[cache]`,
-//! `[shared_cache]`, `[circuit_breaker]`), each read and checked by its own module next to
+//! `[shared_cache]`, `[circuit_breaker]`, `[workloads]`), each read and checked by its own module next to
 //! the settings it builds; a section's variable is `TOLERABLE_<SECTION>__<KEY>`. The flat keys of
 //! before the sections are still read, with a warning ([`deprecated`]).
 //!
@@ -21,6 +21,7 @@ mod source;
 #[cfg(test)]
 mod tests;
 mod values;
+mod workloads;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -150,6 +151,7 @@ struct Sections {
     cache: CacheSection,
     shared_cache: SharedCacheSection,
     circuit_breaker: BreakerSection,
+    workloads: workloads::WorkloadsSection,
 }
 
 /// The keys of a section: serde's field names of its struct.
@@ -181,6 +183,10 @@ const SECTIONS: &[(&str, Option<Keys>)] = &[
     (
         "circuit_breaker",
         Some(source::field_names::<BreakerSection>),
+    ),
+    (
+        "workloads",
+        Some(source::field_names::<workloads::WorkloadsSection>),
     ),
 ];
 
@@ -241,6 +247,9 @@ pub struct Config {
     pub gate_timeout: Duration,
     /// A warning for each deprecated key written, logged at start-up.
     pub(crate) deprecations: Vec<String>,
+    /// `[workloads] pod_specs` and the built-in table: where each kind keeps its Pod
+    /// templates (`review`).
+    pub(crate) kinds: std::sync::Arc<crate::kinds::Kinds>,
 }
 
 impl Config {
@@ -329,7 +338,9 @@ impl Config {
             .validate(&sections.tolerations, &sections.architecture_tolerations)?;
         let credentials = sections.credentials;
         let gate_timeout = sections.policy.gate_timeout()?;
+        let kinds = sections.workloads.validate()?;
         Ok(Self {
+            kinds,
             gate_timeout,
             tls_files,
             listen_addr: server.listen_addr,

@@ -23,6 +23,7 @@ pub(crate) mod duration;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod gates;
+pub(crate) mod kinds;
 pub mod metrics;
 /// The decision core, named `mutate` in the shell as it was before it became a crate of its own
 /// (every `crate::mutate::…` path and `tolerable::mutate::…` in tests and benches still reads).

@@ -2,11 +2,16 @@
 //! Rollout …), found in the documents an operator keeps in Git, with the Pod its template makes.
 //! `tolerable review` decides on that Pod as the webhook would when the controller creates it.
 
+mod depth;
 mod documents;
+pub(crate) mod encoding;
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::admission::wire::PodObject;
+use crate::kinds::Kinds;
 
 pub(crate) use self::documents::{Document, Documents, Place, Step, Unread};
 
@@ -15,6 +20,9 @@ pub(crate) use self::documents::{Document, Documents, Place, Step, Unread};
 pub(crate) struct Workload {
     pub(crate) kind: String,
     pub(crate) name: String,
+    /// Which of the kind's Pod templates, when it has several or keeps one elsewhere than
+    /// `spec.template`: `workerGroupSpecs[gpu]`, `tasks[build].taskSpec`.
+    pub(crate) part: Option<String>,
     pub(crate) namespace: Option<String>,
     /// Where it was read: `file:document` (`-` for standard input), `cluster` for `audit`.
     pub(crate) source: String,
@@ -34,9 +42,14 @@ pub(crate) struct Workload {
 }
 
 impl Workload {
-    /// `Deployment/web` (or `Deployment/shop/web` when the namespace is known).
+    /// `Deployment/web` (or `Deployment/shop/web` when the namespace is known;
+    /// `RayCluster/ml/ray (workerGroupSpecs[gpu])` for one of several templates).
     pub(crate) fn label(&self) -> String {
-        label(&self.kind, self.namespace.as_deref(), &self.name)
+        let label = label(&self.kind, self.namespace.as_deref(), &self.name);
+        match &self.part {
+            Some(part) => format!("{label} ({part})"),
+            None => label,
+        }
     }
 }
 
@@ -57,15 +70,33 @@ pub(crate) struct Skipped {
 }
 
 /// What a set of documents holds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) workloads: Vec<Workload>,
     pub(crate) skipped: Vec<Skipped>,
     /// Documents (and List items) that are no Kubernetes object, and partial Pod templates.
     pub(crate) unread: Vec<Unread>,
+    /// Where each kind keeps its Pod templates.
+    kinds: Arc<Kinds>,
+}
+
+impl Default for Found {
+    fn default() -> Self {
+        Self::with_kinds(Kinds::built_in())
+    }
 }
 
 impl Found {
+    /// Reads with `kinds` (the built-in table and the config's rows).
+    pub(crate) fn with_kinds(kinds: Arc<Kinds>) -> Self {
+        Self {
+            workloads: Vec::new(),
+            skipped: Vec::new(),
+            unread: Vec::new(),
+            kinds,
+        }
+    }
+
     /// Adds what `document` holds: itself, or the items of a `List` (`kind: List`,
     /// `DeploymentList` …), each read the same way. `Err` for a document that is no Kubernetes
     /// object at all (a scalar, a mapping without `kind`), or for a List item that is none.
@@ -118,36 +149,55 @@ impl Found {
                 return;
             }
         }
+        let object = Value::Object(object);
         let meta = object.get("metadata");
         let name = name_of(meta);
         let namespace = meta
             .and_then(|m| m.get("namespace"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        match template::pod_of(&kind, &object, namespace.as_deref(), read) {
-            template::Template::None => self.skipped.push(Skipped {
-                kind,
-                name,
-                source: read.place.source(),
-            }),
-            template::Template::Partial(why) => self.unread(
+        let pods = template::pods_of(&kind, &object, namespace.as_deref(), read, &self.kinds);
+        if let Some(path) = pods.elsewhere {
+            return self.unread(
                 read,
-                format!("{kind}/{name}: a partial Pod template ({why}): a patch or an overlay's part; review the rendered manifests"),
-            ),
-            template::Template::Pod {
-                pod,
-                object,
-                problems,
-            } => self.workloads.push(Workload {
+                format!("{kind}/{name}: containers at a position review does not read ({path}): name where the kind keeps its Pod templates in [workloads] pod_specs"),
+            );
+        }
+        if pods.found.is_empty() {
+            return self.skipped.push(Skipped {
                 kind,
                 name,
-                namespace,
                 source: read.place.source(),
-                line: read.place.line,
-                pod,
-                object,
-                problems,
-            }),
+            });
+        }
+        for (part, pod) in pods.found {
+            let label = if part.is_empty() {
+                format!("{kind}/{name}")
+            } else {
+                format!("{kind}/{name} ({part})")
+            };
+            match pod {
+                template::Template::None => {}
+                template::Template::Partial(why) => self.unread(
+                    read,
+                    format!("{label}: a partial Pod template ({why}): a patch or an overlay's part; review the rendered manifests"),
+                ),
+                template::Template::Pod {
+                    pod,
+                    object,
+                    problems,
+                } => self.workloads.push(Workload {
+                    kind: kind.clone(),
+                    name: name.clone(),
+                    part: (!part.is_empty()).then_some(part),
+                    namespace: namespace.clone(),
+                    source: read.place.source(),
+                    line: read.place.line,
+                    pod,
+                    object,
+                    problems,
+                }),
+            }
         }
     }
 
@@ -206,7 +256,7 @@ impl<'d> Read<'d> {
         let document = self.document?;
         let mut full = Vec::with_capacity(path.len() + 2);
         if let Some(item) = self.item {
-            full.extend([Step::Key("items"), Step::Index(item)]);
+            full.extend([Step::key("items"), Step::Index(item)]);
         }
         full.extend_from_slice(path);
         document.line_of(&full)
@@ -502,5 +552,90 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: c, image: a}]}\n",
         );
         assert_eq!(unnamed.workloads[0].label(), "Pod/(no name)");
+    }
+    /// The images of a workload's Pod, as `tests/data/kinds/expected.txt` names them.
+    fn short_images(workload: &Workload) -> Vec<String> {
+        let spec = &workload.pod["spec"];
+        ["initContainers", "containers"]
+            .iter()
+            .flat_map(|list| spec[list].as_array().into_iter().flatten())
+            .map(|c| {
+                let image = c["image"].as_str().unwrap();
+                let image = image.trim_start_matches("REGISTRY/fixtures/");
+                image.trim_end_matches(":v1").to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_pod_template_the_kinds_table_names_is_a_workload_with_the_kinds_names() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kinds");
+        let expected = std::fs::read_to_string(format!("{dir}/expected.txt")).unwrap();
+        let mut files: Vec<&str> = expected
+            .lines()
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        files.dedup();
+        for file in files {
+            let text = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+            let found = read(&text);
+            assert!(found.unread.is_empty(), "{file}: {:?}", reasons(&found));
+            let got: Vec<String> = found
+                .workloads
+                .iter()
+                .map(|w| format!("{file} {} {}", w.label(), short_images(w).join(" ")))
+                .collect();
+            let want: Vec<&str> = expected
+                .lines()
+                .filter(|l| l.starts_with(&format!("{file} ")))
+                .collect();
+            assert_eq!(got, want, "{file}");
+            for workload in &found.workloads {
+                assert!(
+                    workload.problems.is_empty(),
+                    "{}: {:?}",
+                    workload.label(),
+                    workload.problems
+                );
+                assert!(
+                    workload.object.is_ok(),
+                    "{}: {:?}",
+                    workload.label(),
+                    workload.object
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn containers_where_no_row_looks_are_named_with_their_path_and_a_row_reads_them() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kinds");
+        let text = std::fs::read_to_string(format!("{dir}/inhouse.yaml")).unwrap();
+        let found = read(&text);
+        assert!(found.workloads.is_empty() && found.skipped.is_empty());
+        assert_eq!(
+            reasons(&found),
+            ["repo/app.yaml:1 (line 1): Runner/runner: containers at a position review does not read (spec.pool.pod.containers): name where the kind keeps its Pod templates in [workloads] pod_specs"]
+        );
+        let kinds = Kinds::with(&["Runner.ci.example.com=spec.pool.pod".to_owned()]).unwrap();
+        let mut found = Found::with_kinds(Arc::new(kinds));
+        let document = Documents::new(text.as_bytes(), "runner.yaml")
+            .next()
+            .unwrap()
+            .unwrap();
+        found.add_document(document.parse().unwrap(), &document);
+        assert_eq!(found.workloads[0].label(), "Runner/runner");
+        assert_eq!(short_images(&found.workloads[0]), ["multiarch-oci"]);
+    }
+
+    #[test]
+    fn an_image_with_white_space_around_it_is_a_problem_not_trimmed() {
+        let found = read(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n    image: '  nginx  '\n",
+        );
+        assert_eq!(
+            found.workloads[0].problems,
+            ["container \"a\": its image \"  nginx  \" has leading or trailing white space (line 7)"]
+        );
     }
 }

@@ -86,16 +86,11 @@ async fn review_document(
 /// The uid of the response `review` shows for a Pod manifest (there is no request).
 const REVIEW_UID: &str = "tolerable-review";
 
-/// One Pod or AdmissionReview: shown with its JSON Patch and patched object, as the webhook
-/// would answer it.
-fn is_single_object(inputs: &[Input]) -> bool {
-    match inputs {
-        [Input::Object(document, _)] => matches!(
-            document.get("kind").and_then(Value::as_str),
-            Some("Pod" | "AdmissionReview")
-        ),
-        _ => false,
-    }
+/// What `--patch` shows in detail, in the input's order: a workload's Pod, or an
+/// AdmissionReview answered as the webhook answers it.
+enum Detail {
+    Workload(Workload),
+    Review { document: Value, source: String },
 }
 
 pub(crate) async fn run(
@@ -103,9 +98,9 @@ pub(crate) async fn run(
     args: &ReviewArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let mut inputs = Inputs::new(&args.files, args.recursive);
-    // Two inputs tell one Pod or AdmissionReview (shown in detail) from a set of workloads.
-    let head: Vec<Input> = inputs.by_ref().take(2).collect();
+    // A path that is not there is a mistake on the command line, not an input to skip.
+    inputs::check_named(&args.files)?;
+    let inputs = Inputs::new(&args.files, args.recursive);
     let resolver = Arc::new(crate::app::resolver(config, None)?);
     let mut admission = Admission::new(resolver, config.policy.clone(), None);
     let client = cluster(args).await?;
@@ -115,17 +110,23 @@ pub(crate) async fn run(
         admission = admission.with_cluster(Arc::new(Cluster::new(client)));
     }
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
-    if is_single_object(&head) {
-        let Some(Input::Object(document, _)) = head.into_iter().next() else {
-            unreachable!("one object")
-        };
-        let reviewed = review_document(&admission, document, budget).await?;
-        return write_one(out, &reviewed, args.json);
-    }
-    let mut found = Found::default();
+    let mut found = Found::with_kinds(config.kinds.clone());
     let mut read = 0;
-    let workloads = head.into_iter().chain(inputs).flat_map(|input| {
+    let details = inputs.flat_map(|input| {
+        let mut review = None;
         match input {
+            Input::Object(value, document) if is_admission_review(&value) => {
+                read += 1;
+                if args.patch {
+                    let source = document.place.source();
+                    review = Some(Detail::Review {
+                        document: value,
+                        source,
+                    });
+                } else {
+                    found.add_document(admission_pod(value), &document);
+                }
+            }
             Input::Object(value, document) => {
                 namespaces::take_in(config, &policies, &value);
                 let objects = found.skipped.len();
@@ -136,28 +137,53 @@ pub(crate) async fn run(
             }
             Input::Unread(unread) => found.unread.push(unread),
         }
-        std::mem::take(&mut found.workloads)
+        let workloads = std::mem::take(&mut found.workloads);
+        review
+            .into_iter()
+            .chain(workloads.into_iter().map(Detail::Workload))
+            .collect::<Vec<_>>()
     });
-    let reports = if args.patch {
-        let workloads: Vec<_> = workloads.collect();
-        let outcomes = write_each(&admission, &workloads, budget, args.json, out).await?;
+    if args.patch {
+        let details: Vec<Detail> = details.collect();
+        let outcomes = write_each(&admission, &details, budget, args.json, out).await?;
         nothing_read(read, &found)?;
         for unread in &found.unread {
             let _ = writeln!(std::io::stderr(), "skipped: {unread}");
         }
-        let skipped_inputs = found.unread.len();
-        return Ok(report::exit_status(outcomes, skipped_inputs, args.strict));
-    } else {
-        report::report_all(&admission, workloads, budget).await
-    };
+        let skipped = found.unread.len();
+        return Ok(report::exit_status(outcomes, skipped, args.strict));
+    }
+    let workloads = details.filter_map(|detail| match detail {
+        Detail::Workload(workload) => Some(workload),
+        Detail::Review { .. } => None,
+    });
+    let reports = report::report_all(&admission, workloads, budget).await;
     nothing_read(read, &found)?;
     report::write(out, &reports, &found, args.json)?;
-    let skipped_inputs = found.unread.len();
     Ok(report::exit_status(
         reports.iter().map(|r| r.outcome),
-        skipped_inputs,
+        found.unread.len(),
         args.strict,
     ))
+}
+
+fn is_admission_review(document: &Value) -> bool {
+    document.get("kind").and_then(Value::as_str) == Some("AdmissionReview")
+}
+
+/// An AdmissionReview's Pod, for the report: its request's object in the request's namespace.
+fn admission_pod(mut review: Value) -> Value {
+    let namespace = review.pointer("/request/namespace").cloned();
+    let mut pod = review
+        .pointer_mut("/request/object")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    if let (Some(namespace), Some(meta)) = (namespace, pod.get_mut("metadata")) {
+        if let Some(meta) = meta.as_object_mut() {
+            meta.entry("namespace").or_insert(namespace);
+        }
+    }
+    pod
 }
 
 /// "Could not run" (exit status 2): no input held a Kubernetes object, each said with why.
@@ -184,65 +210,57 @@ async fn cluster(args: &ReviewArgs) -> anyhow::Result<Option<kube::Client>> {
     Ok(Some(client))
 }
 
-/// One Pod or AdmissionReview (or one workload's Pod, with `--patch`), in detail.
-fn write_one(
-    out: &mut impl Write,
-    reviewed: &DocumentAnswer,
+/// `--patch`: each workload's Pod (and each AdmissionReview) in detail, under a heading naming
+/// it; with `--json` one array of what each shows, however many there are.
+async fn write_each(
+    admission: &Admission,
+    details: &[Detail],
+    budget: Duration,
     json: bool,
-) -> anyhow::Result<ExitCode> {
-    // The object as it would be stored: the request's object with the patch applied.
+    out: &mut impl Write,
+) -> anyhow::Result<Vec<Outcome>> {
+    let reviews = details.iter().map(|detail| match detail {
+        Detail::Workload(w) => review_document(admission, w.pod.clone(), budget),
+        Detail::Review { document, .. } => review_document(admission, document.clone(), budget),
+    });
+    let reviews = futures_util::future::join_all(reviews).await;
+    let mut outcomes = Vec::new();
+    let mut shown = Vec::new();
+    for (detail, reviewed) in details.iter().zip(reviews) {
+        let reviewed = reviewed?;
+        if json {
+            shown.push(one_json(&reviewed)?);
+        } else {
+            let (label, source) = match detail {
+                Detail::Workload(w) => (w.label(), w.source.as_str()),
+                Detail::Review { source, .. } => ("AdmissionReview".to_owned(), source.as_str()),
+            };
+            writeln!(out, "# {label} ({source})")?;
+            write_text(out, &reviewed, &patched(&reviewed)?)?;
+        }
+        outcomes.push(reviewed.answer.outcome());
+    }
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &shown)?;
+        writeln!(out)?;
+    }
+    Ok(outcomes)
+}
+
+/// The object as it would be stored: the request's object with the patch applied.
+fn patched(reviewed: &DocumentAnswer) -> anyhow::Result<Value> {
     let mut patched = reviewed.object.clone();
     if !reviewed.answer.patch.is_empty() && reviewed.out.response.allowed {
         let patch: json_patch::Patch =
             serde_json::from_value(serde_json::to_value(&reviewed.answer.patch)?)?;
         json_patch::patch(&mut patched, &patch).context("applying the patch")?;
     }
-    if json {
-        write_json(out, reviewed, &patched)?;
-    } else {
-        write_text(out, reviewed, &patched)?;
-    }
-    Ok(report::exit_status([reviewed.answer.outcome()], 0, false))
+    Ok(patched)
 }
 
-/// `--patch` for several workloads: each one's Pod in detail, under a heading naming it.
-async fn write_each(
-    admission: &Admission,
-    workloads: &[Workload],
-    budget: Duration,
-    json: bool,
-    out: &mut impl Write,
-) -> anyhow::Result<Vec<Outcome>> {
-    let reviews = workloads
-        .iter()
-        .map(|w| review_document(admission, w.pod.clone(), budget));
-    let reviews = futures_util::future::join_all(reviews).await;
-    let mut outcomes = Vec::new();
-    // JSON: one array of what each workload's Pod shows, so the output is one JSON value.
-    let mut buffered = Vec::new();
-    for (workload, reviewed) in workloads.iter().zip(reviews) {
-        let reviewed = reviewed?;
-        if json {
-            write_one(&mut buffered, &reviewed, true)?;
-            buffered.push(b',');
-        } else {
-            writeln!(out, "# {} ({})", workload.label(), workload.source)?;
-            write_one(out, &reviewed, false)?;
-        }
-        outcomes.push(reviewed.answer.outcome());
-    }
-    if json {
-        buffered.pop();
-        writeln!(out, "[{}]", String::from_utf8_lossy(&buffered))?;
-    }
-    Ok(outcomes)
-}
-
-fn write_json(
-    out: &mut impl Write,
-    reviewed: &DocumentAnswer,
-    patched: &Value,
-) -> anyhow::Result<()> {
+/// What `--json --patch` shows of one Pod or AdmissionReview.
+fn one_json(reviewed: &DocumentAnswer) -> anyhow::Result<Value> {
+    let patched = patched(reviewed)?;
     let response = &reviewed.out.response;
     let mut report = json!({
         "allowed": response.allowed,
@@ -251,15 +269,13 @@ fn write_json(
         "denied": response.status.as_ref().map(|s| &s.message),
         "warnings": response.warnings,
         "patch": reviewed.answer.patch,
-        "pod": patched,
+        "pod": &patched,
         "response": reviewed.out,
     });
     if !reviewed.lookup_causes.is_empty() {
         report["causes"] = json!(reviewed.lookup_causes);
     }
-    serde_json::to_writer_pretty(&mut *out, &report)?;
-    writeln!(out)?;
-    Ok(())
+    Ok(report)
 }
 
 fn write_text(
@@ -285,9 +301,10 @@ fn write_text(
     for warning in &response.warnings {
         writeln!(out, "warning:  {warning}")?;
     }
-    // Why a registry could not be reached: for the operator, never in the webhook's answer.
+    // Why a registry could not be reached: for the operator (on standard error, as the
+    // exit statuses say), never in the webhook's answer.
     for (image, cause) in &reviewed.lookup_causes {
-        writeln!(out, "cause:    {image}: {cause}")?;
+        let _ = writeln!(std::io::stderr(), "cause:    {image}: {cause}");
     }
     writeln!(
         out,

@@ -1383,3 +1383,29 @@ fn gate_policy_its_timeout_and_the_own_namespace() {
         assert!(err.contains("TOLERABLE_POLICY__GATE_TIMEOUT"), "{err}");
     }
 }
+
+#[test]
+fn workloads_pod_specs_add_rows_and_a_bad_row_stops_start_up_naming_it() {
+    let c = Config::load(
+        None,
+        env(&[(
+            "TOLERABLE_WORKLOADS__POD_SPECS",
+            "Runner.ci.example.com=spec.pool.pod, Trainer.ml.example.com=spec.roles[].template",
+        )]),
+    )
+    .unwrap();
+    assert_eq!(c.kinds.rows("Runner", Some("ci.example.com/v1")).len(), 1);
+    assert_eq!(c.kinds.rows("Deployment", Some("apps/v1")).len(), 1);
+    let err = Config::load(
+        None,
+        env(&[("TOLERABLE_WORKLOADS__POD_SPECS", "Runner=spec.pool[")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("TOLERABLE_WORKLOADS__POD_SPECS")
+            && err.contains("workloads.pod_specs")
+            && err.contains("without `]`"),
+        "{err}"
+    );
+}

@@ -3,6 +3,7 @@
 //! document is parsed alone, so one unreadable document loses nothing else, memory holds one
 //! document at a time, and every position is a line of the input itself.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::BufRead;
 
@@ -86,6 +87,8 @@ pub(crate) struct Documents<R> {
     pending: Option<String>,
     yielded: bool,
     ended: bool,
+    /// The rest of a JSON stream's values, each a document of its own.
+    queued: VecDeque<Document>,
 }
 
 impl<R: BufRead> Documents<R> {
@@ -98,6 +101,7 @@ impl<R: BufRead> Documents<R> {
             pending: None,
             yielded: false,
             ended: false,
+            queued: VecDeque::new(),
         }
     }
 
@@ -149,7 +153,9 @@ impl<R: BufRead> Documents<R> {
                     break;
                 }
                 Err(reason) => {
+                    // Said once: the stream ends here, and is not also "empty".
                     self.ended = true;
+                    self.yielded = true;
                     return Some(Err(self.unread(None, self.lines.max(1), reason)));
                 }
             };
@@ -225,13 +231,78 @@ impl<R: BufRead> Documents<R> {
     }
 }
 
+/// A JSON stream or JSON Lines (`kubectl get -o json` output run together, `jq -c`): its
+/// values and where each is, when the text is two or more JSON values and nothing else.
+fn json_values(text: &str) -> Vec<(usize, usize)> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<IgnoredAny>();
+    let mut pieces = Vec::new();
+    let mut end = 0;
+    while let Some(item) = stream.next() {
+        if item.is_err() {
+            return Vec::new();
+        }
+        let rest = &text[end..];
+        let start = end + (rest.len() - rest.trim_start().len());
+        end = stream.byte_offset();
+        pieces.push((start, end));
+    }
+    pieces
+}
+
+impl<R: BufRead> Documents<R> {
+    /// `document`, or the first value of the JSON stream it is (the others queued, each
+    /// numbered as a document and placed at its own line).
+    fn split(&mut self, document: Document) -> Document {
+        let Some((skipped, body)) = document.json_body() else {
+            return document;
+        };
+        let pieces = json_values(body);
+        if pieces.len() < 2 {
+            return document;
+        }
+        let offset = document.text.len() - body.len();
+        let pieces: Vec<(usize, usize)> = pieces
+            .into_iter()
+            .map(|(start, end)| (start + offset, end + offset))
+            .collect();
+        let _ = skipped;
+        let mut number = document.place.document.unwrap_or(self.number);
+        let file = &self.file;
+        let mut values = pieces.into_iter().map(|(start, end)| {
+            let line = document.first_line + document.text[..start].matches('\n').count();
+            Document {
+                place: Place {
+                    file: file.clone(),
+                    document: None,
+                    line: Some(line),
+                },
+                text: document.text[start..end].to_owned(),
+                first_line: line,
+            }
+        });
+        let mut first = values.next().expect("two values or more");
+        first.place.document = Some(number);
+        let rest: Vec<Document> = values.collect();
+        for mut value in rest {
+            number += 1;
+            value.place.document = Some(number);
+            self.queued.push_back(value);
+        }
+        self.number = number;
+        first
+    }
+}
+
 impl<R: BufRead> Iterator for Documents<R> {
     type Item = Result<Document, Unread>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(document) = self.queued.pop_front() {
+            return Some(Ok(document));
+        }
         while !self.ended || self.pending.is_some() {
             if let Some(document) = self.next_document() {
-                return Some(document);
+                return Some(document.map(|d| self.split(d)));
             }
         }
         if !self.yielded {
@@ -280,25 +351,67 @@ impl Document {
     /// The document as a JSON value: JSON first (a `kubectl get -o json` List), else YAML.
     /// `Ok(Value::Null)` for a document that is only `null` or `~`.
     pub(crate) fn parse(&self) -> Result<Value, String> {
-        let trimmed = self.text.trim_start();
-        if trimmed.starts_with(['{', '[']) {
-            if let Ok(value) = serde_json::from_str(&self.text) {
-                return Ok(value);
+        if let Some(line) = super::depth::too_deep(&self.text) {
+            return Err(format!(
+                "nested deeper than {} levels at line {}: not read",
+                super::depth::MAX_DEPTH,
+                line + self.first_line - 1
+            ));
+        }
+        let mut json_error = None;
+        if let Some((skipped, body)) = self.json_body() {
+            match serde_json::from_str(body) {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    // In a stream of values, the value that is broken says where.
+                    let mut stream =
+                        serde_json::Deserializer::from_str(body).into_iter::<IgnoredAny>();
+                    let first = stream.find_map(Result::err);
+                    json_error = Some((skipped, first.unwrap_or(e)));
+                }
             }
         }
-        serde_yaml_ng::from_str(&self.text).map_err(|e| self.yaml_error(&e))
+        serde_yaml_ng::from_str(&self.text).map_err(|e| self.yaml_error(&e, json_error))
     }
 
-    fn yaml_error(&self, error: &serde_yaml_ng::Error) -> String {
+    /// The text after its marker line (`---`), and how many lines that is, when it looks like
+    /// JSON (it starts with `{` or `[`).
+    fn json_body(&self) -> Option<(usize, &str)> {
+        let mut body = self.text.as_str();
+        let mut skipped = 0;
+        if marker(body.lines().next().unwrap_or_default()) == Some(Marker::Start) {
+            body = body.split_once('\n').map_or("", |(_, rest)| rest);
+            skipped = 1;
+        }
+        body.trim_start()
+            .starts_with(['{', '['])
+            .then_some((skipped, body))
+    }
+
+    /// Why the text is neither, at the input's line: JSON's error for text that looks like
+    /// JSON, else YAML's.
+    fn yaml_error(
+        &self,
+        error: &serde_yaml_ng::Error,
+        json: Option<(usize, serde_json::Error)>,
+    ) -> String {
         let text = error.to_string();
         // The parser's own position is in this document's text; give the input's line.
-        let message = match (error.location(), text.rsplit_once(" at line ")) {
-            (Some(at), Some((message, _))) => format!(
+        let message = match (json, error.location(), text.rsplit_once(" at line ")) {
+            (Some((skipped, json)), ..) => {
+                let text = json.to_string();
+                let message = text
+                    .rsplit_once(" at line ")
+                    .map_or(text.as_str(), |(m, _)| m);
+                let line = json.line() + skipped + self.first_line - 1;
+                format!("{message} at line {line} column {}", json.column())
+            }
+            (None, Some(at), Some((message, _))) => format!(
                 "{message} at line {} column {}",
                 at.line() + self.first_line - 1,
                 at.column()
             ),
-            _ => text.clone(),
+            _ => format!("{text} (in the document from line {})", self.first_line),
         };
         if self.text.contains("{{") {
             return format!(
@@ -315,12 +428,7 @@ impl Document {
     }
 }
 
-/// One step of a path into a document.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
-    Key(&'static str),
-    Index(usize),
-}
+pub(crate) use crate::kinds::Step;
 
 /// What the probe's error says when it reached its value: serde_json and serde_yaml_ng mark an
 /// error raised by a visitor with where the value it was visiting starts.
@@ -370,7 +478,7 @@ impl<'de> Visitor<'de> for Probe<'_> {
             return Ok(());
         };
         while let Some(name) = map.next_key::<KeyName>()? {
-            if name.0.as_deref() == Some(*key) {
+            if name.0.as_deref() == Some(key.as_str()) {
                 return map.next_value_seed(Probe(rest));
             }
             map.next_value::<IgnoredAny>()?;
@@ -520,15 +628,15 @@ mod tests {
         let found = documents(text);
         let deployment = found[1].as_ref().unwrap();
         let path = [
-            Step::Key("spec"),
-            Step::Key("template"),
-            Step::Key("spec"),
-            Step::Key("containers"),
+            Step::key("spec"),
+            Step::key("template"),
+            Step::key("spec"),
+            Step::key("containers"),
             Step::Index(1),
-            Step::Key("image"),
+            Step::key("image"),
         ];
         assert_eq!(deployment.line_of(&path), Some(10));
-        assert_eq!(deployment.line_of(&[Step::Key("nope")]), None);
+        assert_eq!(deployment.line_of(&[Step::key("nope")]), None);
         let bad = found[2].as_ref().unwrap().parse().unwrap_err();
         assert!(bad.starts_with("input is neither JSON nor YAML"), "{bad}");
         assert!(bad.contains("at line 13"), "{bad}");
@@ -540,7 +648,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(
-            json.line_of(&[Step::Key("items"), Step::Index(1), Step::Key("kind")]),
+            json.line_of(&[Step::key("items"), Step::Index(1), Step::key("kind")]),
             Some(3)
         );
     }
@@ -551,5 +659,36 @@ mod tests {
             "kind: Deployment\nmetadata:\n  name: {{ include \"x\" . }}\n{{- if .Values.on }}\n";
         let reason = documents(text)[0].as_ref().unwrap().parse().unwrap_err();
         assert!(reason.starts_with("a template ({{ … }})"), "{reason}");
+    }
+    #[test]
+    fn json_streams_and_json_lines_are_a_document_per_value_at_its_line() {
+        let text = "{\"kind\": \"Pod\", \"n\": 1}\n{\"kind\": \"Pod\", \"n\": 2}\n\n{\n  \"kind\": \"Service\"\n}\n";
+        let found: Vec<_> = documents(text).into_iter().map(Result::unwrap).collect();
+        let places: Vec<_> = found.iter().map(|d| d.place.to_string()).collect();
+        assert_eq!(
+            places,
+            [
+                "f.yaml:1 (line 1)",
+                "f.yaml:2 (line 2)",
+                "f.yaml:3 (line 4)"
+            ]
+        );
+        assert_eq!(found[1].parse().unwrap()["n"], 2);
+        assert_eq!(found[2].parse().unwrap()["kind"], "Service");
+        // A stream with a broken value: one document, JSON's error at the input's line.
+        let broken = "---\n{\"kind\": \"Pod\"}\n{\"kind\": }\n";
+        let found = documents(broken);
+        let err = found[0].as_ref().unwrap().parse().unwrap_err();
+        assert!(err.contains("at line 3 column 10"), "{err}");
+    }
+
+    #[test]
+    fn an_unreadable_file_is_said_once_and_deep_nesting_is_refused_at_its_line() {
+        let binary = Documents::new(&b"\xff\xfe\xfd\n"[..], "b.yaml").collect::<Vec<_>>();
+        assert_eq!(binary.len(), 1, "{binary:?}");
+        let deep = format!("a: 1\n---\nb:\n  c: {}\n", "[".repeat(400_000));
+        let found = documents(&deep);
+        let err = found[1].as_ref().unwrap().parse().unwrap_err();
+        assert_eq!(err, "nested deeper than 100 levels at line 4: not read");
     }
 }

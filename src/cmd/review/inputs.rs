@@ -61,6 +61,10 @@ impl Inputs {
                 }
             }
         };
+        let reader = match crate::workload::encoding::decoded(reader) {
+            Ok(reader) => reader,
+            Err(e) => return Some(Err(unread(file, format!("cannot read: {e}")))),
+        };
         self.current = Some(Documents::new(reader, file));
         Some(Ok(()))
     }
@@ -93,6 +97,27 @@ impl Iterator for Inputs {
     }
 }
 
+/// Each path named on the command line is there and can be read: a mistyped one is an error
+/// (exit status 2), never a skipped input that lets a gate pass. A pipe or device named
+/// (`<(kubectl kustomize …)`) is read as named; only a directory's are passed over.
+pub(super) fn check_named(names: &[String]) -> anyhow::Result<()> {
+    for name in names.iter().filter(|n| *n != "-") {
+        let checked = std::fs::metadata(name).and_then(|meta| {
+            if meta.is_dir() {
+                std::fs::read_dir(name).map(drop)
+            } else if meta.is_file() {
+                File::open(name).map(drop)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
+            anyhow::bail!("{name}: cannot read: {e}");
+        }
+    }
+    Ok(())
+}
+
 fn unread(file: String, reason: impl Into<String>) -> Unread {
     Unread {
         place: Place::file(file),
@@ -113,16 +138,19 @@ impl Walk {
     fn named(&mut self, name: &str) {
         let path = Path::new(name);
         if name == "-" || !path.is_dir() {
-            // A file as named, whatever its extension; one that is missing is said so when read.
+            // A file as named, whatever its extension and whatever it is (a pipe too:
+            // `<(kubectl kustomize …)`).
             self.entries.push_back(Entry::File(path.to_owned()));
         } else {
-            self.directory(path);
+            let templates = in_chart_templates(path);
+            self.directory(path, templates);
         }
     }
 
     /// A directory's manifests in name order (`kubectl -f DIR`'s rule: its own files only unless
-    /// `recursive`); a Helm chart's files are named, not read (a chart is rendered first).
-    fn directory(&mut self, path: &Path) {
+    /// `recursive`); a Helm chart's templates (`templates/` beside `Chart.yaml`, at any depth)
+    /// are named, not read (a chart is rendered first), its other files are read.
+    fn directory(&mut self, path: &Path, templates: bool) {
         let shown = path.display().to_string();
         let real = match std::fs::canonicalize(path) {
             Ok(real) => real,
@@ -142,52 +170,28 @@ impl Walk {
         entries.sort();
         let chart = path.join("Chart.yaml").is_file();
         for entry in entries {
-            let name = entry.file_name().unwrap_or_default();
             if entry.is_dir() {
-                if !self.recursive {
-                    continue;
-                }
-                if chart && name != "crds" {
-                    self.chart_files(&entry);
-                } else {
-                    self.directory(&entry);
+                if self.recursive {
+                    let name = entry.file_name().unwrap_or_default();
+                    self.directory(&entry, templates || (chart && name == "templates"));
                 }
                 continue;
             }
-            if !is_manifest(&entry) {
+            let template = templates && entry.extension().is_some_and(|e| e == "tpl");
+            if !is_manifest(&entry) && !template {
                 continue;
             }
             let shown = entry.display().to_string();
-            if chart {
-                self.unread(shown, CHART_FILE);
-            } else if !entry.exists() {
-                let target = std::fs::read_link(&entry).unwrap_or_default();
-                let reason = format!("a dangling symlink (to {})", target.display());
-                self.unread(shown, reason);
-            } else {
-                self.entries.push_back(Entry::File(entry));
-            }
-        }
-    }
-
-    /// Every manifest under a Helm chart's directory (its templates …), named as the chart's.
-    fn chart_files(&mut self, path: &Path) {
-        let Ok(real) = std::fs::canonicalize(path) else {
-            return;
-        };
-        if !self.directories.insert(real) {
-            return;
-        }
-        let Ok(dir) = std::fs::read_dir(path) else {
-            return;
-        };
-        let mut entries: Vec<PathBuf> = dir.filter_map(|e| Some(e.ok()?.path())).collect();
-        entries.sort();
-        for entry in entries {
-            if entry.is_dir() {
-                self.chart_files(&entry);
-            } else if is_manifest(&entry) || entry.extension().is_some_and(|e| e == "tpl") {
-                self.unread(entry.display().to_string(), CHART_FILE);
+            match std::fs::metadata(&entry) {
+                _ if templates => self.unread(shown, CHART_FILE),
+                Ok(meta) if meta.is_file() => self.entries.push_back(Entry::File(entry)),
+                // Never opened: opening a FIFO would wait for a writer that may never come.
+                Ok(meta) => self.unread(shown, format!("{}: not read", not_regular(&meta))),
+                Err(_) => {
+                    let target = std::fs::read_link(&entry).unwrap_or_default();
+                    let reason = format!("a dangling symlink (to {})", target.display());
+                    self.unread(shown, reason);
+                }
             }
         }
     }
@@ -197,8 +201,40 @@ impl Walk {
     }
 }
 
+/// Whether `path` is in a Helm chart's `templates/` (the directory beside a `Chart.yaml`, or
+/// below it), so that a chart's templates are skipped whichever directory is named.
+fn in_chart_templates(path: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    real.ancestors().any(|dir| {
+        dir.file_name().is_some_and(|n| n == "templates")
+            && dir.parent().is_some_and(|p| p.join("Chart.yaml").is_file())
+    })
+}
+
+/// What a file that is not a regular file is.
+fn not_regular(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        let kind = meta.file_type();
+        if kind.is_fifo() {
+            return "a FIFO, not a regular file";
+        }
+        if kind.is_socket() {
+            return "a socket, not a regular file";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device, not a regular file";
+        }
+    }
+    let _ = meta;
+    "not a regular file"
+}
+
 const CHART_FILE: &str =
-    "part of a Helm chart (a directory with Chart.yaml): review its rendering (`helm template`) instead";
+    "a Helm chart's template (templates/ beside Chart.yaml): review its rendering (`helm template`) instead";
 
 fn is_manifest(path: &Path) -> bool {
     path.extension()

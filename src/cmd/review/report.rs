@@ -20,6 +20,10 @@ use crate::workload::{Found, Workload};
 pub(super) struct WorkloadReport {
     kind: String,
     name: String,
+    /// Which of the kind's Pod templates (`workerGroupSpecs[gpu]`), when it has several or
+    /// keeps one elsewhere than `spec.template`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    part: Option<String>,
     namespace: Option<String>,
     /// `file:document`.
     source: String,
@@ -115,6 +119,7 @@ async fn report_workload(
     let mut report = WorkloadReport {
         kind: workload.kind,
         name: workload.name,
+        part: workload.part,
         namespace: workload.namespace,
         source: workload.source,
         line: workload.line,
@@ -143,15 +148,21 @@ async fn report_workload(
     report
 }
 
-/// The exit status, a gate for a GitOps repository: 1 (problems found) when any workload could
-/// not run anywhere its images do, would be denied, or is invalid; else 3 with `--strict` when
-/// inputs were skipped; else 0. (2, could not run, is `main`'s for an error.)
+/// The exit status, a gate for a GitOps repository: 3 with `--strict` when inputs were
+/// skipped, whatever else; else 1 (problems found) when any workload could not run anywhere its
+/// images do, would be denied, or is invalid; else 4 when images could not be looked up; else
+/// 0. (2, could not run, is `main`'s for an error.)
 pub(super) fn exit_status(
     outcomes: impl IntoIterator<Item = Outcome>,
     skipped_inputs: usize,
     strict: bool,
 ) -> ExitCode {
     let outcomes: Vec<Outcome> = outcomes.into_iter().collect();
+    if strict && skipped_inputs > 0 {
+        // Whatever else happened: a gate that accepts 1 or 4 (problems it knows of, images
+        // it could not look up) must still see that inputs went unread.
+        return crate::cli::REVIEW_SKIPPED_INPUTS.into();
+    }
     let failed = outcomes.iter().any(|o| {
         matches!(
             o,
@@ -166,8 +177,6 @@ pub(super) fn exit_status(
     {
         // A gated Pod is one whose images could not be looked up: not checked either.
         crate::cli::REVIEW_LOOKUPS_FAILED.into()
-    } else if strict && skipped_inputs > 0 {
-        crate::cli::REVIEW_SKIPPED_INPUTS.into()
     } else {
         ExitCode::SUCCESS
     }
@@ -200,8 +209,13 @@ pub(super) fn write(
         for warning in report.warnings.iter().chain(&report.denied) {
             writeln!(out, "warning: {}: {warning}", label(report))?;
         }
+        // Why a registry could not be reached: on standard error, beside the exit status.
         for (image, cause) in &report.causes {
-            writeln!(out, "cause: {}: {image}: {cause}", label(report))?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "cause: {}: {image}: {cause}",
+                label(report)
+            );
         }
     }
     for unread in &found.unread {
@@ -212,7 +226,11 @@ pub(super) fn write(
 }
 
 fn label(report: &WorkloadReport) -> String {
-    crate::workload::label(&report.kind, report.namespace.as_deref(), &report.name)
+    let label = crate::workload::label(&report.kind, report.namespace.as_deref(), &report.name);
+    match &report.part {
+        Some(part) => format!("{label} ({part})"),
+        None => label,
+    }
 }
 
 /// `WORKLOAD  SOURCE  ARCHITECTURES  OUTCOME  WOULD ADD`, columns as wide as their widest cell.
