@@ -217,6 +217,10 @@ fn deployed_config(docs: &[Value]) -> Config {
         .map(|e| {
             let value = match e["value"].as_str() {
                 Some(value) => value.to_owned(),
+                // A Secret's value (the shared cache's password) exists only in the cluster.
+                None if e["valueFrom"]["secretKeyRef"]["name"].is_string() => {
+                    "from-a-secret".to_owned()
+                }
                 None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
             };
             (e["name"].as_str().unwrap().to_owned(), value)
@@ -863,6 +867,7 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
         assert!(args.windows(2).any(|w| w == pair), "{args:?}");
     }
     assert!(args.contains(&"--maxmemory"), "memory bounded: {args:?}");
+    valkey_asks_for_the_password_tolerable_sends(&docs, container, &args);
     assert_eq!(labels["tolerable.io/skip"], "true");
     assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
     assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
@@ -876,6 +881,36 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
     let without = documents(&render("kustomize"));
     assert!(deployed_config(&without).resolver.shared_cache.is_none());
     assert!(!without.iter().any(|d| d["metadata"]["name"] == "valkey"));
+}
+
+/// Valkey keeps protected mode on and requires a password, from the Secret tolerable's
+/// `TOLERABLE_SHARED_CACHE__PASSWORD` reads (optional there: tolerable starts without it).
+fn valkey_asks_for_the_password_tolerable_sends(docs: &[Value], valkey: &Value, args: &[&str]) {
+    assert!(
+        args.windows(2).any(|w| w == ["--protected-mode", "yes"]),
+        "{args:?}"
+    );
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"]),
+        "{args:?}"
+    );
+    let from = |container: &Value, variable: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == variable)
+            .unwrap_or_else(|| panic!("{variable}"))["valueFrom"]["secretKeyRef"]
+            .clone()
+    };
+    let theirs = from(valkey, "VALKEY_PASSWORD");
+    let tolerable =
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let ours = from(tolerable, "TOLERABLE_SHARED_CACHE__PASSWORD");
+    assert_eq!(ours["name"], theirs["name"]);
+    assert_eq!(ours["key"], theirs["key"]);
+    assert_eq!(ours["optional"], true);
 }
 
 /// The Valkey NetworkPolicy covers the Valkey Pod (`labels`), admits tolerable's Pods alone on
