@@ -210,22 +210,12 @@ fn deployed_config(docs: &[Value]) -> Config {
     std::fs::write(&file, text).unwrap();
     let deployment = object(docs, "Deployment", "tolerable");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let mut env: Vec<(String, String)> = container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let value = match e["value"].as_str() {
-                Some(value) => value.to_owned(),
-                // A Secret's value (the shared cache's password) exists only in the cluster.
-                None if e["valueFrom"]["secretKeyRef"]["name"].is_string() => {
-                    "from-a-secret".to_owned()
-                }
-                None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
-            };
-            (e["name"].as_str().unwrap().to_owned(), value)
-        })
-        .collect();
+    let mut env: Vec<(String, String)> = Vec::new();
+    for e in container["env"].as_array().unwrap() {
+        let value = kubelet_env_value(e, deployment);
+        let value = deployed::expand_env_references(&value, &env);
+        env.push((e["name"].as_str().unwrap().to_owned(), value));
+    }
     deployed::local_tls_and_credential_files(dir.path(), &mut env);
     deployed::local_credential_providers(docs, deployment_pod(docs), dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
@@ -237,6 +227,16 @@ fn deployed_config(docs: &[Value]) -> Config {
     );
     std::mem::forget(dir); // the returned config may refer to these paths
     config
+}
+
+/// A container's environment variable as the kubelet sets it (before `$(VAR)` expansion): its
+/// value, the downward API's, or a stand-in for a Secret's value (it exists only in the cluster).
+fn kubelet_env_value(e: &Value, deployment: &Value) -> String {
+    match e["value"].as_str() {
+        Some(value) => value.to_owned(),
+        None if e["valueFrom"]["secretKeyRef"]["name"].is_string() => "from-a-secret".to_owned(),
+        None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
+    }
 }
 
 /// The Deployment's Pod template spec.
@@ -971,32 +971,44 @@ fn deployed_config_file_matches_the_shipped_one() {
     );
 }
 
+/// The example overlay copied into `copy` as its comments say to: every file of it, the base
+/// pointed at the checkout's kustomize/base by a relative path; `edit` then changes its
+/// kustomization.yaml, given that path's prefix up to the repository (for components).
+fn copy_example_overlay(copy: &Path, edit: impl Fn(String, &str) -> String) {
+    let example = root().join("kustomize/overlays/example");
+    // The relative path from the copy to the repository: up to /, then down.
+    let up = "../".repeat(copy.components().count() - 1);
+    let repository = format!("{up}{}", root().strip_prefix("/").unwrap().display());
+    for file in std::fs::read_dir(&example).unwrap() {
+        let file = file.unwrap().path();
+        std::fs::copy(&file, copy.join(file.file_name().unwrap())).unwrap();
+    }
+    let kustomization = std::fs::read_to_string(example.join("kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("  - ../../base\n"));
+    let kustomization = kustomization.replace(
+        "  - ../../base\n",
+        &format!("  - {repository}/kustomize/base\n"),
+    );
+    std::fs::write(
+        copy.join("kustomization.yaml"),
+        edit(kustomization, &repository),
+    )
+    .unwrap();
+}
+
 /// The example overlay copied out of the repository, as its comments say to: its base pointed
 /// at the checkout's kustomize/base by a relative path, the image set to the operator's own.
 #[test]
 fn the_example_overlay_works_when_copied_elsewhere() {
     let copy = tempfile::tempdir().unwrap();
-    let example = root().join("kustomize/overlays/example");
-    let base = root().join("kustomize/base");
-    // The relative path from the copy to the base: up to /, then down.
-    let up = "../".repeat(copy.path().components().count() - 1);
-    let relative = format!("{up}{}", base.strip_prefix("/").unwrap().display());
-    let kustomization = std::fs::read_to_string(example.join("kustomization.yaml")).unwrap();
-    assert!(kustomization.contains("  - ../../base\n"));
-    assert!(kustomization
-        .contains("kustomize edit set image registry.example.com/tolerable/tolerable="));
-    let kustomization = kustomization
-        .replace("  - ../../base\n", &format!("  - {relative}\n"))
-        .replace(
+    copy_example_overlay(copy.path(), |kustomization, _| {
+        assert!(kustomization
+            .contains("kustomize edit set image registry.example.com/tolerable/tolerable="));
+        kustomization.replace(
             "newName: registry.example.com/platform/tolerable",
             "newName: registry.example.com/other/tolerable",
-        );
-    std::fs::write(copy.path().join("kustomization.yaml"), kustomization).unwrap();
-    std::fs::copy(
-        example.join("environment.yaml"),
-        copy.path().join("environment.yaml"),
-    )
-    .unwrap();
+        )
+    });
     let docs = documents(&render(copy.path()));
     let container =
         &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
@@ -1004,6 +1016,71 @@ fn the_example_overlay_works_when_copied_elsewhere() {
         container["image"],
         "registry.example.com/other/tolerable:v0.1.0"
     );
+}
+
+/// The example overlay copied and given another namespace (its commented `namespace:` line),
+/// with the shared cache and gates: no object and no string names tolerable-system any more —
+/// the certificate's DNS names are the Service's, cert-manager injects the CA from the
+/// Certificate that exists, the webhook leaves the new namespace out and calls the Service
+/// where it is, the shared cache's URL names Valkey's Service there, the bindings name the
+/// ServiceAccount there — and it validates.
+#[test]
+fn an_overlay_in_another_namespace_carries_it_into_every_field() {
+    let copy = tempfile::tempdir().unwrap();
+    copy_example_overlay(copy.path(), |kustomization, repository| {
+        assert!(kustomization.contains("\n# namespace: platform-tolerable\n"));
+        let components = ["shared-cache", "gates"]
+            .map(|c| format!("  - {repository}/kustomize/components/{c}\n"))
+            .concat();
+        kustomization.replace(
+            "\n# namespace: platform-tolerable\n",
+            "\nnamespace: platform-tolerable\n",
+        ) + "components:\n"
+            + &components
+    });
+    let yaml = render(copy.path());
+    tools::validate_against_kubernetes(write_temp(&yaml).path(), &[], "the namespaced overlay");
+    let docs = documents(&yaml);
+    for doc in &docs {
+        assert!(!doc.to_string().contains("tolerable-system"), "{doc}");
+    }
+    let ns = "platform-tolerable";
+    let service = object(&docs, "Service", "tolerable");
+    assert_eq!(service["metadata"]["namespace"], ns);
+    let certificate = object(&docs, "Certificate", "tolerable-tls");
+    assert_eq!(
+        certificate["spec"]["dnsNames"],
+        serde_json::json!([
+            format!("tolerable.{ns}.svc"),
+            format!("tolerable.{ns}.svc.cluster.local")
+        ])
+    );
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+    let inject = str_of(mwc, "/metadata/annotations/cert-manager.io~1inject-ca-from");
+    assert_eq!(
+        inject,
+        format!("{ns}/{}", str_of(certificate, "/metadata/name"))
+    );
+    assert_eq!(certificate["metadata"]["namespace"], ns);
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["service"]["namespace"], ns);
+    let excluded = &hook["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["key"], "kubernetes.io/metadata.name");
+    assert_eq!(excluded["values"], serde_json::json!([ns, "kube-system"]));
+    let shared = deployed_config(&docs)
+        .resolver
+        .shared_cache
+        .expect("[shared_cache] url");
+    let url = reqwest::Url::parse(shared.url()).unwrap();
+    assert_eq!(url.host_str(), Some(format!("valkey.{ns}.svc").as_str()));
+    for binding in rbac_objects(&docs)
+        .into_iter()
+        .filter(|o| o["kind"].as_str().unwrap().ends_with("Binding"))
+    {
+        for subject in binding["subjects"].as_array().unwrap() {
+            assert_eq!(subject["namespace"], ns, "{binding}");
+        }
+    }
 }
 
 /// The RBAC objects of `docs`.
