@@ -24,6 +24,9 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/node-credential-providers",
     "kustomize/overlays/credential-provider-image",
     "kustomize/overlays/gates",
+    "kustomize/overlays/gke-private-cluster",
+    "kustomize/overlays/eks-overlay-cni",
+    "kustomize/overlays/aks",
 ];
 
 fn root() -> PathBuf {
@@ -1167,4 +1170,87 @@ fn the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else() {
         .unwrap();
     container.retain(|e| e["name"] != "TOLERABLE_POLICY__ON_LOOKUP_FAILURE");
     assert_eq!(rest, base);
+}
+
+/// The container port named `name` in the Deployment's Pod.
+fn container_port(docs: &[Value], name: &str) -> u64 {
+    deployment_pod(docs)["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name}"))["containerPort"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Each provider's overlay puts the webhook where that provider's control plane reaches it, and
+/// tolerable listens where its container port says: GKE private clusters on 10250 (the one
+/// node port their firewall opens besides 443), EKS with an overlay CNI on the node's network
+/// on 10260 and /metrics on 10261 (cluster DNS kept); AKS's overlay opts the webhook out of
+/// the admissions enforcer. The Service still reaches the port by name, and each validates.
+#[test]
+fn provider_overlays_put_the_webhook_where_the_control_plane_reaches_it() {
+    for (overlay, https, metrics, host_network) in [
+        ("gke-private-cluster", 10250, 9090, false),
+        ("eks-overlay-cni", 10260, 10261, true),
+        ("aks", 8443, 9090, false),
+    ] {
+        let dir = format!("kustomize/overlays/{overlay}");
+        let yaml = render(&dir);
+        tools::validate_against_kubernetes(write_temp(&yaml).path(), &["deployment"], &dir);
+        let docs = documents(&yaml);
+        let config = deployed_config(&docs);
+        assert_eq!(u64::from(config.listen_addr.port()), https, "{overlay}");
+        assert_eq!(container_port(&docs, "https"), https, "{overlay}");
+        assert_eq!(
+            config.metrics_addr.map(|a| u64::from(a.port())),
+            Some(metrics),
+            "{overlay}"
+        );
+        assert_eq!(container_port(&docs, "metrics"), metrics, "{overlay}");
+        let ports = deployment_pod(&docs)["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(ports, 2, "{overlay}: ports replaced, not added");
+        let service = object(&docs, "Service", "tolerable");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+        let pod = deployment_pod(&docs);
+        assert_eq!(
+            pod["hostNetwork"].as_bool().unwrap_or(false),
+            host_network,
+            "{overlay}"
+        );
+        if host_network {
+            assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        }
+        let labels =
+            &object(&docs, "MutatingWebhookConfiguration", "tolerable")["metadata"]["labels"];
+        let enforcer_off = labels["admissions.enforcer/disabled"] == "true";
+        assert_eq!(enforcer_off, overlay == "aks", "{overlay}");
+    }
+}
+
+/// The base runs tolerable at the admission webhooks' priority, and admits it where a cluster
+/// limits that priority to quota-covered namespaces (GKE): a ResourceQuota scoped to exactly
+/// the Deployment's class, in its namespace, with room for a rollout.
+#[test]
+fn the_priority_class_comes_with_its_quota() {
+    let docs = documents(&render("kustomize"));
+    let deployment = object(&docs, "Deployment", "tolerable");
+    let class = str_of(deployment, "/spec/template/spec/priorityClassName");
+    assert_eq!(class, "system-cluster-critical");
+    let quota = object(&docs, "ResourceQuota", "tolerable-priority");
+    assert_eq!(
+        quota["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"],
+        serde_json::json!([{"scopeName": "PriorityClass", "operator": "In", "values": [class]}])
+    );
+    let pods: u64 = str_of(quota, "/spec/hard/pods").parse().unwrap();
+    let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
+    assert!(pods > replicas + 1, "a rollout's surge fits: {pods}");
 }

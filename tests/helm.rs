@@ -313,6 +313,9 @@ fn defaults_match_kustomize() {
     );
     let service = |docs: &[Value]| object(docs, "Service", "tolerable")["spec"]["ports"].clone();
     assert_eq!(service(&chart), service(&kustomize));
+    let quota =
+        |docs: &[Value]| object(docs, "ResourceQuota", "tolerable-priority")["spec"].clone();
+    assert_eq!(quota(&chart), quota(&kustomize));
     let pdb = |docs: &[Value]| object(docs, "PodDisruptionBudget", "tolerable")["spec"].clone();
     assert_eq!(pdb(&chart)["minAvailable"], pdb(&kustomize)["minAvailable"]);
     pods_match(
@@ -369,6 +372,7 @@ fn pods_match(chart: &Value, kustomize: &Value) {
         "securityContext",
         "enableServiceLinks",
         "tolerations",
+        "priorityClassName",
     ] {
         assert_eq!(chart[field], kustomize[field], "{field}");
     }
@@ -395,8 +399,7 @@ fn pods_match(chart: &Value, kustomize: &Value) {
         }
     }
     assert_eq!(chart["volumes"], volumes);
-    // The chart's own additions: admission webhooks' priority, spread over zones too.
-    assert_eq!(chart["priorityClassName"], "system-cluster-critical");
+    // The chart's own addition: spread over zones too.
     let keys: Vec<&Value> = chart["topologySpreadConstraints"]
         .as_array()
         .unwrap()
@@ -1886,4 +1889,61 @@ fn gates_match_kustomize() {
         "gatekeeper-tolerable-gates-leader-election",
     );
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
+}
+
+/// The provider notes' values: GKE private clusters listen on 10250 (the container port and the
+/// rendered config follow `config.server.listen_addr`), EKS with an overlay CNI runs on the
+/// node's network with cluster DNS on 10260/10261, AKS labels the webhook out of the admissions
+/// enforcer; a system priority class brings its ResourceQuota, another class or none does not.
+#[test]
+fn provider_values_put_the_webhook_where_the_control_plane_reaches_it() {
+    let server = |listen: &str, metrics: &str| json!({"server": {"listen_addr": listen, "metrics_addr": metrics}});
+    for (values, https, host_network) in [
+        (
+            json!({"config": server("0.0.0.0:10250", "0.0.0.0:9090")}),
+            10250,
+            false,
+        ),
+        (
+            json!({"hostNetwork": true, "config": server("0.0.0.0:10260", "0.0.0.0:10261")}),
+            10260,
+            true,
+        ),
+    ] {
+        let yaml = render(&values, "tolerable", "tolerable-system").0;
+        validates_against_kubernetes(&yaml);
+        let docs = tools::documents(&yaml);
+        let config = load_rendered_config(&docs, "tolerable").unwrap();
+        assert_eq!(config.listen_addr.port(), https);
+        let pod = deployment_pod(&docs, "tolerable");
+        let port = &pod["containers"][0]["ports"][0];
+        assert_eq!(
+            (port["name"].as_str(), port["containerPort"].as_u64()),
+            (Some("https"), Some(u64::from(https)))
+        );
+        assert_eq!(pod["hostNetwork"].as_bool().unwrap_or(false), host_network);
+        if host_network {
+            assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        }
+    }
+    let aks = json!({"webhook": {"labels": {"admissions.enforcer/disabled": "true"}}});
+    let docs = tools::documents(&render(&aks, "tolerable", "tolerable-system").0);
+    let labels = &object(&docs, "MutatingWebhookConfiguration", "tolerable")["metadata"]["labels"];
+    assert_eq!(labels["admissions.enforcer/disabled"], "true");
+    for (class, quota) in [
+        ("system-node-critical", true),
+        ("platform-high", false),
+        ("", false),
+    ] {
+        let values = json!({"priorityClassName": class});
+        let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        let found = docs.iter().find(|d| d["kind"] == "ResourceQuota");
+        assert_eq!(found.is_some(), quota, "{class}");
+        if let Some(found) = found {
+            assert_eq!(
+                found["spec"]["scopeSelector"]["matchExpressions"][0]["values"],
+                json!([class])
+            );
+        }
+    }
 }
