@@ -1000,7 +1000,8 @@ fn copy_example_overlay(copy: &Path, edit: impl Fn(String, &str) -> String) {
 }
 
 /// The example overlay copied out of the repository, as its comments say to: its base pointed
-/// at the checkout's kustomize/base by a relative path, the image set to the operator's own.
+/// at the checkout's kustomize/base by a relative path, the image set to the operator's own;
+/// it starts report-only.
 #[test]
 fn the_example_overlay_works_when_copied_elsewhere() {
     let copy = tempfile::tempdir().unwrap();
@@ -1018,6 +1019,13 @@ fn the_example_overlay_works_when_copied_elsewhere() {
     assert_eq!(
         container["image"],
         "registry.example.com/other/tolerable:v0.1.0"
+    );
+    // As the docs say to start: report-only (the base itself enforces).
+    assert!(!deployed_config(&docs).policy.enforce);
+    assert!(
+        deployed_config(&documents(&render("kustomize")))
+            .policy
+            .enforce
     );
 }
 

@@ -1947,3 +1947,54 @@ fn provider_values_put_the_webhook_where_the_control_plane_reaches_it() {
         }
     }
 }
+
+/// With gates, `helm uninstall` first runs a pre-delete Job releasing every gated Pod with the
+/// image's own binary (`gates release --all`), under the ServiceAccount the gates ClusterRole
+/// is bound to (list and patch on Pods), never held by the webhook itself; without gates there
+/// is no such hook.
+#[test]
+fn uninstalling_with_gates_releases_the_gated_pods_first() {
+    let values = json!({"config": {"policy": {"on_lookup_failure": "gate"}}});
+    let (yaml, _) = render(&values, "tolerable", "tolerable-system");
+    validates_against_kubernetes(&yaml);
+    let docs = tools::documents(&yaml);
+    let job = object(&docs, "Job", "tolerable-release-gates");
+    assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], "pre-delete");
+    let template = &job["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["labels"][tolerable::mutate::SKIP_KEY],
+        "true"
+    );
+    let pod = &template["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["args"], json!(["gates", "release", "--all"]));
+    assert_eq!(
+        container["image"],
+        deployment_pod(&docs, "tolerable")["containers"][0]["image"]
+    );
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let binding = object(&docs, "ClusterRoleBinding", "tolerable-gates");
+    assert_eq!(binding["subjects"][0]["name"], account);
+    assert_eq!(binding["subjects"][0]["namespace"], "tolerable-system");
+    let role = object(
+        &docs,
+        "ClusterRole",
+        binding["roleRef"]["name"].as_str().unwrap(),
+    );
+    let pods_rule = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"] == json!(["pods"]))
+        .expect("a rule on pods");
+    for verb in ["list", "patch"] {
+        assert!(
+            pods_rule["verbs"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(verb)),
+            "{verb}"
+        );
+    }
+    assert!(!render_defaults().iter().any(|d| d["kind"] == "Job"));
+}
