@@ -42,6 +42,32 @@ pub(crate) enum Command {
     /// Pods held by tolerable's scheduling gate (on_lookup_failure = "gate"): list them, or
     /// release them unchanged (before uninstalling tolerable, or in an emergency).
     Gates(GatesArgs),
+    /// Whether the API server calls tolerable and gets its decision: a server-side dry run of a
+    /// Pod create (nothing is created), and the likely cause when the decision is missing.
+    #[command(after_help = exit_help(CHECK_EXIT))]
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+
+    /// A namespace the webhook covers (not tolerable's own, nor kube-system).
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub(crate) namespace: String,
+
+    /// The image of the Pod tried (tolerable looks it up as for any Pod).
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        default_value = "registry.k8s.io/pause:3.10"
+    )]
+    pub(crate) image: String,
+
+    /// tolerable's MutatingWebhookConfiguration (the chart names it after the release).
+    #[arg(long, value_name = "NAME", default_value = "tolerable")]
+    pub(crate) webhook_configuration: String,
 }
 
 #[derive(Debug, Args)]
@@ -372,6 +398,21 @@ pub(crate) const GATES_NOT_FOUND: ExitStatus = ExitStatus {
 pub(crate) const GATES_RELEASE_EXIT: &[ExitStatus] = &[
     GATES_RELEASED,
     GATES_NOT_FOUND,
+    COULD_NOT_RUN,
+    READER_STOPPED,
+];
+
+pub(crate) const CHECK_DECIDING: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "reachable and deciding: the dry-run Pod came back with tolerable's decision",
+};
+pub(crate) const CHECK_NOT_DECIDING: ExitStatus = ExitStatus {
+    code: 1,
+    meaning: "tolerable did not decide: the message names the likely cause (not installed, caBundle, selector, unreachable, an error the API server names)",
+};
+pub(crate) const CHECK_EXIT: &[ExitStatus] = &[
+    CHECK_DECIDING,
+    CHECK_NOT_DECIDING,
     COULD_NOT_RUN,
     READER_STOPPED,
 ];

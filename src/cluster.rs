@@ -4,6 +4,7 @@
 //! cannot be read becomes a warning naming the secret, never its content. Also the node watch
 //! (`nodes`) and paged lists of any kind (`list`, what `audit` reads through).
 
+pub(crate) mod check;
 pub(crate) mod connect;
 pub(crate) mod gates;
 pub mod lease;

@@ -1,6 +1,7 @@
 //! Subcommands: thin wiring from the CLI to the library.
 
 pub(crate) mod audit;
+pub(crate) mod check;
 pub(crate) mod gates;
 pub(crate) mod inspect;
 pub(crate) mod nodes;
@@ -33,6 +34,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(args) => run_to_end(runtime, audit::run(&config, &args, &mut out)),
         Command::Review(args) => run_to_end(runtime, review::run(&config, &args, &mut out)),
         Command::Gates(args) => run_to_end(runtime, gates::run(&args, &mut out)),
+        Command::Check(args) => run_to_end(runtime, check::run(&args, &mut out)),
     };
     crate::telemetry::flush();
     result

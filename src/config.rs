@@ -80,6 +80,15 @@ pub enum ConfigError {
         key: String,
         nearest: String,
     },
+    /// A key of one section written in another (`[policy] lookup_timeout`): where it belongs,
+    /// rather than a different key of the section it was written in.
+    #[error("{origin}unknown field `{key}`: this key belongs in [{section}] ({nearest})")]
+    WrongSection {
+        origin: Origin,
+        key: String,
+        section: String,
+        nearest: String,
+    },
     /// A key written both in its deprecated flat form and in its section, in one place.
     #[error("{place}{old} and {new} set the same key: remove the deprecated {old}")]
     BothForms {

@@ -82,24 +82,51 @@ impl Sources {
     pub(crate) fn unknown_key(&self) -> Option<super::ConfigError> {
         let variables = self.variables.iter().map(|(key, name)| {
             let nearest = nearest_key(key)?;
-            Some(super::ConfigError::UnknownKey {
-                origin: Origin::Variable(name.clone()),
-                key: key.clone(),
-                nearest: variable_of_key(&nearest),
-            })
+            let origin = Origin::Variable(name.clone());
+            Some(unknown(origin, key, variable_of_key(&nearest), &nearest))
         });
         let file = self.file.iter().flat_map(|(path, keys)| {
             keys.iter().map(|key| {
                 let nearest = nearest_key(key)?;
-                Some(super::ConfigError::UnknownKey {
-                    origin: Origin::File(path.clone()),
-                    key: key.clone(),
-                    nearest: format!("`{nearest}`"),
-                })
+                let origin = Origin::File(path.clone());
+                Some(unknown(origin, key, format!("`{nearest}`"), &nearest))
             })
         });
         variables.chain(file).flatten().next()
     }
+}
+
+/// The error for `key`, unknown, whose nearest known key is `nearest` (`spelled` as where it
+/// was written spells keys): the same field in another section is said to belong there.
+fn unknown(origin: Origin, key: &str, spelled: String, nearest: &str) -> super::ConfigError {
+    match (key.split_once('.'), nearest.split_once('.')) {
+        (Some((written, field)), Some((section, known)))
+            if field == known && written != section =>
+        {
+            super::ConfigError::WrongSection {
+                origin,
+                key: key.to_owned(),
+                section: section.to_owned(),
+                nearest: spelled,
+            }
+        }
+        _ => super::ConfigError::UnknownKey {
+            origin,
+            key: key.to_owned(),
+            nearest: spelled,
+        },
+    }
+}
+
+/// The key `section.field` of another section when `key` is `written.field` and `field` is
+/// one of that section's own (a key written in the wrong section).
+fn in_another_section(key: &str) -> Option<String> {
+    let (written, field) = key.split_once('.')?;
+    super::known_keys().into_iter().find(|known| {
+        known
+            .split_once('.')
+            .is_some_and(|(section, f)| f == field && section != written)
+    })
 }
 
 /// `TOLERABLE_TOLERATIONS__EFFECT` → `tolerations.effect`, as config-rs reads it.
@@ -167,7 +194,8 @@ fn nearest_key(key: &str) -> Option<String> {
         }
         (Some(_), ["policy", "preferred_architecture", _, ..]) => (field_names::<RawWeighted>(), 2),
         (Some((_, Some(keys))), [_, field, ..]) if !keys().contains(field) => {
-            return nearest_anywhere(&path[..2].join("."));
+            let written = path[..2].join(".");
+            return in_another_section(&written).or_else(|| nearest_anywhere(&written));
         }
         _ => return None,
     };
@@ -300,6 +328,9 @@ mod tests {
             ("cache_stale_if_eror", Some("cache.stale_if_error")),
             // A key in another section's table, or a section misspelt.
             ("registry.stale_if_error", Some("cache.stale_if_error")),
+            // A real key in the wrong section: that key, not a nearer one of this section.
+            ("policy.lookup_timeout", Some("registry.lookup_timeout")),
+            ("server.tag_ttl", Some("cache.tag_ttl")),
             ("cahce.tag_ttl", Some("cache.tag_ttl")),
             ("tolerations.efect", Some("tolerations.effect")),
             ("tolerations.effect", None),

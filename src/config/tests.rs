@@ -787,6 +787,25 @@ fn unknown_keys_are_named_where_written_with_the_nearest_key() {
         err.contains("tolerable.toml") && err.contains("did you mean `registry.mirrors`?"),
         "{err}"
     );
+    // A real key in the wrong section is sent to its section, not to a nearer key of this one
+    // (`[policy] gate_timeout` is closer to `lookup_timeout` than `[registry]`'s is).
+    let path = write(&dir, "[policy]\nlookup_timeout = \"3s\"\n");
+    let err = Config::load(Some(&path), env(&[])).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "config file {}: unknown field `policy.lookup_timeout`: this key belongs in \
+             [registry] (`registry.lookup_timeout`)",
+            path.display()
+        )
+    );
+    let err = Config::load(None, env(&[("TOLERABLE_POLICY__LOOKUP_TIMEOUT", "3s")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with("this key belongs in [registry] (TOLERABLE_REGISTRY__LOOKUP_TIMEOUT)"),
+        "{err}"
+    );
     // Map entries are named freely, and empty variables are as if unset.
     let path = write(
         &dir,

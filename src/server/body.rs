@@ -373,7 +373,12 @@ mod tests {
         peer: IpAddr,
         serving: bool,
     ) -> Reservation {
-        Reservation::new(connection.clone(), process.peer(peer), process.clone(), serving)
+        Reservation::new(
+            connection.clone(),
+            process.peer(peer),
+            process.clone(),
+            serving,
+        )
     }
 
     const ONE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));

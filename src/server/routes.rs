@@ -158,7 +158,11 @@ async fn mutate(
             return response;
         }
     };
-    let _in_flight = match take_in_flight(server, (&mut reservation, connection.has_served()), body.len()) {
+    let _in_flight = match take_in_flight(
+        server,
+        (&mut reservation, connection.has_served()),
+        body.len(),
+    ) {
         Ok(permit) => permit,
         Err(busy) => return *busy,
     };

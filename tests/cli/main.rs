@@ -7,6 +7,7 @@
 mod common;
 
 mod audit;
+mod check;
 mod exit_statuses;
 mod review_repos;
 mod review_workloads;

@@ -93,6 +93,16 @@ pub fn local_credential_providers(
     }
 }
 
+/// `value` with each `$(NAME)` of a variable listed before (`earlier`) replaced by its value, as
+/// the kubelet expands a container's environment; a reference to anything else is kept.
+pub fn expand_env_references(value: &str, earlier: &[(String, String)]) -> String {
+    let mut out = value.to_owned();
+    for (name, known) in earlier {
+        out = out.replace(&format!("$({name})"), known);
+    }
+    out
+}
+
 /// A variable the kubelet sets from the downward API, as it would in the Deployment's Pod:
 /// `metadata.namespace` is the Deployment's namespace. `None` for a variable of another kind.
 pub fn downward_value(var: &Value, deployment: &Value) -> Option<String> {

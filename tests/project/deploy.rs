@@ -24,6 +24,9 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/node-credential-providers",
     "kustomize/overlays/credential-provider-image",
     "kustomize/overlays/gates",
+    "kustomize/overlays/gke-private-cluster",
+    "kustomize/overlays/eks-overlay-cni",
+    "kustomize/overlays/aks",
 ];
 
 fn root() -> PathBuf {
@@ -210,18 +213,12 @@ fn deployed_config(docs: &[Value]) -> Config {
     std::fs::write(&file, text).unwrap();
     let deployment = object(docs, "Deployment", "tolerable");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let mut env: Vec<(String, String)> = container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let value = match e["value"].as_str() {
-                Some(value) => value.to_owned(),
-                None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
-            };
-            (e["name"].as_str().unwrap().to_owned(), value)
-        })
-        .collect();
+    let mut env: Vec<(String, String)> = Vec::new();
+    for e in container["env"].as_array().unwrap() {
+        let value = kubelet_env_value(e, deployment);
+        let value = deployed::expand_env_references(&value, &env);
+        env.push((e["name"].as_str().unwrap().to_owned(), value));
+    }
     deployed::local_tls_and_credential_files(dir.path(), &mut env);
     deployed::local_credential_providers(docs, deployment_pod(docs), dir.path(), &mut env);
     let config = Config::load(Some(&file), env)
@@ -233,6 +230,16 @@ fn deployed_config(docs: &[Value]) -> Config {
     );
     std::mem::forget(dir); // the returned config may refer to these paths
     config
+}
+
+/// A container's environment variable as the kubelet sets it (before `$(VAR)` expansion): its
+/// value, the downward API's, or a stand-in for a Secret's value (it exists only in the cluster).
+fn kubelet_env_value(e: &Value, deployment: &Value) -> String {
+    match e["value"].as_str() {
+        Some(value) => value.to_owned(),
+        None if e["valueFrom"]["secretKeyRef"]["name"].is_string() => "from-a-secret".to_owned(),
+        None => deployed::downward_value(e, deployment).unwrap_or_else(|| panic!("{e}")),
+    }
 }
 
 /// The Deployment's Pod template spec.
@@ -863,6 +870,7 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
         assert!(args.windows(2).any(|w| w == pair), "{args:?}");
     }
     assert!(args.contains(&"--maxmemory"), "memory bounded: {args:?}");
+    valkey_asks_for_the_password_tolerable_sends(&docs, container, &args);
     assert_eq!(labels["tolerable.io/skip"], "true");
     assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
     assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
@@ -876,6 +884,36 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
     let without = documents(&render("kustomize"));
     assert!(deployed_config(&without).resolver.shared_cache.is_none());
     assert!(!without.iter().any(|d| d["metadata"]["name"] == "valkey"));
+}
+
+/// Valkey keeps protected mode on and requires a password, from the Secret tolerable's
+/// `TOLERABLE_SHARED_CACHE__PASSWORD` reads (optional there: tolerable starts without it).
+fn valkey_asks_for_the_password_tolerable_sends(docs: &[Value], valkey: &Value, args: &[&str]) {
+    assert!(
+        args.windows(2).any(|w| w == ["--protected-mode", "yes"]),
+        "{args:?}"
+    );
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--requirepass", "$(VALKEY_PASSWORD)"]),
+        "{args:?}"
+    );
+    let from = |container: &Value, variable: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == variable)
+            .unwrap_or_else(|| panic!("{variable}"))["valueFrom"]["secretKeyRef"]
+            .clone()
+    };
+    let theirs = from(valkey, "VALKEY_PASSWORD");
+    let tolerable =
+        &object(docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    let ours = from(tolerable, "TOLERABLE_SHARED_CACHE__PASSWORD");
+    assert_eq!(ours["name"], theirs["name"]);
+    assert_eq!(ours["key"], theirs["key"]);
+    assert_eq!(ours["optional"], true);
 }
 
 /// The Valkey NetworkPolicy covers the Valkey Pod (`labels`), admits tolerable's Pods alone on
@@ -936,32 +974,45 @@ fn deployed_config_file_matches_the_shipped_one() {
     );
 }
 
+/// The example overlay copied into `copy` as its comments say to: every file of it, the base
+/// pointed at the checkout's kustomize/base by a relative path; `edit` then changes its
+/// kustomization.yaml, given that path's prefix up to the repository (for components).
+fn copy_example_overlay(copy: &Path, edit: impl Fn(String, &str) -> String) {
+    let example = root().join("kustomize/overlays/example");
+    // The relative path from the copy to the repository: up to /, then down.
+    let up = "../".repeat(copy.components().count() - 1);
+    let repository = format!("{up}{}", root().strip_prefix("/").unwrap().display());
+    for file in std::fs::read_dir(&example).unwrap() {
+        let file = file.unwrap().path();
+        std::fs::copy(&file, copy.join(file.file_name().unwrap())).unwrap();
+    }
+    let kustomization = std::fs::read_to_string(example.join("kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("  - ../../base\n"));
+    let kustomization = kustomization.replace(
+        "  - ../../base\n",
+        &format!("  - {repository}/kustomize/base\n"),
+    );
+    std::fs::write(
+        copy.join("kustomization.yaml"),
+        edit(kustomization, &repository),
+    )
+    .unwrap();
+}
+
 /// The example overlay copied out of the repository, as its comments say to: its base pointed
-/// at the checkout's kustomize/base by a relative path, the image set to the operator's own.
+/// at the checkout's kustomize/base by a relative path, the image set to the operator's own;
+/// it starts report-only.
 #[test]
 fn the_example_overlay_works_when_copied_elsewhere() {
     let copy = tempfile::tempdir().unwrap();
-    let example = root().join("kustomize/overlays/example");
-    let base = root().join("kustomize/base");
-    // The relative path from the copy to the base: up to /, then down.
-    let up = "../".repeat(copy.path().components().count() - 1);
-    let relative = format!("{up}{}", base.strip_prefix("/").unwrap().display());
-    let kustomization = std::fs::read_to_string(example.join("kustomization.yaml")).unwrap();
-    assert!(kustomization.contains("  - ../../base\n"));
-    assert!(kustomization
-        .contains("kustomize edit set image registry.example.com/tolerable/tolerable="));
-    let kustomization = kustomization
-        .replace("  - ../../base\n", &format!("  - {relative}\n"))
-        .replace(
+    copy_example_overlay(copy.path(), |kustomization, _| {
+        assert!(kustomization
+            .contains("kustomize edit set image registry.example.com/tolerable/tolerable="));
+        kustomization.replace(
             "newName: registry.example.com/platform/tolerable",
             "newName: registry.example.com/other/tolerable",
-        );
-    std::fs::write(copy.path().join("kustomization.yaml"), kustomization).unwrap();
-    std::fs::copy(
-        example.join("environment.yaml"),
-        copy.path().join("environment.yaml"),
-    )
-    .unwrap();
+        )
+    });
     let docs = documents(&render(copy.path()));
     let container =
         &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
@@ -969,6 +1020,78 @@ fn the_example_overlay_works_when_copied_elsewhere() {
         container["image"],
         "registry.example.com/other/tolerable:v0.1.0"
     );
+    // As the docs say to start: report-only (the base itself enforces).
+    assert!(!deployed_config(&docs).policy.enforce);
+    assert!(
+        deployed_config(&documents(&render("kustomize")))
+            .policy
+            .enforce
+    );
+}
+
+/// The example overlay copied and given another namespace (its commented `namespace:` line),
+/// with the shared cache and gates: no object and no string names tolerable-system any more —
+/// the certificate's DNS names are the Service's, cert-manager injects the CA from the
+/// Certificate that exists, the webhook leaves the new namespace out and calls the Service
+/// where it is, the shared cache's URL names Valkey's Service there, the bindings name the
+/// ServiceAccount there — and it validates.
+#[test]
+fn an_overlay_in_another_namespace_carries_it_into_every_field() {
+    let copy = tempfile::tempdir().unwrap();
+    copy_example_overlay(copy.path(), |kustomization, repository| {
+        assert!(kustomization.contains("\n# namespace: platform-tolerable\n"));
+        let components = ["shared-cache", "gates"]
+            .map(|c| format!("  - {repository}/kustomize/components/{c}\n"))
+            .concat();
+        kustomization.replace(
+            "\n# namespace: platform-tolerable\n",
+            "\nnamespace: platform-tolerable\n",
+        ) + "components:\n"
+            + &components
+    });
+    let yaml = render(copy.path());
+    tools::validate_against_kubernetes(write_temp(&yaml).path(), &[], "the namespaced overlay");
+    let docs = documents(&yaml);
+    for doc in &docs {
+        assert!(!doc.to_string().contains("tolerable-system"), "{doc}");
+    }
+    let ns = "platform-tolerable";
+    let service = object(&docs, "Service", "tolerable");
+    assert_eq!(service["metadata"]["namespace"], ns);
+    let certificate = object(&docs, "Certificate", "tolerable-tls");
+    assert_eq!(
+        certificate["spec"]["dnsNames"],
+        serde_json::json!([
+            format!("tolerable.{ns}.svc"),
+            format!("tolerable.{ns}.svc.cluster.local")
+        ])
+    );
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+    let inject = str_of(mwc, "/metadata/annotations/cert-manager.io~1inject-ca-from");
+    assert_eq!(
+        inject,
+        format!("{ns}/{}", str_of(certificate, "/metadata/name"))
+    );
+    assert_eq!(certificate["metadata"]["namespace"], ns);
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["service"]["namespace"], ns);
+    let excluded = &hook["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["key"], "kubernetes.io/metadata.name");
+    assert_eq!(excluded["values"], serde_json::json!([ns, "kube-system"]));
+    let shared = deployed_config(&docs)
+        .resolver
+        .shared_cache
+        .expect("[shared_cache] url");
+    let url = reqwest::Url::parse(shared.url()).unwrap();
+    assert_eq!(url.host_str(), Some(format!("valkey.{ns}.svc").as_str()));
+    for binding in rbac_objects(&docs)
+        .into_iter()
+        .filter(|o| o["kind"].as_str().unwrap().ends_with("Binding"))
+    {
+        for subject in binding["subjects"].as_array().unwrap() {
+            assert_eq!(subject["namespace"], ns, "{binding}");
+        }
+    }
 }
 
 /// The RBAC objects of `docs`.
@@ -1055,4 +1178,87 @@ fn the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else() {
         .unwrap();
     container.retain(|e| e["name"] != "TOLERABLE_POLICY__ON_LOOKUP_FAILURE");
     assert_eq!(rest, base);
+}
+
+/// The container port named `name` in the Deployment's Pod.
+fn container_port(docs: &[Value], name: &str) -> u64 {
+    deployment_pod(docs)["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no port {name}"))["containerPort"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Each provider's overlay puts the webhook where that provider's control plane reaches it, and
+/// tolerable listens where its container port says: GKE private clusters on 10250 (the one
+/// node port their firewall opens besides 443), EKS with an overlay CNI on the node's network
+/// on 10260 and /metrics on 10261 (cluster DNS kept); AKS's overlay opts the webhook out of
+/// the admissions enforcer. The Service still reaches the port by name, and each validates.
+#[test]
+fn provider_overlays_put_the_webhook_where_the_control_plane_reaches_it() {
+    for (overlay, https, metrics, host_network) in [
+        ("gke-private-cluster", 10250, 9090, false),
+        ("eks-overlay-cni", 10260, 10261, true),
+        ("aks", 8443, 9090, false),
+    ] {
+        let dir = format!("kustomize/overlays/{overlay}");
+        let yaml = render(&dir);
+        tools::validate_against_kubernetes(write_temp(&yaml).path(), &["deployment"], &dir);
+        let docs = documents(&yaml);
+        let config = deployed_config(&docs);
+        assert_eq!(u64::from(config.listen_addr.port()), https, "{overlay}");
+        assert_eq!(container_port(&docs, "https"), https, "{overlay}");
+        assert_eq!(
+            config.metrics_addr.map(|a| u64::from(a.port())),
+            Some(metrics),
+            "{overlay}"
+        );
+        assert_eq!(container_port(&docs, "metrics"), metrics, "{overlay}");
+        let ports = deployment_pod(&docs)["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(ports, 2, "{overlay}: ports replaced, not added");
+        let service = object(&docs, "Service", "tolerable");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+        let pod = deployment_pod(&docs);
+        assert_eq!(
+            pod["hostNetwork"].as_bool().unwrap_or(false),
+            host_network,
+            "{overlay}"
+        );
+        if host_network {
+            assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        }
+        let labels =
+            &object(&docs, "MutatingWebhookConfiguration", "tolerable")["metadata"]["labels"];
+        let enforcer_off = labels["admissions.enforcer/disabled"] == "true";
+        assert_eq!(enforcer_off, overlay == "aks", "{overlay}");
+    }
+}
+
+/// The base runs tolerable at the admission webhooks' priority, and admits it where a cluster
+/// limits that priority to quota-covered namespaces (GKE): a ResourceQuota scoped to exactly
+/// the Deployment's class, in its namespace, with room for a rollout.
+#[test]
+fn the_priority_class_comes_with_its_quota() {
+    let docs = documents(&render("kustomize"));
+    let deployment = object(&docs, "Deployment", "tolerable");
+    let class = str_of(deployment, "/spec/template/spec/priorityClassName");
+    assert_eq!(class, "system-cluster-critical");
+    let quota = object(&docs, "ResourceQuota", "tolerable-priority");
+    assert_eq!(
+        quota["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"],
+        serde_json::json!([{"scopeName": "PriorityClass", "operator": "In", "values": [class]}])
+    );
+    let pods: u64 = str_of(quota, "/spec/hard/pods").parse().unwrap();
+    let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
+    assert!(pods > replicas + 1, "a rollout's surge fits: {pods}");
 }

@@ -123,10 +123,18 @@ fn chart_metadata_matches_the_crate_and_the_supported_range() {
     assert_eq!(chart["apiVersion"], "v2");
     assert_eq!(chart["name"], "tolerable");
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
-    // The range is the one docs/install.md states and the schemas below are checked against.
-    assert_eq!(chart["kubeVersion"], ">=1.30.0-0 <1.38.0-0");
+    // A lower bound only: a cluster upgraded past the tested range must not make every
+    // `helm upgrade` fail. The tested range is the schemas' below, and docs and NOTES say it.
+    assert_eq!(chart["kubeVersion"], ">=1.30.0-0");
     let install = std::fs::read_to_string(tools::root().join("docs/install.md")).unwrap();
-    assert!(install.contains("**Kubernetes 1.30 to 1.37.**"));
+    assert!(install.contains("**Kubernetes 1.30 or newer; tested with 1.30 to 1.37.**"));
+    let tested = format!(
+        "tested with Kubernetes {} to {}",
+        KUBERNETES_VERSIONS[0].trim_end_matches(".0"),
+        KUBERNETES_VERSIONS[1].trim_end_matches(".0")
+    );
+    let (_, notes) = render(&json!({}), "tolerable", "tolerable-system");
+    assert!(notes.contains(&tested), "{notes}");
 }
 
 /// `helm lint --strict` finds nothing above "info" at both ends of the supported range; the
@@ -305,6 +313,9 @@ fn defaults_match_kustomize() {
     );
     let service = |docs: &[Value]| object(docs, "Service", "tolerable")["spec"]["ports"].clone();
     assert_eq!(service(&chart), service(&kustomize));
+    let quota =
+        |docs: &[Value]| object(docs, "ResourceQuota", "tolerable-priority")["spec"].clone();
+    assert_eq!(quota(&chart), quota(&kustomize));
     let pdb = |docs: &[Value]| object(docs, "PodDisruptionBudget", "tolerable")["spec"].clone();
     assert_eq!(pdb(&chart)["minAvailable"], pdb(&kustomize)["minAvailable"]);
     pods_match(
@@ -361,6 +372,7 @@ fn pods_match(chart: &Value, kustomize: &Value) {
         "securityContext",
         "enableServiceLinks",
         "tolerations",
+        "priorityClassName",
     ] {
         assert_eq!(chart[field], kustomize[field], "{field}");
     }
@@ -387,8 +399,7 @@ fn pods_match(chart: &Value, kustomize: &Value) {
         }
     }
     assert_eq!(chart["volumes"], volumes);
-    // The chart's own additions: admission webhooks' priority, spread over zones too.
-    assert_eq!(chart["priorityClassName"], "system-cluster-critical");
+    // The chart's own addition: spread over zones too.
     let keys: Vec<&Value> = chart["topologySpreadConstraints"]
         .as_array()
         .unwrap()
@@ -578,7 +589,7 @@ fn the_values_schema_refuses_typos_and_accepts_umbrella_keys() {
     for ok in [
         json!({}),
         json!({"global": {"imageRegistry": "mirror.example", "imagePullSecrets": []}}),
-        json!({"postgresql": {"enabled": false}, "global": {}}),
+        json!({"enabled": true, "global": {}}),
         switched_values(),
         no_api_values(),
     ] {
@@ -587,6 +598,13 @@ fn the_values_schema_refuses_typos_and_accepts_umbrella_keys() {
     for (bad, reason) in [
         (json!({"image": {"tga": "v1"}}), "tga"),
         (json!({"replicas": "two"}), "replicas"),
+        // A misspelt top-level value is refused before anything is installed.
+        (json!({"replica": 3}), "replica"),
+        (json!({"postgresql": {"enabled": false}}), "postgresql"),
+        (
+            json!({"webhook": {"matchConditions": [{"name": "x"}]}}),
+            "expression",
+        ),
         (
             json!({"webhook": {"failurePolicy": "Maybe"}}),
             "failurePolicy",
@@ -1383,6 +1401,12 @@ fn the_charts_valkey_matches_kustomize() {
         expected.as_object_mut().unwrap().remove("image").unwrap(),
         ours["containers"][0]["image"]
     );
+    // The password's Secret is named after the release here, valkey-auth there; its key is one.
+    let secret_key = |c: &mut Value| {
+        let env = c.as_object_mut().unwrap().remove("env").unwrap();
+        env[0]["valueFrom"]["secretKeyRef"]["key"].clone()
+    };
+    assert_eq!(secret_key(&mut container), secret_key(&mut expected));
     assert_eq!(container, expected);
     let service = object(&chart, "Service", "tolerable-valkey");
     assert_eq!(
@@ -1526,13 +1550,71 @@ fn the_disruption_budget_never_blocks_a_drain() {
         )
         .expect_err("a budget of 1 with fewer than 2 replicas");
         assert!(
-            why.contains("podDisruptionBudget.minAvailable (1) must be below replicas"),
+            why.contains(&format!(
+                "podDisruptionBudget.minAvailable (1) keeps 1 of {replicas} replicas"
+            )),
             "{why}"
         );
     }
     let single = json!({"replicas": 1, "podDisruptionBudget": {"enabled": false}});
     let docs = tools::documents(&render(&single, "tolerable", "tolerable-system").0);
     assert!(!docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"));
+    percentages_are_counted_as_the_disruption_controller_does();
+}
+
+/// Percentages (rounded up, as the disruption controller does) and maxUnavailable: refused when
+/// they keep every replica, rendered as given otherwise; the two fields together are refused.
+fn percentages_are_counted_as_the_disruption_controller_does() {
+    let budget = |replicas: u32, pdb: Value| {
+        let values = json!({"replicas": replicas, "podDisruptionBudget": pdb});
+        try_render(&values, "tolerable", "tolerable-system").map(|(yaml, _)| {
+            object(&tools::documents(&yaml), "PodDisruptionBudget", "tolerable")["spec"].clone()
+        })
+    };
+    for (replicas, pdb, kept) in [
+        (2, json!({"minAvailable": "51%"}), 2),
+        (3, json!({"minAvailable": "100%"}), 3),
+        (2, json!({"minAvailable": null, "maxUnavailable": 0}), 2),
+        (4, json!({"minAvailable": null, "maxUnavailable": "0%"}), 4),
+    ] {
+        let why = budget(replicas, pdb.clone()).expect_err(&pdb.to_string());
+        assert!(
+            why.contains(&format!("keeps {kept} of {replicas} replicas")),
+            "{pdb}: {why}"
+        );
+    }
+    for (replicas, pdb, field, value) in [
+        (
+            2,
+            json!({"minAvailable": "50%"}),
+            "minAvailable",
+            json!("50%"),
+        ),
+        (
+            2,
+            json!({"minAvailable": null, "maxUnavailable": "10%"}),
+            "maxUnavailable",
+            json!("10%"),
+        ),
+        (
+            3,
+            json!({"minAvailable": null, "maxUnavailable": 1}),
+            "maxUnavailable",
+            json!(1),
+        ),
+    ] {
+        let spec = budget(replicas, pdb.clone()).unwrap_or_else(|why| panic!("{pdb}: {why}"));
+        assert_eq!(spec[field], value, "{pdb}");
+        assert_eq!(
+            spec.as_object().unwrap().len(),
+            3,
+            "one of the two fields: {spec}"
+        );
+    }
+    let both = budget(3, json!({"minAvailable": 1, "maxUnavailable": 1})).unwrap_err();
+    assert!(both.contains("not both"), "{both}");
+    let typo = budget(3, json!({"minAvailable": "50 percent"})).unwrap_err();
+    assert!(typo.contains("minAvailable"), "{typo}");
 }
 
 /// Every Service name stays within Kubernetes' 63 characters and the CA's common name within
@@ -1563,7 +1645,9 @@ fn long_release_names_keep_names_within_their_limits() {
     }
 }
 
-/// The Valkey the chart runs asks for the password tolerable sends, from the same Secret.
+/// The Valkey the chart runs asks for the password tolerable sends, from the same Secret: the
+/// one named in the values, else one the chart generates (40 random characters), with
+/// protected mode on either way.
 #[test]
 fn the_bundled_valkey_takes_the_password_tolerable_sends() {
     let secret = json!({"name": "valkey-auth", "key": "secret"});
@@ -1602,8 +1686,27 @@ fn the_bundled_valkey_takes_the_password_tolerable_sends() {
         )
         .0,
     );
+    let generated = json!({"name": "tolerable-valkey", "key": "password"});
     let valkey = &deployment_pod(&docs, "tolerable-valkey")["containers"][0];
-    assert!(!valkey["args"].to_string().contains("requirepass"));
+    let tolerable = &deployment_pod(&docs, "tolerable")["containers"][0];
+    assert_eq!(from(valkey, "VALKEY_PASSWORD"), generated);
+    assert_eq!(
+        from(tolerable, "TOLERABLE_SHARED_CACHE__PASSWORD"),
+        generated
+    );
+    assert!(valkey["args"]
+        .to_string()
+        .contains(r#""--protected-mode","yes""#));
+    let password = object(&docs, "Secret", "tolerable-valkey")["data"]["password"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(base64_len(&password), 40, "{password}");
+}
+
+/// How many bytes a base64 text decodes to.
+fn base64_len(text: &str) -> usize {
+    text.len() / 4 * 3 - text.chars().rev().take_while(|c| *c == '=').count()
 }
 
 /// Alerts and the dashboard select job="tolerable": the scrape sets it whatever nameOverride
@@ -1659,41 +1762,72 @@ fn a_changed_provider_config_rolls_the_pods_and_the_test_pod_is_placed_like_them
     assert_ne!(checksum(ecr), checksum(other));
 }
 
-/// The schema accepts top-level keys it does not know (umbrella charts); NOTES.txt names them,
-/// so a misspelt value is seen. Its list of known keys is the schema's.
+/// webhook.annotations and webhook.labels reach the MutatingWebhookConfiguration beside the
+/// chart's own (cert-manager's injection kept); its matchConditions are kustomize/base's by
+/// default (each Pod kind tolerable leaves alone named), replaced by the values', and absent
+/// when the values empty them.
 #[test]
-fn notes_name_top_level_values_the_chart_does_not_use() {
-    let (_, notes) = render(
-        &json!({"replica": 3, "global": {}}),
-        "tolerable",
-        "tolerable-system",
+fn the_webhook_takes_annotations_labels_and_match_conditions() {
+    let kustomize = tools::documents(&tools::render("kustomize"));
+    let theirs = &object(&kustomize, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0];
+    let defaults = render_defaults();
+    let ours = &object(&defaults, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0];
+    assert_eq!(ours["matchConditions"], theirs["matchConditions"]);
+    let conditions = ours["matchConditions"].to_string();
+    for needle in [
+        tolerable::mutate::SKIP_KEY,
+        "kubernetes.io/config.mirror",
+        "tolerable.io/decision",
+    ] {
+        assert!(conditions.contains(needle), "{needle}: {conditions}");
+    }
+    let own =
+        json!([{"name": "not-kube-public", "expression": "request.namespace != 'kube-public'"}]);
+    let values = json!({"webhook": {
+        "annotations": {"example.com/owner": "platform"},
+        "labels": {"admissions.enforcer/disabled": "true"},
+        "matchConditions": own,
+    }});
+    let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+    let mwc = object(&docs, "MutatingWebhookConfiguration", "tolerable");
+    let metadata = &mwc["metadata"];
+    assert_eq!(metadata["labels"]["admissions.enforcer/disabled"], "true");
+    assert_eq!(metadata["labels"]["app.kubernetes.io/name"], "tolerable");
+    assert_eq!(metadata["annotations"]["example.com/owner"], "platform");
+    assert_eq!(
+        metadata["annotations"]["cert-manager.io/inject-ca-from"],
+        "tolerable-system/tolerable-tls"
     );
-    assert!(
-        notes.contains("Not used by this chart (a misspelt value?): replica."),
-        "{notes}"
-    );
-    let (_, notes) = render(&switched_values(), "tolerable", "tolerable-system");
-    assert!(!notes.contains("Not used by this chart"), "{notes}");
+    assert_eq!(mwc["webhooks"][0]["matchConditions"], own);
+    let none = json!({"webhook": {"matchConditions": []}});
+    let docs = tools::documents(&render(&none, "tolerable", "tolerable-system").0);
+    let hook = &object(&docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0];
+    assert!(hook.get("matchConditions").is_none(), "{hook}");
+}
 
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(tools::root().join(CHART).join("values.schema.json")).unwrap(),
-    )
-    .unwrap();
-    let template =
-        std::fs::read_to_string(tools::root().join(CHART).join("templates/NOTES.txt")).unwrap();
-    let known_line = template
-        .lines()
-        .find(|l| l.contains("$known := list"))
-        .unwrap();
-    let known: BTreeSet<&str> = known_line.split('"').skip(1).step_by(2).collect();
-    let mut expected: BTreeSet<&str> = schema["properties"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    expected.insert("enabled");
-    assert_eq!(known, expected);
+/// A podLabels key the chart sets itself (selector, part-of, the webhook's own opt-out) is
+/// refused with the key named; another is added.
+#[test]
+fn pod_labels_cannot_replace_the_charts_own() {
+    for key in [
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/component",
+        tolerable::mutate::SKIP_KEY,
+    ] {
+        let values = json!({"podLabels": {key: "mine"}});
+        let why = try_render(&values, "tolerable", "tolerable-system").expect_err(key);
+        assert!(
+            why.contains(&format!("podLabels.{key}: a label the chart sets itself")),
+            "{why}"
+        );
+    }
+    let values = json!({"podLabels": {"team": "platform"}});
+    let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+    let labels =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["team"], "platform");
+    assert_eq!(labels[tolerable::mutate::SKIP_KEY], "true");
 }
 
 /// The gates switch, `config.policy.on_lookup_failure: gate`, grants what
@@ -1755,4 +1889,112 @@ fn gates_match_kustomize() {
         "gatekeeper-tolerable-gates-leader-election",
     );
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
+}
+
+/// The provider notes' values: GKE private clusters listen on 10250 (the container port and the
+/// rendered config follow `config.server.listen_addr`), EKS with an overlay CNI runs on the
+/// node's network with cluster DNS on 10260/10261, AKS labels the webhook out of the admissions
+/// enforcer; a system priority class brings its ResourceQuota, another class or none does not.
+#[test]
+fn provider_values_put_the_webhook_where_the_control_plane_reaches_it() {
+    let server = |listen: &str, metrics: &str| json!({"server": {"listen_addr": listen, "metrics_addr": metrics}});
+    for (values, https, host_network) in [
+        (
+            json!({"config": server("0.0.0.0:10250", "0.0.0.0:9090")}),
+            10250,
+            false,
+        ),
+        (
+            json!({"hostNetwork": true, "config": server("0.0.0.0:10260", "0.0.0.0:10261")}),
+            10260,
+            true,
+        ),
+    ] {
+        let yaml = render(&values, "tolerable", "tolerable-system").0;
+        validates_against_kubernetes(&yaml);
+        let docs = tools::documents(&yaml);
+        let config = load_rendered_config(&docs, "tolerable").unwrap();
+        assert_eq!(config.listen_addr.port(), https);
+        let pod = deployment_pod(&docs, "tolerable");
+        let port = &pod["containers"][0]["ports"][0];
+        assert_eq!(
+            (port["name"].as_str(), port["containerPort"].as_u64()),
+            (Some("https"), Some(u64::from(https)))
+        );
+        assert_eq!(pod["hostNetwork"].as_bool().unwrap_or(false), host_network);
+        if host_network {
+            assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        }
+    }
+    let aks = json!({"webhook": {"labels": {"admissions.enforcer/disabled": "true"}}});
+    let docs = tools::documents(&render(&aks, "tolerable", "tolerable-system").0);
+    let labels = &object(&docs, "MutatingWebhookConfiguration", "tolerable")["metadata"]["labels"];
+    assert_eq!(labels["admissions.enforcer/disabled"], "true");
+    for (class, quota) in [
+        ("system-node-critical", true),
+        ("platform-high", false),
+        ("", false),
+    ] {
+        let values = json!({"priorityClassName": class});
+        let docs = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
+        let found = docs.iter().find(|d| d["kind"] == "ResourceQuota");
+        assert_eq!(found.is_some(), quota, "{class}");
+        if let Some(found) = found {
+            assert_eq!(
+                found["spec"]["scopeSelector"]["matchExpressions"][0]["values"],
+                json!([class])
+            );
+        }
+    }
+}
+
+/// With gates, `helm uninstall` first runs a pre-delete Job releasing every gated Pod with the
+/// image's own binary (`gates release --all`), under the ServiceAccount the gates ClusterRole
+/// is bound to (list and patch on Pods), never held by the webhook itself; without gates there
+/// is no such hook.
+#[test]
+fn uninstalling_with_gates_releases_the_gated_pods_first() {
+    let values = json!({"config": {"policy": {"on_lookup_failure": "gate"}}});
+    let (yaml, _) = render(&values, "tolerable", "tolerable-system");
+    validates_against_kubernetes(&yaml);
+    let docs = tools::documents(&yaml);
+    let job = object(&docs, "Job", "tolerable-release-gates");
+    assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], "pre-delete");
+    let template = &job["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["labels"][tolerable::mutate::SKIP_KEY],
+        "true"
+    );
+    let pod = &template["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["args"], json!(["gates", "release", "--all"]));
+    assert_eq!(
+        container["image"],
+        deployment_pod(&docs, "tolerable")["containers"][0]["image"]
+    );
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let binding = object(&docs, "ClusterRoleBinding", "tolerable-gates");
+    assert_eq!(binding["subjects"][0]["name"], account);
+    assert_eq!(binding["subjects"][0]["namespace"], "tolerable-system");
+    let role = object(
+        &docs,
+        "ClusterRole",
+        binding["roleRef"]["name"].as_str().unwrap(),
+    );
+    let pods_rule = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"] == json!(["pods"]))
+        .expect("a rule on pods");
+    for verb in ["list", "patch"] {
+        assert!(
+            pods_rule["verbs"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(verb)),
+            "{verb}"
+        );
+    }
+    assert!(!render_defaults().iter().any(|d| d["kind"] == "Job"));
 }

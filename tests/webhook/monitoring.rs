@@ -558,3 +558,30 @@ async fn open_metrics_when_asked(server: &TestServer) {
     assert!(body.ends_with("# EOF\n"), "{body}");
     assert!(body.contains("# TYPE tolerable_admission_denials counter\n"));
 }
+
+/// The fail-open alert reads the API server's metrics for the webhook by the name the shipped
+/// MutatingWebhookConfiguration gives it (kustomize/base's; the chart's is the same, as
+/// tests/project/helm.rs checks), and every query of it names that webhook.
+#[test]
+fn the_fail_open_alert_selects_the_shipped_webhooks_name() {
+    let docs = documents(&render(OVERLAY));
+    let alert = alerts(&groups(&docs))
+        .into_iter()
+        .find(|a| name(a) == "TolerableWebhookFailingOpen")
+        .expect("TolerableWebhookFailingOpen");
+    let webhook = docs
+        .iter()
+        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
+        .unwrap()["webhooks"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let expr = alert["expr"].as_str().unwrap();
+    let queries = expr.matches("apiserver_admission_webhook_").count();
+    assert_eq!(queries, 4, "{expr}");
+    assert_eq!(
+        expr.matches(&format!("name=\"{webhook}\"")).count(),
+        queries,
+        "{expr}"
+    );
+}

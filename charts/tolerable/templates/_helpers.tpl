@@ -189,3 +189,23 @@ is given. */}}
 {{- end }}
 {{- toJson $config }}
 {{- end -}}
+
+{{/* The Secret holding the shared cache's password, as a secretKeyRef (YAML), or nothing:
+sharedCache.passwordSecret when named, else the one the chart generates for its own Valkey. */}}
+{{- define "tolerable.sharedCachePassword" -}}
+{{- if .Values.sharedCache.passwordSecret.name -}}
+name: {{ .Values.sharedCache.passwordSecret.name | quote }}
+key: {{ .Values.sharedCache.passwordSecret.key | quote }}
+{{- else if .Values.sharedCache.valkey.enabled -}}
+name: {{ printf "%s-valkey" (include "tolerable.fullname" .) | quote }}
+key: "password"
+{{- end -}}
+{{- end -}}
+
+{{/* Labels the chart sets on tolerable's Pods itself: selectors, the Service and the
+NetworkPolicies rely on them, and tolerable.io/skip keeps the webhook off its own Pods. A
+podLabels key among them would silently change or duplicate one. */}}
+{{- define "tolerable.reservedPodLabels" -}}
+{{- $reserved := keys (include "tolerable.labels" . | fromYaml) }}
+{{- toJson (concat $reserved (list "app.kubernetes.io/component" "tolerable.io/skip")) }}
+{{- end -}}
