@@ -15,8 +15,8 @@ pub(crate) mod platform;
 pub(crate) mod pod;
 pub(crate) mod policy;
 pub(crate) mod pools;
+pub(crate) mod runnable;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
@@ -33,6 +33,7 @@ pub use self::pools::{node_architecture, same_taint, tolerates, NodePools};
 
 use self::explain::{cut, MAX_SUMMARY_BYTES};
 use self::pod::{ExistingConstraint, FixedPlacement};
+use self::runnable::common_architectures;
 
 /// The node label the kubelet sets to the node's architecture.
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
@@ -363,7 +364,7 @@ pub(crate) fn architectures_in_common(
         return None;
     }
     let known = known_facts(&request.distinct, facts).ok()?;
-    Some(common_architectures(&request.pod.os(), &known, policy, pools).0)
+    Some(common_architectures(&request.pod.os(), &known, policy, pools).architectures)
 }
 
 /// The decision alone (see [`answer`]).
@@ -441,10 +442,11 @@ fn decide_from_facts(
         Err(failed) => return lookup_failed(&failed, policy),
     };
     let os = pod.os();
-    let (common, described) = common_architectures(&os, &known, policy, pools);
+    let runnable = common_architectures(&os, &known, policy, pools);
+    let (common, described) = (&runnable.architectures, &runnable.described);
     if common.is_empty() {
         let message = cut(
-            explain::no_common_architecture(&os, &described),
+            explain::no_common_architecture(&os, described, &runnable.candidates),
             MAX_SUMMARY_BYTES,
         );
         let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
@@ -463,9 +465,12 @@ fn decide_from_facts(
         policy,
         pools,
         os: &os,
-        common: &common,
+        common,
     };
-    let mut placement = Placement::default();
+    let mut placement = Placement {
+        warnings: runnable.warnings.clone(),
+        ..Placement::default()
+    };
     let tolerated = seen.tolerations(&mut placement);
     let fixed = pod::fixed_placement(pod);
     let mut steering_note = seen.steer(fixed.as_ref(), &mut placement);
@@ -482,14 +487,15 @@ fn decide_from_facts(
             .map(|(t, _)| t)
             .collect()
     };
+    explain::join_notes(&mut steering_note, &runnable.pulls.join(", "));
     placement.summary = explain::placed_summary(
         &os,
-        &common,
+        common,
         &tolerated.architectures,
         &from(TolerationSource::Template),
         &from(TolerationSource::NodeTaint),
         (&steering_note, &preference_note),
-        &described,
+        described,
     );
     placement.annotation = pod::annotation_update(pod, placement.summary.clone());
     Decision::Placed(placement)
@@ -532,46 +538,6 @@ fn lookup_failed(failed: &[String], policy: &Policy) -> Decision {
         warnings,
         Untouched::LookupFailed,
     )
-}
-
-/// The architectures every image supports on `os`, and the images described for the summary.
-/// An artifact without a platform (a Helm chart or model weights in an image volume) runs
-/// anywhere and does not narrow the set; when only artifacts remain, every architecture that
-/// can appear is common (tolerated where supported, never steered).
-fn common_architectures(
-    os: &str,
-    known: &[(&str, &ImageFact)],
-    policy: &Policy,
-    pools: Option<&NodePools>,
-) -> (Vec<String>, String) {
-    let mut common: Option<BTreeSet<&str>> = None;
-    let mut described = String::new();
-    for (image, found) in known {
-        explain::describe_image(&mut described, image, found);
-        if found.artifact.is_some() {
-            continue;
-        }
-        let archs: BTreeSet<&str> = found
-            .platforms
-            .iter()
-            .filter(|p| *p.os == *os)
-            .map(|p| &*p.architecture)
-            .collect();
-        common = Some(match common {
-            None => archs,
-            Some(c) => c.intersection(&archs).copied().collect(),
-        });
-    }
-    let common = match common {
-        Some(common) => common.into_iter().map(str::to_owned).collect(),
-        None => policy
-            .possible_architectures(pools)
-            .cloned()
-            .collect::<BTreeSet<String>>()
-            .into_iter()
-            .collect(),
-    };
-    (common, described)
 }
 
 /// What the decision sees once the images' common architectures are known.

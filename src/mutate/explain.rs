@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Toleration;
 
 use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
+use super::platform::Platform;
 use super::{
     Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PREFERRED_KEY,
     PREFERRED_WEIGHT, SKIP_KEY,
@@ -112,8 +113,28 @@ pub(crate) fn unknown_platforms_reason(detail: &str) -> String {
     format!("platforms unknown ({detail})")
 }
 
-pub(crate) fn no_common_architecture(os: &str, described: &str) -> String {
-    format!("no {os} architecture is common to all images: {described}")
+/// No node architecture runs every image: the images' platforms, and the node architectures
+/// considered (those the cluster has or may add).
+pub(crate) fn no_common_architecture(os: &str, described: &str, candidates: &[String]) -> String {
+    let mut text = format!("no {os} architecture is common to all images: {described}");
+    if !candidates.is_empty() {
+        let _ = write!(text, "; no node of {} runs them all", candidates.join(","));
+    }
+    text
+}
+
+/// Where a node architecture pulls other than its own platform: `amd64 pulls linux/386 for
+/// app:1`.
+pub(crate) fn pulls(arch: &str, platform: &Platform, image: &str) -> String {
+    format!("{arch} pulls {platform} for {image}")
+}
+
+/// An image that runs on `arch`'s nodes only if their CPUs meet the variant it needs.
+pub(crate) fn variant_unknown(image: &str, arch: &str, platform: &Platform) -> String {
+    format!(
+        "{image} has only {platform} for {arch}: it runs only on {arch} nodes whose CPU meets that \
+         variant, and nothing says they do (set [policy] node_variants)"
+    )
 }
 
 pub(crate) fn denied_summary(reason: &str) -> String {
