@@ -11,6 +11,7 @@ pub mod gate;
 pub(crate) mod namespace_policy;
 pub(crate) mod node_labels;
 pub(crate) mod patch;
+pub(crate) mod pin;
 pub(crate) mod platform;
 pub(crate) mod pod;
 pub(crate) mod policy;
@@ -23,7 +24,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub use self::decision::{Decision, Outcome, Placement, Untouched};
 pub use self::facts::{ImageFact, ImageFacts, LookupFailure, Provenance, Staleness};
-pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY};
+pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY, PIN_DIGEST_KEY};
 pub use self::pod::{ImageSlot, PodSpecView, PodView, SlotKind};
 pub use self::policy::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
@@ -441,35 +442,35 @@ fn decide_from_facts(
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
+    let namespace_policy = request.namespace_policy.as_deref();
+    let pinning = pin::Pinning::of(pod, namespace_policy, policy.pin_digests, &known);
+    let shown: Vec<(&str, &ImageFact)> = known
+        .iter()
+        .map(|(image, fact)| (pinning.shown(image), *fact))
+        .collect();
     let os = pod.os();
-    let runnable = common_architectures(&os, &known, policy, pools);
+    let runnable = common_architectures(&os, &shown, policy, pools);
     let (common, described) = (&runnable.architectures, &runnable.described);
     if common.is_empty() {
-        let message = cut(
-            explain::no_common_architecture(&os, described, &runnable.candidates),
-            MAX_SUMMARY_BYTES,
-        );
-        let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
-            .then(|| message.clone());
-        let warning = explain::no_tolerations(&message);
-        return deny_or_leave(
-            deny,
-            &message,
-            vec![warning],
-            Untouched::NoCommonArchitecture,
-        );
+        return no_common_architecture(&os, &runnable, policy);
     }
+    let mut placement = Placement {
+        warnings: runnable
+            .warnings
+            .iter()
+            .cloned()
+            .chain(pinning.warning)
+            .collect(),
+        pins: pin::rewrites(pod, &pinning.pinned),
+        ..Placement::default()
+    };
     let seen = Seen {
         pod,
-        namespace: (&request.namespace, request.namespace_policy.as_deref()),
+        namespace: (&request.namespace, namespace_policy),
         policy,
         pools,
         os: &os,
         common,
-    };
-    let mut placement = Placement {
-        warnings: runnable.warnings.clone(),
-        ..Placement::default()
     };
     let tolerated = seen.tolerations(&mut placement);
     let fixed = pod::fixed_placement(pod);
@@ -488,6 +489,10 @@ fn decide_from_facts(
             .collect()
     };
     explain::join_notes(&mut steering_note, &runnable.pulls.join(", "));
+    if let Some(level) = pinning.level {
+        let note = explain::pinned(level, &request.namespace);
+        explain::join_notes(&mut steering_note, &note);
+    }
     placement.summary = explain::placed_summary(
         &os,
         common,
@@ -499,6 +504,23 @@ fn decide_from_facts(
     );
     placement.annotation = pod::annotation_update(pod, placement.summary.clone());
     Decision::Placed(placement)
+}
+
+/// No node architecture runs every image: denied, or left unchanged with a warning.
+fn no_common_architecture(os: &str, runnable: &runnable::Common, policy: &Policy) -> Decision {
+    let message = cut(
+        explain::no_common_architecture(os, &runnable.described, &runnable.candidates),
+        MAX_SUMMARY_BYTES,
+    );
+    let deny =
+        (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny).then(|| message.clone());
+    let warning = explain::no_tolerations(&message);
+    deny_or_leave(
+        deny,
+        &message,
+        vec![warning],
+        Untouched::NoCommonArchitecture,
+    )
 }
 
 /// The facts of each distinct image, or what could not be learned (`image: reason`).

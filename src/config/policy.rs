@@ -39,6 +39,7 @@ pub(super) struct PolicySection {
     arm64_runs_arm32: bool,
     /// `arch/variant` each: the variant every node of that architecture meets.
     node_variants: List,
+    pin_digests: bool,
 }
 
 impl Default for PolicySection {
@@ -80,6 +81,7 @@ impl Default for PolicySection {
                     .map(|(arch, variant)| format!("{arch}/{variant}"))
                     .collect(),
             ),
+            pin_digests: policy.pin_digests,
         }
     }
 }
@@ -341,7 +343,7 @@ impl PolicySection {
             amd64_runs_386: self.amd64_runs_386,
             arm64_runs_arm32: self.arm64_runs_arm32,
             node_variants: validate_node_variants(&self.node_variants)?,
-            pin_digests: false,
+            pin_digests: self.pin_digests,
         })
     }
 }

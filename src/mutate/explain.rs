@@ -11,7 +11,7 @@ use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
 use super::platform::Platform;
 use super::{
-    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PREFERRED_KEY,
+    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PIN_DIGEST_KEY, PREFERRED_KEY,
     PREFERRED_WEIGHT, SKIP_KEY,
 };
 
@@ -123,6 +123,17 @@ pub(crate) fn no_common_architecture(os: &str, described: &str, candidates: &[St
     text
 }
 
+/// The summary's note when images by tag are pinned to the digests decided on (the images it
+/// lists then name their digests).
+pub(crate) fn pinned(level: Level, namespace: &str) -> String {
+    let by = match level {
+        Level::Pod => format!(" (the Pod's {PIN_DIGEST_KEY})"),
+        Level::Namespace => format!(" (namespace {namespace}'s {PIN_DIGEST_KEY})"),
+        Level::Config => " (pin_digests)".into(),
+    };
+    format!("images pinned to the digests decided on{by}")
+}
+
 /// Where a node architecture pulls other than its own platform: `amd64 pulls linux/386 for
 /// app:1`.
 pub(crate) fn pulls(arch: &str, platform: &Platform, image: &str) -> String {
@@ -193,6 +204,9 @@ pub(crate) fn additions(placement: &Placement) -> Vec<String> {
     }
     if !placement.preferred_architectures.is_empty() {
         out.push(preference(&placement.preferred_architectures)["; ".len()..].to_owned());
+    }
+    for pin in &placement.pins {
+        out.push(format!("pins {}", pin.image));
     }
     out
 }

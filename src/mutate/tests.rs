@@ -61,6 +61,7 @@ fn platforms(list: &[&str]) -> Arc<ImageFact> {
         artifact: None,
         credentials: Provenance::Anonymous,
         stale: None,
+        digest: None,
     })
 }
 
