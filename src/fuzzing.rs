@@ -155,6 +155,7 @@ fn facts_for(pod: &PodCreate) -> ImageFacts {
         artifact: None,
         credentials: Provenance::Anonymous,
         stale: None,
+        digest: None,
     });
     pod.images_to_look_up()
         .iter()

@@ -244,17 +244,25 @@ impl SpecIn {
             (SlotKind::Container, self.containers),
             (SlotKind::EphemeralContainer, self.ephemeral_containers),
         ] {
-            images.extend(list.into_iter().flatten().map(|c| ImageSlot {
-                kind,
-                name: c.name,
-                image: c.image,
-            }));
+            images.extend(
+                list.into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(index, c)| ImageSlot {
+                        kind,
+                        name: c.name,
+                        image: c.image,
+                        index,
+                    }),
+            );
         }
-        images.extend(self.volumes.into_iter().flatten().filter_map(|v| {
+        let volumes = self.volumes.into_iter().flatten().enumerate();
+        images.extend(volumes.filter_map(|(index, v)| {
             Some(ImageSlot {
                 kind: SlotKind::ImageVolume,
                 name: v.name,
                 image: v.image?.reference,
+                index,
             })
         }));
         let spec = PodSpecView {

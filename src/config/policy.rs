@@ -35,6 +35,11 @@ pub(super) struct PolicySection {
     pub(super) namespace_policy: bool,
     max_containers_per_pod: usize,
     max_images_per_pod: usize,
+    amd64_runs_386: bool,
+    arm64_runs_arm32: bool,
+    /// `arch/variant` each: the variant every node of that architecture meets.
+    node_variants: List,
+    pin_digests: bool,
 }
 
 impl Default for PolicySection {
@@ -67,6 +72,16 @@ impl Default for PolicySection {
             namespace_policy: true,
             max_containers_per_pod: policy.max_containers_per_pod,
             max_images_per_pod: policy.max_images_per_pod,
+            amd64_runs_386: policy.amd64_runs_386,
+            arm64_runs_arm32: policy.arm64_runs_arm32,
+            node_variants: List(
+                policy
+                    .node_variants
+                    .iter()
+                    .map(|(arch, variant)| format!("{arch}/{variant}"))
+                    .collect(),
+            ),
+            pin_digests: policy.pin_digests,
         }
     }
 }
@@ -327,8 +342,46 @@ impl PolicySection {
             )?,
             max_images_per_pod: at_least_one("policy.max_images_per_pod", self.max_images_per_pod)?,
             enforce: self.enforce,
+            amd64_runs_386: self.amd64_runs_386,
+            arm64_runs_arm32: self.arm64_runs_arm32,
+            node_variants: validate_node_variants(&self.node_variants)?,
+            pin_digests: self.pin_digests,
         })
     }
+}
+
+/// `[policy] node_variants`: `arch/variant` each (`amd64/v3`, `arm64/v8.2`), the architecture
+/// a Kubernetes name named once, the variant as containerd normalises it (`arm64/v8` is the
+/// baseline, said by naming nothing).
+fn validate_node_variants(list: &List) -> Result<BTreeMap<String, String>, ConfigError> {
+    let key = "policy.node_variants";
+    let mut out = BTreeMap::new();
+    for item in &list.0 {
+        let Some((arch, variant)) = item.trim().split_once('/') else {
+            return Err(ConfigError::key(
+                key,
+                format!("{item:?} is not architecture/variant (amd64/v3, arm64/v8.2)"),
+            ));
+        };
+        let arch = validate_arch(key, arch)?;
+        let variant = variant.to_ascii_lowercase();
+        let valid = !variant.is_empty()
+            && variant.len() <= 16
+            && variant
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.');
+        if !valid {
+            return Err(ConfigError::key(
+                key,
+                format!("{item:?}: the variant is not a variant name (v3, v8.2, v9)"),
+            ));
+        }
+        let (_, variant) = arch::normalize(&arch, &variant);
+        if out.insert(arch.clone(), variant).is_some() {
+            return Err(ConfigError::key(key, format!("{arch} is named twice")));
+        }
+    }
+    Ok(out)
 }
 
 /// Label keys as Kubernetes validates them: an optional DNS subdomain prefix (at most 253

@@ -718,7 +718,10 @@ fn keys_written(text: &str) -> BTreeSet<String> {
             continue;
         }
         if let Some((key, _)) = line.split_once(" =") {
-            if key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            if key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
                 written.insert(format!("{section}.{key}"));
             }
         }

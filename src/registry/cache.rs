@@ -390,6 +390,7 @@ mod tests {
                 artifact: None,
                 credentials: crate::registry::Provenance::Anonymous,
                 stale: None,
+                digest: None,
             }),
         })
     }

@@ -507,7 +507,7 @@ impl Resolver {
                     tracing::warn!(image = ?shown, ignored = walked.ignored, "the image names platforms whose OS, architecture or variant is not a valid Kubernetes label value: ignored");
                 }
                 Ok(Arc::new(ImagePlatforms {
-                    digest: walked.digest,
+                    digest: walked.digest.clone(),
                     media_type: walked.media_type,
                     served_by: host.to_owned(),
                     fact: Arc::new(ImageFact {
@@ -515,6 +515,7 @@ impl Resolver {
                         artifact: walked.artifact,
                         credentials: provenance,
                         stale: None,
+                        digest: Some(walked.digest),
                     }),
                 }))
             }

@@ -374,6 +374,19 @@ impl Pusher {
         self.manifest(repo, tag, media_type, &body).await
     }
 
+    /// Pushes an OCI index of images of `platforms` (`(os, architecture, variant)`) as
+    /// `repo:tag`; returns its digest.
+    pub async fn push_platforms(
+        &self,
+        repo: &str,
+        tag: &str,
+        platforms: &[(&str, &str, Option<&str>)],
+    ) -> String {
+        self.login(repo).await;
+        let body = self.index(repo, OCI_INDEX, platforms, false, true).await;
+        self.manifest(repo, tag, OCI_INDEX, &body).await
+    }
+
     /// An index naming another index (of `inner_platforms`, pushed by digest) beside a
     /// linux/s390x image: the resolver must descend into the inner one.
     async fn nested_index(

@@ -13,3 +13,4 @@ mod pull_secrets;
 mod registry_e2e;
 mod registry_reach;
 mod shared_cache;
+mod placement;

@@ -66,6 +66,8 @@ pub struct Placement {
     pub required_labels: Vec<(String, String)>,
     /// Add a preferred term for each of these architectures.
     pub preferred_architectures: Vec<WeightedArchitecture>,
+    /// `pin_digests`: images by tag rewritten to the digest decided on.
+    pub pins: Vec<super::pin::Pin>,
     /// New value of the decision annotation, when it differs from the Pod's.
     pub annotation: Option<String>,
     pub warnings: Vec<String>,
@@ -82,6 +84,7 @@ impl Placement {
             || !self.node_selector_labels.is_empty()
             || !self.required_labels.is_empty()
             || !self.preferred_architectures.is_empty()
+            || !self.pins.is_empty()
             || self.annotation.is_some()
     }
 }

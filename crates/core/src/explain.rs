@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Toleration;
 
 use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
+use super::platform::Platform;
 use super::{
-    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PREFERRED_KEY,
+    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PIN_DIGEST_KEY, PREFERRED_KEY,
     PREFERRED_WEIGHT, SKIP_KEY,
 };
 
@@ -112,8 +113,39 @@ pub fn unknown_platforms_reason(detail: &str) -> String {
     format!("platforms unknown ({detail})")
 }
 
-pub fn no_common_architecture(os: &str, described: &str) -> String {
-    format!("no {os} architecture is common to all images: {described}")
+/// No node architecture runs every image: the images' platforms, and the node architectures
+/// considered (those the cluster has or may add).
+pub fn no_common_architecture(os: &str, described: &str, candidates: &[String]) -> String {
+    let mut text = format!("no {os} architecture is common to all images: {described}");
+    if !candidates.is_empty() {
+        let _ = write!(text, "; no node of {} runs them all", candidates.join(","));
+    }
+    text
+}
+
+/// The summary's note when images by tag are pinned to the digests decided on (the images it
+/// lists then name their digests).
+pub fn pinned(level: Level, namespace: &str) -> String {
+    let by = match level {
+        Level::Pod => format!(" (the Pod's {PIN_DIGEST_KEY})"),
+        Level::Namespace => format!(" (namespace {namespace}'s {PIN_DIGEST_KEY})"),
+        Level::Config => " (pin_digests)".into(),
+    };
+    format!("images pinned to the digests decided on{by}")
+}
+
+/// Where a node architecture pulls other than its own platform: `amd64 pulls linux/386 for
+/// app:1`.
+pub fn pulls(arch: &str, platform: &Platform, image: &str) -> String {
+    format!("{arch} pulls {platform} for {image}")
+}
+
+/// An image that runs on `arch`'s nodes only if their CPUs meet the variant it needs.
+pub fn variant_unknown(image: &str, arch: &str, platform: &Platform) -> String {
+    format!(
+        "{image} has only {platform} for {arch}: it runs only on {arch} nodes whose CPU meets that \
+         variant, and nothing says they do (set [policy] node_variants)"
+    )
 }
 
 pub fn denied_summary(reason: &str) -> String {
@@ -172,6 +204,9 @@ pub fn additions(placement: &Placement) -> Vec<String> {
     }
     if !placement.preferred_architectures.is_empty() {
         out.push(preference(&placement.preferred_architectures)["; ".len()..].to_owned());
+    }
+    for pin in &placement.pins {
+        out.push(format!("pins {}", pin.image));
     }
     out
 }

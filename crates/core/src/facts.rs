@@ -20,6 +20,9 @@ pub struct ImageFact {
     pub credentials: Provenance,
     /// Set when this is the last known answer, used because the registry is unavailable.
     pub stale: Option<Staleness>,
+    /// The digest of the manifest or index the platforms were read from (`sha256:…`): what a
+    /// pinned image names. `None`: not known.
+    pub digest: Option<String>,
 }
 
 /// Where the credential that opened an image came from — never the credential itself.

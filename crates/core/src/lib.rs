@@ -11,19 +11,20 @@ pub mod gate;
 pub mod namespace_policy;
 pub mod node_labels;
 pub mod patch;
+pub mod pin;
 pub mod platform;
 pub mod pod;
 pub mod policy;
 pub mod pools;
+pub mod runnable;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub use self::decision::{Decision, Outcome, Placement, Untouched};
 pub use self::facts::{ImageFact, ImageFacts, LookupFailure, Provenance, Staleness};
-pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY};
+pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY, PIN_DIGEST_KEY};
 pub use self::pod::{ImageSlot, PodSpecView, PodView, SlotKind};
 pub use self::policy::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
@@ -33,6 +34,7 @@ pub use self::pools::{node_architecture, same_taint, tolerates, NodePools};
 
 use self::explain::{cut, MAX_SUMMARY_BYTES};
 use self::pod::{ExistingConstraint, FixedPlacement};
+use self::runnable::common_architectures;
 
 /// The node label the kubelet sets to the node's architecture.
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
@@ -363,7 +365,7 @@ pub fn architectures_in_common(
         return None;
     }
     let known = known_facts(&request.distinct, facts).ok()?;
-    Some(common_architectures(&request.pod.os(), &known, policy, pools).0)
+    Some(common_architectures(&request.pod.os(), &known, policy, pools).architectures)
 }
 
 /// The decision alone (see [`answer`]).
@@ -440,32 +442,36 @@ fn decide_from_facts(
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
+    let namespace_policy = request.namespace_policy.as_deref();
+    let pinning = pin::Pinning::of(pod, namespace_policy, policy.pin_digests, &known);
+    let shown: Vec<(&str, &ImageFact)> = known
+        .iter()
+        .map(|(image, fact)| (pinning.shown(image), *fact))
+        .collect();
     let os = pod.os();
-    let (common, described) = common_architectures(&os, &known, policy, pools);
+    let runnable = common_architectures(&os, &shown, policy, pools);
+    let (common, described) = (&runnable.architectures, &runnable.described);
     if common.is_empty() {
-        let message = cut(
-            explain::no_common_architecture(&os, &described),
-            MAX_SUMMARY_BYTES,
-        );
-        let deny = (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny)
-            .then(|| message.clone());
-        let warning = explain::no_tolerations(&message);
-        return deny_or_leave(
-            deny,
-            &message,
-            vec![warning],
-            Untouched::NoCommonArchitecture,
-        );
+        return no_common_architecture(&os, &runnable, policy);
     }
+    let mut placement = Placement {
+        warnings: runnable
+            .warnings
+            .iter()
+            .cloned()
+            .chain(pinning.warning)
+            .collect(),
+        pins: pin::rewrites(pod, &pinning.pinned),
+        ..Placement::default()
+    };
     let seen = Seen {
         pod,
-        namespace: (&request.namespace, request.namespace_policy.as_deref()),
+        namespace: (&request.namespace, namespace_policy),
         policy,
         pools,
         os: &os,
-        common: &common,
+        common,
     };
-    let mut placement = Placement::default();
     let tolerated = seen.tolerations(&mut placement);
     let fixed = pod::fixed_placement(pod);
     let mut steering_note = seen.steer(fixed.as_ref(), &mut placement);
@@ -482,17 +488,39 @@ fn decide_from_facts(
             .map(|(t, _)| t)
             .collect()
     };
+    explain::join_notes(&mut steering_note, &runnable.pulls.join(", "));
+    if let Some(level) = pinning.level {
+        let note = explain::pinned(level, &request.namespace);
+        explain::join_notes(&mut steering_note, &note);
+    }
     placement.summary = explain::placed_summary(
         &os,
-        &common,
+        common,
         &tolerated.architectures,
         &from(TolerationSource::Template),
         &from(TolerationSource::NodeTaint),
         (&steering_note, &preference_note),
-        &described,
+        described,
     );
     placement.annotation = pod::annotation_update(pod, placement.summary.clone());
     Decision::Placed(placement)
+}
+
+/// No node architecture runs every image: denied, or left unchanged with a warning.
+fn no_common_architecture(os: &str, runnable: &runnable::Common, policy: &Policy) -> Decision {
+    let message = cut(
+        explain::no_common_architecture(os, &runnable.described, &runnable.candidates),
+        MAX_SUMMARY_BYTES,
+    );
+    let deny =
+        (policy.on_no_common_architecture == OnNoCommonArchitecture::Deny).then(|| message.clone());
+    let warning = explain::no_tolerations(&message);
+    deny_or_leave(
+        deny,
+        &message,
+        vec![warning],
+        Untouched::NoCommonArchitecture,
+    )
 }
 
 /// The facts of each distinct image, or what could not be learned (`image: reason`).
@@ -532,46 +560,6 @@ fn lookup_failed(failed: &[String], policy: &Policy) -> Decision {
         warnings,
         Untouched::LookupFailed,
     )
-}
-
-/// The architectures every image supports on `os`, and the images described for the summary.
-/// An artifact without a platform (a Helm chart or model weights in an image volume) runs
-/// anywhere and does not narrow the set; when only artifacts remain, every architecture that
-/// can appear is common (tolerated where supported, never steered).
-fn common_architectures(
-    os: &str,
-    known: &[(&str, &ImageFact)],
-    policy: &Policy,
-    pools: Option<&NodePools>,
-) -> (Vec<String>, String) {
-    let mut common: Option<BTreeSet<&str>> = None;
-    let mut described = String::new();
-    for (image, found) in known {
-        explain::describe_image(&mut described, image, found);
-        if found.artifact.is_some() {
-            continue;
-        }
-        let archs: BTreeSet<&str> = found
-            .platforms
-            .iter()
-            .filter(|p| *p.os == *os)
-            .map(|p| &*p.architecture)
-            .collect();
-        common = Some(match common {
-            None => archs,
-            Some(c) => c.intersection(&archs).copied().collect(),
-        });
-    }
-    let common = match common {
-        Some(common) => common.into_iter().map(str::to_owned).collect(),
-        None => policy
-            .possible_architectures(pools)
-            .cloned()
-            .collect::<BTreeSet<String>>()
-            .into_iter()
-            .collect(),
-    };
-    (common, described)
 }
 
 /// What the decision sees once the images' common architectures are known.

@@ -25,6 +25,11 @@ use super::{WeightedArchitecture, PREFERRED_KEY, PREFERRED_WEIGHT, SKIP_KEY};
 /// to enforce whatever `[policy] enforce` says.
 pub const ENFORCE_KEY: &str = "tolerable.io/enforce";
 
+/// Label (on a Namespace) or label / annotation (on a Pod): `"true"` to pin each image by tag
+/// to the digest the decision was made on, `"false"` not to, whatever `[policy] pin_digests`
+/// says.
+pub const PIN_DIGEST_KEY: &str = "tolerable.io/pin-digest";
+
 /// Longest piece of a malformed value quoted back in a warning (annotation values may be
 /// large; the warning only needs to show which one).
 const QUOTED_VALUE_BYTES: usize = 64;
@@ -36,6 +41,8 @@ pub struct NamespacePolicy {
     pub enforce: Option<bool>,
     /// `tolerable.io/skip=true`.
     pub skip: bool,
+    /// `tolerable.io/pin-digest`; `None`: not said (or malformed).
+    pub pin_digest: Option<bool>,
     /// `tolerable.io/preferred-architecture`; `Some(empty)`: `none` (no preference, whatever
     /// the config prefers); `None`: not said (or malformed).
     pub preferred: Option<Vec<WeightedArchitecture>>,
@@ -59,7 +66,7 @@ impl NamespacePolicy {
         let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
         let mut policy = Self::default();
-        for key in [ENFORCE_KEY, SKIP_KEY] {
+        for key in [ENFORCE_KEY, SKIP_KEY, PIN_DIGEST_KEY] {
             if annotation(key).is_some() {
                 policy.problem(key, "read from the Namespace's labels, not its annotations (the webhook's namespaceSelector sees only labels)".into());
             }
@@ -77,6 +84,12 @@ impl NamespacePolicy {
             match boolean(value) {
                 Ok(skip) => policy.skip = skip,
                 Err(reason) => policy.problem(SKIP_KEY, reason),
+            }
+        }
+        if let Some(value) = label(PIN_DIGEST_KEY) {
+            match boolean(value) {
+                Ok(pin) => policy.pin_digest = Some(pin),
+                Err(reason) => policy.problem(PIN_DIGEST_KEY, reason),
             }
         }
         if let Some(value) = annotation(PREFERRED_KEY) {
@@ -180,15 +193,46 @@ pub fn enforce(
     namespace: Option<&NamespacePolicy>,
     config: bool,
 ) -> (bool, Level, Option<String>) {
+    switch(
+        ENFORCE_KEY,
+        pod_value,
+        namespace.and_then(|n| n.enforce),
+        config,
+    )
+}
+
+/// Whether images by tag are pinned to the decided digest, and which level said so: the Pod's
+/// own `tolerable.io/pin-digest` (label or annotation), else its Namespace's label, else
+/// `[policy] pin_digests`. A malformed value on the Pod is ignored, with `warning` saying so.
+pub fn pin_digests(
+    pod_value: Option<&str>,
+    namespace: Option<&NamespacePolicy>,
+    config: bool,
+) -> (bool, Level, Option<String>) {
+    switch(
+        PIN_DIGEST_KEY,
+        pod_value,
+        namespace.and_then(|n| n.pin_digest),
+        config,
+    )
+}
+
+/// A `"true"` / `"false"` switch: the Pod's value, else the Namespace's, else the config's.
+fn switch(
+    key: &str,
+    pod_value: Option<&str>,
+    namespace: Option<bool>,
+    config: bool,
+) -> (bool, Level, Option<String>) {
     let mut warning = None;
     if let Some(value) = pod_value {
         match boolean(value) {
-            Ok(enforce) => return (enforce, Level::Pod, None),
-            Err(reason) => warning = Some(format!("the Pod's {ENFORCE_KEY} ignored: {reason}")),
+            Ok(on) => return (on, Level::Pod, None),
+            Err(reason) => warning = Some(format!("the Pod's {key} ignored: {reason}")),
         }
     }
-    match namespace.and_then(|n| n.enforce) {
-        Some(enforce) => (enforce, Level::Namespace, warning),
+    match namespace {
+        Some(on) => (on, Level::Namespace, warning),
         None => (config, Level::Config, warning),
     }
 }

@@ -166,6 +166,10 @@ pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
             &decision.preferred_architectures,
         );
     }
+    for pin in &decision.pins {
+        // `add` on an existing member replaces its value (RFC 6902 4.1).
+        ops.push(add(pin.path.clone(), PatchValue::Text(pin.image.clone())));
+    }
     if let Some(value) = &decision.annotation {
         add_annotation(&mut ops, pod, value);
     }

@@ -97,6 +97,138 @@ impl fmt::Display for Platform {
     }
 }
 
+/// What containerd's default matcher on a node accepts besides the node's own platform: what
+/// the operator says of its nodes (containerd cannot tell tolerable which CPUs and kernels they
+/// have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeRuntime<'a> {
+    /// The variant the node's CPU meets (normalised as an image's); `None`: not said, the
+    /// architecture's baseline (amd64 v1, arm64 v8, arm v7) is sure and a higher one unknown.
+    pub variant: Option<&'a str>,
+    /// `[policy] amd64_runs_386`: the amd64 kernels run 32-bit x86 code.
+    pub amd64_runs_386: bool,
+    /// `[policy] arm64_runs_arm32`: the arm64 CPUs run AArch32 code at EL0.
+    pub arm64_runs_arm32: bool,
+}
+
+/// Whether, and how, a node runs an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// The node pulls this platform of the image (the best containerd's matcher accepts);
+    /// `own`: the node's own platform (no other would be worth saying).
+    Pulls {
+        platform: Platform,
+        own: bool,
+    },
+    /// Only a platform of the node's architecture needing a variant nothing says the node's CPU
+    /// meets: the node may run it or not (as containerd detects its CPU).
+    Unverified(Platform),
+    No,
+}
+
+/// The baseline variant containerd gives a node of `arch` (normalised), when none is said.
+fn baseline_variant(arch: &str) -> &'static str {
+    match arch {
+        "arm" => "v7",
+        _ => "",
+    }
+}
+
+/// `vN` (or `N`) as N.
+fn version(variant: &str) -> Option<u32> {
+    variant.strip_prefix('v').unwrap_or(variant).parse().ok()
+}
+
+/// The platforms (architecture, variant) containerd's `platforms.Only` accepts on a node of
+/// `arch` / `variant`, best first (its ordering decides which one a node pulls): amd64 vN
+/// accepts amd64 vN…v1, then 386; arm vN accepts arm vN…v5; arm64 v8.x accepts v8.x…v8.0,
+/// arm64 v9.x accepts v9.x…v9.0 then v8.(x+5)…v8.0, and then arm v8…v5. 386 and the 32-bit
+/// arm ones only where `runtime` says the kernel or the CPU runs them (containerd itself
+/// always accepts them; a node that cannot run them fails the container at start).
+fn accepted(arch: &str, variant: &str, runtime: &NodeRuntime<'_>) -> Vec<(String, String)> {
+    let mut out = vec![(arch.to_owned(), variant.to_owned())];
+    match arch {
+        "amd64" => {
+            for level in (1..version(variant).unwrap_or(1)).rev() {
+                out.push((arch.into(), format!("v{level}")));
+            }
+            if runtime.amd64_runs_386 {
+                out.push(("386".into(), String::new()));
+            }
+        }
+        "arm" => {
+            for level in (5..version(variant).unwrap_or(0)).rev() {
+                out.push((arch.into(), format!("v{level}")));
+            }
+        }
+        "arm64" => {
+            let variant = if variant.is_empty() { "v8" } else { variant };
+            let (major, minor) = variant.split_once('.').unwrap_or((variant, "0"));
+            if let (Some(mut major @ 8..), Ok(mut minor)) = (version(major), minor.parse::<u32>()) {
+                if major == 9 {
+                    out.extend((0..minor).rev().map(|m| (arch.into(), arm64_variant(9, m))));
+                    (major, minor) = (8, minor + 5);
+                    out.push((arch.into(), arm64_variant(8, minor)));
+                }
+                out.extend(
+                    (0..minor)
+                        .rev()
+                        .map(|m| (arch.into(), arm64_variant(major, m))),
+                );
+            }
+            if runtime.arm64_runs_arm32 {
+                out.extend(
+                    (5..=8)
+                        .rev()
+                        .map(|level| ("arm".into(), format!("v{level}"))),
+                );
+            }
+        }
+        _ => {}
+    }
+    out.into_iter()
+        .map(|(a, v)| super::arch::normalize(&a, &v))
+        .collect()
+}
+
+fn arm64_variant(major: u32, minor: u32) -> String {
+    if minor == 0 {
+        format!("v{major}")
+    } else {
+        format!("v{major}.{minor}")
+    }
+}
+
+/// Whether a node of `os` / `arch` runs an image of `platforms` (normalised), as containerd's
+/// default matcher decides on it: the platform it pulls, or one that needs a CPU variant the
+/// node is not known to have, or none.
+pub fn node_runs(
+    os: &str,
+    arch: &str,
+    platforms: &[Platform],
+    runtime: &NodeRuntime<'_>,
+) -> Runs {
+    let variant = runtime.variant.unwrap_or_else(|| baseline_variant(arch));
+    let (arch, variant) = super::arch::normalize(arch, variant);
+    let accepted = accepted(&arch, &variant, runtime);
+    let on_os = || platforms.iter().filter(|p| &*p.os == os);
+    let best = accepted.iter().enumerate().find_map(|(rank, (a, v))| {
+        on_os()
+            .find(|p| *p.architecture == **a && p.variant.as_deref().unwrap_or("") == v)
+            .map(|p| (rank, p))
+    });
+    if let Some((rank, platform)) = best {
+        return Runs::Pulls {
+            platform: platform.clone(),
+            own: rank == 0,
+        };
+    }
+    match on_os().find(|p| *p.architecture == *arch) {
+        Some(platform) if runtime.variant.is_none() => Runs::Unverified(platform.clone()),
+        _ => Runs::No,
+    }
+}
+
 /// A non-empty Kubernetes label value: `[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?`.
 fn is_label_value(name: &str) -> bool {
     let bytes = name.as_bytes();
@@ -174,5 +306,287 @@ mod tests {
         }
         assert!(Platform::normalized("unknown", "unknown", None).is_unknown());
         assert!(!Platform::normalized("linux", "amd64", None).is_unknown());
+    }
+
+    fn parse(text: &str) -> Platform {
+        let parts: Vec<&str> = text.split('/').collect();
+        Platform::normalized(parts[0], parts[1], parts.get(2).copied())
+    }
+
+    /// Whether a node of `node` (`os/arch[/variant]`, the variant said) runs an image of only
+    /// `image`.
+    fn runs(node: &str, image: &str, amd64_runs_386: bool, arm64_runs_arm32: bool) -> bool {
+        let node = parse(node);
+        let runtime = NodeRuntime {
+            variant: Some(node.variant.as_deref().unwrap_or("")),
+            amd64_runs_386,
+            arm64_runs_arm32,
+        };
+        let runs = node_runs(&node.os, &node.architecture, &[parse(image)], &runtime);
+        assert!(
+            !matches!(runs, Runs::Unverified(_)),
+            "{node} said its variant"
+        );
+        matches!(runs, Runs::Pulls { .. })
+    }
+
+    /// containerd's own `TestOnly` table (platforms/compare_test.go), with both settings on as
+    /// containerd's matcher assumes: each node, the images it accepts and those it refuses.
+    #[rustfmt::skip]
+    const CONTAINERD_ONLY: &[(&str, &[&str], &[&str])] = &[
+            (
+                "linux/amd64",
+                &["linux/amd64", "linux/386"],
+                &[
+                    "linux/amd64/v2",
+                    "linux/arm/v7",
+                    "linux/arm64",
+                    "windows/amd64",
+                    "windows/arm",
+                ],
+            ),
+            (
+                "linux/amd64/v2",
+                &[
+                    "linux/amd64",
+                    "linux/amd64/v1",
+                    "linux/amd64/v2",
+                    "linux/386",
+                ],
+                &[
+                    "linux/amd64/v3",
+                    "linux/amd64/v4",
+                    "linux/arm/v7",
+                    "linux/arm64",
+                    "windows/amd64",
+                ],
+            ),
+            (
+                "linux/386",
+                &["linux/386"],
+                &[
+                    "linux/amd64",
+                    "linux/arm/v7",
+                    "linux/arm64",
+                    "windows/amd64",
+                ],
+            ),
+            (
+                "windows/amd64",
+                &["windows/amd64"],
+                &["linux/amd64", "linux/arm/v7", "linux/arm64", "windows/arm"],
+            ),
+            (
+                "linux/arm/v8",
+                &[
+                    "linux/arm",
+                    "linux/arm/v5",
+                    "linux/arm/v6",
+                    "linux/arm/v7",
+                    "linux/arm/v8",
+                ],
+                &[
+                    "linux/amd64",
+                    "linux/arm/v4",
+                    "linux/arm64",
+                    "windows/amd64",
+                ],
+            ),
+            (
+                "linux/arm/v7",
+                &["linux/arm", "linux/arm/v5", "linux/arm/v6", "linux/arm/v7"],
+                &["linux/amd64", "linux/arm/v4", "linux/arm/v8", "linux/arm64"],
+            ),
+            (
+                "linux/arm/v6",
+                &["linux/arm/v5", "linux/arm/v6"],
+                &[
+                    "linux/amd64",
+                    "linux/arm",
+                    "linux/arm/v4",
+                    "linux/arm/v7",
+                    "linux/arm/v8",
+                    "linux/arm64",
+                ],
+            ),
+            (
+                "linux/arm/v5",
+                &["linux/arm/v5"],
+                &[
+                    "linux/arm",
+                    "linux/arm/v4",
+                    "linux/arm/v6",
+                    "linux/arm/v7",
+                    "linux/arm64",
+                ],
+            ),
+            (
+                "linux/arm/v4",
+                &["linux/arm/v4"],
+                &["linux/arm", "linux/arm/v5", "linux/arm/v6", "linux/arm64"],
+            ),
+            (
+                "linux/arm64/v9",
+                &[
+                    "linux/arm",
+                    "linux/arm/v5",
+                    "linux/arm/v6",
+                    "linux/arm/v7",
+                    "linux/arm/v8",
+                    "linux/arm64",
+                    "linux/arm64/v8",
+                    "linux/arm64/v8.1",
+                    "linux/arm64/v8.2",
+                    "linux/arm64/v8.3",
+                    "linux/arm64/v8.4",
+                    "linux/arm64/v8.5",
+                    "linux/arm64/v9",
+                    "linux/arm64/v9.0",
+                ],
+                &[
+                    "linux/amd64",
+                    "linux/arm/v4",
+                    "windows/amd64",
+                    "linux/arm64/v8.6",
+                ],
+            ),
+            (
+                "linux/arm64/v8.1",
+                &[
+                    "linux/arm",
+                    "linux/arm/v5",
+                    "linux/arm/v8",
+                    "linux/arm64",
+                    "linux/arm64/v8",
+                    "linux/arm64/v8.1",
+                ],
+                &[
+                    "linux/amd64",
+                    "linux/arm/v4",
+                    "linux/arm/v9",
+                    "linux/arm64/v9",
+                    "linux/arm64/v8.2",
+                ],
+            ),
+            (
+                "linux/arm64",
+                &[
+                    "linux/arm",
+                    "linux/arm/v5",
+                    "linux/arm/v6",
+                    "linux/arm/v7",
+                    "linux/arm/v8",
+                    "linux/arm64",
+                    "linux/arm64/v8",
+                ],
+                &[
+                    "linux/amd64",
+                    "linux/arm/v4",
+                    "linux/arm/v9",
+                    "linux/arm64/v9",
+                    "linux/arm64/v8.1",
+                    "windows/arm",
+                ],
+            ),
+            (
+                "linux/arm64/v9.2",
+                &[
+                    "linux/arm64/v9.1",
+                    "linux/arm64/v9",
+                    "linux/arm64/v8.7",
+                    "linux/arm64",
+                ],
+                &["linux/arm64/v9.3", "linux/arm64/v8.8"],
+            ),
+            (
+                "linux/s390x",
+                &["linux/s390x"],
+                &["linux/amd64", "linux/s390x/z15"],
+            ),
+    ];
+
+    /// Every row of [`CONTAINERD_ONLY`].
+    #[test]
+    fn matches_as_containerd_only_does() {
+        for (node, accepted, refused) in CONTAINERD_ONLY {
+            for image in *accepted {
+                assert!(runs(node, image, true, true), "{node} should run {image}");
+            }
+            for image in *refused {
+                assert!(
+                    !runs(node, image, true, true),
+                    "{node} should not run {image}"
+                );
+            }
+        }
+    }
+
+    /// containerd's `OnlyStrict` (no lower platforms) is what the two settings turn off for the
+    /// 32-bit platforms: an amd64 kernel without 32-bit support, an arm64 CPU without AArch32.
+    #[test]
+    fn the_settings_refuse_32_bit_platforms() {
+        assert!(!runs("linux/amd64", "linux/386", false, true));
+        assert!(runs("linux/amd64", "linux/amd64", false, false));
+        for image in ["linux/arm", "linux/arm/v5", "linux/arm/v6", "linux/arm/v8"] {
+            assert!(!runs("linux/arm64", image, true, false), "{image}");
+            assert!(!runs("linux/arm64/v9", image, true, false), "{image}");
+        }
+        assert!(runs("linux/arm64/v9", "linux/arm64/v8.5", true, false));
+    }
+
+    /// Which platform a node pulls follows containerd's ordering, best first; a variant the
+    /// node is not said to meet is unverified, not refused.
+    #[test]
+    fn pulls_the_best_platform_and_says_what_it_cannot_know() {
+        let baseline = |amd64_runs_386| NodeRuntime {
+            variant: None,
+            amd64_runs_386,
+            arm64_runs_arm32: false,
+        };
+        let image = [
+            parse("linux/386"),
+            parse("linux/amd64/v2"),
+            parse("linux/amd64"),
+        ];
+        assert_eq!(
+            node_runs("linux", "amd64", &image, &baseline(true)),
+            Runs::Pulls {
+                platform: parse("linux/amd64"),
+                own: true
+            }
+        );
+        let v2 = NodeRuntime {
+            variant: Some("v2"),
+            ..baseline(true)
+        };
+        assert_eq!(
+            node_runs("linux", "amd64", &image, &v2),
+            Runs::Pulls {
+                platform: parse("linux/amd64/v2"),
+                own: true
+            }
+        );
+        let old = [parse("linux/386")];
+        assert_eq!(
+            node_runs("linux", "amd64", &old, &baseline(true)),
+            Runs::Pulls {
+                platform: parse("linux/386"),
+                own: false
+            }
+        );
+        assert_eq!(
+            node_runs("linux", "amd64", &old, &baseline(false)),
+            Runs::No
+        );
+        let v3 = [parse("linux/amd64/v3")];
+        assert_eq!(
+            node_runs("linux", "amd64", &v3, &baseline(true)),
+            Runs::Unverified(parse("linux/amd64/v3"))
+        );
+        assert_eq!(node_runs("linux", "amd64", &v3, &v2), Runs::No);
+        assert_eq!(
+            node_runs("windows", "amd64", &v3, &baseline(true)),
+            Runs::No
+        );
     }
 }

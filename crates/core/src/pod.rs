@@ -60,6 +60,8 @@ pub struct ImageSlot {
     /// The container's or the volume's name.
     pub name: String,
     pub image: Option<String>,
+    /// Its position in its list (`containers`, `volumes`, …): where a patch rewrites it.
+    pub index: usize,
 }
 
 impl PodView {
@@ -72,24 +74,25 @@ impl PodView {
             annotations: meta.annotations.clone(),
             owner_references: meta.owner_references.clone().unwrap_or_default(),
             spec: pod.spec.as_ref().map(|spec| {
-                let slot = |kind, name: &str, image: &Option<String>| ImageSlot {
+                let slot = |kind, name: &str, image: &Option<String>, index| ImageSlot {
                     kind,
                     name: name.to_owned(),
                     image: image.clone(),
+                    index,
                 };
                 let mut images = Vec::new();
-                for c in spec.init_containers.iter().flatten() {
-                    images.push(slot(SlotKind::InitContainer, &c.name, &c.image));
+                for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+                    images.push(slot(SlotKind::InitContainer, &c.name, &c.image, i));
                 }
-                for c in &spec.containers {
-                    images.push(slot(SlotKind::Container, &c.name, &c.image));
+                for (i, c) in spec.containers.iter().enumerate() {
+                    images.push(slot(SlotKind::Container, &c.name, &c.image, i));
                 }
-                for c in spec.ephemeral_containers.iter().flatten() {
-                    images.push(slot(SlotKind::EphemeralContainer, &c.name, &c.image));
+                for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
+                    images.push(slot(SlotKind::EphemeralContainer, &c.name, &c.image, i));
                 }
-                for v in spec.volumes.iter().flatten() {
+                for (i, v) in spec.volumes.iter().flatten().enumerate() {
                     if let Some(source) = &v.image {
-                        images.push(slot(SlotKind::ImageVolume, &v.name, &source.reference));
+                        images.push(slot(SlotKind::ImageVolume, &v.name, &source.reference, i));
                     }
                 }
                 PodSpecView {

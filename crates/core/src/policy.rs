@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Toleration;
 
+use super::platform::NodeRuntime;
 use super::pools::{tolerates_parts, NodePools};
 use super::ARCH_LABEL;
 
@@ -136,6 +137,19 @@ pub struct Policy {
     /// `false`: report only. The Pod gets the decision annotation saying what tolerable would
     /// have added or why it would have denied it, and nothing else (a first roll-out).
     pub enforce: bool,
+    /// `[policy] amd64_runs_386`: the amd64 nodes' kernels run 32-bit x86 code, so they run a
+    /// `linux/386` image (containerd's matcher on amd64 accepts 386).
+    pub amd64_runs_386: bool,
+    /// `[policy] arm64_runs_arm32`: the arm64 nodes' CPUs run AArch32 code at EL0 (Graviton2,
+    /// Neoverse N1, Ampere Altra do; Graviton3/4, AmpereOne, Neoverse V2 do not), so they run
+    /// `linux/arm/v8`…`v5` images.
+    pub arm64_runs_arm32: bool,
+    /// `[policy] node_variants`: architecture → the variant every node of it meets
+    /// (normalised: `v3` for x86-64-v3, `v8.2`, `v9`); an architecture absent: its baseline.
+    pub node_variants: BTreeMap<String, String>,
+    /// `[policy] pin_digests`: each image by tag is rewritten to `name:tag@digest` of what the
+    /// decision was made on (the Pod's or its Namespace's `tolerable.io/pin-digest` overrides).
+    pub pin_digests: bool,
 }
 
 impl Policy {
@@ -144,6 +158,15 @@ impl Policy {
         self.architecture_tolerations
             .get(arch)
             .map_or(std::slice::from_ref(&self.toleration), Vec::as_slice)
+    }
+
+    /// What containerd's matcher on a node of `arch` accepts, as the operator says of them.
+    pub fn runtime_for(&self, arch: &str) -> NodeRuntime<'_> {
+        NodeRuntime {
+            variant: self.node_variants.get(arch).map(String::as_str),
+            amd64_runs_386: self.amd64_runs_386,
+            arm64_runs_arm32: self.arm64_runs_arm32,
+        }
     }
 
     /// Every key a template tolerates: the node watch keeps the taints under these keys.
@@ -194,6 +217,10 @@ impl Default for Policy {
             max_containers_per_pod: 1000,
             max_images_per_pod: 100,
             enforce: true,
+            amd64_runs_386: true,
+            arm64_runs_arm32: false,
+            node_variants: BTreeMap::new(),
+            pin_digests: false,
         }
     }
 }

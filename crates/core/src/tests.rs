@@ -61,6 +61,7 @@ fn platforms(list: &[&str]) -> Arc<ImageFact> {
         artifact: None,
         credentials: Provenance::Anonymous,
         stale: None,
+        digest: None,
     })
 }
 
@@ -88,15 +89,15 @@ fn decide_pod(namespace: &str, pod: &Pod, facts: &ImageFacts, policy: &Policy) -
     decide(&request, facts, None, policy)
 }
 
-struct Outcome {
-    decision: Decision,
-    patched: Value,
-    ops: Vec<Value>,
+pub(super) struct Outcome {
+    pub(super) decision: Decision,
+    pub(super) patched: Value,
+    pub(super) ops: Vec<Value>,
 }
 
 /// Decides, applies the patch, parses the result as a Pod, and checks that deciding again on the
 /// patched Pod changes nothing.
-fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
+pub(super) fn run(pod_json: &Value, facts: &ImageFacts, policy: &Policy) -> Outcome {
     let created = request(pod_json, policy);
     let Answer {
         decision, patch, ..
@@ -125,7 +126,7 @@ pub(super) fn arch_toleration(arch: &str) -> Value {
     json!({"key": ARCH_LABEL, "operator": "Equal", "value": arch, "effect": "NoSchedule"})
 }
 
-fn required_terms(patched: &Value) -> &Value {
+pub(super) fn required_terms(patched: &Value) -> &Value {
     &patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         ["nodeSelectorTerms"]
 }
@@ -698,7 +699,7 @@ fn node_pools_from_recorded_nodes() {
     assert_eq!(pools.taints("s390x")[0].effect, "NoSchedule");
 }
 
-fn run_with_pools(
+pub(super) fn run_with_pools(
     pod_json: &Value,
     facts: &ImageFacts,
     policy: &Policy,
@@ -822,10 +823,10 @@ fn images_that_run_everywhere_in_the_cluster_are_not_steered() {
 // Clusters that move: the answer does not depend on which nodes happen to exist.
 
 /// A taint as `(key, value, effect)`.
-type TaintParts<'a> = (&'a str, &'a str, &'a str);
+pub(super) type TaintParts<'a> = (&'a str, &'a str, &'a str);
 
 /// Pools of nodes given as `(name, architecture, taints)`.
-fn node_pools(nodes: &[(&str, &str, &[TaintParts])]) -> NodePools {
+pub(super) fn node_pools(nodes: &[(&str, &str, &[TaintParts])]) -> NodePools {
     let list: Vec<k8s_openapi::api::core::v1::Node> = nodes
         .iter()
         .map(|(name, arch, taints)| {

@@ -131,7 +131,7 @@ pub(super) fn answer(value: &[u8]) -> Option<ImagePlatforms> {
     platforms.sort();
     platforms.dedup();
     Some(ImagePlatforms {
-        digest: answer.digest,
+        digest: answer.digest.clone(),
         media_type,
         served_by: answer.served_by,
         fact: Arc::new(ImageFact {
@@ -141,6 +141,7 @@ pub(super) fn answer(value: &[u8]) -> Option<ImagePlatforms> {
                 .credentials
                 .map_or(Provenance::Anonymous, |c| Provenance::Credential(c.into())),
             stale: None,
+            digest: Some(answer.digest),
         }),
     })
 }
@@ -176,6 +177,7 @@ mod tests {
                 artifact: None,
                 credentials,
                 stale: None,
+                digest: Some(format!("sha256:{}", "a".repeat(64))),
             }),
         }
     }

@@ -1,0 +1,128 @@
+//! Placement by what nodes run, and pinning the decided digest, through the webhook over real
+//! HTTPS with the real registry (distribution on 127.0.0.1): images of each shape pushed, a
+//! recorded Pod CREATE admitted, the patch applied with `json-patch`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fixtures::Pusher;
+use common::registry::{self, Mode};
+use common::webhook::{self, admit, patched, recorded, TestServer};
+use serde_json::{json, Value};
+use tolerable::mutate::{Policy, ARCH_LABEL, DECISION_ANNOTATION};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `(os, architecture, variant)` of one image of an index.
+type PlatformParts<'a> = (&'a str, &'a str, Option<&'a str>);
+
+/// The recorded simple Pod CREATE, its one container's image replaced by `image`.
+fn pod_create(image: &str) -> Value {
+    let mut request = recorded("pod-create-simple.v1.json", &registry::plain().host);
+    request["request"]["object"]["spec"]["containers"][0]["image"] = json!(image);
+    request
+}
+
+fn required_architectures(pod: &Value) -> &Value {
+    &pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+}
+
+fn annotation(pod: &Value) -> &str {
+    pod["metadata"]["annotations"][DECISION_ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Pushes an index of `platforms` as `placement/<repo>:v1` to the plain registry.
+async fn pushed(repo: &str, platforms: &[PlatformParts<'_>]) -> (String, String) {
+    let host = &registry::plain().host;
+    let pusher = Pusher::for_mode(host, Mode::Plain);
+    let repo = format!("placement/{repo}");
+    let digest = pusher.push_platforms(&repo, "v1", platforms).await;
+    (format!("{host}/{repo}:v1"), digest)
+}
+
+#[tokio::test]
+async fn images_are_placed_on_the_node_architectures_that_run_them() {
+    let server = TestServer::start(webhook::policy(), common::settings()).await;
+    let cases: &[(&str, &[PlatformParts], &[&str])] = &[
+        ("only-386", &[("linux", "386", None)], &["amd64"]),
+        (
+            "386-and-arm64",
+            &[("linux", "386", None), ("linux", "arm64", Some("v8"))],
+            &["amd64", "arm64"],
+        ),
+    ];
+    for (repo, platforms, want) in cases {
+        let (image, _) = pushed(repo, platforms).await;
+        let request = pod_create(&image);
+        let (response, _) = admit(&server, &request, TIMEOUT).await;
+        assert_eq!(response["allowed"], true, "{response}");
+        let pod = patched(&request, &response);
+        assert_eq!(required_architectures(&pod), &json!(want), "{repo}");
+        let note = annotation(&pod);
+        assert!(
+            note.contains(&format!("amd64 pulls linux/386 for {image}")),
+            "{note}"
+        );
+        // Decided again on the patched Pod: nothing more.
+        let mut again = request.clone();
+        again["request"]["object"] = pod;
+        let (response, _) = admit(&server, &again, TIMEOUT).await;
+        assert!(response["patch"].is_null(), "{response}");
+    }
+}
+
+#[tokio::test]
+async fn an_arm32_only_image_follows_arm64_runs_arm32() {
+    let (image, _) = pushed("only-arm-v7", &[("linux", "arm", Some("v7"))]).await;
+    let request = pod_create(&image);
+    let runs_arm32 = Policy {
+        arm64_runs_arm32: true,
+        ..webhook::policy()
+    };
+    let server = TestServer::start(runs_arm32, common::settings()).await;
+    let (response, _) = admit(&server, &request, TIMEOUT).await;
+    let pod = patched(&request, &response);
+    assert_eq!(required_architectures(&pod), &json!(["arm", "arm64"]));
+    assert_eq!(pod["spec"]["tolerations"][2]["value"], "arm64");
+    assert!(annotation(&pod).contains(&format!("arm64 pulls linux/arm/v7 for {image}")));
+}
+
+#[tokio::test]
+async fn a_pinned_pod_keeps_the_decided_digest_after_the_tag_moves() {
+    let both = [("linux", "amd64", None), ("linux", "arm64", Some("v8"))];
+    let (image, decided) = pushed("moving", &both).await;
+    let pinning = Policy {
+        pin_digests: true,
+        ..webhook::policy()
+    };
+    let server = TestServer::start(pinning, common::settings()).await;
+    let request = pod_create(&image);
+    let (response, _) = admit(&server, &request, TIMEOUT).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let pod = patched(&request, &response);
+    let pinned = format!("{image}@{decided}");
+    assert_eq!(pod["spec"]["containers"][0]["image"], pinned);
+    assert_eq!(required_architectures(&pod), &json!(["amd64", "arm64"]));
+    assert!(annotation(&pod).contains(&pinned), "{}", annotation(&pod));
+
+    // The tag moves to an amd64-only build.
+    let (_, moved) = pushed("moving", &[("linux", "amd64", None)]).await;
+    assert_ne!(moved, decided);
+    // The Pod, decided on again (reinvocation, or as the kubelet will pull it), keeps the
+    // digest decided at admission and its placement.
+    let mut again = request.clone();
+    again["request"]["object"] = pod.clone();
+    let (response, _) = admit(&server, &again, TIMEOUT).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response["patch"].is_null(), "{response}");
+    assert_eq!(pod["spec"]["containers"][0]["image"], pinned);
+    assert!(pod["spec"]["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["key"] == ARCH_LABEL && t["value"] == "arm64"));
+}
