@@ -263,6 +263,19 @@ pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
     )
 }
 
+/// The answer to a request no recording covers: a fake refuses it (501, `NotImplemented`)
+/// rather than invent what a real server would say, so a test that depends on it fails and
+/// says which recording is missing.
+pub fn unrecorded(what: &str) -> Response<Full<Bytes>> {
+    status(
+        StatusCode::NOT_IMPLEMENTED,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": format!("no recording covers {what}; the fake refuses it rather than invent an answer"),
+               "reason": "NotImplemented", "code": 501})
+        .to_string(),
+    )
+}
+
 /// A JSON response, as the API server sends every answer.
 pub fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));

@@ -26,6 +26,7 @@ pub mod lease_api;
 pub mod namespaces_api;
 pub mod plugins;
 pub mod process;
+pub mod recorded;
 pub mod redis;
 pub mod registry;
 pub mod scale_api;
