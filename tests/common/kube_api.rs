@@ -269,11 +269,15 @@ pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
 pub fn unrecorded(what: &str) -> Response<Full<Bytes>> {
     status(
         StatusCode::NOT_IMPLEMENTED,
-        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": format!("no recording covers {what}; the fake refuses it rather than invent an answer"),
-               "reason": "NotImplemented", "code": 501})
-        .to_string(),
+        unrecorded_status(what).to_string(),
     )
+}
+
+/// The body of [`unrecorded`].
+pub fn unrecorded_status(what: &str) -> serde_json::Value {
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("no recording covers {what}; the fake refuses it rather than invent an answer"),
+           "reason": "NotImplemented", "code": 501})
 }
 
 /// A JSON response, as the API server sends every answer.
