@@ -355,8 +355,15 @@ impl Nodes {
             }
             Start::Any => {
                 let nodes = self.nodes.lock().unwrap();
-                for node in nodes
-                    .values()
+                let rv = |n: &&Value| {
+                    let rv = n["metadata"]["resourceVersion"].as_str().unwrap_or("0");
+                    rv.parse::<u64>().unwrap_or(0)
+                };
+                // In the order of their last change, as the watch cache sends them (recorded).
+                let mut current: Vec<&Value> = nodes.values().collect();
+                current.sort_by_key(rv);
+                for node in current
+                    .into_iter()
                     .filter(|n| selector.matches(&n["metadata"]["labels"]))
                 {
                     let event = json!({"type": "ADDED", "object": with_kind(node.clone())});

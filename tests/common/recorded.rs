@@ -49,6 +49,24 @@ pub async fn send(
     content_type: Option<&str>,
     body: Option<&Value>,
 ) -> (u16, Value) {
+    let (code, bytes) = send_raw(client, method, path, content_type, body).await;
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{code} answer is not JSON ({e}): {bytes:?}"))
+    };
+    (code, body)
+}
+
+/// [`send`], the answer's body as sent (a watch's lines, say).
+pub async fn send_raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, bytes::Bytes) {
     let mut request = http::Request::builder().method(method).uri(path);
     if let Some(content_type) = content_type {
         request = request.header("content-type", content_type);
@@ -57,14 +75,21 @@ pub async fn send(
     let request = request.body(kube::client::Body::from(bytes)).unwrap();
     let response = client.send(request).await.expect("the fake answers");
     let code = response.status().as_u16();
-    let bytes = response.into_body().collect_bytes().await.unwrap();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{code} answer is not JSON ({e}): {bytes:?}"))
-    };
-    (code, body)
+    (code, response.into_body().collect_bytes().await.unwrap())
+}
+
+/// A JSON body, or a watch's JSON lines, as values (an empty body: none).
+pub fn json_lines(bytes: &[u8]) -> Vec<Value> {
+    let text = std::str::from_utf8(bytes).unwrap();
+    let whole = serde_json::from_str::<Value>(text);
+    match whole {
+        Ok(value) => vec![value],
+        Err(_) => text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect(),
+    }
 }
 
 /// The values the recording's server made up paired with the fake's (a uid, a
