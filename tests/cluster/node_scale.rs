@@ -152,3 +152,46 @@ async fn an_architecture_label_change_is_seen(
         0.0
     );
 }
+
+/// A watcher that reads nothing while the cluster changes more than its buffer holds: its watch
+/// ends (as the real server closes an unresponsive watcher) and every line it did get is the
+/// next change, none skipped — a slow watcher never misses an event silently.
+#[tokio::test]
+async fn a_slow_watcher_is_ended_never_sent_a_gap() {
+    let api = ScaleApiServer::start_with_watch_buffer(4, 0, 8);
+    let request = http::Request::get("/api/v1/nodes?&watch=true&resourceVersion=1000")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = api.client().send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    // Far more changes than the buffer and the socket's buffers hold, none read meanwhile.
+    let changes = 2_000;
+    for n in 0..changes {
+        api.heartbeat(n % 4);
+    }
+    let body = tokio::time::timeout(
+        Duration::from_secs(60),
+        response.into_body().collect_bytes(),
+    )
+    .await
+    .expect("the watch ended")
+    .unwrap();
+    let versions: Vec<u64> = std::str::from_utf8(&body)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let event: Value = serde_json::from_str(l).unwrap();
+            event["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(versions.len() < changes, "ended before the last change");
+    let expected: Vec<u64> = (1001..1001 + versions.len() as u64).collect();
+    assert_eq!(
+        versions, expected,
+        "consecutive from the first change, no gap"
+    );
+}

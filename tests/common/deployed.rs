@@ -6,6 +6,38 @@
 use std::path::Path;
 
 use serde_json::Value;
+use tolerable::config::Config;
+
+/// A config loaded the way the container loads it, with the temporary directory of local
+/// stand-ins its paths name: the directory lives as long as the config and is removed with it
+/// (no test leaves files behind).
+pub struct LoadedConfig {
+    config: Config,
+    _files: tempfile::TempDir,
+}
+
+impl LoadedConfig {
+    pub fn new(config: Config, files: tempfile::TempDir) -> Self {
+        Self {
+            config,
+            _files: files,
+        }
+    }
+}
+
+impl std::ops::Deref for LoadedConfig {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl std::fmt::Debug for LoadedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.config.fmt(f)
+    }
+}
 
 /// The object of `kind` named exactly `name` in rendered `docs`.
 pub fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {

@@ -26,7 +26,7 @@ use hyper::body::Frame;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{api_tls, bearer_token, query, status};
+use super::kube_api::{api_tls, bearer_token, query, status, unrecorded_status};
 use super::lease_api::{LeaseHandler, TOKENS};
 
 /// Where Leases are, when this fake also serves them ([`GatesApiServer::start_with_leases`]).
@@ -163,23 +163,81 @@ fn validate_update(old: &Value, new: &Value) -> Option<(u16, Value)> {
         return None;
     }
     let (old_terms, new_terms) = (terms(old), terms(new));
-    if !old_terms.is_empty() {
-        let tightened = old_terms.len() == new_terms.len()
-            && old_terms.iter().zip(&new_terms).all(|(o, n)| {
-                let list = |t: &Value, k: &str| t[k].as_array().cloned().unwrap_or_default();
-                extends(&list(o, "matchExpressions"), &list(n, "matchExpressions"))
-                    && extends(&list(o, "matchFields"), &list(n, "matchFields"))
-            });
-        if !tightened {
-            return Some(refused(
-                "pod-patch-new-term-422.body.json",
-                "gated-2",
-                name,
-                None,
-            ));
-        }
+    if !old_terms.is_empty() && old_terms.len() != new_terms.len() {
+        return Some(refused(
+            "pod-patch-new-term-422.body.json",
+            "gated-2",
+            name,
+            None,
+        ));
     }
-    None
+    unrecorded_gated_change(old, new).map(|what| (501, unrecorded_status(&what)))
+}
+
+/// What a change of gated Pod `old` into `new` does that no recording shows accepted, if
+/// anything. Recorded as accepted on a gated Pod: gates removed, tolerations added, expressions
+/// appended inside each existing required term, a nodeSelector set where there was none,
+/// metadata changed (the release removes a label).
+fn unrecorded_gated_change(old: &Value, new: &Value) -> Option<String> {
+    let name = old["metadata"]["name"].as_str().unwrap_or_default();
+    let (old_gates, new_gates) = (gates(old), gates(new));
+    let kept: Vec<&Value> = old_gates.iter().filter(|g| new_gates.contains(g)).collect();
+    if !kept.iter().copied().eq(new_gates.iter()) {
+        return Some(format!(
+            "reordering the schedulingGates of gated Pod {name}"
+        ));
+    }
+    let tolerations = |pod: &Value| {
+        pod["spec"]["tolerations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    if !extends(&tolerations(old), &tolerations(new)) {
+        return Some(format!(
+            "removing or changing a toleration of gated Pod {name}"
+        ));
+    }
+    let selector = &old["spec"]["nodeSelector"];
+    let unset = selector.is_null() || selector == &json!({});
+    if !unset && *selector != new["spec"]["nodeSelector"] {
+        return Some(format!("changing the nodeSelector of gated Pod {name}"));
+    }
+    if !tightened(old, new) {
+        return Some(format!("this affinity change on gated Pod {name}"));
+    }
+    let rest = |pod: &Value| {
+        let mut spec = pod["spec"].clone();
+        let fields = spec.as_object_mut().unwrap();
+        for key in ["schedulingGates", "tolerations", "nodeSelector", "affinity"] {
+            fields.remove(key);
+        }
+        spec
+    };
+    (rest(old) != rest(new)).then(|| format!("this spec change on gated Pod {name}"))
+}
+
+/// `new`'s affinity is `old`'s with expressions appended inside each existing required term
+/// (the recorded tightening), nothing else changed.
+fn tightened(old: &Value, new: &Value) -> bool {
+    let (old_terms, new_terms) = (terms(old), terms(new));
+    let required = "/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    let without_terms = |pod: &Value| {
+        let mut affinity = pod["spec"]["affinity"].clone();
+        if let Some(Value::Object(r)) = affinity.pointer_mut(required) {
+            r.remove("nodeSelectorTerms");
+        }
+        affinity
+    };
+    !old_terms.is_empty()
+        && old_terms.len() == new_terms.len()
+        && without_terms(old) == without_terms(new)
+        && old_terms.iter().zip(&new_terms).all(|(o, n)| {
+            let list = |t: &Value, k: &str| t[k].as_array().cloned().unwrap_or_default();
+            extends(&list(o, "matchExpressions"), &list(n, "matchExpressions"))
+                && extends(&list(o, "matchFields"), &list(n, "matchFields"))
+        })
+        || old["spec"]["affinity"] == new["spec"]["affinity"]
 }
 
 impl State {
@@ -210,8 +268,21 @@ impl State {
                 pod["spec"][key] = value.clone();
             }
         }
+        let defaults = &recorded["spec"]["containers"][0];
+        for container in pod["spec"]["containers"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            for (key, value) in defaults.as_object().unwrap() {
+                if container.get(key).is_none() {
+                    container[key] = value.clone();
+                }
+            }
+        }
         let uid = self.uids.fetch_add(1, Ordering::SeqCst);
         let meta = &mut pod["metadata"];
+        meta["generation"] = json!(1);
         meta["namespace"] = json!(namespace);
         meta["uid"] = json!(format!("090d8508-2c34-40c1-a7f4-{uid:012x}"));
         if meta["creationTimestamp"].is_null() {
@@ -241,6 +312,68 @@ impl State {
         drop(pods);
         self.changed.notify_waiters();
         Ok(pod)
+    }
+
+    /// `GET` of one Pod: as stored, or 404 in the shape of the recorded ones
+    /// (`sa-missing-get-404`: the resource and the name in the details).
+    fn get(&self, namespace: &str, name: &str) -> Response<Body> {
+        let pods = self.pods.lock().unwrap();
+        match pods.get(&(namespace.to_owned(), name.to_owned())) {
+            Some(pod) => answer(200, pod),
+            None => {
+                let mut body = status_value(404, "NotFound", &format!("pods \"{name}\" not found"));
+                body["details"] = json!({"name": name, "kind": "pods"});
+                answer(404, &body)
+            }
+        }
+    }
+
+    /// A core/v1 Event created as recorded in `tests/data/kube-api/crashes/` ("a controller's
+    /// Warning Event on the Pod"): a Warning about a Pod of the namespace, named from its
+    /// `generateName`; any other shape is unrecorded.
+    fn create_event(&self, namespace: &str, mut event: Value) -> Result<Value, String> {
+        let involved = &event["involvedObject"];
+        let text = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+        let prefix = event["metadata"]["generateName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let recorded_shape = event["apiVersion"] == "v1"
+            && event["kind"] == "Event"
+            && prefix.ends_with('.')
+            && event["metadata"]["name"].is_null()
+            && event["metadata"]["namespace"]
+                .as_str()
+                .is_none_or(|n| n == namespace)
+            && involved["kind"] == "Pod"
+            && involved["namespace"] == namespace
+            && [
+                &involved["name"],
+                &involved["uid"],
+                &event["reason"],
+                &event["message"],
+            ]
+            .into_iter()
+            .all(text)
+            && event["type"] == "Warning"
+            && text(&event["source"]["component"]);
+        if !recorded_shape {
+            return Err(format!("an Event of this shape in {namespace}: {event}"));
+        }
+        let mut events = self.events.lock().unwrap();
+        let meta = &mut event["metadata"];
+        meta["name"] = json!(format!("{prefix}{:05x}", events.len()));
+        meta["namespace"] = json!(namespace);
+        meta["uid"] = json!(format!("8a531402-b3d9-4b63-bbae-{:012x}", events.len()));
+        meta["resourceVersion"] = json!(self.rv.fetch_add(1, Ordering::SeqCst).to_string());
+        meta["creationTimestamp"] = json!(jiff_now());
+        if event.get("eventTime").is_none() {
+            event["eventTime"] = Value::Null;
+        }
+        events.push(event.clone());
+        drop(events);
+        self.changed.notify_waiters();
+        Ok(event)
     }
 
     fn patch(&self, key: &Key, ops: &Value) -> (u16, Value) {
@@ -277,8 +410,17 @@ impl State {
         if let Some(refusal) = validate_update(&old, &new) {
             return refusal;
         }
-        if gates(&new).is_empty() && !gates(&old).is_empty() {
-            new["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        // The last gate gone, the list goes too; the status stays as it was until a scheduler
+        // (none runs in the recording) writes it, as recorded.
+        if new["spec"]["schedulingGates"] == json!([]) {
+            new["spec"]
+                .as_object_mut()
+                .unwrap()
+                .remove("schedulingGates");
+        }
+        if new["spec"] != old["spec"] {
+            let generation = old["metadata"]["generation"].as_i64().unwrap_or(0);
+            new["metadata"]["generation"] = json!(generation + 1);
         }
         let rv = self.record(Some(old), None);
         new["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -318,7 +460,14 @@ fn list(state: &State, namespace: Option<&str>, selector: Option<&str>) -> Respo
         .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
         .map(|(_, pod)| pod)
         .filter(|p| matches(selector, p))
-        .cloned()
+        .map(|pod| {
+            // A list's items carry no kind or apiVersion (the list does), as recorded.
+            let mut item = pod.clone();
+            let fields = item.as_object_mut().unwrap();
+            fields.remove("kind");
+            fields.remove("apiVersion");
+            item
+        })
         .collect();
     let rv = state.rv.load(Ordering::SeqCst);
     answer(
@@ -411,6 +560,12 @@ async fn route_pods(
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let q = query(req.uri().query().unwrap_or(""));
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = req
         .into_body()
         .collect()
@@ -431,20 +586,7 @@ async fn route_pods(
         }
         (&Method::GET, ["api", "v1", "pods"]) => list(&state, None, selector),
         (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => list(&state, Some(ns), selector),
-        (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => {
-            match state
-                .pods
-                .lock()
-                .unwrap()
-                .get(&(ns.to_string(), name.to_string()))
-            {
-                Some(pod) => answer(200, pod),
-                None => answer(
-                    404,
-                    &status_value(404, "NotFound", &format!("pods \"{name}\" not found")),
-                ),
-            }
-        }
+        (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => state.get(ns, name),
         (&Method::POST, ["api", "v1", "namespaces", ns, "pods"]) => {
             let pod: Value = serde_json::from_slice(&body).unwrap_or_default();
             match state.create(ns, pod) {
@@ -452,33 +594,27 @@ async fn route_pods(
                 Err((code, body)) => answer(code, &body),
             }
         }
+        (&Method::PATCH, ["api", "v1", "namespaces", _, "pods", _])
+            if content_type != "application/json-patch+json" =>
+        {
+            answer(
+                501,
+                &unrecorded_status(&format!("a {content_type} patch of a Pod")),
+            )
+        }
         (&Method::PATCH, ["api", "v1", "namespaces", ns, "pods", name]) => {
             let ops: Value = serde_json::from_slice(&body).unwrap_or_default();
             let (code, body) = state.patch(&(ns.to_string(), name.to_string()), &ops);
             answer(code, &body)
         }
         (&Method::POST, ["api", "v1", "namespaces", ns, "events"]) => {
-            let mut event: Value = serde_json::from_slice(&body).unwrap_or_default();
-            let mut events = state.events.lock().unwrap();
-            let prefix = event["metadata"]["generateName"]
-                .as_str()
-                .unwrap_or("event.")
-                .to_owned();
-            event["metadata"]["name"] = json!(format!("{prefix}{:016x}", events.len()));
-            event["metadata"]["namespace"] = json!(ns);
-            events.push(event.clone());
-            drop(events);
-            state.changed.notify_waiters();
-            answer(201, &event)
+            let event: Value = serde_json::from_slice(&body).unwrap_or_default();
+            match state.create_event(ns, event) {
+                Ok(event) => answer(201, &event),
+                Err(what) => answer(501, &unrecorded_status(&what)),
+            }
         }
-        _ => answer(
-            404,
-            &status_value(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            ),
-        ),
+        _ => answer(501, &unrecorded_status(&format!("{method} {path}"))),
     }
 }
 

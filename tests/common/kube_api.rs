@@ -13,21 +13,20 @@
 
 use std::convert::Infallible;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use futures_util::StreamExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full, StreamBody};
-use hyper::body::Frame;
+use http_body_util::{BodyExt as _, Full};
 use hyper::{Response, StatusCode};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::certs;
+use super::node_api::Nodes;
 
 /// Registry hosts in the recordings → this run's.
 pub struct RegistryHosts {
@@ -49,159 +48,46 @@ pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
     body.map(|b| b.boxed_unsync())
 }
 
-/// A watch response: `lines` one chunk each, a little apart (or each when `gate` gives a
-/// permit), then the end of the stream.
-fn watch_stream(
-    lines: Vec<String>,
-    then_wait: Duration,
-    gate: Option<Arc<tokio::sync::Semaphore>>,
-) -> Response<Body> {
-    let frames = futures_util::stream::iter(lines)
-        .then(move |line| {
-            let gate = gate.clone();
-            async move {
-                match gate {
-                    Some(gate) => gate.acquire().await.unwrap().forget(),
-                    None => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
-                Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{line}\n"))))
-            }
-        })
-        .chain(futures_util::stream::once(async move {
-            tokio::time::sleep(then_wait).await;
-            Ok(Frame::data(Bytes::new()))
-        }));
-    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
-    response
-        .headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    response
-}
-
-/// The cluster's mutable part: Nodes (seeded from the recorded NodeList) and whether the
-/// webhook is registered.
+/// The cluster's mutable part: Nodes (`node_api`) and whether the webhook is registered.
 struct State {
-    nodes: Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
-    resource_version: AtomicUsize,
-    watches: AtomicUsize,
+    nodes: Arc<Nodes>,
     webhook_registered: std::sync::atomic::AtomicBool,
-    list_delay: Duration,
-    /// When set, the first watch sends each recorded event only when the test adds a permit.
-    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl State {
-    fn new(list_delay: Duration, gate: Option<Arc<tokio::sync::Semaphore>>) -> Self {
-        let list: serde_json::Value =
-            serde_json::from_str(&recording("node-list.body.json")).unwrap();
-        let nodes = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| {
-                (
-                    n["metadata"]["name"].as_str().unwrap().to_owned(),
-                    n.clone(),
-                )
-            })
-            .collect();
+    fn new(nodes: Nodes) -> Self {
         Self {
-            nodes: Mutex::new(nodes),
-            resource_version: AtomicUsize::new(
-                list["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap(),
-            ),
-            watches: AtomicUsize::new(0),
+            nodes: Arc::new(nodes),
             webhook_registered: std::sync::atomic::AtomicBool::new(true),
-            list_delay,
-            gate,
         }
-    }
-
-    fn list(&self) -> String {
-        let items: Vec<serde_json::Value> = self.nodes.lock().unwrap().values().cloned().collect();
-        serde_json::json!({
-            "kind": "NodeList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": self.resource_version.load(Ordering::SeqCst).to_string()},
-            "items": items,
-        })
-        .to_string()
-    }
-
-    /// `GET /api/v1/nodes/NAME`: the Node as held now, or the recorded 404.
-    fn get(&self, name: &str) -> Response<Full<Bytes>> {
-        match self.nodes.lock().unwrap().get(name) {
-            Some(node) => {
-                let mut node = node.clone();
-                node["kind"] = serde_json::json!("Node");
-                node["apiVersion"] = serde_json::json!("v1");
-                status(StatusCode::OK, node.to_string())
-            }
-            None => status(
-                StatusCode::NOT_FOUND,
-                recording("node-get-missing-404.body.json").replace("missing", name),
-            ),
-        }
-    }
-
-    /// A JSON Patch on a Node, as the API server applies it: all or nothing, a failed `test` is a
-    /// 422 (the recorded answer), success bumps the resourceVersion.
-    fn patch(&self, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
-        let mut nodes = self.nodes.lock().unwrap();
-        let Some(node) = nodes.get_mut(name) else {
-            return status(
-                StatusCode::NOT_FOUND,
-                recording("secret-missing-get-404.body.json"),
-            );
-        };
-        let Ok(patch) = serde_json::from_slice::<json_patch::Patch>(body) else {
-            return status(
-                StatusCode::BAD_REQUEST,
-                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":400}"#.into(),
-            );
-        };
-        let mut patched = node.clone();
-        if json_patch::patch(&mut patched, &patch).is_err() {
-            return status(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                recording("node-amd-1-json-patch-test-failed.body.json"),
-            );
-        }
-        let rv = self.resource_version.fetch_add(1, Ordering::SeqCst) + 1;
-        patched["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
-        *node = patched.clone();
-        let mut with_kind = patched;
-        with_kind["kind"] = serde_json::json!("Node");
-        with_kind["apiVersion"] = serde_json::json!("v1");
-        status(StatusCode::OK, with_kind.to_string())
     }
 }
 
-async fn nodes(state: &State, query: &str) -> Response<Body> {
-    let watch = query
-        .split('&')
-        .any(|p| p == "watch=true" || p == "watch=1");
-    if !watch {
-        tokio::time::sleep(state.list_delay).await;
-        return full(status(StatusCode::OK, state.list()));
-    }
-    if state.watches.fetch_add(1, Ordering::SeqCst) == 0 {
-        let events = recording("node-watch-from-list-rv.body.jsonl");
-        let (then_wait, gate) = match &state.gate {
-            // Held open until the test is done, so no re-list replays the events.
-            Some(gate) => (Duration::from_secs(60), Some(gate.clone())),
-            None => (Duration::from_secs(1), None),
-        };
-        watch_stream(events.lines().map(str::to_owned).collect(), then_wait, gate)
-    } else {
-        watch_stream(Vec::new(), Duration::from_secs(3), None)
+/// A token's answer where only `admintoken` may read (Nodes, webhook configurations): none for
+/// it, the recorded 403 for the known tokens without that right (`verb` on `what`), the
+/// recorded 401 for any other.
+fn cluster_scoped_refusal(
+    token: Option<&str>,
+    verb: &str,
+    what: &str,
+) -> Option<Response<Full<Bytes>>> {
+    match token {
+        Some("admintoken") => None,
+        Some("nobodytoken" | "teamatoken") => {
+            let body = recording("node-list-403.body.json").replace(
+                "cannot list resource \\\"nodes\\\"",
+                &format!("cannot {verb} resource \\\"{what}\\\""),
+            );
+            Some(status(StatusCode::FORBIDDEN, body))
+        }
+        _ => Some(status(
+            StatusCode::UNAUTHORIZED,
+            recording("secret-regcred-get-401.body.json"),
+        )),
     }
 }
 
-fn recording(name: &str) -> String {
+pub fn recording(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/kube-api")
         .join(name);
@@ -263,6 +149,23 @@ pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
     )
 }
 
+/// The answer to a request no recording covers: a fake refuses it (501, `NotImplemented`)
+/// rather than invent what a real server would say, so a test that depends on it fails and
+/// says which recording is missing.
+pub fn unrecorded(what: &str) -> Response<Full<Bytes>> {
+    status(
+        StatusCode::NOT_IMPLEMENTED,
+        unrecorded_status(what).to_string(),
+    )
+}
+
+/// The body of [`unrecorded`].
+pub fn unrecorded_status(what: &str) -> serde_json::Value {
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("no recording covers {what}; the fake refuses it rather than invent an answer"),
+           "reason": "NotImplemented", "code": 501})
+}
+
 /// A JSON response, as the API server sends every answer.
 pub fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -278,7 +181,7 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
     let ["api", "v1", "namespaces", namespace, kind @ ("secrets" | "serviceaccounts"), name] =
         parts[..]
     else {
-        return status(StatusCode::NOT_FOUND, r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#.into());
+        return unrecorded(&format!("GET {path}"));
     };
     match token {
         Some("admintoken") => {}
@@ -325,6 +228,74 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
     }
 }
 
+/// One request: Nodes to `node_api`, the webhook configuration, the recorded Secrets and
+/// ServiceAccounts; anything else is unrecorded.
+async fn route(
+    state: Arc<State>,
+    hosts: Arc<RegistryHosts>,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    let token = bearer_token(&req);
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
+    let node = path.strip_prefix("/api/v1/nodes/");
+    let verb = match (&method, node, query.contains("watch=")) {
+        (&hyper::Method::PATCH, ..) => "patch",
+        (_, Some(_), _) => "get",
+        (_, None, true) => "watch",
+        _ => "list",
+    };
+    if path == "/api/v1/nodes" || node.is_some() || path.starts_with(mwc) {
+        let what = if path.starts_with(mwc) {
+            "mutatingwebhookconfigurations"
+        } else {
+            "nodes"
+        };
+        if let Some(refused) = cluster_scoped_refusal(token.as_deref(), verb, what) {
+            return full(refused);
+        }
+    }
+    match (&method, node) {
+        (&hyper::Method::GET, _) if path == "/api/v1/nodes" => {
+            state.nodes.list_or_watch(&query).await
+        }
+        (&hyper::Method::GET, Some(name)) => full(state.nodes.get(name)),
+        (&hyper::Method::PATCH, Some(name)) => {
+            full(state.nodes.patch(name, &content_type, &query, &body))
+        }
+        (&hyper::Method::GET, _) if path.starts_with(mwc) => {
+            full(webhook_configuration(&state, &path[mwc.len()..]))
+        }
+        (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
+        _ => full(unrecorded(&format!("{method} {path}"))),
+    }
+}
+
+/// `GET …/mutatingwebhookconfigurations/NAME`: the recorded one, or the recorded 404.
+fn webhook_configuration(state: &State, name: &str) -> Response<Full<Bytes>> {
+    if name == "tolerable" && state.webhook_registered.load(Ordering::SeqCst) {
+        status(StatusCode::OK, recording("mwc-tolerable-get.body.json"))
+    } else {
+        status(
+            StatusCode::NOT_FOUND,
+            recording("mwc-missing-get-404.body.json").replace("missing", name),
+        )
+    }
+}
+
 /// A kubeconfig for an API server on 127.0.0.1:`port` with `token`, as `kubectl config view
 /// --raw` writes one.
 pub fn kubeconfig(port: u16, token: &str) -> tempfile::NamedTempFile {
@@ -367,7 +338,7 @@ impl FakeApiServer {
 
     /// As [`FakeApiServer::start`]; the node list is answered only after `list_delay`.
     pub fn start_with(hosts: RegistryHosts, list_delay: Duration) -> Self {
-        Self::start_state(hosts, State::new(list_delay, None))
+        Self::start_state(hosts, State::new(Nodes::new(list_delay, None)))
     }
 
     /// A cluster whose tainted pools are scaled to zero: the list has only the amd64 nodes
@@ -375,18 +346,14 @@ impl FakeApiServer {
     /// bare-1 modified, arm-2 deleted, a bookmark) one per [`FakeApiServer::release_events`].
     pub fn start_scaled_to_zero(hosts: RegistryHosts) -> Self {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let state = State::new(Duration::ZERO, Some(gate));
-        state
-            .nodes
-            .lock()
-            .unwrap()
-            .retain(|name, _| name == "amd-1" || name == "bare-1");
-        Self::start_state(hosts, state)
+        let nodes = Nodes::new(Duration::ZERO, Some(gate));
+        nodes.retain(|name| name == "amd-1" || name == "bare-1");
+        Self::start_state(hosts, State::new(nodes))
     }
 
     /// Lets the gated watch send `n` more recorded events.
     pub fn release_events(&self, n: usize) {
-        if let Some(gate) = &self.state.gate {
+        if let Some(gate) = &self.state.nodes.gate {
             gate.add_permits(n);
         }
     }
@@ -403,52 +370,7 @@ impl FakeApiServer {
             Some(acceptor),
             move |req: hyper::Request<hyper::body::Incoming>| {
                 seen.lock().unwrap().push(req.uri().path().to_owned());
-                let token = bearer_token(&req);
-                let path = req.uri().path().to_owned();
-                let query = req.uri().query().unwrap_or("").to_owned();
-                let method = req.method().clone();
-                let (hosts, state) = (hosts.clone(), shared.clone());
-                async move {
-                    let body = req
-                        .into_body()
-                        .collect()
-                        .await
-                        .map(|b| b.to_bytes())
-                        .unwrap_or_default();
-                    let admin = token.as_deref() == Some("admintoken");
-                    let mwc =
-                        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
-                    match (&method, path.as_str()) {
-                        (&hyper::Method::GET, "/api/v1/nodes") if admin => {
-                            nodes(&state, &query).await
-                        }
-                        (&hyper::Method::GET, p) if admin && p.starts_with("/api/v1/nodes/") => {
-                            full(state.get(&p["/api/v1/nodes/".len()..]))
-                        }
-                        (&hyper::Method::PATCH, p) if admin && p.starts_with("/api/v1/nodes/") => {
-                            full(state.patch(&p["/api/v1/nodes/".len()..], &body))
-                        }
-                        (&hyper::Method::GET, p) if admin && p.starts_with(mwc) => {
-                            let name = &p[mwc.len()..];
-                            if name == "tolerable"
-                                && state.webhook_registered.load(Ordering::SeqCst)
-                            {
-                                full(status(
-                                    StatusCode::OK,
-                                    recording("mwc-tolerable-get.body.json"),
-                                ))
-                            } else {
-                                full(status(
-                                    StatusCode::NOT_FOUND,
-                                    recording("mwc-missing-get-404.body.json")
-                                        .replace("missing", name),
-                                ))
-                            }
-                        }
-                        (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
-                        _ => full(status(StatusCode::METHOD_NOT_ALLOWED, "{}".into())),
-                    }
-                }
+                route(shared.clone(), hosts.clone(), req)
             },
         );
         Self {
@@ -467,7 +389,7 @@ impl FakeApiServer {
 
     /// A Node as the fake holds it now.
     pub fn node(&self, name: &str) -> serde_json::Value {
-        self.state.nodes.lock().unwrap()[name].clone()
+        self.state.nodes.node(name)
     }
 
     /// A real `kube` client for this server, authenticating with `token`.

@@ -1,19 +1,23 @@
-//! A thin fake of the API server's Leases (`coordination.k8s.io/v1`) for the leader election:
-//! `GET`, `POST` and `PUT` of `/apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]`, over
-//! HTTPS on 127.0.0.1, refusing what a real kube-apiserver refuses, each refusal a `Status`
-//! shaped as the recorded ones in `tests/data/kube-api/` (404 `mwc-missing-get-404`, 409
-//! `node-amd-1-merge-patch-stale-rv-409`, 422 `secret-broken-create-rejected`, 403
-//! `mwc-tolerable-get-403`) with the Lease's name, group and kind:
-//! - a missing Lease: 404 NotFound (GET and PUT: Leases are not created by an update);
-//! - a second create of the same name: 409 AlreadyExists;
-//! - an update carrying a resourceVersion that is not the current one: 409 Conflict (an update
-//!   without one is unconditional, as the real server allows for Leases);
-//! - a body that is not a Lease, names another object or namespace than the URL: 400;
-//!   `leaseDurationSeconds` ≤ 0 or `leaseTransitions` < 0: 422 Invalid;
-//! - a token the test refused ([`LeaseApiServer::refuse`]): 403 Forbidden; any other token
-//!   but the known ones: 401. Anything else: 404, or 405 for other methods on a Lease.
-//! - a token the test cut off ([`LeaseApiServer::hang`]): its requests are read and never
-//!   answered, as behind a network partition or an overloaded API server.
+//! A thin fake of the API server's Leases (`coordination.k8s.io/v1`) for the leader election,
+//! over HTTPS on 127.0.0.1, answering as a real kube-apiserver v1.36.3 answered the exchanges
+//! recorded in `tests/data/kube-api/leases/exchanges.json` (replayed one by one by
+//! `the_fake_lease_api_answers_every_recorded_exchange_as_recorded` in `tests/leader_election.rs`):
+//! - `GET` of a Lease: 200, or 404 NotFound when there is none;
+//! - `POST`: 201, or 409 AlreadyExists when the name is taken;
+//! - `PUT`: a name that is not the URL's is 400; a resourceVersion that is not a number is 500
+//!   (`strconv.ParseUint`); a Lease that does not exist is created (201) when no resourceVersion
+//!   is sent; an update without a resourceVersion is 422 (checked before the spec), a stale one
+//!   409 Conflict; otherwise 200;
+//! - `PATCH` with `application/merge-patch+json`: applied with no precondition (200);
+//! - `DELETE`: a `Status` of `Success` naming the deleted Lease's uid.
+//!
+//! What no recording covers is refused with [`kube_api::unrecorded`] (501) instead of invented:
+//! an invalid spec, a create carrying a resourceVersion, an update of a missing Lease with one,
+//! other patch types, a list, a body that is not a Lease of the URL's namespace.
+//! Tokens: [`TOKENS`]; any other gets the recorded 401; a token the test refused
+//! ([`LeaseApiServer::refuse`]) gets 403 in the shape of the recorded 403s; a token the test cut
+//! off ([`LeaseApiServer::hang`]) is read and never answered, as behind a network partition.
+//! The real server writes `managedFields` (manager `unknown`); this fake writes none.
 //!
 //! Every write is applied under one lock, so of two racing updates with the same
 //! resourceVersion exactly one wins, as etcd's compare-and-swap makes it on the real server.
@@ -49,6 +53,7 @@ pub struct Write {
 struct State {
     leases: BTreeMap<(String, String), Value>,
     resource_version: u64,
+    uids: u64,
     writes: Vec<Write>,
 }
 
@@ -69,74 +74,67 @@ pub struct LeaseApiServer {
     requests: Arc<AtomicUsize>,
 }
 
-fn recording(name: &str) -> Value {
+fn recording(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/kube-api")
         .join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A recorded `Status` of `code`, saying `message` (and `reason`) about Lease `name`.
-fn refusal_body(code: StatusCode, reason: &str, message: String, name: &str) -> Value {
-    let template = match code {
-        StatusCode::NOT_FOUND => "mwc-missing-get-404.body.json",
-        StatusCode::CONFLICT => "node-amd-1-merge-patch-stale-rv-409.body.json",
-        StatusCode::FORBIDDEN => "mwc-tolerable-get-403.body.json",
-        _ => "secret-broken-create-rejected.body.json",
-    };
-    let mut body = recording(template);
-    body["message"] = json!(message);
-    body["reason"] = json!(reason);
-    body["code"] = json!(code.as_u16());
-    body["details"] = json!({"name": name, "group": "coordination.k8s.io", "kind": "leases"});
-    body
-}
-
+/// A `Status` refusal about Lease `name`, shaped as the recorded ones (`details` names the
+/// resource `leases`, not the kind).
 fn refusal(code: StatusCode, reason: &str, message: String, name: &str) -> Response<Body> {
-    full(status(
-        code,
-        refusal_body(code, reason, message, name).to_string(),
-    ))
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason,
+        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
+        "code": code.as_u16()});
+    full(status(code, body.to_string()))
 }
 
-/// The API server's 400 Status, with `message`.
-fn bad_request(message: &str) -> Response<Body> {
-    full(kube_api::bad_request(message))
+fn not_found(name: &str) -> Response<Body> {
+    let message = format!("leases.coordination.k8s.io \"{name}\" not found");
+    refusal(StatusCode::NOT_FOUND, "NotFound", message, name)
+}
+
+/// The recorded 422 for an update that carries no resourceVersion.
+fn resource_version_required(name: &str) -> Response<Body> {
+    let why = "Invalid value: 0: must be specified for an update";
+    let code = StatusCode::UNPROCESSABLE_ENTITY;
+    let message = format!(
+        "leases.coordination.k8s.io \"{name}\" is invalid: metadata.resourceVersion: {why}"
+    );
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Invalid",
+        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases",
+                    "causes": [{"reason": "FieldValueInvalid", "message": why,
+                                "field": "metadata.resourceVersion"}]},
+        "code": 422});
+    full(status(code, body.to_string()))
+}
+
+/// The recorded 500 for a resourceVersion that is not an unsigned number.
+fn malformed_resource_version(sent: &str) -> Response<Body> {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("strconv.ParseUint: parsing \"{sent}\": invalid syntax"), "code": 500});
+    full(status(StatusCode::INTERNAL_SERVER_ERROR, body.to_string()))
+}
+
+fn unrecorded(what: String) -> Response<Body> {
+    full(kube_api::unrecorded(&what))
 }
 
 fn ok(code: StatusCode, lease: &Value) -> Response<Body> {
     full(status(code, lease.to_string()))
 }
 
-/// What the real server's validation says of a Lease spec (`ValidateLeaseSpec`), if anything.
-fn invalid(lease: &Value) -> Option<(String, String)> {
+/// Whether the real server's validation (`ValidateLeaseSpec`) would refuse this spec; no
+/// recording shows how, so such a write is refused as unrecorded.
+fn invalid(lease: &Value) -> bool {
     let spec = &lease["spec"];
-    if let Some(d) = spec["leaseDurationSeconds"].as_i64().filter(|d| *d <= 0) {
-        return Some((
-            "spec.leaseDurationSeconds".into(),
-            format!("Invalid value: {d}: must be greater than 0"),
-        ));
-    }
-    if let Some(t) = spec["leaseTransitions"].as_i64().filter(|t| *t < 0) {
-        return Some((
-            "spec.leaseTransitions".into(),
-            format!("Invalid value: {t}: must be greater than or equal to 0"),
-        ));
-    }
-    None
-}
-
-/// 422 Invalid, as the real server says it: the kind (not the resource) in the details, and
-/// the field at fault as the cause.
-fn unprocessable(name: &str, field: &str, why: &str) -> Response<Body> {
-    let code = StatusCode::UNPROCESSABLE_ENTITY;
-    let message = format!("Lease.coordination.k8s.io \"{name}\" is invalid: {field}: {why}");
-    let mut body = refusal_body(code, "Invalid", message, name);
-    body["details"]["kind"] = json!("Lease");
-    body["details"]["causes"] =
-        json!([{"reason": "FieldValueInvalid", "message": why, "field": field}]);
-    full(status(code, body.to_string()))
+    spec["leaseDurationSeconds"]
+        .as_i64()
+        .is_some_and(|d| d <= 0)
+        || spec["leaseTransitions"].as_i64().is_some_and(|t| t < 0)
 }
 
 /// The parts of a Lease URL: namespace and, for one Lease, its name.
@@ -150,112 +148,222 @@ fn lease_path(path: &str) -> Option<(String, Option<String>)> {
     }
 }
 
-/// A request's body as a Lease for `namespace`, or why the real server would refuse it (400).
-fn parse_body(bytes: &[u8], namespace: &str) -> Result<Value, String> {
-    let lease: Value = serde_json::from_slice(bytes)
-        .map_err(|e| format!("the body of the request was in an unknown format: {e}"))?;
-    if lease["kind"] != "Lease" || lease["apiVersion"] != "coordination.k8s.io/v1" {
-        return Err(format!(
-            "the API version in the data ({}) does not match the expected API version (coordination.k8s.io/v1)",
-            lease["apiVersion"]
-        ));
+/// A request's body as a Lease for `namespace`; anything else is unrecorded.
+fn parse_body(bytes: &[u8], namespace: &str) -> Option<Value> {
+    let lease: Value = serde_json::from_slice(bytes).ok()?;
+    let right_kind = lease["kind"] == "Lease" && lease["apiVersion"] == "coordination.k8s.io/v1";
+    let ns = lease["metadata"]["namespace"].as_str().unwrap_or(namespace);
+    (right_kind && ns == namespace).then_some(lease)
+}
+
+/// RFC 7386 JSON merge patch of `patch` onto `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
     }
-    match lease["metadata"]["namespace"].as_str() {
-        None | Some("") => {}
-        Some(ns) if ns == namespace => {}
-        Some(_) => return Err(
-            "the namespace of the provided object does not match the namespace sent on the request"
-                .into(),
-        ),
+    for (key, value) in fields {
+        if value.is_null() {
+            target.as_object_mut().unwrap().remove(key);
+        } else {
+            merge(&mut target[key.as_str()], value);
+        }
     }
-    Ok(lease)
+}
+
+fn now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    k8s_openapi::jiff::Timestamp::from_second(now as i64)
+        .unwrap()
+        .to_string()
 }
 
 impl State {
-    fn store(&mut self, namespace: &str, name: &str, mut lease: Value, created: &str) -> Value {
+    /// Stores `lease` as `namespace/name` under a new resourceVersion; `uid` and
+    /// `creationTimestamp` are kept from `current`, or new for a create.
+    fn store(&mut self, namespace: &str, name: &str, mut lease: Value, current: Option<&Value>) {
         self.resource_version += 1;
+        let (uid, created) = match current {
+            Some(c) => (
+                c["metadata"]["uid"].clone(),
+                c["metadata"]["creationTimestamp"].clone(),
+            ),
+            None => {
+                self.uids += 1;
+                let uid = format!("5f1e6c9a-0d1b-4a7e-9c55-{:012x}", self.uids);
+                (json!(uid), json!(now()))
+            }
+        };
         let meta = &mut lease["metadata"];
         meta["name"] = json!(name);
         meta["namespace"] = json!(namespace);
         meta["resourceVersion"] = json!(self.resource_version.to_string());
-        meta["uid"] = json!(format!("5f1e6c9a-0d1b-4a7e-9c55-{:012x}", name.len()));
-        meta["creationTimestamp"] = json!(created);
+        meta["uid"] = uid;
+        meta["creationTimestamp"] = created;
         self.leases
-            .insert((namespace.to_owned(), name.to_owned()), lease.clone());
-        lease
+            .insert((namespace.to_owned(), name.to_owned()), lease);
+    }
+
+    /// Stores and logs one write, and answers it with the Lease as stored.
+    fn write(
+        &mut self,
+        (method, token): (&'static str, &str),
+        (namespace, name): (&str, &str),
+        lease: Value,
+        code: StatusCode,
+    ) -> Response<Body> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let current = self.leases.get(&key).cloned();
+        self.store(namespace, name, lease, current.as_ref());
+        let stored = self.leases[&key].clone();
+        let token = token.to_owned();
+        self.writes.push(Write {
+            method,
+            token,
+            lease: stored.clone(),
+        });
+        ok(code, &stored)
     }
 
     fn create(&mut self, namespace: &str, lease: Value, token: &str) -> Response<Body> {
         let Some(name) = lease["metadata"]["name"].as_str().map(str::to_owned) else {
-            return unprocessable(
-                "",
-                "metadata.name",
-                "Required value: name or generateName is required",
-            );
+            return unrecorded("a Lease created without a name".into());
         };
         if self
             .leases
             .contains_key(&(namespace.to_owned(), name.clone()))
         {
-            return refusal(
-                StatusCode::CONFLICT,
-                "AlreadyExists",
-                format!("leases.coordination.k8s.io \"{name}\" already exists"),
-                &name,
-            );
+            let message = format!("leases.coordination.k8s.io \"{name}\" already exists");
+            return refusal(StatusCode::CONFLICT, "AlreadyExists", message, &name);
         }
-        if let Some((field, why)) = invalid(&lease) {
-            return unprocessable(&name, &field, &why);
+        if invalid(&lease) || !lease["metadata"]["resourceVersion"].is_null() {
+            return unrecorded(format!("a create of Lease {name} with this body"));
         }
-        let stored = self.store(namespace, &name, lease, "2026-11-24T21:00:00Z");
-        self.writes.push(Write {
-            method: "POST",
-            token: token.to_owned(),
-            lease: stored.clone(),
-        });
-        ok(StatusCode::CREATED, &stored)
+        self.write(
+            ("POST", token),
+            (namespace, &name),
+            lease,
+            StatusCode::CREATED,
+        )
     }
 
     fn update(&mut self, namespace: &str, name: &str, lease: Value, token: &str) -> Response<Body> {
         let body_name = lease["metadata"]["name"].as_str().unwrap_or("");
         if body_name != name {
-            return bad_request(&format!(
+            return full(kube_api::bad_request(&format!(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            ));
+            )));
+        }
+        let sent = lease["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !sent.is_empty() && sent.parse::<u64>().is_err() {
+            return malformed_resource_version(sent);
         }
         let key = (namespace.to_owned(), name.to_owned());
         let Some(current) = self.leases.get(&key) else {
-            return refusal(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                format!("leases.coordination.k8s.io \"{name}\" not found"),
-                name,
-            );
+            if !sent.is_empty() || invalid(&lease) {
+                return unrecorded(format!("an update of missing Lease {name} with this body"));
+            }
+            let who = ("PUT", token);
+            return self.write(who, (namespace, name), lease, StatusCode::CREATED);
         };
-        let sent = lease["metadata"]["resourceVersion"].as_str().unwrap_or("");
-        if !sent.is_empty() && current["metadata"]["resourceVersion"] != sent {
-            return refusal(
-                StatusCode::CONFLICT,
-                "Conflict",
-                format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"),
-                name,
-            );
+        if sent.is_empty() {
+            return resource_version_required(name);
         }
-        if let Some((field, why)) = invalid(&lease) {
-            return unprocessable(name, &field, &why);
+        if current["metadata"]["resourceVersion"] != sent {
+            let message = format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again");
+            return refusal(StatusCode::CONFLICT, "Conflict", message, name);
         }
-        let created = current["metadata"]["creationTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let stored = self.store(namespace, name, lease, &created);
-        self.writes.push(Write {
-            method: "PUT",
-            token: token.to_owned(),
-            lease: stored.clone(),
-        });
-        ok(StatusCode::OK, &stored)
+        if invalid(&lease) {
+            return unrecorded(format!("an update of Lease {name} with an invalid spec"));
+        }
+        self.write(("PUT", token), (namespace, name), lease, StatusCode::OK)
     }
+
+    fn merge_patch(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        patch: &[u8],
+        token: &str,
+    ) -> Response<Body> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let patch: Option<Value> = serde_json::from_slice(patch).ok();
+        let (Some(current), Some(patch)) = (self.leases.get(&key), patch) else {
+            return unrecorded(format!("this merge patch of Lease {name}"));
+        };
+        // The recorded patch touched the spec only; preconditions and renames are unrecorded.
+        if !patch["metadata"].is_null() {
+            return unrecorded(format!("a merge patch of Lease {name}'s metadata"));
+        }
+        let mut patched = current.clone();
+        merge(&mut patched, &patch);
+        if invalid(&patched) {
+            return unrecorded(format!("a merge patch making Lease {name} invalid"));
+        }
+        self.write(("PATCH", token), (namespace, name), patched, StatusCode::OK)
+    }
+
+    fn delete(&mut self, namespace: &str, name: &str) -> Response<Body> {
+        let Some(gone) = self.leases.remove(&(namespace.to_owned(), name.to_owned())) else {
+            return unrecorded(format!("a delete of missing Lease {name}"));
+        };
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases",
+                        "uid": gone["metadata"]["uid"]}});
+        full(status(StatusCode::OK, body.to_string()))
+    }
+}
+
+/// The recorded 401 for a token the server does not know.
+fn unauthorized() -> Response<Body> {
+    full(status(
+        StatusCode::UNAUTHORIZED,
+        recording("secret-regcred-get-401.body.json"),
+    ))
+}
+
+/// A 403 for `token`, as RBAC without the Lease Role answers (the recorded 403s' shape).
+fn forbidden(method: &Method, token: &str, namespace: &str, name: Option<&str>) -> Response<Body> {
+    let verb = match *method {
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "get",
+    };
+    let quoted = name.map(|n| format!(" \"{n}\"")).unwrap_or_default();
+    refusal(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        format!("leases.coordination.k8s.io{quoted} is forbidden: User \"system:serviceaccount:tolerable:{token}\" cannot {verb} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{namespace}\""),
+        name.unwrap_or(""),
+    )
+}
+
+/// Who may ask: the caller's token, namespace and Lease name, or the answer to a caller that
+/// may not.
+fn authorize(
+    req: &hyper::Request<hyper::body::Incoming>,
+    refused: &Mutex<HashSet<String>>,
+) -> Result<(String, String, Option<String>), Response<Body>> {
+    let token = bearer_token(req).unwrap_or_default();
+    if !TOKENS.contains(&token.as_str()) {
+        return Err(unauthorized());
+    }
+    let path = req.uri().path();
+    let Some((namespace, name)) = lease_path(path) else {
+        return Err(unrecorded(format!("{} {path}", req.method())));
+    };
+    if refused.lock().unwrap().contains(&token) {
+        return Err(forbidden(req.method(), &token, &namespace, name.as_deref()));
+    }
+    Ok((token, namespace, name))
 }
 
 async fn answer(
@@ -268,59 +376,40 @@ async fn answer(
     if hung.lock().unwrap().contains(&token) {
         std::future::pending::<()>().await;
     }
-    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    if !TOKENS.contains(&token.as_str()) {
-        return full(status(StatusCode::UNAUTHORIZED, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}).to_string()));
-    }
-    let Some((namespace, name)) = lease_path(&path) else {
-        return full(status(StatusCode::NOT_FOUND, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}).to_string()));
+    let (token, namespace, name) = match authorize(&req, &refused) {
+        Ok(caller) => caller,
+        Err(answer) => return answer,
     };
-    if refused.lock().unwrap().contains(&token) {
-        let verb = match method {
-            Method::POST => "create",
-            Method::PUT => "update",
-            _ => "get",
-        };
-        let quoted = name
-            .as_deref()
-            .map(|n| format!(" \"{n}\""))
-            .unwrap_or_default();
-        return refusal(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            format!("leases.coordination.k8s.io{quoted} is forbidden: User \"system:serviceaccount:tolerable:{token}\" cannot {verb} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{namespace}\""),
-            name.as_deref().unwrap_or(""),
-        );
-    }
+    let method = req.method().clone();
+    let merge_patch = req
+        .headers()
+        .get("content-type")
+        .is_some_and(|c| c.as_bytes() == b"application/merge-patch+json");
+    let what = format!("{method} {}", req.uri());
     let body = match req.into_body().collect().await {
         Ok(body) => body.to_bytes(),
-        Err(e) => return bad_request(&e.to_string()),
+        Err(e) => return full(kube_api::bad_request(&e.to_string())),
     };
     let mut state = state.lock().unwrap();
-    match (method, name) {
-        (Method::GET, Some(name)) => match state.leases.get(&(namespace, name.clone())) {
-            Some(lease) => ok(StatusCode::OK, lease),
-            None => refusal(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                format!("leases.coordination.k8s.io \"{name}\" not found"),
-                &name,
-            ),
+    let (ns, token) = (namespace.as_str(), token.as_str());
+    match (method, name.as_deref()) {
+        (Method::GET, Some(name)) => {
+            match state.leases.get(&(namespace.clone(), name.to_owned())) {
+                Some(lease) => ok(StatusCode::OK, lease),
+                None => not_found(name),
+            }
+        }
+        (Method::POST, None) => match parse_body(&body, ns) {
+            Some(lease) => state.create(ns, lease, token),
+            None => unrecorded(format!("{what} with this body")),
         },
-        (Method::POST, None) => match parse_body(&body, &namespace) {
-            Ok(lease) => state.create(&namespace, lease, &token),
-            Err(why) => bad_request(&why),
+        (Method::PUT, Some(name)) => match parse_body(&body, ns) {
+            Some(lease) => state.update(ns, name, lease, token),
+            None => unrecorded(format!("{what} with this body")),
         },
-        (Method::PUT, Some(name)) => match parse_body(&body, &namespace) {
-            Ok(lease) => state.update(&namespace, &name, lease, &token),
-            Err(why) => bad_request(&why),
-        },
-        (method, _) => full(status(
-            StatusCode::METHOD_NOT_ALLOWED,
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": format!("{method} is not supported by this fake"), "reason": "MethodNotAllowed", "code": 405})
-            .to_string(),
-        )),
+        (Method::PATCH, Some(name)) if merge_patch => state.merge_patch(ns, name, &body, token),
+        (Method::DELETE, Some(name)) => state.delete(ns, name),
+        _ => unrecorded(what),
     }
 }
 

@@ -5,7 +5,8 @@
 //! watcher: `GET /api/v1/nodes?limit=…` paged with opaque continue tokens shaped like the
 //! recorded ones (a malformed token is a 400, as the real server answers), and a watch that
 //! streams whole Nodes again for every change the test makes (kubelet heartbeats, labels,
-//! taints), each event as a real watch line; and the recorded Namespaces, for the namespace
+//! taints), each event as a real watch line — a watcher that falls a whole buffer behind has its
+//! watch ended, never an event skipped; and the recorded Namespaces, for the namespace
 //! watch the shipped config runs. Nothing else is served (404).
 //!
 //! Nodes are generated on the fly from the recording, so the fake holds no copy of the
@@ -257,8 +258,11 @@ fn watch(state: &State) -> Response<Body> {
         loop {
             match events.recv().await {
                 Ok(line) => return Some((Ok::<_, Infallible>(Frame::data(line)), events)),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                // A watcher that fell a whole buffer behind: the real server closes its watch
+                // ("Forcing watcher close due to unresponsiveness") rather than skip events, and
+                // the client lists again; so does this fake, never sending a gap.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_))
+                | Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });
@@ -272,6 +276,12 @@ fn watch(state: &State) -> Response<Body> {
 impl ScaleApiServer {
     /// `count` Nodes, the first `arm` of them arm64 and tainted `kubernetes.io/arch=arm64:NoSchedule`.
     pub fn start(count: usize, arm: usize) -> Self {
+        Self::start_with_watch_buffer(count, arm, 4096)
+    }
+
+    /// As [`ScaleApiServer::start`], each watch holding at most `buffer` events its client has
+    /// not read yet (the real server's per-watcher buffer) before it is ended.
+    pub fn start_with_watch_buffer(count: usize, arm: usize, buffer: usize) -> Self {
         super::init();
         let recorded: Value = serde_json::from_str(
             &std::fs::read_to_string(
@@ -287,7 +297,7 @@ impl ScaleApiServer {
             arm,
             resource_version: AtomicU64::new(1000),
             changes: Mutex::new(BTreeMap::new()),
-            events: tokio::sync::broadcast::channel(4096).0,
+            events: tokio::sync::broadcast::channel(buffer).0,
             watches: AtomicUsize::new(0),
             lists: AtomicUsize::new(0),
         });

@@ -205,7 +205,7 @@ fn webhook_settings() {
 /// The deployed config, loaded the way the container loads it: the ConfigMap's file overlaid
 /// with the Deployment's environment. Paths of mounted volumes are swapped for local temporary
 /// files (they only exist in the Pod) after checking they point into the mounts.
-fn deployed_config(docs: &[Value]) -> Config {
+fn deployed_config(docs: &[Value]) -> deployed::LoadedConfig {
     let config_map = object(docs, "ConfigMap", "tolerable-config");
     let text = str_of(config_map, "/data/tolerable.toml");
     let dir = tempfile::tempdir().unwrap();
@@ -228,8 +228,7 @@ fn deployed_config(docs: &[Value]) -> Config {
         config.policy.own_namespace.as_deref(),
         deployment["metadata"]["namespace"].as_str()
     );
-    std::mem::forget(dir); // the returned config may refer to these paths
-    config
+    deployed::LoadedConfig::new(config, dir)
 }
 
 /// A container's environment variable as the kubelet sets it (before `$(VAR)` expansion): its
@@ -834,6 +833,7 @@ fn the_shared_cache_is_reachable_by_tolerable_alone() {
     let shared = deployed_config(&docs)
         .resolver
         .shared_cache
+        .clone()
         .expect("[shared_cache] url is set");
     let url = reqwest::Url::parse(shared.url()).unwrap();
     let service = object(&docs, "Service", "valkey");

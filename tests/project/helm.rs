@@ -415,7 +415,7 @@ fn pods_match(chart: &Value, kustomize: &Value) {
 /// The rendered tolerable.toml loaded as the container loads it (the ConfigMap's file and the
 /// Deployment's environment), its mounted files' paths checked against the mounts and then
 /// swapped for local files (they exist only in the Pod).
-fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String> {
+fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<deployed::LoadedConfig, String> {
     let config_map = object(docs, "ConfigMap", &format!("{fullname}-config"));
     let text = config_map["data"]["tolerable.toml"].as_str().unwrap();
     let file: toml::Table = text.parse().map_err(|e| format!("not TOML: {e}"))?;
@@ -472,9 +472,8 @@ fn load_rendered_config(docs: &[Value], fullname: &str) -> Result<Config, String
     deployed::local_tls_and_credential_files(dir.path(), &mut env);
     deployed::local_credential_providers(docs, &pod, dir.path(), &mut env);
     local_docker_config(&pod, dir.path(), &mut env);
-    let config = Config::load(Some(&path), env).map_err(|e| e.to_string());
-    std::mem::forget(dir); // the config may refer to these files
-    config
+    let config = Config::load(Some(&path), env).map_err(|e| e.to_string())?;
+    Ok(deployed::LoadedConfig::new(config, dir))
 }
 
 /// The Docker config.json the environment names, checked to be the `.dockerconfigjson` of the
@@ -533,7 +532,11 @@ fn rendered_config_loads_in_tolerable() {
         std::time::Duration::from_secs(3)
     );
     assert!(config.manage_node_taints);
-    let shared = config.resolver.shared_cache.expect("[shared_cache] url");
+    let shared = config
+        .resolver
+        .shared_cache
+        .clone()
+        .expect("[shared_cache] url");
     assert_eq!(shared.url(), "redis://valkey.cache.svc:6379/0");
     let text =
         object(&docs, "ConfigMap", "edge-tolerable-config")["data"]["tolerable.toml"].to_string();
@@ -1424,6 +1427,7 @@ fn the_charts_valkey_matches_kustomize() {
     let url = config
         .resolver
         .shared_cache
+        .clone()
         .expect("[shared_cache] url")
         .url()
         .to_owned();
