@@ -1078,9 +1078,11 @@ fn an_overlay_in_another_namespace_carries_it_into_every_field() {
     let excluded = &hook["namespaceSelector"]["matchExpressions"][0];
     assert_eq!(excluded["key"], "kubernetes.io/metadata.name");
     assert_eq!(excluded["values"], serde_json::json!([ns, "kube-system"]));
-    let shared = deployed_config(&docs)
+    let deployed = deployed_config(&docs);
+    let shared = deployed
         .resolver
         .shared_cache
+        .as_ref()
         .expect("[shared_cache] url");
     let url = reqwest::Url::parse(shared.url()).unwrap();
     assert_eq!(url.host_str(), Some(format!("valkey.{ns}.svc").as_str()));

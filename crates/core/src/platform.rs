@@ -202,12 +202,7 @@ fn arm64_variant(major: u32, minor: u32) -> String {
 /// Whether a node of `os` / `arch` runs an image of `platforms` (normalised), as containerd's
 /// default matcher decides on it: the platform it pulls, or one that needs a CPU variant the
 /// node is not known to have, or none.
-pub fn node_runs(
-    os: &str,
-    arch: &str,
-    platforms: &[Platform],
-    runtime: &NodeRuntime<'_>,
-) -> Runs {
+pub fn node_runs(os: &str, arch: &str, platforms: &[Platform], runtime: &NodeRuntime<'_>) -> Runs {
     let variant = runtime.variant.unwrap_or_else(|| baseline_variant(arch));
     let (arch, variant) = super::arch::normalize(arch, variant);
     let accepted = accepted(&arch, &variant, runtime);
