@@ -554,6 +554,7 @@ fn rendered_config_loads_in_tolerable() {
     let roles: BTreeSet<&str> = docs
         .iter()
         .filter(|d| d["kind"] == "ClusterRole")
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null())
         .map(|d| d["metadata"]["name"].as_str().unwrap())
         .collect();
     let expected = [
@@ -571,9 +572,7 @@ fn rendered_config_loads_in_tolerable() {
     let docs = tools::documents(&render(&no_api_values(), "tolerable", "tolerable-system").0);
     let config = load_rendered_config(&docs, "tolerable").unwrap();
     assert!(!config.read_pull_secrets && !config.watch_nodes);
-    assert!(!docs
-        .iter()
-        .any(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding"));
+    assert!(rbac_of(&docs).is_empty(), "{:?}", rbac_of(&docs));
     assert_eq!(
         deployment_pod(&docs, "tolerable")["automountServiceAccountToken"],
         false
@@ -975,8 +974,10 @@ fn the_chart_round_trips_through_an_oci_registry() {
 
 /// The RBAC objects of `docs` and what they grant to whom, labels aside.
 fn rbac_of(docs: &[Value]) -> BTreeSet<String> {
+    // `helm test`'s own (its check's ServiceAccount) exist only while the test runs.
     docs.iter()
         .filter(|d| d["apiVersion"] == "rbac.authorization.k8s.io/v1")
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null())
         .map(|d| {
             json!({"kind": d["kind"], "name": d["metadata"]["name"],
                    "namespace": d["metadata"]["namespace"], "rules": d["rules"],
@@ -2001,4 +2002,64 @@ fn uninstalling_with_gates_releases_the_gated_pods_first() {
         );
     }
     assert!(!render_defaults().iter().any(|d| d["kind"] == "Job"));
+}
+
+/// `helm test` also runs the image's own `tolerable check` against this release's webhook
+/// configuration in `test.check.namespace`, under a ServiceAccount allowed exactly that (create
+/// Pods there, get this webhook configuration), all of it test hooks; the namespace is one the
+/// webhook covers by default; `test.check.enabled=false` leaves it all out.
+#[test]
+fn the_helm_test_checks_the_webhook_as_the_api_server_calls_it() {
+    let (yaml, _) = render(&json!({}), "edge", "infra");
+    validates_against_kubernetes(&yaml);
+    let docs = tools::documents(&yaml);
+    let pod = object(&docs, "Pod", "edge-tolerable-test-check");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["args"],
+        json!([
+            "check",
+            "-n",
+            "default",
+            "--webhook-configuration",
+            "edge-tolerable"
+        ])
+    );
+    assert_eq!(
+        container["image"],
+        deployment_pod(&docs, "edge-tolerable")["containers"][0]["image"]
+    );
+    object(&docs, "MutatingWebhookConfiguration", "edge-tolerable");
+    let account = pod["spec"]["serviceAccountName"].as_str().unwrap();
+    let role = object(&docs, "Role", account);
+    assert_eq!(role["metadata"]["namespace"], "default");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    );
+    let cluster_role = object(&docs, "ClusterRole", account);
+    assert_eq!(
+        cluster_role["rules"][0]["resourceNames"],
+        json!(["edge-tolerable"])
+    );
+    assert_eq!(cluster_role["rules"][0]["verbs"], json!(["get"]));
+    for kind in [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ] {
+        assert_eq!(
+            object(&docs, kind, account)["metadata"]["annotations"]["helm.sh/hook"],
+            "test",
+            "{kind}"
+        );
+    }
+    let off = json!({"test": {"check": {"enabled": false}}});
+    let docs = tools::documents(&render(&off, "edge", "infra").0);
+    assert!(!docs
+        .iter()
+        .any(|d| d["metadata"]["name"] == "edge-tolerable-test-check"));
 }
