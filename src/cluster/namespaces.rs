@@ -121,9 +121,11 @@ impl NamespacePolicies {
         let map = self.shared.map.load();
         Self::fixed(map.iter().map(|(name, policy)| {
             let preference = NamespacePolicy {
-                preferred: policy.preferred.clone(),
+                knobs: crate::mutate::Knobs {
+                    preferred: policy.knobs.preferred.clone(),
+                    ..crate::mutate::Knobs::default()
+                },
                 problems: policy.problems.clone(),
-                ..NamespacePolicy::default()
             };
             (name.to_string(), preference)
         }))
@@ -291,9 +293,12 @@ mod tests {
         let mut names: Vec<&str> = kept.keys().map(|k| &**k).collect();
         names.sort_unstable();
         assert_eq!(names, ["batch", "team-a", "team-b"]);
-        assert_eq!(kept["team-a"].enforce, Some(false));
-        assert!(kept["team-b"].skip);
-        assert_eq!(kept["batch"].preferred.as_ref().map(Vec::len), Some(2));
+        assert_eq!(kept["team-a"].knobs.enforce, Some(false));
+        assert_eq!(kept["team-b"].knobs.skip, Some(true));
+        assert_eq!(
+            kept["batch"].knobs.preferred.as_ref().map(Vec::len),
+            Some(2)
+        );
     }
 
     #[test]
@@ -305,7 +310,10 @@ mod tests {
         let audited = listed.preferences_only();
         assert_eq!(audited.len(), 1, "batch alone sets a preference");
         let batch = audited.get("batch").unwrap();
-        assert_eq!(batch.preferred, listed.get("batch").unwrap().preferred);
+        assert_eq!(
+            batch.knobs.preferred,
+            listed.get("batch").unwrap().knobs.preferred
+        );
         assert!(audited.get("team-a").is_none() && audited.get("team-b").is_none());
     }
 
@@ -338,7 +346,7 @@ mod tests {
             });
         }
         let map = shared.map.load();
-        assert_eq!(map["team-a"].enforce, Some(true), "relabelled");
+        assert_eq!(map["team-a"].knobs.enforce, Some(true), "relabelled");
         assert!(!map.contains_key("batch"), "annotation removed: not kept");
         assert!(
             !map.contains_key("new-team"),

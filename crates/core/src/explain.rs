@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Toleration;
 
 use super::decision::Placement;
 use super::facts::{ImageFact, Provenance, Staleness};
+use super::knobs::{Knob, Problem};
 use super::platform::Platform;
 use super::{
-    Level, Steering, WeightedArchitecture, ARCH_LABEL, ENFORCE_KEY, PIN_DIGEST_KEY, PREFERRED_KEY,
-    PREFERRED_WEIGHT, SKIP_KEY,
+    Level, Steering, WeightedArchitecture, ARCH_LABEL, PREFERRED_KEY, PREFERRED_WEIGHT, SKIP_KEY,
 };
 
 /// Longest decision summary (and so annotation, deny message and log line) written: the API
@@ -126,12 +126,8 @@ pub fn no_common_architecture(os: &str, described: &str, candidates: &[String]) 
 /// The summary's note when images by tag are pinned to the digests decided on (the images it
 /// lists then name their digests).
 pub fn pinned(level: Level, namespace: &str) -> String {
-    let by = match level {
-        Level::Pod => format!(" (the Pod's {PIN_DIGEST_KEY})"),
-        Level::Namespace => format!(" (namespace {namespace}'s {PIN_DIGEST_KEY})"),
-        Level::Config => " (pin_digests)".into(),
-    };
-    format!("images pinned to the digests decided on{by}")
+    let by = said_by(Knob::PinDigests, level, namespace);
+    format!("images pinned to the digests decided on ({by})")
 }
 
 /// Where a node architecture pulls other than its own platform: `amd64 pulls linux/386 for
@@ -241,14 +237,28 @@ fn report_only(decided_by: &str) -> String {
 
 // Per-namespace policy.
 
-/// Which level set `tolerable.io/enforce`, for the annotation: empty for the config (whose
-/// report only says `enforce = false`, and whose enforcing is the default said nowhere).
-pub fn enforce_level(level: Level, namespace: &str) -> String {
+/// The one place a knob's level is written into an explanation: `the Pod's KEY`, `namespace
+/// NS's KEY`, or the config's key.
+pub fn said_by(knob: Knob, level: Level, namespace: &str) -> String {
     match level {
-        Level::Pod => format!("the Pod's {ENFORCE_KEY}"),
-        Level::Namespace => format!("namespace {namespace}'s {ENFORCE_KEY}"),
-        Level::Config => String::new(),
+        Level::Pod => format!("the Pod's {}", knob.key()),
+        Level::Namespace => format!("namespace {namespace}'s {}", knob.key()),
+        Level::Config => knob.config_key().to_owned(),
     }
+}
+
+/// Why a Pod is left alone without a lookup, naming the strongest level that opted it out.
+pub fn skipped(level: Level, namespace: &str) -> String {
+    match level {
+        Level::Pod => opted_out(),
+        Level::Namespace => namespace_opted_out(namespace),
+        Level::Config => skipped_namespace(namespace),
+    }
+}
+
+/// A value of the Pod's own that was ignored (a knob that did not parse).
+pub fn pod_problem(problem: &Problem) -> String {
+    format!("the Pod's {} ignored: {}", problem.key, problem.reason)
 }
 
 /// The Pod's Namespace is labelled `tolerable.io/skip=true`.
@@ -382,15 +392,6 @@ pub fn preference(preferred: &[WeightedArchitecture]) -> String {
         }
     }
     note
-}
-
-/// Which level the preference came from, after [`preference`] in the summary.
-pub fn preference_level(level: Level, namespace: &str) -> String {
-    match level {
-        Level::Pod => format!(" (the Pod's {PREFERRED_KEY})"),
-        Level::Namespace => format!(" (namespace {namespace}'s {PREFERRED_KEY})"),
-        Level::Config => " (preferred_architecture)".into(),
-    }
 }
 
 /// The summary of a placed Pod:

@@ -8,6 +8,7 @@ pub mod decision;
 pub mod explain;
 pub mod facts;
 pub mod gate;
+pub mod knobs;
 pub mod namespace_policy;
 pub mod node_labels;
 pub mod patch;
@@ -24,7 +25,11 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub use self::decision::{Decision, Outcome, Placement, Untouched};
 pub use self::facts::{ImageFact, ImageFacts, LookupFailure, Provenance, Staleness};
-pub use self::namespace_policy::{Level, NamespacePolicy, ENFORCE_KEY, PIN_DIGEST_KEY};
+pub use self::knobs::{
+    Knob, Knobs, Level, Settings, ENFORCE_KEY, PIN_DIGEST_KEY, PREFERRED_KEY, PREFERRED_WEIGHT,
+    SKIP_KEY,
+};
+pub use self::namespace_policy::NamespacePolicy;
 pub use self::pod::{ImageSlot, PodSpecView, PodView, SlotKind};
 pub use self::policy::{
     OnLookupFailure, OnNoCommonArchitecture, Policy, Steering, TolerationOperator,
@@ -40,15 +45,8 @@ use self::runnable::common_architectures;
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The node label the kubelet sets to the node's operating system.
 pub const OS_LABEL: &str = "kubernetes.io/os";
-/// Label or annotation (`"true"`) that makes tolerable leave a Pod alone.
-pub const SKIP_KEY: &str = "tolerable.io/skip";
-/// Label or annotation naming the architecture a Pod prefers (`none` for no preference);
-/// overrides `preferred_architecture`.
-pub const PREFERRED_KEY: &str = "tolerable.io/preferred-architecture";
 /// Annotation tolerable writes to explain what it decided and from which platforms.
 pub const DECISION_ANNOTATION: &str = "tolerable.io/decision";
-/// Weight of the preferred-architecture term (1–100): a nudge other preferences can outweigh.
-pub const PREFERRED_WEIGHT: i32 = 50;
 
 /// One container's (or image volume's) image, as the Pod spec writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,6 +98,10 @@ pub struct PodCreate {
     /// What the Pod's Namespace says (labels and annotations read once, by the shell's
     /// namespace watch or `review`); `None`: nothing known of it.
     pub namespace_policy: Option<Arc<NamespacePolicy>>,
+    /// Every knob's value and the level that set it (Pod > Namespace > config), resolved once.
+    pub settings: Settings,
+    /// The Pod's own knob values that did not parse, ignored (warned of).
+    pod_problems: Vec<knobs::Problem>,
     /// Each image once, in the order the Pod first names it: an image several containers use
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
@@ -136,13 +138,24 @@ impl PodCreate {
         let namespace = namespace.into();
         let images = images_of(&pod)?;
         let distinct = distinct_images(&images);
-        let settled = skip_reason(&namespace, namespace_policy.as_deref(), &pod, policy)
-            .map(Settled::Skipped)
+        let (own, pod_problems) = Knobs::of_pod(|key| pod.label_or_annotation(key));
+        let config = knobs::ConfigKnobs {
+            enforce: policy.enforce,
+            skip: policy.skip_namespaces.contains(&namespace),
+            pin_digests: policy.pin_digests,
+            preferred: policy.preferred_architectures.clone(),
+        };
+        let settings = knobs::resolve(&own, namespace_policy.as_deref().map(|n| &n.knobs), &config);
+        let settled = settings
+            .skip
+            .map(|level| Settled::Skipped(explain::skipped(level, &namespace)))
             .or_else(|| over_limits(&images, &distinct, policy).map(Settled::OverLimits));
         Ok(Self {
             namespace,
             pod,
             namespace_policy,
+            settings,
+            pod_problems,
             distinct,
             settled,
         })
@@ -168,28 +181,6 @@ fn distinct_images(images: &[ContainerImage]) -> Vec<String> {
         .filter(|image| seen.insert(*image))
         .map(str::to_owned)
         .collect()
-}
-
-/// Why tolerable leaves this Pod alone without looking at its images, if it does: the Pod's
-/// own opt-out, else its Namespace's, else `skip_namespaces` (the strongest level that says so
-/// is named). Each level can only opt out: a Pod cannot opt back into a Namespace the platform
-/// team switched off (the shipped namespaceSelector does not even send it).
-fn skip_reason(
-    namespace: &str,
-    namespace_policy: Option<&NamespacePolicy>,
-    pod: &PodView,
-    policy: &Policy,
-) -> Option<String> {
-    if pod.label_or_annotation(SKIP_KEY) == Some("true") {
-        return Some(explain::opted_out());
-    }
-    if namespace_policy.is_some_and(|n| n.skip) {
-        return Some(explain::namespace_opted_out(namespace));
-    }
-    if policy.skip_namespaces.contains(namespace) {
-        return Some(explain::skipped_namespace(namespace));
-    }
-    None
 }
 
 /// Why the Pod names more than tolerable looks up for one admission, if it does: far above
@@ -283,20 +274,18 @@ pub fn answer(
 ) -> Answer {
     let mut decision = decide(request, facts, pools, policy);
     let namespace = request.namespace_policy.as_deref();
-    let (enforce, level, warning) = namespace_policy::enforce(
-        request.pod.label_or_annotation(ENFORCE_KEY),
-        namespace,
-        policy.enforce,
-    );
+    let own = request.pod_problems.iter().map(explain::pod_problem);
     let problems = namespace
         .into_iter()
         .flat_map(NamespacePolicy::problems)
         .map(|problem| explain::namespace_problem(&request.namespace, &problem));
-    decision
-        .warnings_mut()
-        .extend(warning.into_iter().chain(problems));
-    let decided_by = explain::enforce_level(level, &request.namespace);
-    if !enforce {
+    decision.warnings_mut().extend(own.chain(problems));
+    let enforce = &request.settings.enforce;
+    let decided_by = match enforce.level {
+        Level::Config => String::new(),
+        level => explain::said_by(Knob::Enforce, level, &request.namespace),
+    };
+    if !enforce.value {
         return report_only(&request.pod, decision, &decided_by);
     }
     if let (Decision::Placed(placement), false) = (&mut decision, decided_by.is_empty()) {
@@ -442,8 +431,7 @@ fn decide_from_facts(
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
-    let namespace_policy = request.namespace_policy.as_deref();
-    let pinning = pin::Pinning::of(pod, namespace_policy, policy.pin_digests, &known);
+    let pinning = pin::Pinning::of(&request.settings.pin_digests, &known);
     let shown: Vec<(&str, &ImageFact)> = known
         .iter()
         .map(|(image, fact)| (pinning.shown(image), *fact))
@@ -455,18 +443,14 @@ fn decide_from_facts(
         return no_common_architecture(&os, &runnable, policy);
     }
     let mut placement = Placement {
-        warnings: runnable
-            .warnings
-            .iter()
-            .cloned()
-            .chain(pinning.warning)
-            .collect(),
+        warnings: runnable.warnings.to_vec(),
         pins: pin::rewrites(pod, &pinning.pinned),
         ..Placement::default()
     };
     let seen = Seen {
         pod,
-        namespace: (&request.namespace, namespace_policy),
+        namespace: &request.namespace,
+        preferred: &request.settings.preferred,
         policy,
         pools,
         os: &os,
@@ -565,8 +549,10 @@ fn lookup_failed(failed: &[String], policy: &Policy) -> Decision {
 /// What the decision sees once the images' common architectures are known.
 struct Seen<'a> {
     pod: &'a PodView,
-    /// The Pod's Namespace and what it says.
-    namespace: (&'a str, Option<&'a NamespacePolicy>),
+    /// The Pod's Namespace.
+    namespace: &'a str,
+    /// The preference resolved for the Pod, and the level that set it.
+    preferred: &'a knobs::Resolved<Vec<WeightedArchitecture>>,
     policy: &'a Policy,
     pools: Option<&'a NodePools>,
     os: &'a str,
@@ -706,33 +692,26 @@ impl<'a> Seen<'a> {
     /// the level).
     fn prefer(&self, placed: bool, placement: &mut Placement) -> String {
         let common = self.common;
-        let (preferred, level) = match self.pod.label_or_annotation(PREFERRED_KEY) {
-            Some("none") => (Vec::new(), Level::Pod),
-            Some(arch) => {
-                if !common.iter().any(|c| c == arch) {
-                    let warning = explain::preference_ignored(arch, common, self.os);
-                    placement.warnings.push(warning);
-                }
-                let preferred = vec![WeightedArchitecture {
-                    architecture: arch.to_owned(),
-                    weight: PREFERRED_WEIGHT,
-                }];
-                (preferred, Level::Pod)
+        let (preferred, level) = (&self.preferred.value, self.preferred.level);
+        if level == Level::Pod {
+            for unknown in preferred
+                .iter()
+                .filter(|p| !common.contains(&p.architecture))
+            {
+                let warning = explain::preference_ignored(&unknown.architecture, common, self.os);
+                placement.warnings.push(warning);
             }
-            None => match self.namespace.1.and_then(|n| n.preferred.as_ref()) {
-                Some(preferred) => (preferred.clone(), Level::Namespace),
-                None => (self.policy.preferred_architectures.clone(), Level::Config),
-            },
-        };
+        }
         let preferred: Vec<WeightedArchitecture> = preferred
-            .into_iter()
+            .iter()
             .filter(|p| common.len() > 1 && common.contains(&p.architecture) && !placed)
+            .cloned()
             .collect();
         if preferred.is_empty() {
             return String::new();
         }
-        let note =
-            explain::preference(&preferred) + &explain::preference_level(level, self.namespace.0);
+        let said_by = explain::said_by(Knob::Preferred, level, self.namespace);
+        let note = format!("{} ({said_by})", explain::preference(&preferred));
         if !pod::has_preferred_arch_term(self.pod) {
             placement.preferred_architectures = preferred;
         }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::facts::ImageFact;
-use super::namespace_policy::{self, Level, NamespacePolicy, PIN_DIGEST_KEY};
+use super::knobs::{Level, Resolved};
 use super::pod::{PodView, SlotKind};
 
 /// One image rewritten in the Pod spec.
@@ -64,34 +64,22 @@ pub struct Pinning<'a> {
     pub level: Option<Level>,
     /// Image as written → `image@digest`.
     pub pinned: BTreeMap<&'a str, String>,
-    /// A malformed `tolerable.io/pin-digest` on the Pod, ignored.
-    pub warning: Option<String>,
 }
 
 impl<'a> Pinning<'a> {
-    /// The Pod's own `tolerable.io/pin-digest`, else its Namespace's, else `pin_digests`.
-    pub fn of(
-        pod: &PodView,
-        namespace: Option<&NamespacePolicy>,
-        config: bool,
-        known: &[(&'a str, &ImageFact)],
-    ) -> Self {
-        let value = pod.label_or_annotation(PIN_DIGEST_KEY);
-        let (on, level, warning) = namespace_policy::pin_digests(value, namespace, config);
-        if !on {
-            return Self {
-                warning,
-                ..Self::default()
-            };
+    /// Pinning as resolved for the Pod (its own `tolerable.io/pin-digest`, else its
+    /// Namespace's, else `pin_digests`): each known image's pinned form when on.
+    pub fn of(setting: &Resolved<bool>, known: &[(&'a str, &ImageFact)]) -> Self {
+        if !setting.value {
+            return Self::default();
         }
         let pinned = known
             .iter()
             .filter_map(|(image, fact)| Some((*image, pinned(image, fact)?)))
             .collect();
         Self {
-            level: Some(level),
+            level: Some(setting.level),
             pinned,
-            warning,
         }
     }
 

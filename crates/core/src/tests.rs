@@ -629,8 +629,11 @@ fn opt_outs() {
     let d = decide_pod("kube-system", &pod, &f, &policy());
     assert_eq!(d.outcome(), super::Outcome::Skipped);
     let view = PodView::of_pod(&pod);
-    assert!(skip_reason("kube-system", None, &view, &policy()).is_some());
-    assert!(skip_reason("apps", None, &view, &policy()).is_none());
+    let settled = |ns| PodCreate::new(ns, view.clone(), &policy()).unwrap();
+    assert_eq!(settled("kube-system").settings.skip, Some(Level::Config));
+    assert!(settled("kube-system").images_to_look_up().is_empty());
+    assert_eq!(settled("apps").settings.skip, None);
+    assert_eq!(settled("apps").images_to_look_up(), ["m:1"]);
 }
 
 #[test]
