@@ -56,14 +56,25 @@ fn repository(host: &str) -> tempfile::TempDir {
     // templates are not.
     write(root, "charts/api/extra.yaml", &format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: extra}}\nspec:\n  template:\n    spec:\n      containers: [{{name: extra, image: '{multiarch}'}}]\n"));
-    write(root, "charts/api/charts/db/Chart.yaml", "apiVersion: v2\nname: db\nversion: 0.1.0\n");
+    write(
+        root,
+        "charts/api/charts/db/Chart.yaml",
+        "apiVersion: v2\nname: db\nversion: 0.1.0\n",
+    );
     write(root, "charts/api/charts/db/crds/dbs.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: dbs.example.com}\n");
-    write(root, "charts/api/charts/db/templates/sts.yaml", "kind: StatefulSet\nmetadata: {name: {{ .Release.Name }}}\n");
+    write(
+        root,
+        "charts/api/charts/db/templates/sts.yaml",
+        "kind: StatefulSet\nmetadata: {name: {{ .Release.Name }}}\n",
+    );
     #[cfg(unix)]
     {
         // A FIFO named like a manifest: never opened (it would wait for a writer forever).
         let fifo = root.join("apps/pipe.yaml");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success());
         std::os::unix::fs::symlink("gone.yaml", root.join("apps/dangling.yaml")).unwrap();
         std::os::unix::fs::symlink("..", root.join("apps/web/up")).unwrap();
@@ -328,7 +339,9 @@ fn a_charts_files_give_the_same_result_whichever_root_is_walked() {
     let templates = format!("{chart}/templates");
     let out = review(&["-R", &templates], None);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("deployment.yaml: a Helm chart's template"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deployment.yaml: a Helm chart's template")
+    );
 }
 
 /// `--strict` fails on a skipped input even when lookups failed too (3, not 4); a path on the
@@ -342,20 +355,30 @@ fn strict_outranks_failed_lookups_and_a_mistyped_path_is_an_error() {
         registry::plain().host
     ));
     write(dir.path(), "gone.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: gone}\nspec:\n  containers: [{name: c, image: '127.0.0.1:1/gone:v1'}]\n");
-    write(dir.path(), "kustomization.yaml", "resources: [good.yaml, gone.yaml]\n");
+    write(
+        dir.path(),
+        "kustomization.yaml",
+        "resources: [good.yaml, gone.yaml]\n",
+    );
     let root = dir.path().to_str().unwrap();
     let out = review(&[root], None);
     assert_eq!(out.status.code(), Some(4));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stdout.contains("cause:"), "{stdout}");
-    assert!(stderr.contains("cause: Pod/gone: 127.0.0.1:1/gone:v1: "), "{stderr}");
+    assert!(
+        stderr.contains("cause: Pod/gone: 127.0.0.1:1/gone:v1: "),
+        "{stderr}"
+    );
     assert_eq!(review(&["--strict", root], None).status.code(), Some(3));
     let typo = dir.path().join("good.yml");
     let out = review(&[good.to_str().unwrap(), typo.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&format!("{}: cannot read", typo.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: cannot read", typo.display())),
+        "{stderr}"
+    );
 }
 
 /// The command ends once its answer is written: a registry on 127.0.0.1 that accepts

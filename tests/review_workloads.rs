@@ -187,8 +187,10 @@ async fn an_image_in_many_workloads_is_looked_up_once() {
     assert_eq!(registry.requests_for("review-once/app").await, (1, 0));
 }
 
+/// The output's shape is the flags': `--patch` shows each workload in detail, and one Pod alone
+/// is a row of the table without it.
 #[test]
-fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
+fn patch_shows_each_workload_in_detail_and_one_pod_is_a_row_without_it() {
     let dir = corpus(&registry::plain().host);
     let out = review(
         &["--patch", dir.path().join("batch.yaml").to_str().unwrap()],
@@ -204,8 +206,12 @@ fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
     let list: Value = serde_json::from_str(&list).unwrap();
     let pod = serde_yaml_ng::to_string(&list["items"][0]).unwrap();
     let out = review(&["-"], Some(pod.as_bytes()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("decision: allowed"), "{text}");
+    let text = succeeded(&out);
+    assert!(text.starts_with("WORKLOAD "), "{text}");
+    assert!(text.ends_with("1 workload: 1 decided\n"), "{text}");
+    let out = review(&["--patch", "-"], Some(pod.as_bytes()));
+    let text = succeeded(&out);
+    assert!(text.contains("\ndecision: allowed\n"), "{text}");
 }
 
 #[test]
