@@ -466,3 +466,56 @@ fn help_states_the_rule_for_partial_templates_and_the_exit_statuses() {
         assert!(help.contains(said), "{said:?} not in:\n{help}");
     }
 }
+
+/// Inputs as kubectl reads them: a JSON stream and JSON Lines (a document per value, each at
+/// its line), UTF-16 with a byte order mark (PowerShell's `>`); a 400 KB `[[[[…` file ends
+/// with its error (refused before it is parsed); a file that is not UTF-8 is said once.
+#[test]
+fn json_lines_utf16_deep_nesting_and_binary_files_are_read_as_kubectl_reads_them() {
+    let image = format!("{}/fixtures/multiarch-oci:v1", registry::plain().host);
+    let pod = |name: &str| {
+        format!("{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"{name}\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"image\":\"{image}\"}}]}}}}")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lines = format!("{}\n{}\n{{\"kind\" \"Pod\"}}\n", pod("a"), pod("b"));
+    write(dir.path(), "pods.jsonl.json", &lines);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: wide}}\nspec:\n  containers: [{{name: c, image: '{image}'}}]\n"
+    );
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(yaml.encode_utf16().flat_map(u16::to_le_bytes));
+    std::fs::write(dir.path().join("powershell.yaml"), utf16).unwrap();
+    std::fs::write(dir.path().join("deep.yaml"), "[".repeat(400_000)).unwrap();
+    std::fs::write(dir.path().join("binary.yaml"), b"kind: Pod\n\xff\xfe\xfd\n").unwrap();
+    let out = review(&["--json", dir.path().to_str().unwrap()], None);
+    let report = json_report(&out);
+    for name in ["a", "b", "wide"] {
+        assert_eq!(
+            workload(&report, "Pod", name)["outcome"],
+            "decided",
+            "{report:#}"
+        );
+    }
+    let root = dir.path().to_str().unwrap();
+    let skipped: Vec<(String, String)> = skipped_inputs(&report)
+        .into_iter()
+        .map(|(source, reason)| (source.strip_prefix(root).unwrap().to_owned(), reason))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (
+                "/binary.yaml".to_owned(),
+                "line 2: not UTF-8 text".to_owned()
+            ),
+            (
+                "/deep.yaml:1".to_owned(),
+                "nested deeper than 100 levels at line 1: not read".to_owned()
+            ),
+            (
+                "/pods.jsonl.json:3".to_owned(),
+                "input is neither JSON nor YAML: expected `:` at line 3 column 9".to_owned()
+            ),
+        ]
+    );
+}
