@@ -89,7 +89,7 @@ const REVIEW_UID: &str = "tolerable-review";
 /// What `--patch` shows in detail, in the input's order: a workload's Pod, or an
 /// AdmissionReview answered as the webhook answers it.
 enum Detail {
-    Workload(Workload),
+    Workload(Box<Workload>),
     Review { document: Value, source: String },
 }
 
@@ -140,7 +140,7 @@ pub(crate) async fn run(
         let workloads = std::mem::take(&mut found.workloads);
         review
             .into_iter()
-            .chain(workloads.into_iter().map(Detail::Workload))
+            .chain(workloads.into_iter().map(|w| Detail::Workload(Box::new(w))))
             .collect::<Vec<_>>()
     });
     if args.patch {
@@ -154,7 +154,7 @@ pub(crate) async fn run(
         return Ok(report::exit_status(outcomes, skipped, args.strict));
     }
     let workloads = details.filter_map(|detail| match detail {
-        Detail::Workload(workload) => Some(workload),
+        Detail::Workload(workload) => Some(*workload),
         Detail::Review { .. } => None,
     });
     let reports = report::report_all(&admission, workloads, budget).await;
