@@ -170,7 +170,19 @@ impl Found {
                 source: read.place.source(),
             });
         }
-        for (part, pod) in pods.found {
+        self.add_pods(pods.found, &kind, &name, namespace.as_ref(), read);
+    }
+
+    /// Each Pod template of one object: a workload, or a partial template's skipped input.
+    fn add_pods(
+        &mut self,
+        pods: Vec<(String, template::Template)>,
+        kind: &str,
+        name: &str,
+        namespace: Option<&String>,
+        read: &Read,
+    ) {
+        for (part, pod) in pods {
             let label = if part.is_empty() {
                 format!("{kind}/{name}")
             } else {
@@ -187,10 +199,10 @@ impl Found {
                     object,
                     problems,
                 } => self.workloads.push(Workload {
-                    kind: kind.clone(),
-                    name: name.clone(),
+                    kind: kind.to_owned(),
+                    name: name.to_owned(),
                     part: (!part.is_empty()).then_some(part),
-                    namespace: namespace.clone(),
+                    namespace: namespace.cloned(),
                     source: read.place.source(),
                     line: read.place.line,
                     pod,

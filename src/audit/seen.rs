@@ -47,11 +47,15 @@ pub(crate) struct Meta {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct OwnerReference {
     #[serde(default)]
     uid: String,
     #[serde(default)]
     controller: Option<bool>,
+    api_version: Option<String>,
+    kind: Option<String>,
+    name: Option<String>,
 }
 
 impl Meta {
@@ -61,6 +65,22 @@ impl Meta {
             .iter()
             .find(|o| o.controller == Some(true))
             .map(|o| o.uid.clone())
+    }
+
+    /// `RayCluster/ray`: the controlling owner, when it is of a kind the kinds table places Pod
+    /// templates in and `audit` does not list (its Pods are then workloads of their own,
+    /// named by it).
+    fn owner_of_its_kind(&self) -> Option<String> {
+        let owner = self
+            .owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))?;
+        let kind = owner.kind.as_deref()?;
+        let known = !crate::kinds::Kinds::built_in()
+            .rows(kind, owner.api_version.as_deref())
+            .is_empty();
+        (known && !WORKLOAD_KINDS.contains(&kind))
+            .then(|| format!("{kind}/{}", owner.name.as_deref().unwrap_or_default()))
     }
 }
 
@@ -199,6 +219,8 @@ pub(crate) struct PodSeen {
     finished: bool,
     /// A Pod without a controller is a workload of its own: then the Pod (metadata, spec).
     object: Option<Box<str>>,
+    /// Its controller, when the kinds table knows its kind (`RayCluster/ray`).
+    owner: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -287,6 +309,7 @@ impl PodItem {
             }
             _ => None,
         };
+        let owner = self.metadata.owner_of_its_kind();
         PodSeen {
             gated: self.metadata.gated(),
             key: (
@@ -299,6 +322,7 @@ impl PodItem {
             node,
             finished: matches!(self.status.phase.as_deref(), Some("Succeeded" | "Failed")),
             object,
+            owner,
         }
     }
 }
@@ -402,6 +426,9 @@ pub(crate) struct WorkloadSeen {
     /// How many Pods it asks for.
     pub(crate) replicas: u32,
     pub(crate) object: Box<str>,
+    /// A Pod's controller of a kind `audit` does not list but the kinds table knows
+    /// (`RayCluster/ray`): what its report names it by.
+    pub(crate) owner: Option<String>,
 }
 
 impl WorkloadSeen {
@@ -487,6 +514,7 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
     }
     let mut running: HashMap<WorkloadKey, Vec<Placed>> = HashMap::new();
     let mut gated = Vec::new();
+    let mut owned: HashMap<WorkloadKey, String> = HashMap::new();
     for mut pod in pods {
         let chosen = || match (&selected_pods, &pod.uid) {
             (None, _) => true,
@@ -503,6 +531,9 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
                 };
                 replicas.insert(pod.key.clone(), 1);
                 workloads.push((pod.key.clone(), text));
+                if let Some(owner) = pod.owner.take() {
+                    owned.insert(pod.key.clone(), owner);
+                }
                 pod.key.clone()
             }
             None => continue,
@@ -518,6 +549,9 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
     }
     let mut state = finish(workloads, &replicas, running, nodes.len());
     state.gated = gated;
+    for seen in &mut state.workloads {
+        seen.owner = owned.remove(&seen.key);
+    }
     state
 }
 
@@ -544,6 +578,7 @@ fn finish(
                 key,
                 replicas: n,
                 object,
+                owner: None,
             }
         })
         .filter(|seen| match seen.workload() {

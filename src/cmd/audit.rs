@@ -38,6 +38,10 @@ struct WorkloadAudit {
     kind: String,
     namespace: Option<String>,
     name: String,
+    /// A Pod's controller of a kind `audit` does not list but the kinds table knows
+    /// (`RayCluster/ray`): the Pod is a workload of its own, named by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
     status: Status,
     reasons: Vec<String>,
     architectures: Option<Vec<String>>,
@@ -107,7 +111,7 @@ pub(crate) async fn run(
         let running = state.running_for(&seen.key);
         Some(audit(
             &admission,
-            (workload, seen.replicas),
+            (workload, seen.replicas, seen.owner.clone()),
             running,
             budget,
             verify.as_ref(),
@@ -212,7 +216,7 @@ fn progress(text: &str) {
 
 async fn audit(
     admission: &Admission,
-    (workload, replicas): (Workload, u32),
+    (workload, replicas, owner): (Workload, u32, Option<String>),
     running: &[Placed],
     budget: Duration,
     verify: Option<&VerifiedImages>,
@@ -251,6 +255,7 @@ async fn audit(
         kind: workload.kind,
         namespace: workload.namespace,
         name: workload.name,
+        owner,
         status,
         reasons,
         architectures: known.common,
@@ -347,7 +352,11 @@ fn known(
 }
 
 fn label(audit: &WorkloadAudit) -> String {
-    crate::workload::label(&audit.kind, audit.namespace.as_deref(), &audit.name)
+    let label = crate::workload::label(&audit.kind, audit.namespace.as_deref(), &audit.name);
+    match &audit.owner {
+        Some(owner) => format!("{label} (of {owner})"),
+        None => label,
+    }
 }
 
 /// `WORKLOAD  STATUS  ARCHITECTURES  REASON`, columns as wide as their widest cell; misplaced

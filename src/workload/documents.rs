@@ -232,17 +232,21 @@ impl<R: BufRead> Documents<R> {
 }
 
 /// A JSON stream or JSON Lines (`kubectl get -o json` output run together, `jq -c`): its
-/// values and where each is, when the text is two or more JSON values and nothing else.
+/// values and where each is, when the text starts with a JSON value; from a value that is not
+/// JSON on, the rest is one piece (read as YAML, or said to be neither, with its line).
 fn json_values(text: &str) -> Vec<(usize, usize)> {
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<IgnoredAny>();
     let mut pieces = Vec::new();
     let mut end = 0;
     while let Some(item) = stream.next() {
-        if item.is_err() {
-            return Vec::new();
-        }
         let rest = &text[end..];
         let start = end + (rest.len() - rest.trim_start().len());
+        if item.is_err() {
+            if !pieces.is_empty() {
+                pieces.push((start, text.len()));
+            }
+            return pieces;
+        }
         end = stream.byte_offset();
         pieces.push((start, end));
     }
@@ -675,11 +679,16 @@ mod tests {
         );
         assert_eq!(found[1].parse().unwrap()["n"], 2);
         assert_eq!(found[2].parse().unwrap()["kind"], "Service");
-        // A stream with a broken value: one document, JSON's error at the input's line.
-        let broken = "---\n{\"kind\": \"Pod\"}\n{\"kind\": }\n";
+        // A stream with a broken value: the values before it are read, and from it on the
+        // rest is one document, with JSON's error at the input's line.
+        let broken = "---\n{\"kind\": \"Pod\"}\n{\"kind\" \"Pod\"}\n";
         let found = documents(broken);
-        let err = found[0].as_ref().unwrap().parse().unwrap_err();
-        assert!(err.contains("at line 3 column 10"), "{err}");
+        assert_eq!(found[0].as_ref().unwrap().parse().unwrap()["kind"], "Pod");
+        let err = found[1].as_ref().unwrap().parse().unwrap_err();
+        assert!(err.ends_with("expected `:` at line 3 column 9"), "{err}");
+        // A YAML flow mapping is no JSON stream.
+        let flow = documents("{kind: Pod, b: [1]}\n");
+        assert_eq!(flow[0].as_ref().unwrap().parse().unwrap()["b"][0], 1);
     }
 
     #[test]

@@ -52,8 +52,30 @@ fn repository(host: &str) -> tempfile::TempDir {
     );
     write(root, "charts/api/templates/deployment.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ include \"api.fullname\" . }}\nspec:\n  template:\n    spec:\n      containers:\n      - name: api\n        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag }}\"\n");
     write(root, "charts/api/crds/widgets.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\n");
+    // A plain manifest beside the chart's templates is read; so is a subchart's crds/, and its
+    // templates are not.
+    write(root, "charts/api/extra.yaml", &format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: extra}}\nspec:\n  template:\n    spec:\n      containers: [{{name: extra, image: '{multiarch}'}}]\n"));
+    write(
+        root,
+        "charts/api/charts/db/Chart.yaml",
+        "apiVersion: v2\nname: db\nversion: 0.1.0\n",
+    );
+    write(root, "charts/api/charts/db/crds/dbs.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: dbs.example.com}\n");
+    write(
+        root,
+        "charts/api/charts/db/templates/sts.yaml",
+        "kind: StatefulSet\nmetadata: {name: {{ .Release.Name }}}\n",
+    );
     #[cfg(unix)]
     {
+        // A FIFO named like a manifest: never opened (it would wait for a writer forever).
+        let fifo = root.join("apps/pipe.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
         std::os::unix::fs::symlink("gone.yaml", root.join("apps/dangling.yaml")).unwrap();
         std::os::unix::fs::symlink("..", root.join("apps/web/up")).unwrap();
     }
@@ -107,6 +129,10 @@ fn a_repository_tree_every_workload_once_every_other_file_named() {
             ("CronJob/nightly".to_owned(), "/apps/batch.yml:1".to_owned()),
             ("DaemonSet/agent".to_owned(), "/apps/bom.yaml:1".to_owned()),
             (
+                "Deployment/extra".to_owned(),
+                "/charts/api/extra.yaml:1".to_owned()
+            ),
+            (
                 "Deployment/web".to_owned(),
                 "/apps/web/deployment.yaml:1".to_owned()
             ),
@@ -129,17 +155,24 @@ fn a_repository_tree_every_workload_once_every_other_file_named() {
         );
     }
     every_other_file_named(&report, root);
-    // The chart's CRD is read: an object without a Pod template, like the Service.
+    // The chart's CRDs (its subchart's too) are read: objects without a Pod template.
     let kinds: Vec<&str> = report["skipped"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["Service", "CustomResourceDefinition"]);
+    assert_eq!(
+        kinds,
+        [
+            "Service",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition"
+        ]
+    );
     assert_eq!(
         report["summary"],
-        "5 workloads: 5 decided; 2 objects without a Pod template skipped; 9 inputs skipped (not reviewed)"
+        "6 workloads: 6 decided; 3 objects without a Pod template skipped; 12 inputs skipped (not reviewed)"
     );
 }
 
@@ -156,12 +189,15 @@ fn every_other_file_named(report: &Value, root: &str) {
             "/apps/batch.yml:2",
             "/apps/dangling.yaml",
             "/apps/empty.yaml",
+            "/apps/pipe.yaml",
             "/apps/web/kustomization.yaml:1",
             "/apps/web/node-selector.yaml:1",
             "/apps/web/replicas.json:1",
-            "/charts/api/Chart.yaml",
+            "/charts/api/Chart.yaml:1",
+            "/charts/api/charts/db/Chart.yaml:1",
+            "/charts/api/charts/db/templates/sts.yaml",
             "/charts/api/templates/deployment.yaml",
-            "/charts/api/values.yaml",
+            "/charts/api/values.yaml:1",
         ],
         "{skipped:#?}"
     );
@@ -176,7 +212,14 @@ fn every_other_file_named(report: &Value, root: &str) {
         reason("/apps/web/node-selector.yaml:1").contains("a partial Pod template (no containers)")
     );
     assert!(reason("/apps/web/replicas.json:1").contains("a JSON Patch"));
-    assert!(reason("/charts/api/templates/deployment.yaml").contains("Helm chart"));
+    assert!(reason("/charts/api/templates/deployment.yaml").contains("a Helm chart's template"));
+    assert!(reason("/charts/api/charts/db/templates/sts.yaml").contains("a Helm chart's template"));
+    assert!(reason("/charts/api/Chart.yaml:1").contains("a Helm chart's Chart.yaml"));
+    assert!(reason("/charts/api/values.yaml:1").contains("Helm values?"));
+    assert_eq!(
+        reason("/apps/pipe.yaml"),
+        "a FIFO, not a regular file: not read"
+    );
     let batch = report["skipped_inputs"]
         .as_array()
         .unwrap()
@@ -208,10 +251,13 @@ fn exit_statuses_say_problems_skipped_inputs_or_nothing_read() {
         "{text}"
     );
 
-    // A problem in a manifest: 1, whatever was skipped; its other image is still looked up.
+    // A problem in a manifest: 1 (and under --strict, 3: skipped inputs outrank it); its
+    // other image is still looked up.
     write(repo.path(), "apps/broken.yaml", &format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: broken}}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {host}/fixtures/multiarch-oci:v1\n      - name: pinned\n        image: 1.0\n"));
-    let out = review(&["-R", "--json", "--strict", root], None);
+    let strict = review(&["-R", "--json", "--strict", root], None);
+    assert_eq!(strict.status.code(), Some(3));
+    let out = review(&["-R", "--json", root], None);
     assert_eq!(out.status.code(), Some(1));
     let report = json_report(&out);
     let broken = workload(&report, "Deployment", "broken");
@@ -243,12 +289,95 @@ fn exit_statuses_say_problems_skipped_inputs_or_nothing_read() {
         stderr.contains("empty.yaml: empty: no document"),
         "{stderr}"
     );
-    assert!(stderr.contains("a template ({{ … }})"), "{stderr}");
+    assert!(stderr.contains("a Helm chart's template"), "{stderr}");
     // Only the CRD: read, nothing to review, no failure.
     let out = review(&["-R", chart.join("api/crds").to_str().unwrap()], None);
     assert_eq!(
         succeeded(&out).lines().last(),
         Some("0 workloads; 1 object without a Pod template skipped")
+    );
+}
+
+/// A chart's files give the same result whether the repository or the chart is walked: its
+/// templates skipped as the chart's, its other manifests and its subchart's CRDs read.
+#[test]
+fn a_charts_files_give_the_same_result_whichever_root_is_walked() {
+    let repo = repository(&registry::plain().host);
+    let chart = repo.path().join("charts/api");
+    let chart = chart.to_str().unwrap();
+    // Each workload's and skipped input's source under the chart, with its outcome or reason.
+    let under_chart = |root: &str| {
+        let out = review(&["-R", "--json", root], None);
+        let report = json_report(&out);
+        let mut seen: Vec<(String, String)> = skipped_inputs(&report)
+            .into_iter()
+            .chain(report["workloads"].as_array().unwrap().iter().map(|w| {
+                let source = w["source"].as_str().unwrap().to_owned();
+                (source, w["outcome"].as_str().unwrap().to_owned())
+            }))
+            .filter_map(|(source, said)| Some((source.strip_prefix(chart)?.to_owned(), said)))
+            .collect();
+        seen.sort();
+        seen
+    };
+    let from_the_repository = under_chart(repo.path().to_str().unwrap());
+    let from_the_chart = under_chart(chart);
+    assert_eq!(from_the_repository, from_the_chart);
+    let sources: Vec<&str> = from_the_chart.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        sources,
+        [
+            "/Chart.yaml:1",
+            "/charts/db/Chart.yaml:1",
+            "/charts/db/templates/sts.yaml",
+            "/extra.yaml:1",
+            "/templates/deployment.yaml",
+            "/values.yaml:1"
+        ]
+    );
+    // Its templates named alone: still the chart's, nothing to review.
+    let templates = format!("{chart}/templates");
+    let out = review(&["-R", &templates], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deployment.yaml: a Helm chart's template")
+    );
+}
+
+/// `--strict` fails on a skipped input even when lookups failed too (3, not 4); a path on the
+/// command line that is not there is an error (2), not a skipped input; causes go to stderr.
+#[test]
+fn strict_outranks_failed_lookups_and_a_mistyped_path_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    write(dir.path(), "good.yaml", &format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: good}}\nspec:\n  containers: [{{name: c, image: '{}/fixtures/multiarch-oci:v1'}}]\n",
+        registry::plain().host
+    ));
+    write(dir.path(), "gone.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: gone}\nspec:\n  containers: [{name: c, image: '127.0.0.1:1/gone:v1'}]\n");
+    write(
+        dir.path(),
+        "kustomization.yaml",
+        "resources: [good.yaml, gone.yaml]\n",
+    );
+    let root = dir.path().to_str().unwrap();
+    let out = review(&[root], None);
+    assert_eq!(out.status.code(), Some(4));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("cause:"), "{stdout}");
+    assert!(
+        stderr.contains("cause: Pod/gone: 127.0.0.1:1/gone:v1: "),
+        "{stderr}"
+    );
+    assert_eq!(review(&["--strict", root], None).status.code(), Some(3));
+    let typo = dir.path().join("good.yml");
+    let out = review(&[good.to_str().unwrap(), typo.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}: cannot read", typo.display())),
+        "{stderr}"
     );
 }
 
@@ -328,10 +457,65 @@ fn help_states_the_rule_for_partial_templates_and_the_exit_statuses() {
     for said in [
         "a Pod template with no containers, `containers: []`, or a\ncontainer without an image is partial",
         "  2  could not run",
-        "  3  with --strict: no problem found, but inputs were skipped",
+        "  3  with --strict: inputs were skipped, whatever else was found (3 outranks 1 and 4",
         "  4  no problem found, but some images could not be looked up",
+        "UTF-16/UTF-32 with a byte order mark",
+        "--patch shows each in detail instead",
         "--strict",
     ] {
         assert!(help.contains(said), "{said:?} not in:\n{help}");
     }
+}
+
+/// Inputs as kubectl reads them: a JSON stream and JSON Lines (a document per value, each at
+/// its line), UTF-16 with a byte order mark (PowerShell's `>`); a 400 KB `[[[[…` file ends
+/// with its error (refused before it is parsed); a file that is not UTF-8 is said once.
+#[test]
+fn json_lines_utf16_deep_nesting_and_binary_files_are_read_as_kubectl_reads_them() {
+    let image = format!("{}/fixtures/multiarch-oci:v1", registry::plain().host);
+    let pod = |name: &str| {
+        format!("{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"{name}\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"image\":\"{image}\"}}]}}}}")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lines = format!("{}\n{}\n{{\"kind\" \"Pod\"}}\n", pod("a"), pod("b"));
+    write(dir.path(), "pods.jsonl.json", &lines);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: wide}}\nspec:\n  containers: [{{name: c, image: '{image}'}}]\n"
+    );
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(yaml.encode_utf16().flat_map(u16::to_le_bytes));
+    std::fs::write(dir.path().join("powershell.yaml"), utf16).unwrap();
+    std::fs::write(dir.path().join("deep.yaml"), "[".repeat(400_000)).unwrap();
+    std::fs::write(dir.path().join("binary.yaml"), b"kind: Pod\n\xff\xfe\xfd\n").unwrap();
+    let out = review(&["--json", dir.path().to_str().unwrap()], None);
+    let report = json_report(&out);
+    for name in ["a", "b", "wide"] {
+        assert_eq!(
+            workload(&report, "Pod", name)["outcome"],
+            "decided",
+            "{report:#}"
+        );
+    }
+    let root = dir.path().to_str().unwrap();
+    let skipped: Vec<(String, String)> = skipped_inputs(&report)
+        .into_iter()
+        .map(|(source, reason)| (source.strip_prefix(root).unwrap().to_owned(), reason))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (
+                "/binary.yaml".to_owned(),
+                "line 2: not UTF-8 text".to_owned()
+            ),
+            (
+                "/deep.yaml:1".to_owned(),
+                "nested deeper than 100 levels at line 1: not read".to_owned()
+            ),
+            (
+                "/pods.jsonl.json:3".to_owned(),
+                "input is neither JSON nor YAML: expected `:` at line 3 column 9".to_owned()
+            ),
+        ]
+    );
 }

@@ -14,8 +14,16 @@ use serde_json::Value;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/workloads");
 
+/// One object of each kind the kinds table names (`src/kinds.rs`), and what review reports.
+const KINDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kinds");
+
 /// The corpus copied to a temporary directory, `REGISTRY` replaced by `host`.
 fn corpus(host: &str) -> tempfile::TempDir {
+    copy_of(CORPUS, host)
+}
+
+/// `from` copied to a temporary directory, `REGISTRY` replaced by `host`.
+fn copy_of(from: &str, host: &str) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path, host: &str) {
         std::fs::create_dir_all(to).unwrap();
         for entry in std::fs::read_dir(from).unwrap() {
@@ -30,7 +38,7 @@ fn corpus(host: &str) -> tempfile::TempDir {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    copy(Path::new(CORPUS), dir.path(), host);
+    copy(Path::new(from), dir.path(), host);
     dir
 }
 
@@ -40,6 +48,106 @@ fn strings(value: &Value) -> Vec<&str> {
         panic!("not a list: {value}")
     };
     items.iter().map(|v| v.as_str().unwrap()).collect()
+}
+
+/// A reviewed workload as `tests/data/kinds/expected.txt` writes it, its images sorted: `FILE
+/// KIND/[NAMESPACE/]NAME[ (PART)] IMAGE…`; each image looked up, the workload decided.
+fn reviewed_line(w: &Value) -> String {
+    let source = w["source"].as_str().unwrap();
+    let file = source
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap();
+    let mut label = format!("{}/", w["kind"].as_str().unwrap());
+    if let Some(namespace) = w["namespace"].as_str() {
+        label.push_str(&format!("{namespace}/"));
+    }
+    label.push_str(w["name"].as_str().unwrap());
+    if let Some(part) = w["part"].as_str() {
+        label.push_str(&format!(" ({part})"));
+    }
+    let images = w["images"].as_object().unwrap();
+    for (image, fact) in images {
+        assert!(fact["platforms"].is_array(), "{label}: {image}: {fact}");
+    }
+    assert_eq!(w["outcome"], "decided", "{label}: {w:#}");
+    let mut short: Vec<&str> = images
+        .keys()
+        .map(|i| i.rsplit('/').next().unwrap().trim_end_matches(":v1"))
+        .collect();
+    short.sort_unstable();
+    format!("{file} {label} {}", short.join(" "))
+}
+
+/// `tests/data/kinds/expected.txt`, each line's images sorted, the lines sorted.
+fn expected_lines() -> Vec<String> {
+    let expected = std::fs::read_to_string(format!("{KINDS}/expected.txt")).unwrap();
+    let mut want: Vec<String> = expected
+        .lines()
+        .map(|line| {
+            let (head, images) = line.split_once(") ").map_or_else(
+                || {
+                    let mut words: Vec<&str> = line.split(' ').collect();
+                    let images = words.split_off(2);
+                    (words.join(" "), images.join(" "))
+                },
+                |(head, images)| (format!("{head})"), images.to_owned()),
+            );
+            let mut images: Vec<&str> = images.split(' ').collect();
+            images.sort_unstable();
+            format!("{head} {}", images.join(" "))
+        })
+        .collect();
+    want.sort();
+    want
+}
+
+/// `review -R` over a tree with one object of each AI/ML and pipeline kind: every image of
+/// every Pod template is looked up and reported, each template named by the kind's own names
+/// (`tests/data/kinds/expected.txt`); containers where no row of the table looks are a skipped
+/// input naming their path, which `--strict` fails on.
+#[test]
+fn every_pod_template_of_the_ai_ml_and_pipeline_kinds_is_reviewed_with_its_images() {
+    let host = &registry::plain().host;
+    let dir = copy_of(KINDS, host);
+    let root = dir.path().to_str().unwrap();
+    let out = review(&["-R", "--json", root], None);
+    let report = json_report(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let mut got: Vec<String> = report["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(reviewed_line)
+        .collect();
+    got.sort();
+    assert_eq!(got, expected_lines());
+    let skipped = report["skipped_inputs"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:#?}");
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("Runner/runner: containers at a position review does not read (spec.pool.pod.containers)"),
+        "{reason}"
+    );
+    assert_eq!(report["skipped"][0]["name"], "sklearn", "{report:#}");
+    let strict = review(&["-R", "--strict", root], None);
+    assert_eq!(strict.status.code(), Some(3));
+    // A row for the in-house kind reads its Pod.
+    let out = common::cli::tolerable()
+        .env(
+            "TOLERABLE_WORKLOADS__POD_SPECS",
+            "Runner.ci.example.com=spec.pool.pod",
+        )
+        .args(["review", "--json", "--strict"])
+        .arg(dir.path().join("inhouse.yaml"))
+        .output()
+        .unwrap();
+    let report = json_report(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(workload(&report, "Runner", "runner")["outcome"], "decided");
 }
 
 #[test]
@@ -187,8 +295,10 @@ async fn an_image_in_many_workloads_is_looked_up_once() {
     assert_eq!(registry.requests_for("review-once/app").await, (1, 0));
 }
 
+/// The output's shape is the flags': `--patch` shows each workload in detail, and one Pod alone
+/// is a row of the table without it.
 #[test]
-fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
+fn patch_shows_each_workload_in_detail_and_one_pod_is_a_row_without_it() {
     let dir = corpus(&registry::plain().host);
     let out = review(
         &["--patch", dir.path().join("batch.yaml").to_str().unwrap()],
@@ -204,8 +314,12 @@ fn patch_shows_each_workload_in_detail_and_one_pod_keeps_its_output() {
     let list: Value = serde_json::from_str(&list).unwrap();
     let pod = serde_yaml_ng::to_string(&list["items"][0]).unwrap();
     let out = review(&["-"], Some(pod.as_bytes()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("decision: allowed"), "{text}");
+    let text = succeeded(&out);
+    assert!(text.starts_with("WORKLOAD "), "{text}");
+    assert!(text.ends_with("1 workload: 1 decided\n"), "{text}");
+    let out = review(&["--patch", "-"], Some(pod.as_bytes()));
+    let text = succeeded(&out);
+    assert!(text.contains("\ndecision: allowed\n"), "{text}");
 }
 
 #[test]

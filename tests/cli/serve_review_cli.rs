@@ -30,7 +30,7 @@ async fn review_the_shipped_example_pod() {
         .await;
     let example = common::tools::root().join("examples/pod.yaml");
     let out = tolerable()
-        .arg("review")
+        .args(["review", "--patch"])
         .arg(&example)
         .env("TOLERABLE_REGISTRY__MIRRORS", format!("docker.io={host}"))
         .env("TOLERABLE_REGISTRY__ALLOWLIST", "127.0.0.1")
@@ -41,9 +41,12 @@ async fn review_the_shipped_example_pod() {
     assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:1.27");
 }
 
-/// `review`'s output says allowed, tolerating arm64, with its JSON Patch; the patched Pod.
+/// `review --patch`'s output, under the Pod's heading, says allowed, tolerating arm64, with its
+/// JSON Patch; the patched Pod.
 fn allowed_tolerating_arm64(out: &Output) -> Value {
     let text = succeeded(out);
+    let (heading, text) = text.split_once('\n').unwrap();
+    assert!(heading.starts_with("# Pod/"), "{heading}");
     assert!(text.starts_with("decision: allowed"), "{text}");
     assert!(text.contains("tolerates arm64"), "{text}");
     assert!(text.contains("# JSON Patch"), "{text}");
@@ -61,7 +64,7 @@ fn review_a_pod_manifest_in_yaml() {
         pod_yaml(&[&format!("{host}/fixtures/multiarch-oci:v1")]),
     )
     .unwrap();
-    let out = review(&[file.to_str().unwrap()], None);
+    let out = review(&["--patch", file.to_str().unwrap()], None);
     // The patched Pod, in YAML.
     let pod = allowed_tolerating_arm64(&out);
     assert_eq!(pod["spec"]["tolerations"][0]["value"], "arm64");
@@ -71,9 +74,15 @@ fn review_a_pod_manifest_in_yaml() {
 #[test]
 fn review_an_admission_review_as_json_from_stdin() {
     let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
-    let out = review(&["--json", "-"], Some(request.to_string().as_bytes()));
+    let out = review(
+        &["--json", "--patch", "-"],
+        Some(request.to_string().as_bytes()),
+    );
     succeeded(&out);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // One array, however many were shown.
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown.as_array().unwrap().len(), 1, "{shown:#}");
+    let report = &shown[0];
     assert_eq!(report["allowed"], true);
     assert_eq!(report["outcome"], "decided");
     assert_eq!(
@@ -88,6 +97,13 @@ fn review_an_admission_review_as_json_from_stdin() {
         3
     );
     assert!(!report["patch"].as_array().unwrap().is_empty());
+    // Without --patch: the report, the AdmissionReview's Pod one workload in it.
+    let out = review(&["--json", "-"], Some(request.to_string().as_bytes()));
+    let report: Value = serde_json::from_slice(&succeeded(&out).into_bytes()).unwrap();
+    let workloads = report["workloads"].as_array().unwrap();
+    assert_eq!(workloads.len(), 1, "{report:#}");
+    assert_eq!(workloads[0]["kind"], "Pod");
+    assert_eq!(workloads[0]["outcome"], "decided");
 }
 
 #[test]
@@ -97,10 +113,13 @@ fn review_exit_status_says_denied() {
         &format!("{host}/fixtures/s390x-docker:v1"),
         &format!("{host}/fixtures/amd64-docker:v1"),
     ]);
-    let out = review(&["-"], Some(yaml.as_bytes()));
+    let out = review(&["--patch", "-"], Some(yaml.as_bytes()));
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("decision: denied"), "{text}");
+    assert!(
+        text.starts_with("# Pod/shop/web (-:1)\ndecision: denied"),
+        "{text}"
+    );
     assert!(text.contains("s390x-docker:v1 (linux/s390x)"), "{text}");
     assert!(!text.contains("# Patched Pod"), "{text}");
 }

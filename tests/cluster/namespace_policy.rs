@@ -448,7 +448,7 @@ fn review_with_a_kubeconfig_reads_the_namespaces() {
     ));
     std::fs::write(file.path(), pod.to_string()).unwrap();
     let out = tolerable()
-        .args(["review", "--json", "--kubeconfig"])
+        .args(["review", "--json", "--patch", "--kubeconfig"])
         .arg(config.path())
         .arg(file.path())
         .output()

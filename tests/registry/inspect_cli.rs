@@ -475,28 +475,32 @@ fn inspect_prints_the_causes(images: &[(String, &str)]) {
     );
 }
 
-/// `review`: one Pod shows a `cause:` line per image beside its terse warning; two Pods (the
-/// workloads report) a cause line per workload and image.
+/// `review`: with `--patch` a Pod shows its terse warning and a `cause:` line per image on
+/// standard error; the workloads report a cause line per workload and image, on standard error
+/// too, none on standard output.
 fn review_prints_the_causes(images: &[(String, &str)], pod: &serde_json::Value) {
-    let out = common::cli::review(&["-"], Some(pod.to_string().as_bytes()));
+    let out = common::cli::review(&["--patch", "-"], Some(pod.to_string().as_bytes()));
     let text = String::from_utf8(out.stdout).unwrap();
+    let errors = String::from_utf8(out.stderr).unwrap();
     for (image, cause) in images {
         let warned = text
             .lines()
             .find(|l| l.starts_with("warning:  ") && l.contains(&format!("{image}: registry ")))
             .unwrap_or_else(|| panic!("no warning for {image}: {text}"));
         assert!(warned.ends_with("unreachable: connection failed"), "{text}");
-        let cause_line = text
+        let cause_line = errors
             .lines()
             .find(|l| l.starts_with(&format!("cause:    {image}: ")))
-            .unwrap_or_else(|| panic!("no cause for {image}: {text}"));
-        assert!(cause_line.contains(cause), "{text}");
+            .unwrap_or_else(|| panic!("no cause for {image}: {errors}"));
+        assert!(cause_line.contains(cause), "{errors}");
     }
+    assert!(!text.contains("cause:"), "{text}");
     let mut second = pod.clone();
     second["metadata"]["name"] = "unreachable-too".into();
     let documents = format!("{pod}\n---\n{second}\n");
     let out = common::cli::review(&["-"], Some(documents.as_bytes()));
-    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("cause:"));
+    let text = String::from_utf8(out.stderr).unwrap();
     for (image, cause) in images {
         let causes = text
             .lines()

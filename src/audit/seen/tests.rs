@@ -210,3 +210,24 @@ fn gated_pods_are_reported_with_what_they_wait_for() {
     );
     assert_eq!(state.running_pods(), 1, "a gated Pod runs nowhere yet");
 }
+
+#[test]
+fn a_pod_of_a_kind_audit_does_not_list_is_its_own_workload_named_by_its_owner() {
+    let mut head = pod("ray-head-x", Some("ray-uid"), "arm", "Running");
+    head["metadata"]["ownerReferences"] = json!([{"apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "name": "ray", "uid": "ray-uid", "controller": true}]);
+    // An owner of a kind the table does not know: a Pod of its own, no owner named.
+    let mut other = pod("agent-x", Some("other-uid"), "amd", "Running");
+    other["metadata"]["ownerReferences"] = json!([{"apiVersion": "example.com/v1", "kind": "Agent",
+        "name": "agent", "uid": "other-uid", "controller": true}]);
+    let state = assemble(unselected(&[], &[head, other]));
+    let owners: Vec<(&str, Option<&str>)> = state
+        .workloads
+        .iter()
+        .map(|w| (w.key.2.as_str(), w.owner.as_deref()))
+        .collect();
+    assert_eq!(
+        owners,
+        [("ray-head-x", Some("RayCluster/ray")), ("agent-x", None)]
+    );
+}
