@@ -146,6 +146,27 @@ impl PodCreate {
         })
     }
 
+    /// A Pod tolerable leaves alone whatever its spec says (its own opt-out, its Namespace's,
+    /// `skip_namespaces`), settled from its metadata alone; `None` when it is not skipped. The
+    /// webhook reads only the metadata of a Pod whose Namespace is skipped: reading a spec it
+    /// will not use was most of what such an admission cost (BENCHMARKS.md, the real path).
+    pub fn skipped(
+        namespace: impl Into<String>,
+        namespace_policy: Option<Arc<NamespacePolicy>>,
+        pod: PodView,
+        policy: &Policy,
+    ) -> Option<Self> {
+        let namespace = namespace.into();
+        let reason = skip_reason(&namespace, namespace_policy.as_deref(), &pod, policy)?;
+        Some(Self {
+            namespace,
+            pod,
+            namespace_policy,
+            distinct: Vec::new(),
+            settled: Some(Settled::Skipped(reason)),
+        })
+    }
+
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
     /// limits.
     pub fn images_to_look_up(&self) -> &[String] {
