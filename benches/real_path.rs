@@ -16,7 +16,8 @@
 //! CPU per request = utime + stime from `/proc/PID/stat` over the turn / requests answered;
 //! printed as min / median / max over the rounds, and each round's ratios to `/healthz` in the
 //! same round. `BENCH_PROFILE=deciding|nothing|healthz` sends only that kind for
-//! `BENCH_SECONDS` (for `perf record -g -p PID`; the PID is printed first).
+//! `BENCH_SECONDS` (for `perf record -g -p PID`; the PID is printed first);
+//! `BENCH_SERVER_BINARY` runs another build of `tolerable` (an earlier commit's) instead.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -113,7 +114,10 @@ fn bodies(registry_host: &str) -> Bodies {
 /// (the first node list synced).
 fn spawn(kubeconfig: &std::path::Path, registry_host: &str) -> ServerProcess {
     let (dir, addr) = common::process::prepare();
-    let child = common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), dir.path(), addr)
+    // `BENCH_SERVER_BINARY`: another build of tolerable (an earlier commit's), measured alike.
+    let binary = std::env::var("BENCH_SERVER_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned());
+    let child = common::process::serve_command(binary, dir.path(), addr)
         .arg("serve")
         .env("KUBECONFIG", kubeconfig)
         .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
