@@ -361,10 +361,36 @@ pub(crate) fn read_request(
     if !request.is_pod_create() {
         return RequestRead::Answered(Answer::not_pod_create());
     }
+    if let Some(skipped) = skipped_namespace(request, policy, namespaces) {
+        return skipped;
+    }
     match request.pod() {
         Ok(object) => read_pod(request.namespace.as_deref(), object, policy, namespaces),
         Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
     }
+}
+
+/// A Pod CREATE in a Namespace tolerable leaves alone (`skip_namespaces`, or the Namespace's own
+/// opt-out), answered from the Pod's metadata alone: its spec is never read, its images never
+/// listed. `None` for any other Namespace, and for an object whose metadata cannot be read
+/// (the whole read says why).
+fn skipped_namespace(
+    request: &AdmissionRequest,
+    policy: &Policy,
+    namespaces: Option<&NamespacePolicies>,
+) -> Option<RequestRead> {
+    let namespace = request.namespace.as_deref()?;
+    let namespace_policy = namespaces.and_then(|n| n.get(namespace));
+    let skipped = policy.skip_namespaces.contains(namespace)
+        || namespace_policy
+            .as_deref()
+            .is_some_and(|n| n.knobs.skip == Some(true));
+    if !skipped {
+        return None;
+    }
+    let object = request.pod_metadata().ok()?;
+    PodCreate::skipped(namespace, namespace_policy, object.view, policy)
+        .map(|pod| RequestRead::Decide(pod, PullSecretRefs::default()))
 }
 
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`), with that
@@ -425,6 +451,71 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    fn review(namespace: &str, spec: serde_json::Value) -> String {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "operation": "CREATE", "namespace": namespace,
+                "object": {"metadata": {"name": "p", "labels": {"app": "web"}}, "spec": spec},
+            },
+        })
+        .to_string()
+    }
+
+    /// What the webhook answers `body` when every lookup finds nothing (none is made for a
+    /// skipped Pod), and whether it read the Pod's spec to answer.
+    fn answer_for(body: &str, policy: &Policy) -> (Answer, bool) {
+        let review = wire::parse(body.as_bytes()).unwrap();
+        match read_request(review.request.as_ref().unwrap(), policy, None) {
+            RequestRead::Decide(pod, _) => {
+                let read_spec = pod.pod.spec.is_some();
+                (
+                    mutate::answer(&pod, &ImageFacts::new(), None, policy),
+                    read_spec,
+                )
+            }
+            RequestRead::Answered(answer) => (answer, true),
+        }
+    }
+
+    /// A Pod in a Namespace of `skip_namespaces` is answered from its metadata: the answer is
+    /// the one the whole read gives, and a spec that is not even valid does not change it; in
+    /// another Namespace that spec is read and warned about.
+    #[test]
+    fn a_pod_in_a_skipped_namespace_is_answered_from_its_metadata_alone() {
+        let policy = Policy::default();
+        assert!(policy.skip_namespaces.contains("kube-system"));
+        let valid = serde_json::json!({"containers": [{"name": "c", "image": "app:1"}]});
+        let (skipped, read_spec) = answer_for(&review("kube-system", valid.clone()), &policy);
+        assert!(!read_spec, "the spec of a skipped Pod is not read");
+        assert_eq!(
+            skipped.decision.summary(),
+            "namespace kube-system is in skip_namespaces"
+        );
+        assert!(skipped.patch.is_empty() && skipped.warnings().is_empty());
+
+        let body = review("kube-system", valid);
+        let parsed = wire::parse(body.as_bytes()).unwrap();
+        let object = parsed.request.as_ref().unwrap().pod().unwrap();
+        let whole = PodCreate::in_namespace("kube-system", None, object.view, &policy).unwrap();
+        assert_eq!(
+            skipped,
+            mutate::answer(&whole, &ImageFacts::new(), None, &policy)
+        );
+
+        let invalid = serde_json::json!({"containers": 5});
+        assert_eq!(
+            answer_for(&review("kube-system", invalid.clone()), &policy),
+            (skipped, false)
+        );
+        let (elsewhere, _) = answer_for(&review("apps", invalid), &policy);
+        assert!(
+            elsewhere.warnings()[0].contains("not a valid Pod"),
+            "{elsewhere:?}"
+        );
+    }
 
     #[tokio::test]
     async fn each_image_is_verified_once_whichever_pods_name_it() {

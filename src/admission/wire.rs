@@ -138,6 +138,19 @@ impl AdmissionRequest<'_> {
         let object = self.object.ok_or("the request has no object")?;
         PodObject::parse(object.get())
     }
+
+    /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
+    /// `view.spec` is `None` and there are no pull secrets. For a Pod left alone whatever its
+    /// spec says.
+    pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
+        let object = self.object.ok_or("the request has no object")?;
+        let pod: MetadataIn = serde_json::from_str(object.get())
+            .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        PodObject::read(PodIn {
+            metadata: pod.metadata,
+            spec: None,
+        })
+    }
 }
 
 /// A Pod object as tolerable reads it: what the decision reads, and what the shell needs to
@@ -195,6 +208,12 @@ impl PodObject {
 struct PodIn {
     metadata: Option<MetaIn>,
     spec: Option<SpecIn>,
+}
+
+/// A Pod read for its metadata alone; every other field is skipped by the parser.
+#[derive(Deserialize)]
+struct MetadataIn {
+    metadata: Option<MetaIn>,
 }
 
 #[derive(Deserialize)]

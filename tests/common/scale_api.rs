@@ -6,8 +6,9 @@
 //! recorded ones (a malformed token is a 400, as the real server answers), and a watch that
 //! streams whole Nodes again for every change the test makes (kubelet heartbeats, labels,
 //! taints), each event as a real watch line — a watcher that falls a whole buffer behind has its
-//! watch ended, never an event skipped; and the recorded Namespaces, for the namespace
-//! watch the shipped config runs. Nothing else is served (404).
+//! watch ended, never an event skipped; the recorded Namespaces, for the namespace watch the
+//! shipped config runs; and one recorded pull secret (`team-a/regcred`). Nothing else is served
+//! (404).
 //!
 //! Nodes are generated on the fly from the recording, so the fake holds no copy of the
 //! cluster: a 15,000-Node list costs this process one page at a time.
@@ -250,6 +251,19 @@ fn namespaces(query: &BTreeMap<String, String>, metadata_only: bool) -> Response
     response
 }
 
+/// The one pull secret served: `team-a/regcred`, as the recorded Secret (`tests/data/kube-api/`),
+/// the secret the recorded ReplicaSet-shaped Pod names (`benches/real_path.rs`); every other
+/// Secret and ServiceAccount is a 404, as for a ServiceAccount the controller has not made yet.
+const REGCRED_PATH: &str = "/api/v1/namespaces/team-a/secrets/regcred";
+
+fn recorded_regcred() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/kube-api/secret-regcred-get.body.json"),
+    )
+    .unwrap()
+}
+
 /// A watch: every change the test makes from now on, one line each, until the test ends.
 fn watch(state: &State) -> Response<Body> {
     let events = state.events.subscribe();
@@ -318,6 +332,7 @@ impl ScaleApiServer {
                     (false, _, _) => full(status(StatusCode::UNAUTHORIZED, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}).to_string())),
                     (true, true, "/api/v1/nodes") => nodes(state, query).await,
                     (true, true, "/api/v1/namespaces") => namespaces(&query, metadata_only),
+                    (true, true, REGCRED_PATH) => full(status(StatusCode::OK, recorded_regcred())),
                     _ => full(status(StatusCode::NOT_FOUND, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}).to_string())),
                 }
                 }

@@ -138,14 +138,8 @@ impl PodCreate {
         let namespace = namespace.into();
         let images = images_of(&pod)?;
         let distinct = distinct_images(&images);
-        let (own, pod_problems) = Knobs::of_pod(|key| pod.label_or_annotation(key));
-        let config = knobs::ConfigKnobs {
-            enforce: policy.enforce,
-            skip: policy.skip_namespaces.contains(&namespace),
-            pin_digests: policy.pin_digests,
-            preferred: policy.preferred_architectures.clone(),
-        };
-        let settings = knobs::resolve(&own, namespace_policy.as_deref().map(|n| &n.knobs), &config);
+        let (settings, pod_problems) =
+            settings_of(&namespace, namespace_policy.as_deref(), &pod, policy);
         let settled = settings
             .skip
             .map(|level| Settled::Skipped(explain::skipped(level, &namespace)))
@@ -161,6 +155,31 @@ impl PodCreate {
         })
     }
 
+    /// A Pod tolerable leaves alone whatever its spec says (its own opt-out, its Namespace's,
+    /// `skip_namespaces`), settled from its metadata alone; `None` when it is not skipped. The
+    /// webhook reads only the metadata of a Pod whose Namespace is skipped: reading a spec it
+    /// will not use was most of what such an admission cost (BENCHMARKS.md, the real path).
+    pub fn skipped(
+        namespace: impl Into<String>,
+        namespace_policy: Option<Arc<NamespacePolicy>>,
+        pod: PodView,
+        policy: &Policy,
+    ) -> Option<Self> {
+        let namespace = namespace.into();
+        let (settings, pod_problems) =
+            settings_of(&namespace, namespace_policy.as_deref(), &pod, policy);
+        let reason = explain::skipped(settings.skip?, &namespace);
+        Some(Self {
+            namespace,
+            pod,
+            namespace_policy,
+            settings,
+            pod_problems,
+            distinct: Vec::new(),
+            settled: Some(Settled::Skipped(reason)),
+        })
+    }
+
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
     /// limits.
     pub fn images_to_look_up(&self) -> &[String] {
@@ -169,6 +188,25 @@ impl PodCreate {
             None => &self.distinct,
         }
     }
+}
+
+/// Every knob's value for the Pod in `namespace` (the one precedence step), and the Pod's own
+/// values that did not parse.
+fn settings_of(
+    namespace: &str,
+    namespace_policy: Option<&NamespacePolicy>,
+    pod: &PodView,
+    policy: &Policy,
+) -> (Settings, Vec<knobs::Problem>) {
+    let (own, problems) = Knobs::of_pod(|key| pod.label_or_annotation(key));
+    let config = knobs::ConfigKnobs {
+        enforce: policy.enforce,
+        skip: policy.skip_namespaces.contains(namespace),
+        pin_digests: policy.pin_digests,
+        preferred: policy.preferred_architectures.clone(),
+    };
+    let settings = knobs::resolve(&own, namespace_policy.map(|n| &n.knobs), &config);
+    (settings, problems)
 }
 
 /// Each image once, in the order the Pod first names it. Linear: a hostile Pod may name tens of
