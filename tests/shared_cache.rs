@@ -167,13 +167,14 @@ fn admission_for(image: &str) -> Value {
 
 const DEADLINE: Duration = Duration::from_secs(3);
 
-/// Admits `image` and checks it was patched (the registry answered, whatever Redis did), in
-/// time.
+/// Admits `image` and checks it was patched (the registry answered, whatever Redis did) in
+/// time: a lookup past its deadline (`lookup_timeout`) ends unpatched with a warning, so a
+/// patch without one is the deadline kept — by the server's own clock, not the test's.
+/// (`DEADLINE` only bounds a hung test.)
 async fn admitted(server: &TestServer, image: &str) {
-    let (response, elapsed) = webhook::admit(server, &admission_for(image), DEADLINE).await;
+    let (response, _) = webhook::admit(server, &admission_for(image), DEADLINE).await;
     assert!(response["patch"].is_string(), "{response}");
     assert!(webhook::warnings(&response).is_empty(), "{response}");
-    assert!(elapsed < DEADLINE, "answered after {elapsed:?}");
 }
 
 /// `needle` in the server's metrics, waiting for at most 5 s (a reconnection takes its time).
@@ -245,6 +246,17 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     metric_shows(&server, "tolerable_shared_cache_up 1\n").await;
+    // Read from again too: a fresh replica (empty memory) resolves the tag this server wrote
+    // after the restart from Redis, without one registry request.
+    let written = image(repository, &format!("again{}", tag - 1));
+    let asked = registry::plain().requests_by_method(repository).await;
+    let found = replica(&redis).resolve(&written).await.unwrap();
+    assert_eq!(found.fact.platforms.len(), 3);
+    assert_eq!(
+        registry::plain().requests_by_method(repository).await,
+        asked,
+        "answered from Redis"
+    );
 
     // Frozen: connections hang. The lookup waits only its share of the budget, then asks the
     // registry: the bound the code guarantees is the lookup's own deadline (lookup_timeout,
