@@ -351,17 +351,22 @@ fn forbidden(method: &Method, token: &str, namespace: &str, name: Option<&str>) 
 fn authorize(
     req: &hyper::Request<hyper::body::Incoming>,
     refused: &Mutex<HashSet<String>>,
-) -> Result<(String, String, Option<String>), Response<Body>> {
+) -> Result<(String, String, Option<String>), Box<Response<Body>>> {
     let token = bearer_token(req).unwrap_or_default();
     if !TOKENS.contains(&token.as_str()) {
-        return Err(unauthorized());
+        return Err(Box::new(unauthorized()));
     }
     let path = req.uri().path();
     let Some((namespace, name)) = lease_path(path) else {
-        return Err(unrecorded(format!("{} {path}", req.method())));
+        return Err(Box::new(unrecorded(format!("{} {path}", req.method()))));
     };
     if refused.lock().unwrap().contains(&token) {
-        return Err(forbidden(req.method(), &token, &namespace, name.as_deref()));
+        return Err(Box::new(forbidden(
+            req.method(),
+            &token,
+            &namespace,
+            name.as_deref(),
+        )));
     }
     Ok((token, namespace, name))
 }
@@ -378,7 +383,7 @@ async fn answer(
     }
     let (token, namespace, name) = match authorize(&req, &refused) {
         Ok(caller) => caller,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let method = req.method().clone();
     let merge_patch = req
