@@ -193,6 +193,20 @@ async fn metric_shows(server: &TestServer, needle: &str) {
     }
 }
 
+/// Redis is read from again too: a fresh replica (empty memory) resolves `written`, a tag a
+/// server wrote after Redis came back, from Redis, without one registry request.
+async fn read_from_again(redis: &RedisServer, written: &str) {
+    let repository = "shared/outage";
+    let asked = registry::plain().requests_by_method(repository).await;
+    let found = replica(redis).resolve(written).await.unwrap();
+    assert_eq!(found.fact.platforms.len(), 3);
+    assert_eq!(
+        registry::plain().requests_by_method(repository).await,
+        asked,
+        "answered from Redis"
+    );
+}
+
 /// Redis killed, frozen, restarted empty: every admission is answered in time and patched,
 /// from the registry; the metrics count errors and skipped lookups; once Redis answers again
 /// it is written to and read from as before, without a restart of tolerable.
@@ -246,17 +260,7 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     metric_shows(&server, "tolerable_shared_cache_up 1\n").await;
-    // Read from again too: a fresh replica (empty memory) resolves the tag this server wrote
-    // after the restart from Redis, without one registry request.
-    let written = image(repository, &format!("again{}", tag - 1));
-    let asked = registry::plain().requests_by_method(repository).await;
-    let found = replica(&redis).resolve(&written).await.unwrap();
-    assert_eq!(found.fact.platforms.len(), 3);
-    assert_eq!(
-        registry::plain().requests_by_method(repository).await,
-        asked,
-        "answered from Redis"
-    );
+    read_from_again(&redis, &image(repository, &format!("again{}", tag - 1))).await;
 
     // Frozen: connections hang. The lookup waits only its share of the budget, then asks the
     // registry: the bound the code guarantees is the lookup's own deadline (lookup_timeout,
