@@ -400,6 +400,21 @@ async fn still_down_at_gate_timeout_releases_unchanged_with_a_warning_event() {
     assert_eq!(event["reason"], "TolerableGateTimeout");
     assert_eq!(event["involvedObject"]["name"], "late");
     assert_eq!(event["involvedObject"]["uid"], created["metadata"]["uid"]);
+    // Released no earlier than gate_timeout after the Pod was created, by the API's own
+    // timestamps (both whole seconds, rounded down: a release at or after creation + 2 s is
+    // stamped at least 2 s after the creation's stamp), not by a clock in the test.
+    let stamp = |v: &Value| {
+        v.as_str()
+            .unwrap()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+    };
+    let held = stamp(&event["firstTimestamp"]).as_second()
+        - stamp(&created["metadata"]["creationTimestamp"]).as_second();
+    assert!(
+        held >= timeout.as_secs() as i64,
+        "released {held} s after creation"
+    );
     assert_eq!(
         metric(
             &server,
@@ -483,22 +498,28 @@ async fn no_patch_while_not_the_leader() {
     let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
     admit_and_create(&server, &api, "waits", &[image]).await;
     proxy.set(Fault::None);
-    // The follower's own watch sees the gated Pod (its oldest-age gauge, every replica)...
+    // The follower's own watch sees the gated Pod (its oldest-age gauge, every replica) and
+    // holds it, with the registry back, for at least 3 s by that gauge: longer than a leader
+    // takes to release it (its retry comes after a second) ...
     let deadline = tokio::time::Instant::now() + WAIT;
-    while metric(&server, "tolerable_gate_oldest_pod_age_seconds").await == 0.0 {
+    while metric(&server, "tolerable_gate_oldest_pod_age_seconds").await < 3.0 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the watch never saw the Pod"
+            "the watch never saw the Pod age"
         );
-        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // ...and sends nothing; once it leads, it releases the Pod.
+    // ... and in all that time sent no patch at all (the fake logs every PATCH it receives,
+    // refused ones too, since the start) and the Pod is still gated.
     assert!(api.patches().is_empty(), "{:?}", api.patches());
+    assert!(!released(&api, "waits"));
     leader.send(true).unwrap();
     assert!(
         api.wait_for(WAIT, |api| released(api, "waits")).await,
         "never released"
     );
+    let applied = api.patches().iter().filter(|p| p.3 == 200).count();
+    assert_eq!(applied, 1, "released once, by the leader");
 }
 
 /// Another controller removes its gate between the controller's read and its patch: the patch's

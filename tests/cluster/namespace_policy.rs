@@ -463,7 +463,87 @@ fn review_with_a_kubeconfig_reads_the_namespaces() {
     assert!(!shown.contains("/spec/tolerations"), "{shown}");
 }
 
-/// The fake answers as the recorded API server does, and refuses what it refuses.
+/// The recorded folder (`tests/data/kube-api/namespaces/`) replayed: the full and the
+/// metadata-only list and the 403 byte for byte as JSON, the metadata watch from the list's
+/// resourceVersion line for line; a re-watch from a later resourceVersion (what kube-runtime
+/// sends after a watch ends) gets exactly the recorded changes after it.
+#[tokio::test]
+async fn the_namespace_fake_replays_its_recorded_folder() {
+    let api = NamespaceApi::start();
+    let client = webhook::client();
+    let get = |query: &str, accept: &str, token: &str| {
+        let url = format!("https://localhost:{}/api/v1/namespaces?{query}", api.port);
+        client
+            .get(url)
+            .header("accept", accept)
+            .bearer_auth(token)
+            .send()
+    };
+    let recorded = |name: &str| {
+        let path = format!(
+            "{}/tests/data/kube-api/namespaces/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        common::recorded::json_lines(&std::fs::read(path).unwrap())
+    };
+    let metadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let watch = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    for (query, accept, token, code, file) in [
+        (
+            "limit=500",
+            "application/json",
+            "admintoken",
+            200,
+            "namespace-list.body.json",
+        ),
+        (
+            "limit=500",
+            metadata,
+            "admintoken",
+            200,
+            "namespace-list-metadata.body.json",
+        ),
+        (
+            "limit=500",
+            metadata,
+            "nobodytoken",
+            403,
+            "namespace-list-403.body.json",
+        ),
+    ] {
+        let response = get(query, accept, token).await.unwrap();
+        assert_eq!(response.status().as_u16(), code, "{file}");
+        let body = response.bytes().await.unwrap();
+        assert_eq!(
+            common::recorded::json_lines(&body),
+            recorded(file),
+            "{file}"
+        );
+    }
+    api.release(4);
+    let lines = |body: bytes::Bytes| common::recorded::json_lines(&body);
+    let whole = get("watch=true&resourceVersion=213", watch, "admintoken")
+        .await
+        .unwrap();
+    api.end_watch();
+    let events = recorded("namespace-watch-metadata.body.json");
+    assert_eq!(
+        lines(whole.bytes().await.unwrap()),
+        events,
+        "the recorded watch"
+    );
+    let later = get("watch=true&resourceVersion=214", watch, "admintoken")
+        .await
+        .unwrap();
+    api.end_watch();
+    assert_eq!(
+        lines(later.bytes().await.unwrap()),
+        events[1..],
+        "the changes after 214"
+    );
+}
+
+/// The fake refuses what the recorded API server refuses, and what no recording covers.
 #[tokio::test]
 async fn the_fake_answers_and_refuses_as_recorded() {
     let api = NamespaceApi::start();
@@ -501,11 +581,18 @@ async fn the_fake_answers_and_refuses_as_recorded() {
     for (query, accept, token, code) in [
         ("limit=abc", metadata, "admintoken", 400),
         ("limit=500&continue=bogus", metadata, "admintoken", 400),
+        // A full-object watch and one from before the list were not recorded.
         (
             "watch=true&resourceVersion=213",
             "application/json",
             "admintoken",
-            400,
+            501,
+        ),
+        (
+            "watch=true&resourceVersion=100",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            "admintoken",
+            501,
         ),
         ("limit=500", metadata, "nobodytoken", 403),
         ("limit=500", metadata, "whoever", 401),

@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use super::kube_api::{api_tls, bearer_token, query, status, unrecorded_status};
 use super::lease_api::{LeaseHandler, TOKENS};
+use super::selector::Selector;
 
 /// Where Leases are, when this fake also serves them ([`GatesApiServer::start_with_leases`]).
 const LEASES: &str = "/apis/coordination.k8s.io/";
@@ -439,18 +440,10 @@ fn jiff_now() -> String {
     t.to_string()
 }
 
-/// `k=v,k2=v2` as the API server reads an equality selector.
+/// Whether `pod` is selected by `selector` (every form the API server reads, as
+/// `super::selector` parses it; a malformed one was refused with 400 before).
 fn matches(selector: Option<&str>, pod: &Value) -> bool {
-    selector.is_none_or(|s| {
-        s.split(',').filter(|p| !p.is_empty()).all(|term| {
-            let label = |k: &str| pod["metadata"]["labels"][k].as_str().map(str::to_owned);
-            match term.split_once('=') {
-                Some((k, v)) => label(k).as_deref() == Some(v.trim_start_matches('=')),
-                // `key` alone: the label exists.
-                None => label(term).is_some(),
-            }
-        })
-    })
+    selector.is_none_or(|s| Selector::parse(s).is_ok_and(|s| s.matches(&pod["metadata"]["labels"])))
 }
 
 fn list(state: &State, namespace: Option<&str>, selector: Option<&str>) -> Response<Body> {
@@ -574,6 +567,9 @@ async fn route_pods(
         .unwrap_or_default();
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let selector = q.get("labelSelector").map(String::as_str);
+    if let Some(Err(why)) = selector.map(Selector::parse) {
+        return answer(400, &status_value(400, "BadRequest", &why));
+    }
     match (&method, &parts[..]) {
         (&Method::GET, ["api", "v1", "pods"])
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") =>

@@ -1,7 +1,7 @@
 //! A thin fake of the API server's Leases (`coordination.k8s.io/v1`) for the leader election,
 //! over HTTPS on 127.0.0.1, answering as a real kube-apiserver v1.36.3 answered the exchanges
 //! recorded in `tests/data/kube-api/leases/exchanges.json` (replayed one by one by
-//! `the_fake_lease_api_answers_every_recorded_exchange_as_recorded` in `tests/leader_election.rs`):
+//! `the_fake_lease_api_answers_every_recorded_exchange_as_recorded` in `tests/cluster/leader_election.rs`):
 //! - `GET` of a Lease: 200, or 404 NotFound when there is none;
 //! - `POST`: 201, or 409 AlreadyExists when the name is taken;
 //! - `PUT`: a name that is not the URL's is 400; a resourceVersion that is not a number is 500

@@ -6,12 +6,14 @@
 //!   `as=PartialObjectMetadataList` Accept header, else the full list (as the real one answers);
 //!   a `limit` that is not a positive number, or a `continue` token (the list is one page; the
 //!   real one refuses a token it did not issue), is the API server's 400;
-//! - `?watch=true`: only metadata-only (`as=PartialObjectMetadata`) watches from the list's
-//!   resourceVersion are served (nothing else was recorded: anything else is a 400 saying so);
-//!   the first sends the recorded events (team-a relabelled `true`, batch's annotation removed,
-//!   `new-team` added) one per [`NamespaceApi::release`], then whatever the test adds
-//!   ([`NamespaceApi::add_namespace`], shaped as the recorded ADDED event); it stays open until
-//!   [`NamespaceApi::end_watch`];
+//! - `?watch=true`: metadata-only (`as=PartialObjectMetadata`) watches, the recorded kind, from
+//!   the list's resourceVersion or any later one, as the real server accepts a re-watch from the
+//!   last resourceVersion its client saw: each sends every change after its resourceVersion —
+//!   the recorded events (team-a relabelled `true`, batch's annotation removed, `new-team`
+//!   added) as the test releases them ([`NamespaceApi::release`]), then whatever the test adds
+//!   ([`NamespaceApi::add_namespace`], shaped as the recorded ADDED event) — and stays open
+//!   until [`NamespaceApi::end_watch`] (as `timeoutSeconds` ends one); a full-object watch or
+//!   one from before the list (history the fake does not hold) is refused as unrecorded (501);
 //! - token `nobodytoken`: the recorded 403 for list and watch (no `list namespaces`), and
 //!   `admintoken` too once [`NamespaceApi::revoke`]d;
 //!   `admintoken` may read; any other token is a 401.
@@ -42,9 +44,11 @@ pub struct NamespaceApi {
 }
 
 struct State {
-    /// Watch lines for the first watch, sent as the test releases them.
-    lines: tokio::sync::mpsc::UnboundedSender<String>,
-    pending: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// Every change released so far: its resourceVersion and its watch line, in order.
+    log: Mutex<Vec<(u64, String)>>,
+    /// How many times the test ended the open watches.
+    ends: AtomicUsize,
+    changed: tokio::sync::Notify,
     /// The recorded watch events not yet released.
     recorded: Mutex<std::collections::VecDeque<String>>,
     /// Each request: (path?query, Accept header).
@@ -56,6 +60,8 @@ struct State {
     list_gate: Option<Arc<tokio::sync::Semaphore>>,
     /// `admintoken`'s RoleBinding deleted: refused as `nobodytoken` is.
     revoked: std::sync::atomic::AtomicBool,
+    /// This state itself, for the watches it starts.
+    me: std::sync::Weak<State>,
 }
 
 fn recording(name: &str) -> String {
@@ -71,6 +77,16 @@ fn bad_request(message: &str) -> Response<Body> {
 }
 
 impl State {
+    fn clone_arc(&self) -> Arc<State> {
+        self.me.upgrade().unwrap()
+    }
+
+    /// Logs a released change and wakes the watches.
+    fn publish(&self, line: String) {
+        self.log.lock().unwrap().push((line_rv(&line), line));
+        self.changed.notify_waiters();
+    }
+
     fn answer(&self, token: Option<&str>, query: &str, accept: &str) -> Response<Body> {
         let query = kube_api::query(query);
         let param = |key: &str| query.get(key).map(String::as_str);
@@ -109,20 +125,19 @@ impl State {
             return full(status(StatusCode::OK, body));
         }
         if !accept.contains("as=PartialObjectMetadata") {
-            return bad_request("this fake serves only metadata-only watches (the recorded kind)");
+            return full(kube_api::unrecorded("a full-object Namespace watch"));
         }
-        if param("resourceVersion") != Some(LIST_RV) {
-            return bad_request(
-                "this fake serves watches from the recorded list's resourceVersion only",
-            );
-        }
-        self.watches.fetch_add(1, Ordering::SeqCst);
-        let receiver = self.pending.lock().unwrap().take();
-        let frames = match receiver {
-            Some(receiver) => tokio_stream_of(receiver).boxed(),
-            // A later watch: quiet, open (the test is over before a real one would time out).
-            None => futures_util::stream::pending().boxed(),
+        let list_rv: u64 = LIST_RV.parse().unwrap();
+        let from = match param("resourceVersion").map(str::parse::<u64>) {
+            Some(Ok(rv)) if rv >= list_rv => rv,
+            _ => {
+                return full(kube_api::unrecorded(
+                    "a Namespace watch from before the list",
+                ))
+            }
         };
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        let frames = changes_after(self.clone_arc(), from).boxed();
         let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
         response
             .headers_mut()
@@ -131,18 +146,41 @@ impl State {
     }
 }
 
-/// What [`NamespaceApi::end_watch`] sends: the watch response ends there.
-const END_OF_WATCH: &str = "";
-
-/// Each line the test releases, as one chunk of the watch response; open until the test ends
-/// it ([`NamespaceApi::end_watch`], as a watch's `timeoutSeconds` ends it).
-fn tokio_stream_of(
-    receiver: tokio::sync::mpsc::UnboundedReceiver<String>,
+/// Every released change after resourceVersion `from`, one chunk each, then each change as
+/// it is released (in the order released: a bookmark after the event of its resourceVersion);
+/// the response ends at the next [`NamespaceApi::end_watch`].
+fn changes_after(
+    state: Arc<State>,
+    from: u64,
 ) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> {
-    futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let line = receiver.recv().await.filter(|l| l != END_OF_WATCH)?;
-        Some((Ok(Frame::data(Bytes::from(format!("{line}\n")))), receiver))
+    let ends = state.ends.load(Ordering::SeqCst);
+    let start = {
+        let log = state.log.lock().unwrap();
+        log.partition_point(|(rv, _)| *rv <= from)
+    };
+    futures_util::stream::unfold((state, start), move |(state, next)| async move {
+        let line = loop {
+            let waiting = state.clone();
+            let notified = waiting.changed.notified();
+            let line = state.log.lock().unwrap().get(next).map(|(_, l)| l.clone());
+            if let Some(line) = line {
+                break line;
+            }
+            if state.ends.load(Ordering::SeqCst) > ends {
+                return None;
+            }
+            notified.await;
+        };
+        let frame = Frame::data(Bytes::from(format!("{line}\n")));
+        Some((Ok(frame), (state, next + 1)))
     })
+}
+
+/// The resourceVersion a watch line carries (a bookmark's included).
+fn line_rv(line: &str) -> u64 {
+    let event: Value = serde_json::from_str(line).unwrap();
+    let rv = event["object"]["metadata"]["resourceVersion"].as_str();
+    rv.and_then(|rv| rv.parse().ok()).unwrap_or_default()
 }
 
 /// The 404 the API server answers for a path it does not serve.
@@ -187,15 +225,16 @@ impl NamespaceApi {
 
     fn start_with(list_gate: Option<Arc<tokio::sync::Semaphore>>) -> Self {
         super::init();
-        let (lines, receiver) = tokio::sync::mpsc::unbounded_channel();
         let recorded = recording("namespace-watch-metadata.body.json")
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(str::to_owned)
             .collect();
-        let state = Arc::new(State {
-            lines,
-            pending: Mutex::new(Some(receiver)),
+        let state = Arc::new_cyclic(|me| State {
+            me: me.clone(),
+            log: Mutex::new(Vec::new()),
+            ends: AtomicUsize::new(0),
+            changed: tokio::sync::Notify::new(),
             recorded: Mutex::new(recorded),
             requests: Mutex::new(Vec::new()),
             lists: AtomicUsize::new(0),
@@ -235,7 +274,7 @@ impl NamespaceApi {
         let mut recorded = self.state.recorded.lock().unwrap();
         for _ in 0..n {
             let line = recorded.pop_front().expect("a recorded event left");
-            self.state.lines.send(line).unwrap();
+            self.state.publish(line);
         }
     }
 
@@ -257,13 +296,14 @@ impl NamespaceApi {
         if !annotations.as_object().unwrap().is_empty() {
             meta["annotations"] = annotations;
         }
-        self.state.lines.send(event.to_string()).unwrap();
+        self.state.publish(event.to_string());
     }
 
-    /// Ends the first watch's response (as its `timeoutSeconds` would): the watcher watches
-    /// again.
+    /// Ends the open watches' responses (as their `timeoutSeconds` would): the watcher watches
+    /// again, from the last resourceVersion it saw.
     pub fn end_watch(&self) {
-        self.state.lines.send(END_OF_WATCH.to_owned()).unwrap();
+        self.state.ends.fetch_add(1, Ordering::SeqCst);
+        self.state.changed.notify_waiters();
     }
 
     /// From now on `admintoken` may not list or watch namespaces either (its binding deleted).

@@ -256,6 +256,20 @@ pub async fn hung_plugin_killed_and_counted(
     assert!(metrics.contains(&series), "{metrics}");
 }
 
+/// How long a hung plugin was given before it was killed, as the admission's warning says it
+/// ("did not answer within 7999ms; killed"): what a test holds against the lookup budget.
+pub fn killed_after(warnings: &str) -> std::time::Duration {
+    let rest = warnings
+        .split("did not answer within ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no kill in {warnings}"));
+    let figure = rest.split(';').next().unwrap();
+    match figure.strip_suffix("ms") {
+        Some(ms) => std::time::Duration::from_millis(ms.parse().unwrap()),
+        None => std::time::Duration::from_secs(figure.trim_end_matches('s').parse().unwrap()),
+    }
+}
+
 /// A fixture image on the htpasswd registry.
 pub fn basic_image(name: &str) -> String {
     format!("{}/fixtures/{name}:v1", super::registry::basic().host)

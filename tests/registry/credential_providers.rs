@@ -339,6 +339,14 @@ async fn a_hanging_plugin_is_killed_inside_the_budget_and_the_admission_answered
             && warnings.contains("killed"),
         "{warnings}"
     );
+    // Killed inside the lookups' budget (the API server's timeout minus a fifth), by the time
+    // the plugin was given as the warning states it.
+    let waited = common::plugins::killed_after(&warnings);
+    let budget = api_timeout - api_timeout / 5;
+    assert!(
+        waited > Duration::ZERO && waited <= budget,
+        "killed after {waited:?}, budget {budget:?}"
+    );
     common::plugins::hung_plugin_killed_and_counted(&server, pid_file.path(), "hanging").await;
 }
 

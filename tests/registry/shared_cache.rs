@@ -167,13 +167,14 @@ fn admission_for(image: &str) -> Value {
 
 const DEADLINE: Duration = Duration::from_secs(3);
 
-/// Admits `image` and checks it was patched (the registry answered, whatever Redis did), in
-/// time.
+/// Admits `image` and checks it was patched (the registry answered, whatever Redis did) in
+/// time: a lookup past its deadline (`lookup_timeout`) ends unpatched with a warning, so a
+/// patch without one is the deadline kept — by the server's own clock, not the test's.
+/// (`DEADLINE` only bounds a hung test.)
 async fn admitted(server: &TestServer, image: &str) {
-    let (response, elapsed) = webhook::admit(server, &admission_for(image), DEADLINE).await;
+    let (response, _) = webhook::admit(server, &admission_for(image), DEADLINE).await;
     assert!(response["patch"].is_string(), "{response}");
     assert!(webhook::warnings(&response).is_empty(), "{response}");
-    assert!(elapsed < DEADLINE, "answered after {elapsed:?}");
 }
 
 /// `needle` in the server's metrics, waiting for at most 5 s (a reconnection takes its time).
@@ -190,6 +191,20 @@ async fn metric_shows(server: &TestServer, needle: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Redis is read from again too: a fresh replica (empty memory) resolves `written`, a tag a
+/// server wrote after Redis came back, from Redis, without one registry request.
+async fn read_from_again(redis: &RedisServer, written: &str) {
+    let repository = "shared/outage";
+    let asked = registry::plain().requests_by_method(repository).await;
+    let found = replica(redis).resolve(written).await.unwrap();
+    assert_eq!(found.fact.platforms.len(), 3);
+    assert_eq!(
+        registry::plain().requests_by_method(repository).await,
+        asked,
+        "answered from Redis"
+    );
 }
 
 /// Redis killed, frozen, restarted empty: every admission is answered in time and patched,
@@ -245,6 +260,7 @@ async fn a_killed_or_frozen_redis_fails_open_and_is_used_again_once_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     metric_shows(&server, "tolerable_shared_cache_up 1\n").await;
+    read_from_again(&redis, &image(repository, &format!("again{}", tag - 1))).await;
 
     // Frozen: connections hang. The lookup waits only its share of the budget, then asks the
     // registry: the bound the code guarantees is the lookup's own deadline (lookup_timeout,
