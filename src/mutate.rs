@@ -104,6 +104,10 @@ pub(crate) struct PodCreate {
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
     settled: Option<Settled>,
+    /// A DaemonSet's Pod template (at `/spec/template`), not a Pod: never gated (a template
+    /// has no scheduling gates to release) nor pinned (the DaemonSet would never follow its
+    /// tag again), and the patch's paths are under `/spec/template`.
+    template: bool,
 }
 
 /// Why a Pod needs no lookups.
@@ -145,7 +149,14 @@ impl PodCreate {
             namespace_policy,
             distinct,
             settled,
+            template: false,
         })
+    }
+
+    /// This Pod as a DaemonSet's Pod template (see [`PodCreate::template`]).
+    pub(crate) fn into_template(mut self) -> Self {
+        self.template = true;
+        self
     }
 
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
@@ -276,6 +287,22 @@ impl Answer {
 /// The one decision function: the Pod being created, what is known of its images, the node
 /// pools (when the node watch runs) and the policy → the answer.
 pub(crate) fn answer(
+    request: &PodCreate,
+    facts: &ImageFacts,
+    pools: Option<&NodePools>,
+    policy: &Policy,
+) -> Answer {
+    let mut answer = answer_object(request, facts, pools, policy);
+    if request.template {
+        for operation in &mut answer.patch {
+            operation.path = format!("/spec/template{}", operation.path).into();
+        }
+    }
+    answer
+}
+
+/// [`answer`] for the object itself (paths from its root).
+fn answer_object(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -414,7 +441,7 @@ pub(crate) fn decide(
 /// gated ([`gate::cannot_gate`]): then it is left unchanged with a warning saying why, as with
 /// `allow`.
 fn gate_instead(request: &PodCreate, facts: &ImageFacts, policy: &Policy) -> Option<Decision> {
-    if policy.on_lookup_failure != OnLookupFailure::Gate {
+    if policy.on_lookup_failure != OnLookupFailure::Gate || request.template {
         return None;
     }
     let waiting = known_facts(&request.distinct, facts).err()?;
@@ -443,7 +470,10 @@ fn decide_from_facts(
         Err(failed) => return lookup_failed(&failed, policy),
     };
     let namespace_policy = request.namespace_policy.as_deref();
-    let pinning = pin::Pinning::of(pod, namespace_policy, policy.pin_digests, &known);
+    let pinning = match request.template {
+        true => pin::Pinning::default(),
+        false => pin::Pinning::of(pod, namespace_policy, policy.pin_digests, &known),
+    };
     let shown: Vec<(&str, &ImageFact)> = known
         .iter()
         .map(|(image, fact)| (pinning.shown(image), *fact))

@@ -1756,3 +1756,25 @@ fn gates_match_kustomize() {
     );
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
 }
+
+/// `webhook.daemonSets: true` adds the rule `kustomize/overlays/daemonsets` adds (apps/v1
+/// DaemonSets, CREATE and UPDATE) and nothing else; off by default.
+#[test]
+fn daemon_sets_match_kustomize() {
+    let rules = |docs: &[Value]| {
+        object(docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0]["rules"].clone()
+    };
+    let values = json!({"webhook": {"daemonSets": true}});
+    let (yaml, _) = render(&values, "tolerable", "tolerable-system");
+    validates_against_kubernetes(&yaml);
+    let chart = tools::documents(&yaml);
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/daemonsets"));
+    assert_eq!(rules(&chart), rules(&kustomize));
+    assert_eq!(rules(&chart).as_array().unwrap().len(), 2);
+    let defaults = render_defaults();
+    assert_eq!(
+        rules(&defaults),
+        rules(&tools::documents(&tools::render("kustomize")))
+    );
+    assert_eq!(rules(&defaults).as_array().unwrap().len(), 1);
+}
