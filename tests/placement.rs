@@ -193,3 +193,35 @@ async fn a_daemon_sets_template_gets_the_tolerations_and_the_term() {
     let (response, _) = admit(&server, &again, TIMEOUT).await;
     assert!(response["patch"].is_null(), "{response}");
 }
+
+/// `tolerable review` decides the same way: a 386-only image on amd64, pinned to its digest
+/// with `pin_digests`, as the patched Pod it prints shows.
+#[tokio::test]
+async fn review_places_and_pins_as_the_webhook_does() {
+    let (image, digest) = pushed("review-386", &[("linux", "386", None)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: old\n  namespace: shop\nspec:\n  containers:\n  - name: c0\n    image: {image}\n"
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let out = common::cli::tolerable()
+        .arg("review")
+        .arg(&file)
+        .env("TOLERABLE_POLICY__PIN_DIGESTS", "true")
+        .output()
+        .unwrap();
+    let text = common::cli::succeeded(&out);
+    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(
+        text.contains(&format!("amd64 pulls linux/386 for {image}@{digest}")),
+        "{text}"
+    );
+    let patched: Value =
+        serde_yaml_ng::from_str(text.split("# Patched Pod\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        patched["spec"]["containers"][0]["image"],
+        format!("{image}@{digest}")
+    );
+    assert_eq!(required_architectures(&patched), &json!(["amd64"]));
+}
