@@ -358,6 +358,19 @@ pub(crate) fn read_request(
     policy: &Policy,
     namespaces: Option<&NamespacePolicies>,
 ) -> RequestRead {
+    if request.is_daemon_set_write() {
+        return match request.daemon_set_template() {
+            Ok(object) => {
+                match read_pod(request.namespace.as_deref(), object, policy, namespaces) {
+                    RequestRead::Decide(pod, pull_secrets) => {
+                        RequestRead::Decide(pod.into_template(), pull_secrets)
+                    }
+                    answered => answered,
+                }
+            }
+            Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
+        };
+    }
     if !request.is_pod_create() {
         return RequestRead::Answered(Answer::not_pod_create());
     }

@@ -133,6 +133,29 @@ impl AdmissionRequest<'_> {
             && self.sub_resource.as_deref().is_none_or(str::is_empty)
     }
 
+    /// Whether this is an apps/v1 DaemonSet being created or updated: its Pod template is
+    /// decided on, so the DaemonSet controller puts Pods only on nodes that run them.
+    pub(crate) fn is_daemon_set_write(&self) -> bool {
+        matches!(self.operation.as_str(), "CREATE" | "UPDATE")
+            && self.kind.group == "apps"
+            && self.kind.kind == "DaemonSet"
+            && self.sub_resource.as_deref().is_none_or(str::is_empty)
+    }
+
+    /// The DaemonSet's Pod template, read as a Pod in the DaemonSet's namespace.
+    pub(crate) fn daemon_set_template(&self) -> Result<PodObject, String> {
+        let object = self.object.ok_or("the request has no object")?;
+        let daemon_set: DaemonSetIn = serde_json::from_str(object.get())
+            .map_err(|e| format!("the object is not a valid DaemonSet: {e}"))?;
+        let template = daemon_set
+            .spec
+            .and_then(|spec| spec.template)
+            .ok_or("the DaemonSet has no Pod template")?;
+        let mut pod = PodObject::read(template)?;
+        pod.namespace = daemon_set.metadata.and_then(|m| m.namespace);
+        Ok(pod)
+    }
+
     /// The Pod in the request (see [`PodObject`]).
     pub(crate) fn pod(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
@@ -202,6 +225,18 @@ impl PodObject {
             pull_secrets,
         })
     }
+}
+
+/// What is read of a DaemonSet: its namespace and its Pod template.
+#[derive(Deserialize)]
+struct DaemonSetIn {
+    metadata: Option<MetaIn>,
+    spec: Option<DaemonSetSpecIn>,
+}
+
+#[derive(Deserialize)]
+struct DaemonSetSpecIn {
+    template: Option<PodIn>,
 }
 
 #[derive(Deserialize)]

@@ -658,7 +658,7 @@ mod tests {
     }
 
     #[test]
-    fn templates_are_named_as_templates() {
+    fn templates_are_named_into_templates() {
         let text =
             "kind: Deployment\nmetadata:\n  name: {{ include \"x\" . }}\n{{- if .Values.on }}\n";
         let reason = documents(text)[0].as_ref().unwrap().parse().unwrap_err();

@@ -27,6 +27,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/gke-private-cluster",
     "kustomize/overlays/eks-overlay-cni",
     "kustomize/overlays/aks",
+    "kustomize/overlays/daemonsets",
 ];
 
 fn root() -> PathBuf {
@@ -181,14 +182,27 @@ fn webhook_settings() {
             "webhook name must be fully qualified: {name}"
         );
         let rules = hook["rules"].as_array().unwrap();
-        assert_eq!(rules.len(), 1);
+        // Pods CREATE; with the daemonsets component also apps/v1 DaemonSets CREATE, UPDATE.
+        let daemon_sets = *dir == "kustomize/overlays/daemonsets";
+        assert_eq!(rules.len(), if daemon_sets { 2 } else { 1 }, "{dir}");
         assert_eq!(rules[0]["operations"], serde_json::json!(["CREATE"]));
         assert_eq!(rules[0]["apiGroups"], serde_json::json!([""]));
         assert_eq!(rules[0]["resources"], serde_json::json!(["pods"]));
-        for op in rules[0]["operations"].as_array().unwrap() {
-            assert!(["CREATE", "UPDATE", "DELETE", "CONNECT", "*"].contains(&op.as_str().unwrap()));
+        if daemon_sets {
+            assert_eq!(
+                rules[1],
+                serde_json::json!({"operations": ["CREATE", "UPDATE"], "apiGroups": ["apps"],
+                    "apiVersions": ["v1"], "resources": ["daemonsets"], "scope": "Namespaced"})
+            );
         }
-        assert!(["Cluster", "Namespaced", "*"].contains(&rules[0]["scope"].as_str().unwrap()));
+        for rule in rules {
+            for op in rule["operations"].as_array().unwrap() {
+                assert!(
+                    ["CREATE", "UPDATE", "DELETE", "CONNECT", "*"].contains(&op.as_str().unwrap())
+                );
+            }
+            assert!(["Cluster", "Namespaced", "*"].contains(&rule["scope"].as_str().unwrap()));
+        }
         // The deadline must leave room for a lookup: the server keeps a fifth (≥ 300 ms) back.
         let timeout = hook["timeoutSeconds"].as_u64().unwrap();
         assert!((1..=30).contains(&timeout), "timeoutSeconds {timeout}");

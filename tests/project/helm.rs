@@ -2063,3 +2063,25 @@ fn the_helm_test_checks_the_webhook_as_the_api_server_calls_it() {
         .iter()
         .any(|d| d["metadata"]["name"] == "edge-tolerable-test-check"));
 }
+
+/// `webhook.daemonSets: true` adds the rule `kustomize/overlays/daemonsets` adds (apps/v1
+/// DaemonSets, CREATE and UPDATE) and nothing else; off by default.
+#[test]
+fn daemon_sets_match_kustomize() {
+    let rules = |docs: &[Value]| {
+        object(docs, "MutatingWebhookConfiguration", "tolerable")["webhooks"][0]["rules"].clone()
+    };
+    let values = json!({"webhook": {"daemonSets": true}});
+    let (yaml, _) = render(&values, "tolerable", "tolerable-system");
+    validates_against_kubernetes(&yaml);
+    let chart = tools::documents(&yaml);
+    let kustomize = tools::documents(&tools::render("kustomize/overlays/daemonsets"));
+    assert_eq!(rules(&chart), rules(&kustomize));
+    assert_eq!(rules(&chart).as_array().unwrap().len(), 2);
+    let defaults = render_defaults();
+    assert_eq!(
+        rules(&defaults),
+        rules(&tools::documents(&tools::render("kustomize")))
+    );
+    assert_eq!(rules(&defaults).as_array().unwrap().len(), 1);
+}

@@ -126,3 +126,102 @@ async fn a_pinned_pod_keeps_the_decided_digest_after_the_tag_moves() {
         .iter()
         .any(|t| t["key"] == ARCH_LABEL && t["value"] == "arm64"));
 }
+
+/// A recorded DaemonSet AdmissionReview (kube-apiserver v1.36), its template's image replaced.
+fn daemon_set_review(name: &str, image: &str) -> Value {
+    let mut review = recorded(&format!("admissionreview-v1.36/{name}"), "");
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["image"] =
+        json!(image);
+    review
+}
+
+/// The DaemonSet with the response's patch applied, checked to be a DaemonSet still.
+fn patched_daemon_set(review: &Value, response: &Value) -> Value {
+    use base64::Engine as _;
+    let ops = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("a patch"))
+        .unwrap();
+    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    let mut object = review["request"]["object"].clone();
+    json_patch::patch(&mut object, &ops).unwrap();
+    let _: k8s_openapi::api::apps::v1::DaemonSet =
+        serde_json::from_value(object.clone()).expect("a DaemonSet");
+    object
+}
+
+#[tokio::test]
+async fn a_daemon_sets_template_gets_the_tolerations_and_the_term() {
+    let server = TestServer::start(webhook::policy(), common::settings()).await;
+    // A multi-arch node agent: the arm64 pools' toleration, beside its own, and kept off the
+    // s390x pools (supported, tainted) it cannot run on.
+    let both = [("linux", "amd64", None), ("linux", "arm64", Some("v8"))];
+    let (agent, _) = pushed("ds-agent", &both).await;
+    let review = daemon_set_review("daemonset-create.json", &agent);
+    let (response, _) = admit(&server, &review, TIMEOUT).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let ds = patched_daemon_set(&review, &response);
+    let template = &ds["spec"]["template"];
+    let tolerations = template["spec"]["tolerations"].as_array().unwrap();
+    assert_eq!(tolerations.len(), 2, "{tolerations:?}");
+    assert_eq!(
+        tolerations[0]["key"],
+        "node-role.kubernetes.io/control-plane"
+    );
+    assert_eq!(
+        tolerations[1],
+        json!({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"})
+    );
+    assert_eq!(required_architectures(template), &json!(["amd64", "arm64"]));
+    assert!(annotation(template).starts_with("linux architectures amd64,arm64;"));
+    assert_eq!(ds["metadata"], review["request"]["object"]["metadata"]);
+
+    // `kubectl set image` to an amd64-only build: required onto amd64, no arm64 toleration.
+    let (amd64_only, _) = pushed("ds-agent-amd64", &[("linux", "amd64", None)]).await;
+    let update = daemon_set_review("daemonset-update-image.json", &amd64_only);
+    let (response, _) = admit(&server, &update, TIMEOUT).await;
+    let ds = patched_daemon_set(&update, &response);
+    let template = &ds["spec"]["template"];
+    assert_eq!(required_architectures(template), &json!(["amd64"]));
+    assert!(!template["spec"]["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["key"] == ARCH_LABEL));
+    // Decided again on the patched DaemonSet: nothing more.
+    let mut again = update.clone();
+    again["request"]["object"] = ds;
+    let (response, _) = admit(&server, &again, TIMEOUT).await;
+    assert!(response["patch"].is_null(), "{response}");
+}
+
+/// `tolerable review` decides the same way: a 386-only image on amd64, pinned to its digest
+/// with `pin_digests`, as the patched Pod it prints shows.
+#[tokio::test]
+async fn review_places_and_pins_as_the_webhook_does() {
+    let (image, digest) = pushed("review-386", &[("linux", "386", None)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: old\n  namespace: shop\nspec:\n  containers:\n  - name: c0\n    image: {image}\n"
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let out = common::cli::tolerable()
+        .arg("review")
+        .arg(&file)
+        .env("TOLERABLE_POLICY__PIN_DIGESTS", "true")
+        .output()
+        .unwrap();
+    let text = common::cli::succeeded(&out);
+    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(
+        text.contains(&format!("amd64 pulls linux/386 for {image}@{digest}")),
+        "{text}"
+    );
+    let patched: Value =
+        serde_yaml_ng::from_str(text.split("# Patched Pod\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        patched["spec"]["containers"][0]["image"],
+        format!("{image}@{digest}")
+    );
+    assert_eq!(required_architectures(&patched), &json!(["amd64"]));
+}

@@ -106,6 +106,10 @@ pub struct PodCreate {
     /// is looked up, described and warned about once.
     distinct: Vec<String>,
     settled: Option<Settled>,
+    /// A DaemonSet's Pod template (at `/spec/template`), not a Pod: never gated (a template
+    /// has no scheduling gates to release) nor pinned (the DaemonSet would never follow its
+    /// tag again), and the patch's paths are under `/spec/template`.
+    template: bool,
 }
 
 /// Why a Pod needs no lookups.
@@ -152,6 +156,7 @@ impl PodCreate {
             pod_problems,
             distinct,
             settled,
+            template: false,
         })
     }
 
@@ -177,7 +182,14 @@ impl PodCreate {
             pod_problems,
             distinct: Vec::new(),
             settled: Some(Settled::Skipped(reason)),
+            template: false,
         })
+    }
+
+    /// This Pod as a DaemonSet's Pod template (see [`PodCreate::template`]).
+    pub fn into_template(mut self) -> Self {
+        self.template = true;
+        self
     }
 
     /// The images whose platforms the decision needs: none when the Pod is skipped or over the
@@ -305,6 +317,22 @@ impl Answer {
 /// The one decision function: the Pod being created, what is known of its images, the node
 /// pools (when the node watch runs) and the policy → the answer.
 pub fn answer(
+    request: &PodCreate,
+    facts: &ImageFacts,
+    pools: Option<&NodePools>,
+    policy: &Policy,
+) -> Answer {
+    let mut answer = answer_object(request, facts, pools, policy);
+    if request.template {
+        for operation in &mut answer.patch {
+            operation.path = format!("/spec/template{}", operation.path).into();
+        }
+    }
+    answer
+}
+
+/// [`answer`] for the object itself (paths from its root).
+fn answer_object(
     request: &PodCreate,
     facts: &ImageFacts,
     pools: Option<&NodePools>,
@@ -441,7 +469,7 @@ pub fn decide(
 /// gated ([`gate::cannot_gate`]): then it is left unchanged with a warning saying why, as with
 /// `allow`.
 fn gate_instead(request: &PodCreate, facts: &ImageFacts, policy: &Policy) -> Option<Decision> {
-    if policy.on_lookup_failure != OnLookupFailure::Gate {
+    if policy.on_lookup_failure != OnLookupFailure::Gate || request.template {
         return None;
     }
     let waiting = known_facts(&request.distinct, facts).err()?;
@@ -469,7 +497,10 @@ fn decide_from_facts(
         Ok(known) => known,
         Err(failed) => return lookup_failed(&failed, policy),
     };
-    let pinning = pin::Pinning::of(&request.settings.pin_digests, &known);
+    let pinning = match request.template {
+        true => pin::Pinning::default(),
+        false => pin::Pinning::of(&request.settings.pin_digests, &known),
+    };
     let shown: Vec<(&str, &ImageFact)> = known
         .iter()
         .map(|(image, fact)| (pinning.shown(image), *fact))

@@ -194,3 +194,91 @@ fn every_image_must_run_on_the_node_architecture() {
     assert_eq!(required_terms(&out.patched), &arch_term(&["amd64"]));
     assert!(out.patched["spec"]["tolerations"].is_null());
 }
+
+/// A DaemonSet whose Pod template names `image`.
+fn daemon_set(image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "apps"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "agent", "image": image}]},
+            },
+        },
+    })
+}
+
+/// Decides on the DaemonSet's template, applies the patch to the DaemonSet, and checks that
+/// deciding again on the patched template changes nothing.
+fn run_template(
+    ds: &Value,
+    f: &ImageFacts,
+    p: &Policy,
+    pools: Option<&NodePools>,
+) -> (Answer, Value) {
+    let template_request = |ds: &Value| {
+        let mut template = ds["spec"]["template"].clone();
+        template["apiVersion"] = json!("v1");
+        template["kind"] = json!("Pod");
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(template).unwrap();
+        PodCreate::new("apps", PodView::of_pod(&pod), p)
+            .unwrap()
+            .into_template()
+    };
+    let first = answer(&template_request(ds), f, pools, p);
+    let ops = serde_json::to_value(&first.patch).unwrap();
+    let mut patched = ds.clone();
+    let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+    json_patch::patch(&mut patched, &ops).unwrap();
+    let _: k8s_openapi::api::apps::v1::DaemonSet =
+        serde_json::from_value(patched.clone()).expect("a DaemonSet");
+    let again = answer(&template_request(&patched), f, pools, p);
+    assert!(again.patch.is_empty(), "{:?}", again.patch);
+    (first, patched)
+}
+
+#[test]
+fn a_daemon_sets_template_gets_the_tolerations_and_the_term() {
+    let nodes = node_pools(&[
+        ("amd-1", "amd64", &[]),
+        ("arm-1", "arm64", ARM64_TAINT),
+        ("z-1", "s390x", &[(ARCH_LABEL, "s390x", "NoSchedule")]),
+    ]);
+    // A node agent for amd64 and arm64: tolerates the arm64 taint, kept off s390x.
+    let f = facts(&[("agent:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let (_, patched) = run_template(&daemon_set("agent:1"), &f, &policy(), Some(&nodes));
+    let template = &patched["spec"]["template"];
+    assert_eq!(
+        template["spec"]["tolerations"],
+        json!([{"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}])
+    );
+    assert_eq!(required_terms(template), &arch_term(&["amd64", "arm64"]));
+    assert!(note(template).starts_with("linux architectures amd64,arm64;"));
+    // Nothing written outside the template.
+    assert_eq!(patched["metadata"], daemon_set("agent:1")["metadata"]);
+}
+
+#[test]
+fn a_template_is_never_gated_nor_pinned() {
+    let p = Policy {
+        on_lookup_failure: OnLookupFailure::Gate,
+        pin_digests: true,
+        ..policy()
+    };
+    let failed = facts(&[("agent:1", Err("registry down"))]);
+    let (answer, patched) = run_template(&daemon_set("agent:1"), &failed, &p, None);
+    assert_eq!(answer.outcome(), Outcome::LookupFailed);
+    assert_eq!(patched, daemon_set("agent:1"));
+
+    let mut f = facts(&[("agent:1", Ok(&["linux/amd64"]))]);
+    if let Some(Ok(fact)) = f.get_mut("agent:1") {
+        std::sync::Arc::make_mut(fact).digest = Some("sha256:aa".into());
+    }
+    let (_, patched) = run_template(&daemon_set("agent:1"), &f, &p, None);
+    assert_eq!(
+        patched["spec"]["template"]["spec"]["containers"][0]["image"],
+        "agent:1"
+    );
+}
