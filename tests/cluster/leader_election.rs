@@ -1,20 +1,21 @@
 //! Exactly one gate releaser: the leader election (`tolerable::cluster::lease`) against a fake
 //! API server's Leases (`tests/common/lease_api.rs`) that refuses what the real one refuses.
-//! Each test samples every elector's `leader()` receiver continuously while they run and fails
-//! if two ever say `true` at once; waits are on the events themselves (a receiver, a write to
-//! the Lease), never a sleep. Durations are short (lease 3 s, renew deadline 2 s, retry
+//! Each test records every leadership transition every replica reports and checks them against
+//! the fake's log of every accepted write to the Lease: the holders those writes name never
+//! overlap, and each replica led only inside its own holding (`Transitions::never_two`); waits
+//! are on the events themselves (a receiver, a write to the Lease), never a sleep. Durations are short (lease 3 s, renew deadline 2 s, retry
 //! 200 ms) so a takeover after a lease runs out is seen in seconds.
 
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::lease_api::LeaseApiServer;
 use common::recorded::Ids;
 use common::until;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
@@ -50,46 +51,176 @@ fn replica(api: &LeaseApiServer, identity: &str, lease_duration: Duration) -> Re
     Replica { election, gauge }
 }
 
-/// Reads every receiver every millisecond until dropped; `most` is the most that ever said
-/// `true` at once.
-struct LeaderSampler {
-    most: Arc<AtomicUsize>,
-    samples: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
+/// One change of a replica's `leader()` receiver, stamped when the recorder saw it (so never
+/// before it happened), with who else said they led at that moment.
+#[derive(Clone, Debug)]
+struct Transition {
+    identity: String,
+    leading: bool,
+    at: Timestamp,
+    others_leading: Vec<String>,
 }
 
-impl LeaderSampler {
-    fn start(receivers: Vec<watch::Receiver<bool>>) -> Self {
-        let (most, samples, stop) = (
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let (m, n, s) = (most.clone(), samples.clone(), stop.clone());
-        tokio::spawn(async move {
-            while !s.load(Ordering::SeqCst) {
-                let leading = receivers.iter().filter(|r| *r.borrow()).count();
-                m.fetch_max(leading, Ordering::SeqCst);
-                n.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        });
-        Self {
-            most,
-            samples,
-            stop,
+/// Every leadership transition every replica reports, recorded as it happens (a task per
+/// receiver woken by each change, not a sampler): checked against the fake's log of every
+/// accepted write to the Lease by [`Transitions::never_two`].
+#[derive(Clone, Default)]
+struct Transitions {
+    log: Arc<Mutex<Vec<Transition>>>,
+    receivers: Arc<Mutex<Vec<(String, watch::Receiver<bool>)>>>,
+}
+
+impl Transitions {
+    fn start(replicas: &[(&str, &Replica)]) -> Self {
+        let transitions = Self::default();
+        for (identity, replica) in replicas {
+            transitions.watch(identity, replica.election.leader());
         }
+        transitions
     }
 
-    /// Stops sampling; panics if two ever led at once or nothing was sampled.
-    fn never_two(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        assert!(self.samples.load(Ordering::SeqCst) > 0, "nothing sampled");
-        assert!(
-            self.most.load(Ordering::SeqCst) <= 1,
-            "two replicas led at once"
-        );
+    /// Records `identity`'s transitions from now on (its current state first, if leading).
+    fn watch(&self, identity: &str, mut receiver: watch::Receiver<bool>) {
+        self.receivers
+            .lock()
+            .unwrap()
+            .push((identity.to_owned(), receiver.clone()));
+        let (this, identity) = (self.clone(), identity.to_owned());
+        if *receiver.borrow_and_update() {
+            this.record(&identity, true);
+        }
+        tokio::spawn(async move {
+            // Ends when the election is gone (its sender dropped).
+            while receiver.changed().await.is_ok() {
+                let leading = *receiver.borrow_and_update();
+                this.record(&identity, leading);
+            }
+        });
     }
+
+    fn record(&self, identity: &str, leading: bool) {
+        let at = Timestamp::now();
+        // The other receivers' values now, as their senders last set them: no recorder lag.
+        let others_leading = self
+            .receivers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(other, r)| other != identity && *r.borrow())
+            .map(|(other, _)| other.clone())
+            .collect();
+        self.log.lock().unwrap().push(Transition {
+            identity: identity.to_owned(),
+            leading,
+            at,
+            others_leading,
+        });
+    }
+
+    /// Never two leaders, over every transition: the holders the Lease's accepted writes name
+    /// never overlap (each new holder took over no sooner than the previous one's last renewal
+    /// plus its lease duration, or after it cleared the holder); every period a replica said it
+    /// led lies inside its own holding — begun no sooner than its acquire time, ended no later
+    /// than its last renewal before then plus the lease duration — and no other replica said
+    /// it led when it began. Returns how many holdings and leading periods there were.
+    fn never_two(&self, api: &LeaseApiServer) -> (usize, usize) {
+        let holdings = holdings(&api.writes());
+        let log = self.log.lock().unwrap().clone();
+        let mut periods = 0;
+        for on in log.iter().filter(|t| t.leading) {
+            assert!(
+                on.others_leading.is_empty(),
+                "{} began leading while {:?} led: {log:?}",
+                on.identity,
+                on.others_leading
+            );
+            let off = log
+                .iter()
+                .find(|t| t.identity == on.identity && !t.leading && t.at >= on.at);
+            leading_inside_its_holding(on, off, &holdings);
+            periods += 1;
+        }
+        (holdings.len(), periods)
+    }
+}
+
+/// One replica's uninterrupted hold on the Lease, from the accepted writes.
+#[derive(Debug)]
+struct Holding {
+    holder: String,
+    acquired: Timestamp,
+    renewals: Vec<Timestamp>,
+    duration: SignedDuration,
+    released: bool,
+}
+
+/// The holdings the fake's accepted writes record, in order; panics if two overlap.
+fn holdings(writes: &[common::lease_api::Write]) -> Vec<Holding> {
+    let mut holdings: Vec<Holding> = Vec::new();
+    for write in writes {
+        let spec = &write.lease["spec"];
+        let Some(holder) = spec["holderIdentity"].as_str() else {
+            // A release: only the holder clears itself.
+            let last = holdings.last_mut().expect("a release of a Lease never held");
+            assert_eq!(last.holder, write.token, "released by another replica");
+            last.released = true;
+            continue;
+        };
+        assert_eq!(holder, write.token, "a write naming another replica");
+        let renewed = micro_time(&write.lease, "renewTime");
+        let seconds = spec["leaseDurationSeconds"].as_i64().unwrap();
+        match holdings.last_mut() {
+            Some(last) if last.holder == holder && !last.released => {
+                assert_eq!(micro_time(&write.lease, "acquireTime"), last.acquired);
+                last.renewals.push(renewed);
+            }
+            previous => {
+                let acquired = micro_time(&write.lease, "acquireTime");
+                if let Some(previous) = previous.filter(|p| !p.released) {
+                    let ran_out = *previous.renewals.last().unwrap() + previous.duration;
+                    assert!(
+                        acquired >= ran_out,
+                        "{holder} acquired at {acquired}, before {}'s lease ran out at {ran_out}",
+                        previous.holder
+                    );
+                }
+                holdings.push(Holding {
+                    holder: holder.to_owned(),
+                    acquired,
+                    renewals: vec![renewed],
+                    duration: SignedDuration::from_secs(seconds),
+                    released: false,
+                });
+            }
+        }
+    }
+    holdings
+}
+
+/// A leading period (`on` to `off`, or still leading) lies inside its replica's holding: begun
+/// no sooner than the holding was acquired; ended (stamped no sooner than it ended) no later than
+/// the replica's last renewal before then plus the lease duration.
+fn leading_inside_its_holding(on: &Transition, off: Option<&Transition>, holdings: &[Holding]) {
+    let own = |h: &&Holding| h.holder == on.identity && h.acquired <= on.at;
+    let holding = holdings
+        .iter()
+        .rfind(own)
+        .unwrap_or_else(|| panic!("{on:?} led without holding the Lease: {holdings:?}"));
+    let Some(off) = off else { return };
+    let renewed = holdings
+        .iter()
+        .filter(|h| h.holder == on.identity)
+        .flat_map(|h| h.renewals.iter().map(move |r| (*r, h.duration)))
+        .filter(|(r, _)| *r <= off.at)
+        .max_by_key(|(r, _)| *r)
+        .unwrap_or((holding.acquired, holding.duration));
+    let ran_out = renewed.0 + renewed.1;
+    assert!(
+        off.at <= ran_out,
+        "{} still led at {}, after its lease ran out at {ran_out}",
+        on.identity,
+        off.at
+    );
 }
 
 fn leads(receiver: &watch::Receiver<bool>) -> bool {
@@ -107,7 +238,7 @@ fn writes_by(api: &LeaseApiServer, identity: &str) -> usize {
     api.writes().iter().filter(|w| w.token == identity).count()
 }
 
-fn micro_time(lease: &serde_json::Value, field: &str) -> k8s_openapi::jiff::Timestamp {
+fn micro_time(lease: &Value, field: &str) -> Timestamp {
     lease["spec"][field]
         .as_str()
         .unwrap_or_else(|| panic!("no spec.{field} in {lease}"))
@@ -236,7 +367,7 @@ async fn of_two_replicas_exactly_one_leads() {
     let a = replica(&api, "replica-a", Duration::from_secs(3));
     let b = replica(&api, "replica-b", Duration::from_secs(3));
     let (ra, rb) = (a.election.leader(), b.election.leader());
-    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let transitions = Transitions::start(&[("replica-a", &a), ("replica-b", &b)]);
     until("a leader", || leads(&ra) || leads(&rb)).await;
     let (leader, follower) = if leads(&ra) { (&a, &b) } else { (&b, &a) };
     let leader_id = holder(&api).expect("the leader holds the Lease");
@@ -268,7 +399,7 @@ async fn of_two_replicas_exactly_one_leads() {
         api.lease(NAMESPACE, LEASE).unwrap()["spec"]["leaseTransitions"],
         0
     );
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// The leader dies without releasing (its task stops mid-term): the other replica takes over,
@@ -282,7 +413,7 @@ async fn a_leader_that_dies_is_replaced_once_its_lease_runs_out() {
     until("replica-a to lead", || leads(&ra)).await;
     let b = replica(&api, "replica-b", lease_duration);
     let rb = b.election.leader();
-    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let transitions = Transitions::start(&[("replica-a", &a), ("replica-b", &b)]);
     // replica-b has read the Lease at least once: replica-a renewed twice since it started.
     let renewed = writes_by(&api, "replica-a");
     until("two renewals", || {
@@ -306,7 +437,7 @@ async fn a_leader_that_dies_is_replaced_once_its_lease_runs_out() {
         "replica-b took over {waited:?} after replica-a's last renewal"
     );
     assert_eq!(b.gauge.get(), 1);
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// A leader shut down gracefully clears the Lease's holder, and the other replica takes over
@@ -320,7 +451,7 @@ async fn a_leader_shut_down_hands_over_without_waiting_for_its_lease() {
     until("replica-a to lead", || leads(&ra)).await;
     let b = replica(&api, "replica-b", lease_duration);
     let rb = b.election.leader();
-    let sampler = LeaderSampler::start(vec![ra.clone(), rb.clone()]);
+    let transitions = Transitions::start(&[("replica-a", &a), ("replica-b", &b)]);
     let asked = api.requests();
     until("replica-b to try", || api.requests() >= asked + 3).await;
     assert!(!leads(&rb));
@@ -341,7 +472,7 @@ async fn a_leader_shut_down_hands_over_without_waiting_for_its_lease() {
     );
     until("replica-b to take over", || leads(&rb)).await;
     assert_eq!(holder(&api).as_deref(), Some("replica-b"));
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// RBAC without the Lease Role (403 on every request): never leading, retried every retry
@@ -352,7 +483,7 @@ async fn a_replica_refused_the_lease_does_not_lead_and_keeps_trying() {
     api.refuse("replica-a", true);
     let a = replica(&api, "replica-a", Duration::from_secs(3));
     let ra = a.election.leader();
-    let sampler = LeaderSampler::start(vec![ra.clone()]);
+    let transitions = Transitions::start(&[("replica-a", &a)]);
     until("five refused attempts", || api.requests() >= 5).await;
     assert!(!leads(&ra));
     assert_eq!(a.gauge.get(), 0);
@@ -360,34 +491,34 @@ async fn a_replica_refused_the_lease_does_not_lead_and_keeps_trying() {
     api.refuse("replica-a", false);
     until("replica-a to lead once allowed", || leads(&ra)).await;
     assert_eq!(a.gauge.get(), 1);
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// replica-a leading (it has renewed the Lease once since replica-b joined), replica-b
-/// following, and a sampler watching both: where a fault is then done to the leader.
-async fn leader_and_follower() -> (LeaseApiServer, Replica, Replica, LeaderSampler) {
+/// following, and every transition of both recorded: where a fault is then done to the leader.
+async fn leader_and_follower() -> (LeaseApiServer, Replica, Replica, Transitions) {
     let api = LeaseApiServer::start();
     let a = replica(&api, "replica-a", Duration::from_secs(3));
     let ra = a.election.leader();
     until("replica-a to lead", || leads(&ra)).await;
     let b = replica(&api, "replica-b", Duration::from_secs(3));
-    let sampler = LeaderSampler::start(vec![ra, b.election.leader()]);
+    let transitions = Transitions::start(&[("replica-a", &a), ("replica-b", &b)]);
     let renewed = writes_by(&api, "replica-a");
     until("a renewal", || writes_by(&api, "replica-a") > renewed).await;
-    (api, a, b, sampler)
+    (api, a, b, transitions)
 }
 
 /// The leader loses access to the API server (403 from now on): it stops leading within its
 /// renew deadline, before the other replica may take over, and the other replica does.
 #[tokio::test]
 async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced() {
-    let (api, a, b, sampler) = leader_and_follower().await;
+    let (api, a, b, transitions) = leader_and_follower().await;
     let (ra, rb) = (a.election.leader(), b.election.leader());
     api.refuse("replica-a", true);
     until("replica-b to take over", || leads(&rb)).await;
     assert!(!leads(&ra));
     assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// The API server stops answering the leader (its requests hang): the leader's attempt ends at
@@ -395,13 +526,13 @@ async fn a_leader_cut_off_from_the_api_server_steps_down_before_it_is_replaced()
 /// the other does.
 #[tokio::test]
 async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
-    let (api, a, b, sampler) = leader_and_follower().await;
+    let (api, a, b, transitions) = leader_and_follower().await;
     let (ra, rb) = (a.election.leader(), b.election.leader());
     api.hang("replica-a");
     until("replica-a to step down", || !leads(&ra)).await;
     until("replica-b to take over", || leads(&rb)).await;
     assert_eq!((a.gauge.get(), b.gauge.get()), (0, 1));
-    sampler.never_two();
+    transitions.never_two(&api);
 }
 
 /// The config `serve` runs with here: HTTPS on a free port with the test CA's certificate,
@@ -471,4 +602,51 @@ async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
     let lease = api.lease(NAMESPACE, LEASE).unwrap();
     assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");
     assert_eq!(api.writes().last().unwrap().token, "replica-a");
+}
+
+/// The identity of the one replica that says it leads, if one does.
+fn leading(replicas: &std::collections::BTreeMap<&str, Replica>) -> Option<&'static str> {
+    common::lease_api::TOKENS
+        .into_iter()
+        .find(|id| replicas.get(id).is_some_and(|r| leads(&r.election.leader())))
+}
+
+/// Three replicas, the Lease handed on six times — three leaders shut down (the holder
+/// cleared, taken over at once) and three cut off from the API server (stepping down at their
+/// renew deadline, taken over once the lease ran out): every transition and every accepted
+/// write checked, never two leaders.
+#[tokio::test]
+async fn the_lease_changes_hands_many_times_and_never_two_lead() {
+    let api = LeaseApiServer::start();
+    let mut replicas: std::collections::BTreeMap<&str, Replica> = common::lease_api::TOKENS
+        .into_iter()
+        .map(|id| (id, replica(&api, id, Duration::from_secs(3))))
+        .collect();
+    let transitions = Transitions::default();
+    for (id, r) in &replicas {
+        transitions.watch(id, r.election.leader());
+    }
+    for round in 0..6 {
+        until("a leader", || leading(&replicas).is_some()).await;
+        let old = leading(&replicas).unwrap();
+        if round % 2 == 0 {
+            let stopped = replicas.remove(old).unwrap();
+            stopped.election.shutdown().await;
+            until("another leader", || leading(&replicas).is_some()).await;
+            let restarted = replica(&api, old, Duration::from_secs(3));
+            transitions.watch(old, restarted.election.leader());
+            replicas.insert(old, restarted);
+        } else {
+            api.refuse(old, true);
+            until("another leader", || {
+                leading(&replicas).is_some_and(|new| new != old)
+            })
+            .await;
+            api.refuse(old, false);
+        }
+        assert_ne!(holder(&api).as_deref(), Some(old), "round {round}");
+    }
+    let (holdings, periods) = transitions.never_two(&api);
+    assert!(holdings >= 7, "{holdings} holdings");
+    assert!(periods >= 7, "{periods} leading periods");
 }
