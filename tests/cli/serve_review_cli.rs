@@ -208,11 +208,11 @@ fn a_second_serve_on_the_same_port_leaves_the_ca_alone(
     assert_eq!(after, saved, "the running server's CA was overwritten");
 }
 
-/// The CA certificate `serve` prints on stdout when it made its own (within 10 s).
+/// The CA certificate `serve` prints on stdout when it made its own: printed before serve
+/// exits (the event; how soon is this machine's speed).
 fn read_printed_ca(stdout: &mut impl BufRead) -> String {
     let mut ca = String::new();
     let mut line = String::new();
-    let started = Instant::now();
     while !ca.contains("-----END CERTIFICATE-----") {
         line.clear();
         assert!(
@@ -222,15 +222,15 @@ fn read_printed_ca(stdout: &mut impl BufRead) -> String {
         if line.starts_with("-----BEGIN") || !ca.is_empty() {
             ca.push_str(&line);
         }
-        assert!(started.elapsed() < Duration::from_secs(10));
     }
     ca
 }
 
-/// Waits (up to 5 s) for the server to answer /readyz, and asserts that answer is 200.
+/// Waits for the server to answer /readyz, and asserts that answer is 200. The 600 tries
+/// (30 s) only keep a server that never listens from hanging the test.
 async fn wait_until_ready(client: &reqwest::Client, url: &str) {
     let mut ready = false;
-    for _ in 0..100 {
+    for _ in 0..600 {
         if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
             ready = r.status() == 200;
             break;
@@ -278,7 +278,8 @@ fn log_forging_admission(request: &Value) -> Value {
     forged
 }
 
-/// Sends SIGTERM and waits (up to 10 s) for a successful exit; returns what serve logged.
+/// Sends SIGTERM and waits for a successful exit; returns what serve logged. The 30 s only
+/// keep a serve that ignores SIGTERM from hanging the test.
 async fn stop_with_sigterm(child: &mut std::process::Child) -> String {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -290,7 +291,7 @@ async fn stop_with_sigterm(child: &mut std::process::Child) -> String {
         if let Some(exit) = child.try_wait().unwrap() {
             break exit;
         }
-        if started.elapsed() > Duration::from_secs(10) {
+        if started.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
             let mut stderr = String::new();
             child

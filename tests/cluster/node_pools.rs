@@ -62,8 +62,9 @@ async fn every_task_waiting_for_the_first_list_is_woken() {
             tokio::spawn(async move { watch.synced().await })
         })
         .collect();
+    // The 30 s only keep a waiter never woken from hanging the test: the event is the wake-up.
     for waiter in waiters {
-        tokio::time::timeout(Duration::from_secs(10), waiter)
+        tokio::time::timeout(Duration::from_secs(30), waiter)
             .await
             .expect("a task waiting for the node watch was never woken")
             .unwrap();
@@ -163,8 +164,9 @@ async fn ready_only_once_the_node_watch_synced(server: &TestServer) {
         {
             break;
         }
+        // Only keeps a watch that never syncs from hanging the test (the event is the 200).
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(30),
             "never became ready"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -284,8 +284,9 @@ async fn manage_node_taints_taints_what_the_node_watch_sees() {
     let (_watch, task) = start_tainter(&api, policy());
     let started = std::time::Instant::now();
     while taints(&api.node("bare-1")).len() < 2 || taints(&api.node("amd-1")).len() < 2 {
+        // Only keeps a tainter that never taints from hanging the test (the event is the taint).
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(15),
+            started.elapsed() < std::time::Duration::from_secs(30),
             "nodes were not tainted"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

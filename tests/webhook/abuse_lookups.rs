@@ -243,17 +243,12 @@ async fn hostile_indexes_cost_bounded_work() {
     let resolver = Resolver::new(settings.clone(), CredentialStore::default()).unwrap();
 
     // Bounded by what it asks (the request count below), not by how fast this machine is: it
-    // ends with the right answer, inside the lookup's own budget.
-    let started = Instant::now();
+    // ends with the right answer, so inside the lookup's own budget (past it, the lookup ends
+    // as LookupError::Timeout, which the unwrap refuses).
     let fan_out = resolver
         .resolve(&format!("{}/evil/fanout:v1", hostile.host))
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < settings.lookup_timeout,
-        "{:?}",
-        started.elapsed()
-    );
     assert_eq!(
         fan_out
             .fact

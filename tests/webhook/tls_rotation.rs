@@ -67,16 +67,15 @@ fn der(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
-async fn wait_until_served(server: &TestServer, expected: &[u8]) -> Duration {
-    let started = Instant::now();
-    while served_certificate(server.addr).await != expected {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "rotation never served"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    started.elapsed()
+/// Once the reload of the files now on the volume is counted (the `ok` count reaches `n`), the
+/// very next handshake is served `expected`: the event, not a polling deadline.
+async fn served_once_reloaded(server: &TestServer, n: u64, expected: &[u8]) {
+    reloads_reach(server, "ok", n).await;
+    assert_eq!(
+        served_certificate(server.addr).await,
+        expected,
+        "reload {n} counted, the old certificate still served"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +223,7 @@ async fn a_broken_rotation_keeps_the_old_certificate() {
     assert_eq!(reloads(&server, "ok").await, 0);
     // Fixed a moment later: served.
     server.volume.rotate(&a.cert_pem, &a.key_pem);
-    wait_until_served(&server, &der(&a.cert_pem)).await;
+    served_once_reloaded(&server, 1, &der(&a.cert_pem)).await;
     server.shutdown().await;
 }
 
@@ -248,7 +247,7 @@ async fn a_certificate_for_other_names_is_refused_and_every_refusal_counted() {
     let wider =
         common::certs::ca().leaf(&["localhost", "127.0.0.1", "tolerable.tolerable-system.svc"]);
     server.volume.rotate(&wider.cert_pem, &wider.key_pem);
-    wait_until_served(&server, &der(&wider.cert_pem)).await;
+    served_once_reloaded(&server, 1, &der(&wider.cert_pem)).await;
     server.shutdown().await;
 }
 
