@@ -61,13 +61,16 @@ struct Transition {
     others_leading: Vec<String>,
 }
 
+/// A replica's identity and its `leader()` receiver.
+type Watched = (String, watch::Receiver<bool>);
+
 /// Every leadership transition every replica reports, recorded as it happens (a task per
 /// receiver woken by each change, not a sampler): checked against the fake's log of every
 /// accepted write to the Lease by [`Transitions::never_two`].
 #[derive(Clone, Default)]
 struct Transitions {
     log: Arc<Mutex<Vec<Transition>>>,
-    receivers: Arc<Mutex<Vec<(String, watch::Receiver<bool>)>>>,
+    receivers: Arc<Mutex<Vec<Watched>>>,
 }
 
 impl Transitions {
@@ -161,7 +164,9 @@ fn holdings(writes: &[common::lease_api::Write]) -> Vec<Holding> {
         let spec = &write.lease["spec"];
         let Some(holder) = spec["holderIdentity"].as_str() else {
             // A release: only the holder clears itself.
-            let last = holdings.last_mut().expect("a release of a Lease never held");
+            let last = holdings
+                .last_mut()
+                .expect("a release of a Lease never held");
             assert_eq!(last.holder, write.token, "released by another replica");
             last.released = true;
             continue;
@@ -606,9 +611,11 @@ async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
 
 /// The identity of the one replica that says it leads, if one does.
 fn leading(replicas: &std::collections::BTreeMap<&str, Replica>) -> Option<&'static str> {
-    common::lease_api::TOKENS
-        .into_iter()
-        .find(|id| replicas.get(id).is_some_and(|r| leads(&r.election.leader())))
+    common::lease_api::TOKENS.into_iter().find(|id| {
+        replicas
+            .get(id)
+            .is_some_and(|r| leads(&r.election.leader()))
+    })
 }
 
 /// Three replicas, the Lease handed on six times — three leaders shut down (the holder

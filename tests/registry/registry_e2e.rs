@@ -371,7 +371,10 @@ async fn hung_registry_is_abandoned_at_the_deadline() {
         LookupError::Timeout { after, .. } => assert_eq!(*after, deadline, "{err}"),
         other => panic!("not abandoned at a deadline: {other:?}"),
     }
-    assert!(err.to_string().ends_with("did not finish within 2s"), "{err}");
+    assert!(
+        err.to_string().ends_with("did not finish within 2s"),
+        "{err}"
+    );
     assert!(
         elapsed >= deadline && elapsed < read_timeout,
         "deadline of {deadline:?} not honoured: {elapsed:?}"

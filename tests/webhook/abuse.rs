@@ -248,7 +248,10 @@ async fn one_byte_chunks_never_finished(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_memory() {
     let served = Served::start(&[
-        ("TOLERABLE_SERVER__REQUEST_READ_TIMEOUT", STREAMS_READ_TIMEOUT_SETTING),
+        (
+            "TOLERABLE_SERVER__REQUEST_READ_TIMEOUT",
+            STREAMS_READ_TIMEOUT_SETTING,
+        ),
         ("TOLERABLE_SERVER__CONNECTION_IDLE_TIMEOUT", "30s"),
     ])
     .await;
@@ -267,7 +270,8 @@ async fn stalled_one_byte_chunks_are_cut_off_at_the_read_deadline_with_bounded_m
     }
     // The attack under way (not a bound: the probe's bound is the read deadline below).
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let probe = healthz_answers_during_the_attack(served.addr, started + STREAMS_READ_TIMEOUT).await;
+    let probe =
+        healthz_answers_during_the_attack(served.addr, started + STREAMS_READ_TIMEOUT).await;
     let mut chunks_sent = 0;
     for connection in connections {
         let (closed_after, status, sent) = connection
@@ -607,9 +611,12 @@ async fn a_connection_flood_past_the_cap_is_refused_while_healthz_answers() {
     let flood_lasted = started.elapsed();
     assert_eq!(response.status(), 400);
     // Closed before its idle timeout could close it: for the new one.
-    closed_within(&mut held[0], held_until.saturating_duration_since(Instant::now()))
-        .await
-        .expect("the longest idle connection was not closed for the new one");
+    closed_within(
+        &mut held[0],
+        held_until.saturating_duration_since(Instant::now()),
+    )
+    .await
+    .expect("the longest idle connection was not closed for the new one");
     let metrics = tolerable::metrics::encode(&server.state.metrics_registry);
     assert!(
         metrics.contains("tolerable_connections_closed_total{reason=\"reclaimed\"} 1"),
@@ -695,9 +702,18 @@ async fn idle_connections_past_the_open_files_limit_do_not_lock_out_healthz() {
     assert_eq!(open_after, 0, "silent connections left open");
     let metrics = served_metrics(served.addr).await;
     let closed = metric(&metrics, "tolerable_connections_refused_total")
-        + metric(&metrics, "tolerable_connections_closed_total{reason=\"idle\"}")
-        + metric(&metrics, "tolerable_connections_closed_total{reason=\"reclaimed\"}");
-    assert!(closed >= 1100.0, "{closed} closed by the server:\n{metrics}");
+        + metric(
+            &metrics,
+            "tolerable_connections_closed_total{reason=\"idle\"}",
+        )
+        + metric(
+            &metrics,
+            "tolerable_connections_closed_total{reason=\"reclaimed\"}",
+        );
+    assert!(
+        closed >= 1100.0,
+        "{closed} closed by the server:\n{metrics}"
+    );
     eprintln!(
         "open-files limit 1024, 1100 idle connections: /healthz answered in {probe:?}; server {fds} fds open, RSS {:.1} MiB (+{:.1} MiB); all closed, {closed} by the server",
         rss as f64 / 1024.0,
@@ -988,10 +1004,7 @@ async fn stalled_bodies_do_not_lock_out_the_api_servers_open_connection() {
         let response = closed_within(tls, Duration::from_secs(30)).await.unwrap();
         let text = String::from_utf8_lossy(&response);
         assert!(text.starts_with("HTTP/1.1 408"), "{text}");
-        assert!(
-            text.contains("within 2s (request_read_timeout)"),
-            "{text}"
-        );
+        assert!(text.contains("within 2s (request_read_timeout)"), "{text}");
     }
     let text = webhook::metrics_text(&server).await;
     assert_eq!(metric(&text, "tolerable_request_body_bytes"), 0.0);
@@ -1067,9 +1080,12 @@ async fn idle_keep_alive_connections_give_their_slots_to_new_admissions() {
     for (i, tls) in hoarders.iter_mut().enumerate() {
         if i < reclaimed {
             let idle_timeout_at = hoarding + Duration::from_secs(60);
-            closed_within(tls, idle_timeout_at.saturating_duration_since(Instant::now()))
-                .await
-                .unwrap_or_else(|| panic!("hoarder {i} of {reclaimed} reclaimed left open"));
+            closed_within(
+                tls,
+                idle_timeout_at.saturating_duration_since(Instant::now()),
+            )
+            .await
+            .unwrap_or_else(|| panic!("hoarder {i} of {reclaimed} reclaimed left open"));
         } else {
             tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
                 .await
