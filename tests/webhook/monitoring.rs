@@ -421,7 +421,8 @@ async fn ready_server_with_node_watch() -> (TestServer, FakeApiServer) {
     let server =
         TestServer::start_with_cluster(webhook::policy(), settings(), api.client("admintoken"))
             .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The 30 s only keep a server that never becomes ready from hanging the test.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while webhook::client()
         .get(server.url("/readyz"))
         .send()
