@@ -657,3 +657,55 @@ async fn the_lease_changes_hands_many_times_and_never_two_lead() {
     assert!(holdings >= 7, "{holdings} holdings");
     assert!(periods >= 7, "{periods} leading periods");
 }
+
+/// An accepted write by `holder` at `at` (seconds from a fixed instant), acquired at `acquired`.
+fn write_at(holder: &str, acquired: i64, at: i64) -> common::lease_api::Write {
+    let t =
+        |s: i64| (Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + s)).to_string();
+    common::lease_api::Write {
+        method: "PUT",
+        token: holder.to_owned(),
+        lease: serde_json::json!({"spec": {
+            "holderIdentity": holder,
+            "acquireTime": t(acquired),
+            "renewTime": t(at),
+            "leaseDurationSeconds": 3,
+        }}),
+    }
+}
+
+/// The checks `never_two` makes can fail: a takeover before the previous holder's lease ran
+/// out, and a replica still leading after its own lease ran out, are both refused; a takeover
+/// once it ran out is not.
+#[test]
+fn the_never_two_checks_refuse_an_overlap() {
+    let ran_out = [
+        write_at("replica-a", 0, 0),
+        write_at("replica-a", 0, 1),
+        write_at("replica-b", 4, 4),
+    ];
+    assert_eq!(holdings(&ran_out).len(), 2);
+    let early = [
+        write_at("replica-a", 0, 0),
+        write_at("replica-a", 0, 1),
+        write_at("replica-b", 3, 3),
+    ];
+    assert!(std::panic::catch_unwind(|| holdings(&early)).is_err());
+
+    let held = holdings(&ran_out);
+    let at = |s: i64| Timestamp::UNIX_EPOCH + SignedDuration::from_secs(1_800_000_000 + s);
+    let transition = |leading: bool, s: i64| Transition {
+        identity: "replica-a".into(),
+        leading,
+        at: at(s),
+        others_leading: Vec::new(),
+    };
+    leading_inside_its_holding(&transition(true, 0), Some(&transition(false, 3)), &held);
+    let late = std::panic::catch_unwind(|| {
+        leading_inside_its_holding(&transition(true, 0), Some(&transition(false, 5)), &held)
+    });
+    assert!(
+        late.is_err(),
+        "a replica leading past its lease was not refused"
+    );
+}
