@@ -347,8 +347,8 @@ async fn stream_answers(
 
 /// The connection idle timeout the stalled-body tests set: the deadline after the read timeout.
 const STREAMS_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Their read timeout, as set (the setting and its value): long enough that /healthz is asked
-/// while the attack still holds the server.
+/// The one-byte-chunks test's read timeout, as set (the setting and its value): long enough
+/// that /healthz is asked while the attack still holds the server.
 const STREAMS_READ_TIMEOUT_SETTING: &str = "5s";
 const STREAMS_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
