@@ -230,7 +230,9 @@ impl Admission {
             .pull_credentials(&request.namespace, pull_secrets, budget)
             .await;
         let budget = budget.saturating_sub(started.elapsed());
-        let lookups = self.lookup(images, (&pull, &request.namespace), budget).await;
+        let lookups = self
+            .lookup(images, (&pull, &request.namespace), budget)
+            .await;
         (lookups, pull.warnings)
     }
 
@@ -286,9 +288,12 @@ impl Admission {
                 .expect("the semaphore is never closed");
             let started = Instant::now();
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let resolve =
-                self.resolver
-                    .resolve_within(image, &pull.credentials, left.saturating_sub(margin), Some(namespace));
+            let resolve = self.resolver.resolve_within(
+                image,
+                &pull.credentials,
+                left.saturating_sub(margin),
+                Some(namespace),
+            );
             let (result, cause) = match tokio::time::timeout_at(deadline, resolve).await {
                 Ok(Ok(found)) => (Ok(found.fact.clone()), None),
                 Ok(Err(e)) => (Err(LookupFailure::from(&e)), e.cause().map(str::to_owned)),

@@ -133,7 +133,9 @@ impl GatedPods {
         let eligible = queue.entries.iter().filter(|(_, e)| {
             !e.working
                 && count(&namespaces, &e.record.namespace) < PER_NAMESPACE
-                && e.registries.iter().all(|r| count(&registries, r) < PER_REGISTRY)
+                && e.registries
+                    .iter()
+                    .all(|r| count(&registries, r) < PER_REGISTRY)
         });
         let (mut best, mut next_due): (Option<(usize, Instant, &Key)>, Option<Instant>) =
             (None, None);
@@ -292,7 +294,12 @@ async fn run(controller: Controller, gated: GatedPods, mut leader: watch::Receiv
 
 impl Controller {
     /// One look at a gated Pod; the registries its images name go into `registries`.
-    async fn work(&self, record: &GatedRecord, attempts: u32, registries: &mut Vec<String>) -> Next {
+    async fn work(
+        &self,
+        record: &GatedRecord,
+        attempts: u32,
+        registries: &mut Vec<String>,
+    ) -> Next {
         let mut stale = 0;
         loop {
             match self.try_release(record, attempts, registries).await {
@@ -604,7 +611,13 @@ mod tests {
         // Pods of three namespaces, known to name one hung registry: two are worked on at a
         // time, and a Pod that names another registry still gets its turn.
         let gated = GatedPods::default();
-        for (namespace, name) in [("a", "a1"), ("a", "a2"), ("b", "b1"), ("b", "b2"), ("c", "c1")] {
+        for (namespace, name) in [
+            ("a", "a1"),
+            ("a", "a2"),
+            ("b", "b1"),
+            ("b", "b2"),
+            ("c", "c1"),
+        ] {
             gated.seen(Seen::Gated(in_namespace(namespace, name)));
         }
         let now = Instant::now() + Duration::from_millis(1);
@@ -619,11 +632,15 @@ mod tests {
         }
         assert_eq!(naming_hung.len(), PER_REGISTRY, "{naming_hung:?}");
         gated.seen(Seen::Gated(in_namespace("d", "d1")));
-        let (other, _) = gated.take_due(Instant::now() + Duration::from_millis(1)).unwrap();
+        let (other, _) = gated
+            .take_due(Instant::now() + Duration::from_millis(1))
+            .unwrap();
         assert_eq!(other.name, "d1");
         gated.finished(&naming_hung[0], Next::After(Duration::ZERO), hung);
         assert!(
-            gated.take_due(Instant::now() + Duration::from_millis(1)).is_ok(),
+            gated
+                .take_due(Instant::now() + Duration::from_millis(1))
+                .is_ok(),
             "a turn of the registry given back"
         );
     }

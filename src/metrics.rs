@@ -284,7 +284,9 @@ impl Metrics {
         }
         for peer_class in PEER_CLASSES {
             for budget in BODY_BUDGETS {
-                let _ = self.body_refusals.get_or_create(&BodyRefusalLabels { peer_class, budget });
+                let _ = self
+                    .body_refusals
+                    .get_or_create(&BodyRefusalLabels { peer_class, budget });
             }
         }
         for reason in ["idle", "reclaimed"] {

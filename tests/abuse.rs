@@ -385,10 +385,13 @@ async fn unfinished_http2_streams_are_answered_within_the_deadline_with_bounded_
         baseline as f64 / 1024.0,
         peak as f64 / 1024.0,
     );
-    // The streams past the connection's body budget are refused at once (503, or REFUSED_STREAM
-    // past max_concurrent_streams); those within it get 408 at the read deadline.
-    let refused = statuses.get("503").unwrap_or(&0) + statuses.get("refused").unwrap_or(&0);
-    assert!(refused > 100, "{statuses:?}");
+    // Bodies are reserved as their bytes arrive (issue 34), not as declared: every stream is
+    // read as far as its bytes come (h2's flow control paces them) and, never finished, gets
+    // 408 at the read deadline — or 503 once its bytes pass the connection's body budget (its
+    // body then read on and dropped, so the client sends no DATA on a reset stream), or
+    // REFUSED_STREAM past max_concurrent_streams. Memory stays bounded either way (below).
+    let answered: usize = statuses.values().sum();
+    assert_eq!(answered, 200, "{statuses:?}");
     assert!(
         statuses
             .keys()
@@ -1318,7 +1321,8 @@ fn stalled_declared_bodies(
     let body = Bytes::from(vec![b' '; sent]);
     let tasks = (0..connections)
         .map(|_| {
-            let (stop, opened, head, body) = (stop.clone(), opened.clone(), head.clone(), body.clone());
+            let (stop, opened, head, body) =
+                (stop.clone(), opened.clone(), head.clone(), body.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let mut tls = connect(addr, b"http/1.1").await;
@@ -1364,7 +1368,10 @@ async fn stalled_bodies_declaring_3_mib_leave_the_api_servers_connection_answere
         // Every stalled body has arrived as far as it goes (the gauge holds at least 10 bytes
         // of each), so the admissions below meet the flood at its fullest.
         loop {
-            let held = metric(&served_metrics(served.addr).await, "tolerable_request_body_bytes");
+            let held = metric(
+                &served_metrics(served.addr).await,
+                "tolerable_request_body_bytes",
+            );
             if held >= (connections * sent.min(16 << 10)) as f64 {
                 break;
             }
@@ -1386,12 +1393,18 @@ async fn stalled_bodies_declaring_3_mib_leave_the_api_servers_connection_answere
     sampling.store(true, Ordering::Relaxed);
     let text = served_metrics(served.addr).await;
     assert_eq!(
-        metric(&text, "tolerable_body_refusals_total{peer_class=\"serving\",budget=\"process\"}"),
+        metric(
+            &text,
+            "tolerable_body_refusals_total{peer_class=\"serving\",budget=\"process\"}"
+        ),
         0.0,
         "{text}"
     );
     assert!(
-        metric(&text, "tolerable_body_refusals_total{peer_class=\"other\",budget=\"peer\"}") >= 1.0,
+        metric(
+            &text,
+            "tolerable_body_refusals_total{peer_class=\"other\",budget=\"peer\"}"
+        ) >= 1.0,
         "the flood that sent its bodies met its peer's share: {text}"
     );
     // The flood's connections were dropped by the client: their bodies are given back as the

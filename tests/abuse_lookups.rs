@@ -562,7 +562,9 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
         .collect();
     allowed_unchanged_naming_each(&server, &images, |image, w| {
         w.contains(&stalled(image))
-            || w.contains(&format!("{image}: not looked up: too many registry bytes in flight"))
+            || w.contains(&format!(
+                "{image}: not looked up: too many registry bytes in flight"
+            ))
     })
     .await;
     let metrics = webhook::metrics_text(&server).await;
@@ -588,7 +590,10 @@ fn in_namespace(mut review: Value, namespace: &str) -> Value {
 
 /// The manifest `repository:tag` on the plain test registry, as it serves it.
 async fn served_manifest(repository: &str, tag: &str) -> Vec<u8> {
-    let url = format!("http://{}/v2/{repository}/manifests/{tag}", registry::plain().host);
+    let url = format!(
+        "http://{}/v2/{repository}/manifests/{tag}",
+        registry::plain().host
+    );
     let response = reqwest::Client::new()
         .get(url)
         .header("accept", common::fixtures::OCI_INDEX)
@@ -638,7 +643,10 @@ async fn a_hundred_images_sharing_one_nested_index_cost_at_most_128_registry_req
     let (manifests, blobs) = registry::plain().requests_for(&repository).await;
     eprintln!("100 images over one nested index: {manifests} manifest and {blobs} blob requests");
     assert!(manifests + blobs <= 128, "{manifests} + {blobs} requests");
-    assert!(manifests >= 100, "each image's own index is read: {manifests}");
+    assert!(
+        manifests >= 100,
+        "each image's own index is read: {manifests}"
+    );
 }
 
 /// Keeps posting Pods in namespace `attacker`, each naming 8 images on `hostile` whose config

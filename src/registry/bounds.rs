@@ -455,7 +455,9 @@ impl Drop for Reservation<'_> {
         if self.bytes > 0 {
             let bounds = self.bounds;
             bounds.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-            bounds.process.give_back(bounds.holder(self.host), self.bytes);
+            bounds
+                .process
+                .give_back(bounds.holder(self.host), self.bytes);
         }
     }
 }
@@ -465,7 +467,9 @@ mod tests {
     use super::*;
 
     /// `grow_to` that must not wait: `None` when it would.
-    fn now(grow: impl std::future::Future<Output = Result<(), FetchError>>) -> Option<Result<(), FetchError>> {
+    fn now(
+        grow: impl std::future::Future<Output = Result<(), FetchError>>,
+    ) -> Option<Result<(), FetchError>> {
         use futures_util::FutureExt as _;
         grow.now_or_never()
     }
@@ -478,7 +482,10 @@ mod tests {
         let mut a = first.reservation("r.example", None);
         now(a.grow_to(4)).unwrap().unwrap();
         let mut b = first.reservation("r.example", None);
-        assert!(matches!(now(b.grow_to(3)), Some(Err(FetchError::OverLimit(_)))));
+        assert!(matches!(
+            now(b.grow_to(3)),
+            Some(Err(FetchError::OverLimit(_)))
+        ));
         now(b.grow_to(2)).unwrap().unwrap();
         assert_eq!(process.in_flight(), 6);
         // The process budget is spent before the second lookup's share: it waits for room.

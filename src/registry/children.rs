@@ -157,7 +157,9 @@ mod tests {
         .await;
         assert!(all.iter().all(|r| r.as_deref() == Ok(b"a".as_slice())));
         assert_eq!(reads.load(Ordering::Relaxed), 1);
-        let again = children.get_or_read(key("sha256:a"), read("b"), marked).await;
+        let again = children
+            .get_or_read(key("sha256:a"), read("b"), marked)
+            .await;
         assert_eq!(again.as_deref(), Ok(b"a".as_slice()), "kept");
         assert_eq!(reads.load(Ordering::Relaxed), 1);
 

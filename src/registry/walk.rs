@@ -383,7 +383,10 @@ mod tests {
 
     /// A lookup's bounds, with a process budget of its own.
     fn bounds() -> LookupBounds {
-        LookupBounds::new(Arc::new(RegistryBytes::new(REGISTRY_BYTES_BUDGET, None)), None)
+        LookupBounds::new(
+            Arc::new(RegistryBytes::new(REGISTRY_BYTES_BUDGET, None)),
+            None,
+        )
     }
 
     async fn walk_tag(source: &MemorySource) -> Result<Walked, FetchError> {

@@ -129,6 +129,9 @@ async fn read_body(
             ))
         }
         Err(_) => {
+            if let Some(refused) = reservation.refused() {
+                metrics.body_refused(serving, refused.label());
+            }
             metrics.request_refused("read_timeout");
             return Err(refuse(
                 StatusCode::REQUEST_TIMEOUT,
@@ -158,7 +161,11 @@ async fn mutate(
             return response;
         }
     };
-    let _in_flight = match take_in_flight(server, (&mut reservation, connection.has_served()), body.len()) {
+    let _in_flight = match take_in_flight(
+        server,
+        (&mut reservation, connection.has_served()),
+        body.len(),
+    ) {
         Ok(permit) => permit,
         Err(busy) => return *busy,
     };
