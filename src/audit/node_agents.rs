@@ -81,6 +81,10 @@ pub(crate) fn untolerated(tolerations: &[Toleration], taints: &[Taint]) -> Vec<S
         .collect()
 }
 
+/// The nodes of one (architecture, taints not tolerated): those without a Pod, and those whose
+/// Pod predates the taint.
+type Gap<'a> = (Vec<&'a str>, Vec<&'a str>);
+
 /// One reason per (architecture, taints not tolerated) for the tainted nodes of an
 /// architecture the images run on: where the DaemonSet has no Pod, and where its Pods only
 /// predate the taint (they are not recreated there once deleted or rolled).
@@ -90,8 +94,7 @@ pub(crate) fn missing(
     runs_on: &BTreeSet<&str>,
     nodes: &[TaintedNode],
 ) -> Vec<String> {
-    // (architecture, taints) → (nodes without a Pod, nodes whose Pod predates the taint)
-    let mut gaps: BTreeMap<(&str, Vec<String>), (Vec<&str>, Vec<&str>)> = BTreeMap::new();
+    let mut gaps: BTreeMap<(&str, Vec<String>), Gap<'_>> = BTreeMap::new();
     for node in nodes {
         let arch = node.architecture.as_str();
         if !common.iter().any(|c| c == arch) || template.architecture.is_some_and(|a| a != arch) {
