@@ -118,7 +118,10 @@ impl Seen {
     /// helps must still list).
     fn all_seen(&self) {
         for (name, code) in NOT_RECORDED {
-            assert!(self.help[*name].contains_key(code), "{name} {code}: not listed");
+            assert!(
+                self.help[*name].contains_key(code),
+                "{name} {code}: not listed"
+            );
         }
         for (name, listed) in &self.help {
             let listed: BTreeSet<u8> = listed
@@ -379,7 +382,12 @@ fn check(seen: &mut Seen, home: &Path) {
     let check = &["check"][..];
     let out = run(kubeconfig.path()).output().unwrap();
     seen.ended(check, &out, 1, "did not decide");
-    seen.ended(check, &reader_gone(&mut run(kubeconfig.path())), 141, "stopped");
+    seen.ended(
+        check,
+        &reader_gone(&mut run(kubeconfig.path())),
+        141,
+        "stopped",
+    );
     let missing = run(&home.join("no-kubeconfig")).output().unwrap();
     seen.ended(check, &missing, 2, "could not run");
 }
