@@ -206,7 +206,7 @@ async fn review_places_and_pins_as_the_webhook_does() {
     );
     std::fs::write(&file, yaml).unwrap();
     let out = common::cli::tolerable()
-        .arg("review")
+        .args(["review", "--patch"])
         .arg(&file)
         .env("TOLERABLE_POLICY__PIN_DIGESTS", "true")
         .output()
