@@ -11,7 +11,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 use crate::mutate::patch::{pointer_token, Operation, PatchValue};
-use crate::mutate::{node_architecture, same_taint, Policy, TolerationOperator};
+use crate::mutate::{node_architecture, same_taint, tolerates, Policy, TolerationOperator};
 
 /// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
 pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
@@ -381,7 +381,7 @@ pub(crate) fn agents_losing_nodes(plans: &[NodePlan], agents: &[AgentPods]) -> V
         let mut losing: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
         for plan in plans.iter().filter(|p| agent.nodes.contains(&p.node)) {
             let added: Vec<Taint> = plan.add.iter().map(TaintSpec::to_taint).collect();
-            let untolerated = crate::audit::node_agents::untolerated(&agent.tolerations, &added);
+            let untolerated = untolerated(&agent.tolerations, &added);
             if !untolerated.is_empty() {
                 losing.entry(untolerated).or_default().push(&plan.node);
             }
@@ -393,7 +393,7 @@ pub(crate) fn agents_losing_nodes(plans: &[NodePlan], agents: &[AgentPods]) -> V
                 agent.name,
                 nodes.join(", "),
                 taints.join(", "),
-                crate::audit::node_agents::REMEDY
+                REMEDY
             ));
         }
     }
@@ -404,6 +404,37 @@ pub(crate) fn agents_losing_nodes(plans: &[NodePlan], agents: &[AgentPods]) -> V
 pub(crate) fn to_json_patch(ops: &[Operation]) -> json_patch::Patch {
     let value = serde_json::to_value(ops).expect("operations serialize");
     serde_json::from_value(value).expect("our operations are a JSON Patch")
+}
+
+// What a DaemonSet's template does not tolerate (here, not in `audit`: `nodes plan` and
+// `audit` both read it, and `cluster` imports this module).
+
+/// What the reasons say to do (the template, since the controller reads only that).
+pub(crate) const REMEDY: &str = "add a toleration for it to the DaemonSet's Pod template";
+
+/// `PreferNoSchedule` only asks the scheduler; the DaemonSet controller ignores it.
+pub(crate) fn keeps_pods_off(effect: &str) -> bool {
+    matches!(effect, "NoSchedule" | "NoExecute")
+}
+
+/// `key=value:effect`, as `kubectl taint` writes it.
+pub(crate) fn taint_text(taint: &Taint) -> String {
+    format!(
+        "{}={}:{}",
+        taint.key,
+        taint.value.as_deref().unwrap_or(""),
+        taint.effect
+    )
+}
+
+/// The taints of `node` that `template` does not tolerate.
+pub(crate) fn untolerated(tolerations: &[Toleration], taints: &[Taint]) -> Vec<String> {
+    taints
+        .iter()
+        .filter(|taint| keeps_pods_off(&taint.effect))
+        .filter(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+        .map(taint_text)
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,10 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::listed_and_more;
-use crate::mutate::tolerates;
-
-/// What the reasons say to do (the template, since the controller reads only that).
-pub(crate) const REMEDY: &str = "add a toleration for it to the DaemonSet's Pod template";
+pub(crate) use crate::taints::{keeps_pods_off, untolerated, REMEDY};
 
 /// How many nodes a reason names before it says "and N more".
 const NODES_NAMED: usize = 3;
@@ -47,11 +44,6 @@ impl TaintedNode {
     }
 }
 
-/// `PreferNoSchedule` only asks the scheduler; the DaemonSet controller ignores it.
-pub(crate) fn keeps_pods_off(effect: &str) -> bool {
-    matches!(effect, "NoSchedule" | "NoExecute")
-}
-
 /// What the check reads of a DaemonSet's Pod template.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AgentTemplate<'a> {
@@ -59,26 +51,6 @@ pub(crate) struct AgentTemplate<'a> {
     /// Its `nodeSelector`'s `kubernetes.io/arch`: nodes of other architectures are left out on
     /// purpose.
     pub(crate) architecture: Option<&'a str>,
-}
-
-/// `key=value:effect`, as `kubectl taint` writes it.
-pub(crate) fn taint_text(taint: &Taint) -> String {
-    format!(
-        "{}={}:{}",
-        taint.key,
-        taint.value.as_deref().unwrap_or(""),
-        taint.effect
-    )
-}
-
-/// The taints of `node` that `template` does not tolerate.
-pub(crate) fn untolerated(tolerations: &[Toleration], taints: &[Taint]) -> Vec<String> {
-    taints
-        .iter()
-        .filter(|taint| keeps_pods_off(&taint.effect))
-        .filter(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
-        .map(taint_text)
-        .collect()
 }
 
 /// The nodes of one (architecture, taints not tolerated): those without a Pod, and those whose

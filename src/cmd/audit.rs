@@ -138,23 +138,7 @@ pub(crate) async fn run(
     }
     progress("done");
     if args.json {
-        // Written from the audits as they are (not copied into one JSON value first: on a big
-        // cluster that copy would double the report's memory).
-        #[derive(Serialize)]
-        struct Report<'a> {
-            summary: serde_json::Value,
-            workloads: &'a [WorkloadAudit],
-            gated: &'a [crate::audit::seen::GatedSeen],
-        }
-        let report = Report {
-            summary: summary_counts(&audits),
-            workloads: &audits,
-            gated: &state.gated,
-        };
-        let mut buffered = std::io::BufWriter::new(&mut *out);
-        serde_json::to_writer_pretty(&mut buffered, &report)?;
-        writeln!(buffered)?;
-        buffered.flush()?;
+        write_json(out, &audits, &state.gated)?;
     } else {
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
@@ -162,6 +146,31 @@ pub(crate) async fn run(
         write_gated(out, &state.gated)?;
     }
     Ok(crate::cli::AUDIT_DONE.into())
+}
+
+/// The report as JSON, written from the audits as they are (not copied into one JSON value
+/// first: on a big cluster that copy would double the report's memory).
+fn write_json(
+    out: &mut impl Write,
+    audits: &[WorkloadAudit],
+    gated: &[crate::audit::seen::GatedSeen],
+) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Report<'a> {
+        summary: serde_json::Value,
+        workloads: &'a [WorkloadAudit],
+        gated: &'a [crate::audit::seen::GatedSeen],
+    }
+    let report = Report {
+        summary: summary_counts(audits),
+        workloads: audits,
+        gated,
+    };
+    let mut buffered = std::io::BufWriter::new(&mut *out);
+    serde_json::to_writer_pretty(&mut buffered, &report)?;
+    writeln!(buffered)?;
+    buffered.flush()?;
+    Ok(())
 }
 
 /// The Pods held by tolerable's scheduling gate, and what each waits for (its decision

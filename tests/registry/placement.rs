@@ -212,7 +212,7 @@ async fn review_places_and_pins_as_the_webhook_does() {
         .output()
         .unwrap();
     let text = common::cli::succeeded(&out);
-    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(text.contains("\ndecision: allowed\n"), "{text}");
     assert!(
         text.contains(&format!("amd64 pulls linux/386 for {image}@{digest}")),
         "{text}"

@@ -191,10 +191,7 @@ fn a_controlled_object_keeps_no_template_and_a_pod_no_spec() {
     // Only the taints that keep a DaemonSet's Pods off are kept.
     let (name, arch, taints) = node.project().unwrap();
     assert_eq!((name.as_str(), arch.as_str()), ("n1", "arm64"));
-    let kept: Vec<String> = taints
-        .iter()
-        .map(crate::audit::node_agents::taint_text)
-        .collect();
+    let kept: Vec<String> = taints.iter().map(crate::taints::taint_text).collect();
     assert_eq!(kept, ["kubernetes.io/arch=arm64:NoSchedule"]);
 }
 
