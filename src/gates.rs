@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::admission::wire::PodObject;
 use crate::admission::Admission;
-use crate::cluster::gates::{watch_gated, GatedRecord, PatchError, PodsApi, Seen};
+use crate::cluster::gates::{watch_gated, GatedEvent, GatedRecord, PatchError, PodsApi, Seen};
 use crate::cluster::watch::{Keyed, Seen as Kind, Took, WatchStatus};
 use crate::metrics::{GateRelease, Metrics};
 use crate::mutate::gate::{self, Release};
@@ -203,7 +203,7 @@ impl GatedPods {
 
 impl Queue {
     /// Takes a watch event into the view and makes the entries follow what it changed.
-    fn take(&mut self, event: kube::runtime::watcher::Event<GatedRecord>) -> Took {
+    fn take(&mut self, event: GatedEvent) -> Took {
         let took = self
             .watched
             .take(event, |record| (watch_key(&record), Some(record)));
@@ -563,7 +563,7 @@ pub(crate) async fn release_by_hand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::watcher::Event;
+    use crate::cluster::gates::GatedEvent as Event;
 
     fn record(name: &str, uid: &str, age_secs: u64) -> GatedRecord {
         GatedRecord {

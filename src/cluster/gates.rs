@@ -114,7 +114,11 @@ impl kube::Resource for GatedPod {
 
 /// One event of the gated watch: kube-runtime's watcher event, each Pod as its record (taken
 /// into the watch primitive's store by `crate::gates`).
-pub(crate) type Seen = Result<WatchEvent<GatedRecord>, watcher::Error>;
+pub(crate) type Seen = Result<GatedEvent, watcher::Error>;
+
+/// A watch event of a gated Pod's record (named here: outside `cluster`, the library names no
+/// `kube` item).
+pub(crate) type GatedEvent = WatchEvent<GatedRecord>;
 
 /// Pods labelled `tolerable.io/gated=true` in every namespace, listed in pages then watched,
 /// re-listing and backing off on errors as kube-runtime's watcher does.

@@ -461,11 +461,12 @@ async fn stalled_config_blobs_stay_within_the_process_budget() {
     );
     let expected = ["busy", "stalled", "timeout", "throttled", "circuit_open"];
     assert!(kinds.keys().all(|k| expected.contains(k)), "{kinds:?}");
-    // Some lookups found the registry's share (or its lookup turns) spent: they waited for
-    // room and ended busy, or were throttled before reaching the bytes, depending on how the
-    // machine schedules them; how a waiter gets room is the unit test's
+    // Some lookups never held bytes: they found the registry's share (or its lookup turns)
+    // spent and waited for room (busy) or were throttled, or — on a loaded machine, where the
+    // stalls reach the lookup timeout first — met the breaker those timeouts opened; which one
+    // depends on scheduling. How a waiter gets room is the unit test's
     // (`each_host_and_namespace_holds_its_own_share_and_waiters_get_room`).
-    let refused = ["busy", "throttled"].map(|k| kinds.get(k).copied().unwrap_or(0));
+    let refused = ["busy", "throttled", "circuit_open"].map(|k| kinds.get(k).copied().unwrap_or(0));
     assert!(refused.iter().sum::<usize>() >= 1, "{kinds:?}");
     let most = most.load(Ordering::SeqCst);
     assert!(most <= 12 << 20, "{most} bytes held at once");
