@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub(crate) mod node_agents;
 pub(crate) mod seen;
 
 /// How many Pods a reason names before it says "and N more".

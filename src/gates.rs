@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use crate::admission::wire::PodObject;
 use crate::admission::Admission;
-use crate::cluster::gates::{watch_gated, GatedRecord, PatchError, PodsApi, Seen};
+use crate::cluster::gates::{watch_gated, GatedEvent, GatedRecord, PatchError, PodsApi, Seen};
+use crate::cluster::watch::{Keyed, Seen as Kind, Took, WatchStatus};
 use crate::metrics::{GateRelease, Metrics};
 use crate::mutate::gate::{self, Release};
 
@@ -57,18 +58,38 @@ struct Entry {
     registries: Vec<String>,
 }
 
-#[derive(Default)]
 struct Queue {
     entries: HashMap<Key, Entry>,
-    /// During a (re-)list: the Pods listed so far, which replace the entries when it ends.
-    listing: Option<HashMap<Key, GatedRecord>>,
+    /// The watch's view of the Pods labelled gated (the one watch primitive's store: a re-list
+    /// replaces it when it ends), which the entries follow.
+    watched: Keyed<GatedRecord>,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            watched: Keyed::new(),
+        }
+    }
 }
 
 /// The gated Pods this replica's watch sees (for the oldest-age gauge).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct GatedPods {
     queue: Arc<Mutex<Queue>>,
     changed: Arc<Notify>,
+    status: Arc<WatchStatus>,
+}
+
+impl Default for GatedPods {
+    fn default() -> Self {
+        Self {
+            queue: Arc::default(),
+            changed: Arc::default(),
+            status: Arc::new(WatchStatus::new(false)),
+        }
+    }
 }
 
 impl GatedPods {
@@ -88,31 +109,21 @@ impl GatedPods {
         Some(SystemTime::now().duration_since(oldest).unwrap_or_default())
     }
 
-    fn seen(&self, seen: Seen) {
-        let key = |r: &GatedRecord| (r.namespace.clone(), r.name.clone());
-        let mut queue = self.lock();
-        match seen {
-            Seen::Listing => queue.listing = Some(HashMap::new()),
-            Seen::Gated(record) => match &mut queue.listing {
-                Some(listing) => {
-                    listing.insert(key(&record), record);
-                }
-                None => queue.insert(key(&record), record),
-            },
-            Seen::Listed => {
-                let listed = queue.listing.take().unwrap_or_default();
-                queue.entries.retain(|k, _| listed.contains_key(k));
-                for (k, record) in listed {
-                    queue.insert(k, record);
-                }
+    /// One event of the watch: taken into the view, and the queue made to follow it (a Pod new
+    /// to the view queued due now, one gone from it dropped, the others' state kept).
+    fn seen(&self, event: Seen) {
+        let kind = Kind::of(&event);
+        let took = match event {
+            Ok(event) => self.lock().take(event),
+            Err(e) => {
+                tracing::warn!(error = %e, "gated Pod watch failed; retrying");
+                Took::Unchanged
             }
-            Seen::Gone(record) => {
-                queue.entries.remove(&key(&record));
-            }
-            Seen::Failed(why) => tracing::warn!(error = %why, "gated Pod watch failed; retrying"),
+        };
+        self.status.event(kind);
+        if took.changed() {
+            self.changed.notify_one();
         }
-        drop(queue);
-        self.changed.notify_one();
     }
 
     /// The next due Pod not being worked on, marked as worked on: of the namespaces with the
@@ -191,8 +202,42 @@ impl GatedPods {
 }
 
 impl Queue {
+    /// Takes a watch event into the view and makes the entries follow what it changed.
+    fn take(&mut self, event: GatedEvent) -> Took {
+        let took = self
+            .watched
+            .take(event, |record| (watch_key(&record), Some(record)));
+        match &took {
+            Took::Listed { .. } => {
+                let watched = self.watched.current();
+                self.entries.retain(|(namespace, name), _| {
+                    watched.contains_key(&*key_text(namespace, name))
+                });
+                let listed: Vec<GatedRecord> = watched.values().map(|r| (**r).clone()).collect();
+                for record in listed {
+                    self.insert(record);
+                }
+            }
+            Took::Changed(key) => match self.watched.current().get(key) {
+                Some(record) => {
+                    let record = GatedRecord::clone(record);
+                    self.insert(record);
+                }
+                None => {
+                    if let Some((namespace, name)) = key.split_once('/') {
+                        self.entries
+                            .remove(&(namespace.to_owned(), name.to_owned()));
+                    }
+                }
+            },
+            Took::Listing | Took::Unchanged => {}
+        }
+        took
+    }
+
     /// A Pod seen labelled gated: queued due now when new, its state kept otherwise.
-    fn insert(&mut self, key: Key, record: GatedRecord) {
+    fn insert(&mut self, record: GatedRecord) {
+        let key = (record.namespace.clone(), record.name.clone());
         let entry = self.entries.entry(key).or_insert_with(|| Entry {
             record: record.clone(),
             due: Instant::now(),
@@ -212,6 +257,15 @@ impl Queue {
             };
         }
     }
+}
+
+/// The watch's key of a gated Pod: `namespace/name`.
+fn watch_key(record: &GatedRecord) -> Arc<str> {
+    Arc::from(key_text(&record.namespace, &record.name))
+}
+
+fn key_text(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 /// What to do with a Pod after working on it.
@@ -509,6 +563,7 @@ pub(crate) async fn release_by_hand(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::gates::GatedEvent as Event;
 
     fn record(name: &str, uid: &str, age_secs: u64) -> GatedRecord {
         GatedRecord {
@@ -528,23 +583,23 @@ mod tests {
     #[test]
     fn one_entry_per_pod_and_a_new_list_replaces_them() {
         let gated = GatedPods::default();
-        gated.seen(Seen::Gated(record("a", "1", 60)));
-        gated.seen(Seen::Gated(record("a", "1", 60)));
-        gated.seen(Seen::Gated(record("b", "2", 5)));
+        gated.seen(Ok(Event::Apply(record("a", "1", 60))));
+        gated.seen(Ok(Event::Apply(record("a", "1", 60))));
+        gated.seen(Ok(Event::Apply(record("b", "2", 5))));
         assert_eq!(queued(&gated), ["a", "b"], "one entry per Pod");
         let age = gated.oldest_age().unwrap();
         assert!(age >= Duration::from_secs(60), "{age:?}");
         // A re-list (after an expired watch) without a: a is gone, b kept.
-        gated.seen(Seen::Listing);
-        gated.seen(Seen::Gated(record("b", "2", 5)));
+        gated.seen(Ok(Event::Init));
+        gated.seen(Ok(Event::InitApply(record("b", "2", 5))));
         assert_eq!(
             queued(&gated),
             ["a", "b"],
             "replaced only when the list ends"
         );
-        gated.seen(Seen::Listed);
+        gated.seen(Ok(Event::InitDone));
         assert_eq!(queued(&gated), ["b"]);
-        gated.seen(Seen::Gone(record("b", "2", 5)));
+        gated.seen(Ok(Event::Delete(record("b", "2", 5))));
         assert!(queued(&gated).is_empty());
         assert_eq!(gated.oldest_age(), None);
     }
@@ -552,7 +607,7 @@ mod tests {
     #[test]
     fn a_due_pod_is_taken_once_and_backs_off() {
         let gated = GatedPods::default();
-        gated.seen(Seen::Gated(record("a", "1", 1)));
+        gated.seen(Ok(Event::Apply(record("a", "1", 1))));
         let now = Instant::now();
         let (taken, attempts) = gated.take_due(now).unwrap();
         assert_eq!((taken.name.as_str(), attempts), ("a", 0));
@@ -568,7 +623,7 @@ mod tests {
         assert_eq!(gated.lock().entries.values().next().unwrap().attempts, 1);
         // Created again under its name while worked on: the new Pod stays queued.
         let (taken, _) = gated.take_due(due).unwrap();
-        gated.seen(Seen::Gated(record("a", "2", 0)));
+        gated.seen(Ok(Event::Apply(record("a", "2", 0))));
         gated.finished(&taken, Next::Done, Vec::new());
         assert_eq!(queued(&gated), ["a"]);
         let (new, attempts) = gated.take_due(Instant::now()).expect("the new Pod is due");
@@ -591,7 +646,7 @@ mod tests {
     fn turns_are_fair_across_namespaces_and_bounded_per_registry() {
         let gated = GatedPods::default();
         for i in 0..20 {
-            gated.seen(Seen::Gated(in_namespace("flood", &format!("f{i}"))));
+            gated.seen(Ok(Event::Apply(in_namespace("flood", &format!("f{i}")))));
         }
         let now = Instant::now() + Duration::from_millis(1);
         let mut taken = Vec::new();
@@ -599,8 +654,8 @@ mod tests {
             taken.push(record);
         }
         assert_eq!(taken.len(), PER_NAMESPACE, "one namespace, half the turns");
-        gated.seen(Seen::Gated(in_namespace("victim", "v1")));
-        gated.seen(Seen::Gated(in_namespace("other", "o1")));
+        gated.seen(Ok(Event::Apply(in_namespace("victim", "v1"))));
+        gated.seen(Ok(Event::Apply(in_namespace("other", "o1"))));
         let now = Instant::now() + Duration::from_millis(1);
         let (first, _) = gated.take_due(now).unwrap();
         let (second, _) = gated.take_due(now).unwrap();
@@ -618,7 +673,7 @@ mod tests {
             ("b", "b2"),
             ("c", "c1"),
         ] {
-            gated.seen(Seen::Gated(in_namespace(namespace, name)));
+            gated.seen(Ok(Event::Apply(in_namespace(namespace, name))));
         }
         let now = Instant::now() + Duration::from_millis(1);
         let hung = vec!["hung.example".to_owned()];
@@ -631,7 +686,7 @@ mod tests {
             naming_hung.push(record);
         }
         assert_eq!(naming_hung.len(), PER_REGISTRY, "{naming_hung:?}");
-        gated.seen(Seen::Gated(in_namespace("d", "d1")));
+        gated.seen(Ok(Event::Apply(in_namespace("d", "d1"))));
         let (other, _) = gated
             .take_due(Instant::now() + Duration::from_millis(1))
             .unwrap();

@@ -111,6 +111,22 @@ struct Server {
     slots: Arc<Slots>,
 }
 
+impl Server {
+    /// A new connection's state, with its body budget and its peer's share of the process's.
+    fn connection_state(
+        &self,
+        track_heads: bool,
+        peer: std::net::IpAddr,
+        slot: Option<slots::SlotHandle>,
+    ) -> Arc<ConnectionState> {
+        let budgets = (
+            body::CONNECTION_BODY_BUDGET,
+            self.app.load.bodies.peer(peer),
+        );
+        ConnectionState::new(track_heads, budgets, peer, slot)
+    }
+}
+
 /// Raises the soft limit on open files to the hard limit, as Go's runtime does at start: the
 /// usual soft limit of 1024 would cap connections far below `max_connections`. Returns the soft
 /// limit now in force (`None`: unlimited).
@@ -358,11 +374,7 @@ async fn serve_connection(
         return;
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-    let budgets = (
-        body::CONNECTION_BODY_BUDGET,
-        server.app.load.bodies.peer(peer.ip()),
-    );
-    let state = ConnectionState::new(!h2, budgets, peer.ip(), slot);
+    let state = server.connection_state(!h2, peer.ip(), slot);
     let io = TokioIo::new(Tracked::new(stream, state.clone()));
     let service = {
         let (server, state) = (server.clone(), state.clone());

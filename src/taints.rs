@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 use crate::mutate::patch::{pointer_token, Operation, PatchValue};
-use crate::mutate::{node_architecture, same_taint, Policy, TolerationOperator};
+use crate::mutate::{node_architecture, same_taint, tolerates, Policy, TolerationOperator};
 
 /// Node annotation listing the taints tolerable manages on it (`key=value:effect`, comma-separated).
 pub const MANAGED_ANNOTATION: &str = "tolerable.io/managed-taints";
@@ -361,10 +361,80 @@ pub(crate) fn patch_for(node: &Node, plan: &NodePlan) -> Vec<Operation> {
     ops
 }
 
+/// A DaemonSet as `nodes plan` checks it: `namespace/name`, its template's tolerations and the
+/// nodes its Pods run on.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AgentPods {
+    pub(crate) name: String,
+    pub(crate) tolerations: Vec<Toleration>,
+    pub(crate) nodes: BTreeSet<String>,
+}
+
+/// The DaemonSets whose Pods run on nodes the plans would taint with a taint their template
+/// does not tolerate, one line each: the running Pod stays under `NoSchedule` (`NoExecute`
+/// evicts it), but the DaemonSet's controller does not recreate it there once it is deleted or
+/// the DaemonSet rolls, nor give a node that joins the pool one.
+pub(crate) fn agents_losing_nodes(plans: &[NodePlan], agents: &[AgentPods]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for agent in agents {
+        // taints not tolerated → the nodes they would be added to
+        let mut losing: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
+        for plan in plans.iter().filter(|p| agent.nodes.contains(&p.node)) {
+            let added: Vec<Taint> = plan.add.iter().map(TaintSpec::to_taint).collect();
+            let untolerated = untolerated(&agent.tolerations, &added);
+            if !untolerated.is_empty() {
+                losing.entry(untolerated).or_default().push(&plan.node);
+            }
+        }
+        for (taints, nodes) in losing {
+            lines.push(format!(
+                "DaemonSet {}: its Pods on {} would not come back once tainted: its template does \
+                 not tolerate {}; {} before tainting",
+                agent.name,
+                nodes.join(", "),
+                taints.join(", "),
+                REMEDY
+            ));
+        }
+    }
+    lines
+}
+
 /// `ops` as the `json-patch` crate's type (what the Kubernetes client sends).
 pub(crate) fn to_json_patch(ops: &[Operation]) -> json_patch::Patch {
     let value = serde_json::to_value(ops).expect("operations serialize");
     serde_json::from_value(value).expect("our operations are a JSON Patch")
+}
+
+// What a DaemonSet's template does not tolerate (here, not in `audit`: `nodes plan` and
+// `audit` both read it, and `cluster` imports this module).
+
+/// What the reasons say to do (the template, since the controller reads only that).
+pub(crate) const REMEDY: &str = "add a toleration for it to the DaemonSet's Pod template";
+
+/// `PreferNoSchedule` only asks the scheduler; the DaemonSet controller ignores it.
+pub(crate) fn keeps_pods_off(effect: &str) -> bool {
+    matches!(effect, "NoSchedule" | "NoExecute")
+}
+
+/// `key=value:effect`, as `kubectl taint` writes it.
+pub(crate) fn taint_text(taint: &Taint) -> String {
+    format!(
+        "{}={}:{}",
+        taint.key,
+        taint.value.as_deref().unwrap_or(""),
+        taint.effect
+    )
+}
+
+/// The taints of `node` that `template` does not tolerate.
+pub(crate) fn untolerated(tolerations: &[Toleration], taints: &[Taint]) -> Vec<String> {
+    taints
+        .iter()
+        .filter(|taint| keeps_pods_off(&taint.effect))
+        .filter(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+        .map(taint_text)
+        .collect()
 }
 
 #[cfg(test)]
@@ -589,6 +659,42 @@ mod tests {
         assert_eq!(
             plan_taint(&arm, &p).add[0].to_string(),
             "arm64=true:NoSchedule"
+        );
+    }
+
+    #[test]
+    fn daemonsets_on_nodes_about_to_be_tainted_are_named_unless_they_tolerate_it() {
+        // arm64 is the default pool here: amd-1 and bare-1 (amd64) would be tainted.
+        let p = TaintPolicy {
+            default_architectures: BTreeSet::from(["arm64".to_owned()]),
+            supported_architectures: BTreeSet::from(["amd64".to_owned()]),
+            ..policy()
+        };
+        let plans: Vec<NodePlan> = nodes().iter().map(|n| plan_taint(n, &p)).collect();
+        let on = |nodes: &[&str]| nodes.iter().map(|n| (*n).to_owned()).collect();
+        let exporter = AgentPods {
+            name: "monitoring/node-exporter".into(),
+            tolerations: Vec::new(),
+            nodes: on(&["amd-1", "arm-1", "bare-1"]),
+        };
+        let tolerating = AgentPods {
+            name: "logging/fluent-bit".into(),
+            tolerations: serde_json::from_value(json!([
+                {"key": ARCH_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+            ]))
+            .unwrap(),
+            nodes: on(&["amd-1", "arm-1"]),
+        };
+        let elsewhere = AgentPods {
+            name: "kube-system/arm-only".into(),
+            nodes: on(&["arm-1"]),
+            ..AgentPods::default()
+        };
+        assert_eq!(
+            agents_losing_nodes(&plans, &[exporter, tolerating, elsewhere]),
+            ["DaemonSet monitoring/node-exporter: its Pods on amd-1, bare-1 would not come back \
+              once tainted: its template does not tolerate kubernetes.io/arch=amd64:NoSchedule; \
+              add a toleration for it to the DaemonSet's Pod template before tainting"]
         );
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -123,10 +124,18 @@ struct PodSpecSeen {
     node_name: Option<String>,
 }
 
-/// A Node list item: its name and architecture label, nothing else kept while reading.
+/// A Node list item: its name, architecture label and taints, nothing else kept while reading.
 #[derive(Debug, Deserialize)]
 pub(crate) struct NodeItem {
     metadata: NodeMeta,
+    #[serde(default)]
+    spec: NodeSpecSeen,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NodeSpecSeen {
+    #[serde(default)]
+    taints: Vec<Taint>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,10 +152,17 @@ struct NodeLabels {
     arch: Option<String>,
 }
 
+/// A node's name, architecture and the taints that keep Pods off it (`NoSchedule`,
+/// `NoExecute`: what decides where a DaemonSet's controller puts Pods).
+pub(crate) type NodeSeen = (String, String, Vec<Taint>);
+
 impl NodeItem {
-    /// `(name, architecture)`; `None` for a node without the architecture label.
-    pub(crate) fn project(self) -> Option<(String, String)> {
-        Some((self.metadata.name, self.metadata.labels.arch?))
+    /// `None` for a node without the architecture label.
+    pub(crate) fn project(self) -> Option<NodeSeen> {
+        let arch = self.metadata.labels.arch?;
+        let mut taints = self.spec.taints;
+        taints.retain(|t| super::node_agents::keeps_pods_off(&t.effect));
+        Some((self.metadata.name, arch, taints))
     }
 }
 
@@ -366,6 +382,8 @@ pub(crate) struct Listed {
     pub(crate) selected_pods: Option<HashSet<String>>,
     /// Node name → architecture.
     pub(crate) nodes: HashMap<String, String>,
+    /// The nodes with taints that keep Pods off.
+    pub(crate) tainted: Vec<NodeSeen>,
 }
 
 impl Listed {
@@ -453,6 +471,8 @@ pub(crate) struct ClusterState {
     running: HashMap<WorkloadKey, Vec<Placed>>,
     /// Pods held by tolerable's scheduling gate (of the listed workloads, or chosen).
     pub(crate) gated: Vec<GatedSeen>,
+    /// The nodes with taints that keep Pods off (for the node agents' check).
+    pub(crate) tainted: Vec<NodeSeen>,
 }
 
 impl ClusterState {
@@ -493,6 +513,7 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
         pods,
         selected_pods,
         nodes,
+        tainted,
     } = listed;
     let listed_owners = Listed {
         workloads: objects,
@@ -552,6 +573,7 @@ pub(crate) fn assemble(listed: Listed) -> ClusterState {
     for seen in &mut state.workloads {
         seen.owner = owned.remove(&seen.key);
     }
+    state.tainted = tainted;
     state
 }
 
@@ -595,6 +617,7 @@ fn finish(
         images,
         running,
         gated: Vec::new(),
+        tainted: Vec::new(),
     }
 }
 

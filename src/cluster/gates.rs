@@ -112,20 +112,13 @@ impl kube::Resource for GatedPod {
     }
 }
 
-/// What the gated watch reports.
-#[derive(Debug)]
-pub(crate) enum Seen {
-    /// A list starts again (after a start or an expired watch): the records that follow until
-    /// [`Seen::Listed`] are all there are.
-    Listing,
-    Listed,
-    /// A Pod labelled gated (listed, added or changed).
-    Gated(GatedRecord),
-    /// Deleted, or no longer labelled gated.
-    Gone(GatedRecord),
-    /// The watch failed; it backs off and lists again.
-    Failed(String),
-}
+/// One event of the gated watch: kube-runtime's watcher event, each Pod as its record (taken
+/// into the watch primitive's store by `crate::gates`).
+pub(crate) type Seen = Result<GatedEvent, watcher::Error>;
+
+/// A watch event of a gated Pod's record (named here: outside `cluster`, the library names no
+/// `kube` item).
+pub(crate) type GatedEvent = WatchEvent<GatedRecord>;
 
 /// Pods labelled `tolerable.io/gated=true` in every namespace, listed in pages then watched,
 /// re-listing and backing off on errors as kube-runtime's watcher does.
@@ -134,15 +127,15 @@ pub(crate) fn watch_gated(client: kube::Client) -> impl Stream<Item = Seen> {
     let config = watcher::Config::default()
         .labels(&format!("{GATED_LABEL}={GATED}"))
         .page_size(LIST_PAGE);
-    watcher(api, config)
-        .default_backoff()
-        .map(|event| match event {
-            Ok(WatchEvent::Init) => Seen::Listing,
-            Ok(WatchEvent::InitDone) => Seen::Listed,
-            Ok(WatchEvent::InitApply(pod) | WatchEvent::Apply(pod)) => Seen::Gated(pod.record()),
-            Ok(WatchEvent::Delete(pod)) => Seen::Gone(pod.record()),
-            Err(e) => Seen::Failed(e.to_string()),
+    watcher(api, config).default_backoff().map(|event| {
+        event.map(|event| match event {
+            WatchEvent::Init => WatchEvent::Init,
+            WatchEvent::InitApply(pod) => WatchEvent::InitApply(pod.record()),
+            WatchEvent::InitDone => WatchEvent::InitDone,
+            WatchEvent::Apply(pod) => WatchEvent::Apply(pod.record()),
+            WatchEvent::Delete(pod) => WatchEvent::Delete(pod.record()),
         })
+    })
 }
 
 /// A Pod labelled `tolerable.io/gated` (either value), as `tolerable gates list` shows it.

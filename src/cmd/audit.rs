@@ -6,18 +6,21 @@
 mod read;
 mod requests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::Toleration;
 use serde::Serialize;
 
 use crate::admission::{
     Admission, PodAnswer, Verification, VerifiedImages, WorkloadAnswer, WORKLOADS_AT_ONCE,
 };
+use crate::audit::node_agents::{self, AgentTemplate, TaintedNode};
+use crate::audit::seen::NodeSeen;
 use crate::audit::{judge, Known, Placed, Status};
 use crate::cli::AuditArgs;
 use crate::cluster::namespaces::NamespacePolicies;
@@ -56,6 +59,10 @@ struct WorkloadAudit {
     /// With `--verify`: images that could not be verified, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     unverified: Option<Vec<String>>,
+    /// A DaemonSet's: the tainted nodes of an architecture its images run on that it has no
+    /// Pod on (or Pods that only predate the taint), and what to do; empty when none.
+    #[serde(rename = "nodeAgent", skip_serializing_if = "Option::is_none")]
+    node_agent: Option<Vec<String>>,
 }
 
 /// What `--verify` found for one workload's images.
@@ -103,6 +110,7 @@ pub(crate) async fn run(
     }
     let admission = admission.with_cluster(Arc::new(Cluster::new(client)));
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
+    let tainted = tainted_nodes(&state.tainted, &config.policy);
     // With --verify: each image checked once, whichever workloads name it.
     let verify = args.verify.then(VerifiedImages::default);
     let mut audits = Vec::with_capacity(state.workloads.len());
@@ -112,7 +120,7 @@ pub(crate) async fn run(
         Some(audit(
             &admission,
             (workload, seen.replicas, seen.owner.clone()),
-            running,
+            (running, &tainted),
             budget,
             verify.as_ref(),
         ))
@@ -130,29 +138,39 @@ pub(crate) async fn run(
     }
     progress("done");
     if args.json {
-        // Written from the audits as they are (not copied into one JSON value first: on a big
-        // cluster that copy would double the report's memory).
-        #[derive(Serialize)]
-        struct Report<'a> {
-            summary: serde_json::Value,
-            workloads: &'a [WorkloadAudit],
-            gated: &'a [crate::audit::seen::GatedSeen],
-        }
-        let report = Report {
-            summary: summary_counts(&audits),
-            workloads: &audits,
-            gated: &state.gated,
-        };
-        let mut buffered = std::io::BufWriter::new(&mut *out);
-        serde_json::to_writer_pretty(&mut buffered, &report)?;
-        writeln!(buffered)?;
-        buffered.flush()?;
+        write_json(out, &audits, &state.gated)?;
     } else {
         write_table(out, &audits)?;
         writeln!(out, "{}", summary_line(&audits))?;
+        write_node_agents(out, &audits)?;
         write_gated(out, &state.gated)?;
     }
     Ok(crate::cli::AUDIT_DONE.into())
+}
+
+/// The report as JSON, written from the audits as they are (not copied into one JSON value
+/// first: on a big cluster that copy would double the report's memory).
+fn write_json(
+    out: &mut impl Write,
+    audits: &[WorkloadAudit],
+    gated: &[crate::audit::seen::GatedSeen],
+) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Report<'a> {
+        summary: serde_json::Value,
+        workloads: &'a [WorkloadAudit],
+        gated: &'a [crate::audit::seen::GatedSeen],
+    }
+    let report = Report {
+        summary: summary_counts(audits),
+        workloads: audits,
+        gated,
+    };
+    let mut buffered = std::io::BufWriter::new(&mut *out);
+    serde_json::to_writer_pretty(&mut buffered, &report)?;
+    writeln!(buffered)?;
+    buffered.flush()?;
+    Ok(())
 }
 
 /// The Pods held by tolerable's scheduling gate, and what each waits for (its decision
@@ -217,7 +235,7 @@ fn progress(text: &str) {
 async fn audit(
     admission: &Admission,
     (workload, replicas, owner): (Workload, u32, Option<String>),
-    running: &[Placed],
+    (running, tainted): (&[Placed], &[TaintedNode]),
     budget: Duration,
     verify: Option<&VerifiedImages>,
 ) -> WorkloadAudit {
@@ -246,6 +264,8 @@ async fn audit(
         .cloned()
         .collect();
     let known = known(&answered, common, running, pools);
+    let node_agent = (workload.kind == "DaemonSet")
+        .then(|| node_agent_gaps(&workload.pod, known.common.as_deref(), running, tainted));
     let (status, mut reasons) = judge(&known);
     if let Some(verified) = &verified {
         reasons.extend(verified.mislabelled.iter().cloned());
@@ -281,7 +301,66 @@ async fn audit(
         requests: Requests::of_template(&workload.pod).times(replicas),
         mislabelled: verified.as_ref().map(|v| v.mislabelled.clone()),
         unverified: verified.map(|v| v.unverified),
+        node_agent,
     }
+}
+
+/// The listed nodes with an architecture taint of the policy's keys (what the node agents'
+/// check looks at).
+fn tainted_nodes(nodes: &[NodeSeen], policy: &Policy) -> Vec<TaintedNode> {
+    let keys = policy.taint_keys();
+    nodes
+        .iter()
+        .filter_map(|(name, arch, taints)| {
+            TaintedNode::of(name.clone(), arch.clone(), taints.clone(), &keys)
+        })
+        .collect()
+}
+
+/// A DaemonSet's gaps on the tainted pools ([`node_agents::missing`]), from its Pod template
+/// (tolerations, the nodeSelector's architecture); none while its images are unknown.
+fn node_agent_gaps(
+    pod: &serde_json::Value,
+    common: Option<&[String]>,
+    running: &[Placed],
+    tainted: &[TaintedNode],
+) -> Vec<String> {
+    let Some(common) = common else {
+        return Vec::new();
+    };
+    let spec = &pod["spec"];
+    let tolerations: Vec<Toleration> =
+        serde_json::from_value(spec["tolerations"].clone()).unwrap_or_default();
+    let template = AgentTemplate {
+        tolerations: &tolerations,
+        architecture: spec["nodeSelector"][crate::mutate::ARCH_LABEL].as_str(),
+    };
+    let runs_on: BTreeSet<&str> = running.iter().map(|p| p.node.as_str()).collect();
+    node_agents::missing(template, common, &runs_on, tainted)
+}
+
+/// The DaemonSets missing from tainted nodes their images run on, after the table; nothing
+/// when there are none.
+fn write_node_agents(out: &mut impl Write, audits: &[WorkloadAudit]) -> std::io::Result<()> {
+    let gaps: Vec<(String, &Vec<String>)> = audits
+        .iter()
+        .filter_map(|a| Some((label(a), a.node_agent.as_ref().filter(|g| !g.is_empty())?)))
+        .collect();
+    if gaps.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\n{} DaemonSets missing from tainted nodes their images run on (their controller creates \
+         no Pod where the template does not tolerate a taint):",
+        gaps.len()
+    )?;
+    for (label, reasons) in gaps {
+        for reason in reasons {
+            writeln!(out, "  {label}  {reason}")?;
+        }
+    }
+    Ok(())
 }
 
 /// `mislabelled image: the index says linux/arm64, its config linux/amd64`, the architectures

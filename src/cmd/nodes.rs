@@ -1,5 +1,7 @@
 //! `tolerable nodes plan | taint | untaint`: the taints that keep single-architecture Pods off the
-//! wrong nodes.
+//! wrong nodes; `plan` also names the DaemonSets a new taint would take off its nodes.
+
+mod agents;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -37,6 +39,9 @@ pub(crate) async fn run(
     policy.force = matches!(command, NodesCommand::Taint { force: true });
     let plans = reconcile_taints(&client, &policy, action).await?;
     print_plans(&plans, action, out)?;
+    if action == TaintAction::Plan && plans.iter().any(|p| !p.add.is_empty()) {
+        print_node_agents(&client, &plans, out).await?;
+    }
     let changes = plans.iter().any(NodePlan::changes);
     Ok(match action {
         TaintAction::Plan if changes => NODES_WOULD_CHANGE,
@@ -70,6 +75,35 @@ fn print_plans(
             });
         }
         writeln!(out, "{:<24} {:<8} {}", plan.node, arch, what.join("; "))?;
+    }
+    Ok(())
+}
+
+/// The DaemonSets that would lose their Pods on the nodes to be tainted, after the plans; when
+/// they cannot be listed (no RBAC to list DaemonSets and Pods), a warning saying so: the plan
+/// stands without them.
+async fn print_node_agents(
+    client: &kube::Client,
+    plans: &[NodePlan],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    match agents::daemonsets(client).await {
+        Ok(daemonsets) => {
+            let losing = crate::taints::agents_losing_nodes(plans, &daemonsets);
+            if !losing.is_empty() {
+                writeln!(out, "\nDaemonSets that would lose their Pods there:")?;
+            }
+            for line in losing {
+                writeln!(out, "  {line}")?;
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "warning: DaemonSets not checked ({e:#}): a DaemonSet whose template does not \
+                 tolerate a new taint gets no Pod on those nodes once its Pods there are gone"
+            );
+        }
     }
     Ok(())
 }

@@ -336,7 +336,8 @@ impl ManifestSource for HostSource<'_> {
                 Ok(body)
             });
             let key = self.child_key(repository, reference, false);
-            let body = self.client.children.get_or_read(key, read).await?;
+            let marked = (self.bounds, shown_reference(reference));
+            let body = self.client.children.get_or_read(key, read, marked).await?;
             return Ok((body, reference.to_owned()));
         }
         let (body, headers) = self.get_manifest(repository, reference).await?;
@@ -362,7 +363,8 @@ impl ManifestSource for HostSource<'_> {
             Ok(body)
         });
         let key = self.child_key(repository, digest, true);
-        self.client.children.get_or_read(key, read).await
+        let marked = (self.bounds, shown_reference(digest));
+        self.client.children.get_or_read(key, read, marked).await
     }
 }
 

@@ -167,6 +167,8 @@ pub(crate) struct Reservation {
     bytes: usize,
     /// Of `bytes`, those drawn from the reserve (not from the peer's share and the open part).
     from_reserve: usize,
+    /// The budget that last refused it, if one did.
+    refused: Option<Refused>,
 }
 
 impl Reservation {
@@ -183,7 +185,14 @@ impl Reservation {
             serving,
             bytes: 0,
             from_reserve: 0,
+            refused: None,
         }
+    }
+
+    /// The budget that refused it, if one did (a body refused and then read to its end, or cut
+    /// off by the deadline meanwhile, still counts as refused).
+    pub(crate) fn refused(&self) -> Option<Refused> {
+        self.refused
     }
 
     /// Raises the reservation to `total` bytes; which budget refused (and nothing taken) when
@@ -211,6 +220,7 @@ impl Reservation {
             return Ok(());
         }
         self.connection.give_back(extra);
+        self.refused = Some(refused);
         Err(refused)
     }
 

@@ -129,6 +129,9 @@ async fn read_body(
             ))
         }
         Err(_) => {
+            if let Some(refused) = reservation.refused() {
+                metrics.body_refused(serving, refused.label());
+            }
             metrics.request_refused("read_timeout");
             return Err(refuse(
                 StatusCode::REQUEST_TIMEOUT,

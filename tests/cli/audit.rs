@@ -469,3 +469,37 @@ fn a_namespace_preference_is_in_what_would_be_added() {
         .iter()
         .any(|r| r.starts_with("/api/v1/namespaces?")));
 }
+
+/// The recorded DaemonSet team-b/agent tolerates every `kubernetes.io/arch` taint and has a Pod
+/// on each node; with its image for amd64, arm/v7 and arm64 (pushed so to a registry of its
+/// own), the tainted arm64 nodes its images run on all have its Pod: its `nodeAgent` is empty
+/// and the table has no DaemonSet section. (The recording holds no DaemonSet that lacks a
+/// toleration: `src/audit/node_agents.rs`'s tests check that case on real objects.)
+#[test]
+fn a_daemonset_that_tolerates_the_pools_is_missing_from_none_of_their_nodes() {
+    let own = registry::Registry::start(Mode::Plain);
+    common::block_on_own_thread({
+        let host = own.host.clone();
+        async move {
+            let pusher = Pusher::for_mode(&host, Mode::Plain);
+            pusher.push("team-b/agent", "multiarch-oci", "3").await;
+        }
+    });
+    let api = WorkloadsApi::start(&own.host);
+    let env = [("TOLERABLE_REGISTRY__INSECURE", own.host.as_str())];
+    let report = report(&audit_with(&api, "admintoken", &["--json"], &env));
+    let agent = workload(&report, "DaemonSet", "agent");
+    assert_eq!(
+        agent["architectures"],
+        serde_json::json!(["amd64", "arm", "arm64"]),
+        "{agent:#}"
+    );
+    assert_eq!(agent["nodeAgent"], serde_json::json!([]), "{agent:#}");
+    // Only DaemonSets are checked.
+    assert!(workload(&report, "Deployment", "web")
+        .get("nodeAgent")
+        .is_none());
+    let table = audit_with(&api, "admintoken", &[], &env);
+    let text = succeeded(&table);
+    assert!(!text.contains("DaemonSets missing"), "{text}");
+}

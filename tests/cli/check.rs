@@ -16,7 +16,7 @@ use hyper::StatusCode;
 
 /// What the fake answers a Pod create with, and whether the webhook configuration exists.
 #[derive(Clone, Copy)]
-enum Cluster {
+pub(crate) enum Cluster {
     /// 201, the Pod without tolerable's annotation (pod-create-nopatchtype-ignore).
     PatchDropped { registered: bool },
     /// 500, "failed calling webhook" (pod-create-nopatchtype).
@@ -32,7 +32,7 @@ fn recording(name: &str) -> String {
 
 /// The fake API server: a dry-run Pod create in any namespace, the webhook configuration
 /// `tolerable`; anything else 404. Records each request's method, path and query.
-fn start(cluster: Cluster, requests: Arc<Mutex<Vec<String>>>) -> u16 {
+pub(crate) fn start(cluster: Cluster, requests: Arc<Mutex<Vec<String>>>) -> u16 {
     common::serve(
         Some(api_tls()),
         move |req: hyper::Request<hyper::body::Incoming>| {

@@ -200,6 +200,13 @@ fn the_cli_plans_refuses_and_forces() {
             .any(|l| l.starts_with("arm-1") && l.contains("no change")),
         "{text}"
     );
+    // This fake has no DaemonSets recorded (it answers their list 501): the plan stands, and
+    // says what it could not check.
+    let stderr = String::from_utf8_lossy(&plan.stderr);
+    assert!(
+        stderr.contains("warning: DaemonSets not checked"),
+        "{stderr}"
+    );
 
     api.set_webhook_registered(false);
     let refused = run(&["taint"]);
@@ -359,4 +366,66 @@ async fn manage_node_taints_leaves_an_architecture_nobody_tolerates_alone() {
             .any(|r| r.starts_with("/api/v1/nodes/")),
         "no node was read whole or patched"
     );
+}
+
+/// `nodes plan` against the fake serving the recorded workloads (`tests/data/kube-api/workloads/`):
+/// with an arm64 taint of another key (`arm64=true:NoSchedule`), the recorded DaemonSet
+/// team-b/agent, whose template tolerates only `kubernetes.io/arch`, is named for its Pods on the
+/// two arm64 nodes, with what to do; its Pods elsewhere are not.
+#[test]
+fn nodes_plan_names_the_daemonset_a_new_taint_would_take_off_its_nodes() {
+    // The image host is never asked: `nodes plan` looks no image up.
+    let api = common::workloads_api::WorkloadsApi::start("127.0.0.1:9");
+    let kubeconfig = api.kubeconfig("admintoken");
+    let run = |env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_tolerable"))
+            .args(["nodes", "plan", "--kubeconfig"])
+            .arg(kubeconfig.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
+            .envs(env.iter().copied())
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap()
+    };
+    let plan = run(&[(
+        "TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64",
+        "arm64=true:NoSchedule",
+    )]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    let stderr = String::from_utf8_lossy(&plan.stderr);
+    assert_eq!(plan.status.code(), Some(1), "{text}{stderr}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("arm-1") && l.contains("would add arm64=true:NoSchedule")),
+        "{text}"
+    );
+    let agents: Vec<&str> = text.lines().filter(|l| l.contains("DaemonSet ")).collect();
+    assert_eq!(
+        agents,
+        [
+            "  DaemonSet team-b/agent: its Pods on arm-1, arm-2 would not come back once tainted: \
+          its template does not tolerate arm64=true:NoSchedule; add a toleration for it to the \
+          DaemonSet's Pod template before tainting"
+        ],
+        "{text}{stderr}"
+    );
+    assert!(!stderr.contains("not checked"), "{stderr}");
+    for listed in [
+        "/apis/apps/v1/daemonsets?&limit=500",
+        "/api/v1/pods?&limit=500",
+    ] {
+        assert!(
+            api.requests().iter().any(|r| r == listed),
+            "{:?}",
+            api.requests()
+        );
+    }
+
+    // The default key: the recorded arm64 nodes carry it already, nothing would be added, and
+    // no DaemonSet is listed at all.
+    let plan = run(&[]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(!text.contains("DaemonSet"), "{text}");
 }

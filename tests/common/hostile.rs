@@ -254,6 +254,9 @@ impl Documents {
         if self.stalled.iter().any(|d| d == reference) {
             return stalled();
         }
+        if let Some(answer) = own_stalled_config(rest, reference) {
+            return answer;
+        }
         let digest = match self.by_digest.contains_key(reference) {
             true => Some(reference.to_owned()),
             false if rest.contains("/manifests/") => self
@@ -272,6 +275,31 @@ impl Documents {
         headers.insert("docker-content-digest", document.digest().parse().unwrap());
         response
     }
+}
+
+/// `evil/stallown*`: each repository an image of its own whose config blob (its own digest)
+/// stalls — what an attacker re-posting fresh tags serves, so no two lookups share a blob.
+fn own_stalled_config(rest: &str, reference: &str) -> Option<hyper::Response<Body>> {
+    let (repository, kind) = rest
+        .split_once("/manifests/")
+        .map(|(repository, _)| (repository, "manifests"))
+        .or_else(|| rest.split_once("/blobs/").map(|(r, _)| (r, "blobs")))?;
+    if !repository.starts_with("evil/stallown") {
+        return None;
+    }
+    let config_digest = sha256(format!("stalled config of {repository}").as_bytes());
+    if kind == "blobs" {
+        return Some(match reference == config_digest {
+            true => stalled(),
+            false => not_found(),
+        });
+    }
+    let document = image(&config_digest, STALLED_BODY_BYTES);
+    let mut response = hyper::Response::new(Full::new(document.body.clone()).boxed_unsync());
+    let headers = response.headers_mut();
+    headers.insert("content-type", document.media_type.parse().unwrap());
+    headers.insert("docker-content-digest", document.digest().parse().unwrap());
+    Some(response)
 }
 
 /// The digest of the config blob of `evil/stallcfg*`, whose body stalls.

@@ -1278,3 +1278,51 @@ fn the_priority_class_comes_with_its_quota() {
     let replicas = deployment["spec"]["replicas"].as_u64().unwrap();
     assert!(pods > replicas + 1, "a rollout's surge fits: {pods}");
 }
+
+/// README's and install.md's kustomize lines, run literally by `sh` in a copy of the checkout's
+/// `kustomize/` (the test tools' kubectl first on PATH): the example copied inside the checkout
+/// keeps its `../../base`, renders without a cluster into `tolerable.yaml`, starts report-only
+/// and names the example's image until the copy's `images:` is edited.
+#[test]
+fn the_documented_overlay_commands_run_as_written() {
+    let checkout = tempfile::tempdir().unwrap();
+    let copied = tools::command("cp")
+        .args(["-r"])
+        .arg(root().join("kustomize"))
+        .arg(checkout.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let kubectl_dir = tools::path("kubectl").parent().unwrap().to_owned();
+    let path = std::env::join_paths(std::iter::once(kubectl_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let out = std::process::Command::new("sh")
+        .args([
+            "-ec",
+            "cp -r kustomize/overlays/example kustomize/overlays/mine\n\
+             kubectl kustomize kustomize/overlays/mine/ > tolerable.yaml",
+        ])
+        .current_dir(checkout.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = std::fs::read_to_string(checkout.path().join("tolerable.yaml")).unwrap();
+    let docs = documents(&yaml);
+    let container =
+        &object(&docs, "Deployment", "tolerable")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/platform/tolerable:v0.1.0"
+    );
+    assert!(
+        !deployed_config(&docs).policy.enforce,
+        "report-only at first"
+    );
+}

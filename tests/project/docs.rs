@@ -358,3 +358,114 @@ fn the_docs_name_config_keys_by_their_sectioned_names() {
         found.join("\n")
     );
 }
+
+/// The markers a command the tests cannot run carries in the docs, visible to the reader.
+const NOT_RUN_MARKERS: [&str; 3] = ["(live cluster)", "(network: ", "(Docker, a registry)"];
+
+/// Commands of README.md and docs/install.md the tests run (or run the equivalent of, named
+/// here), by how the command starts, and the test that does.
+const EXERCISED: &[(&str, &str)] = &[
+    ("make run", "the_readme_setup_commands_are_the_makefiles"),
+    ("make test", "the_readme_setup_commands_are_the_makefiles"),
+    (
+        "curl --cacert tolerable-ca.pem https://localhost:8443/",
+        "serve_without_certificates_prints_its_ca_and_stops_on_sigterm",
+    ),
+    (
+        "cp -r kustomize/overlays/example kustomize/overlays/mine",
+        "the_documented_overlay_commands_run_as_written",
+    ),
+    (
+        "kubectl kustomize kustomize/overlays/mine/ > tolerable.yaml",
+        "the_documented_overlay_commands_run_as_written",
+    ),
+    // Helm's own engine renders the chart (helm-python-sdk); the helm CLI is not installed.
+    (
+        "helm template tolerable ./charts/tolerable",
+        "rendered_objects_validate_offline",
+    ),
+    (
+        "tolerable nodes ",
+        "every_listed_exit_status_is_returned_and_every_returned_one_listed",
+    ),
+];
+
+/// Each command of the `sh` blocks of `text` (continuation lines joined, comment lines left
+/// out), with the line it starts on.
+fn shell_commands(text: &str) -> Vec<(usize, String)> {
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    let mut pending: Option<(usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            in_sh = !in_sh && trimmed == "```sh";
+            continue;
+        }
+        if !in_sh || trimmed.is_empty() || (pending.is_none() && trimmed.starts_with('#')) {
+            continue;
+        }
+        let (start, mut command) = pending.take().unwrap_or((i + 1, String::new()));
+        command.push_str(trimmed.trim_end_matches('\\').trim_end());
+        command.push(' ');
+        if trimmed.ends_with('\\') {
+            pending = Some((start, command));
+        } else {
+            commands.push((start, command.trim().to_owned()));
+        }
+    }
+    commands
+}
+
+/// The `fn` names of every test file.
+fn test_functions() -> String {
+    let mut all = String::new();
+    for dir in ["cli", "cluster", "project", "registry", "webhook"] {
+        for file in std::fs::read_dir(root().join("tests").join(dir)).unwrap() {
+            all.push_str(&std::fs::read_to_string(file.unwrap().path()).unwrap());
+        }
+    }
+    all
+}
+
+/// Every command in README.md and docs/install.md either runs in a named test or says, with a
+/// visible marker, what it needs that the tests do not have (a live cluster, a network, Docker).
+#[test]
+fn every_documented_command_runs_in_a_test_or_is_marked() {
+    let tests = test_functions();
+    for (_, name) in EXERCISED {
+        assert!(tests.contains(&format!("fn {name}(")), "no test {name}");
+    }
+    let mut unaccounted = Vec::new();
+    for file in ["README.md", "docs/install.md"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        let commands = shell_commands(&text);
+        assert!(commands.len() >= 5, "{file}: {commands:?}");
+        for (line, command) in commands {
+            let marked = NOT_RUN_MARKERS.iter().any(|m| command.contains(m));
+            let run = EXERCISED
+                .iter()
+                .any(|(start, _)| command.starts_with(start));
+            if !marked && !run {
+                unaccounted.push(format!("{file}:{line}: {command}"));
+            }
+        }
+    }
+    assert!(
+        unaccounted.is_empty(),
+        "neither run by a test nor marked:\n{}",
+        unaccounted.join("\n")
+    );
+}
+
+#[test]
+fn the_command_extraction_joins_continuations_and_skips_comments() {
+    let text = "x\n```sh\n# a comment\nhelm install a \\\n  --set b=c   # (live cluster)\nls\n```\n```yaml\nkind: Pod\n```\n";
+    assert_eq!(
+        shell_commands(text),
+        [
+            (4, "helm install a --set b=c   # (live cluster)".to_owned()),
+            (6, "ls".to_owned())
+        ]
+    );
+}

@@ -1284,7 +1284,10 @@ fn the_version_is_the_crates_everywhere() {
             }
         }
     }
-    assert!(checked >= 8, "only {checked} image tags found");
+    // A floor that catches a scan that finds nothing (the mentions are README's build line,
+    // install.md's, cloud-registries.md's and the base's image; the example overlay no longer
+    // says `kustomize edit set image`).
+    assert!(checked >= 7, "only {checked} image tags found");
     let readme = std::fs::read_to_string(tools::root().join("README.md")).unwrap();
     for pinned in [
         format!("tolerable-{version}.tgz"),

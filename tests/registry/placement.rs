@@ -206,13 +206,13 @@ async fn review_places_and_pins_as_the_webhook_does() {
     );
     std::fs::write(&file, yaml).unwrap();
     let out = common::cli::tolerable()
-        .arg("review")
+        .args(["review", "--patch"])
         .arg(&file)
         .env("TOLERABLE_POLICY__PIN_DIGESTS", "true")
         .output()
         .unwrap();
     let text = common::cli::succeeded(&out);
-    assert!(text.starts_with("decision: allowed"), "{text}");
+    assert!(text.contains("\ndecision: allowed\n"), "{text}");
     assert!(
         text.contains(&format!("amd64 pulls linux/386 for {image}@{digest}")),
         "{text}"

@@ -407,10 +407,13 @@ async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
     let images: Vec<String> = (0..16)
         .map(|i| format!("{}/evil/stalled{i}:v1", hostile.host))
         .collect();
+    // The sixteen share their children (read once across lookups): a lookup that waited on
+    // another's stalled read of one ends as stalled on it — the image's own failure still.
     allowed_unchanged_naming_each(&server, &images, |image, w| {
         w.contains(image)
             && (w.contains("too costly to look up")
-                || w.contains("too many registry bytes in flight"))
+                || w.contains("too many registry bytes in flight")
+                || w.contains("stalled"))
     })
     .await;
     assert_eq!(registry_bytes_drained(&server).await, 0.0);
@@ -422,9 +425,10 @@ async fn stalled_children_hold_at_most_a_share_and_give_it_back() {
     );
 }
 
-/// 4 Pods × 16 single images whose config blobs stall (64 lookups at once): together they never
-/// hold more than the process-wide budget (32 MiB); those that find it spent fail at once as
-/// busy, the others end by their deadline; every byte is given back.
+/// 4 Pods × 16 single images whose config blobs (each its own) stall, 64 lookups at once on one
+/// registry: together they never hold more than that registry's share of the registry bytes
+/// (12 MiB of the process's 32 MiB); those that find it spent wait for room and end as busy by
+/// their deadline, the others as stalled; every byte is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_config_blobs_stay_within_the_process_budget() {
     let hostile = HostileRegistry::start();
@@ -443,7 +447,7 @@ async fn stalled_config_blobs_stay_within_the_process_budget() {
     };
     let lookups = (0..64).map(|i| {
         let resolver = resolver.clone();
-        let image = format!("{}/evil/stallcfg{i}:v1", hostile.host);
+        let image = format!("{}/evil/stallown-budget{i}:v1", hostile.host);
         async move { resolver.resolve(&image).await }
     });
     let results = futures_util::future::join_all(lookups).await;
@@ -460,9 +464,15 @@ async fn stalled_config_blobs_stay_within_the_process_budget() {
     );
     let expected = ["busy", "stalled", "timeout", "throttled", "circuit_open"];
     assert!(kinds.keys().all(|k| expected.contains(k)), "{kinds:?}");
-    assert!(kinds.get("busy").is_some_and(|n| *n >= 1), "{kinds:?}");
+    // Some lookups never held bytes: they found the registry's share (or its lookup turns)
+    // spent and waited for room (busy) or were throttled, or — on a loaded machine, where the
+    // stalls reach the lookup timeout first — met the breaker those timeouts opened; which one
+    // depends on scheduling. How a waiter gets room is the unit test's
+    // (`each_host_and_namespace_holds_its_own_share_and_waiters_get_room`).
+    let refused = ["busy", "throttled", "circuit_open"].map(|k| kinds.get(k).copied().unwrap_or(0));
+    assert!(refused.iter().sum::<usize>() >= 1, "{kinds:?}");
     let most = most.load(Ordering::SeqCst);
-    assert!(most <= 32 << 20, "{most} bytes held at once");
+    assert!(most <= 12 << 20, "{most} bytes held at once");
     assert!(most >= 4 << 20, "the stalled blobs were held ({most})");
     assert_eq!(resolver.registry_bytes_in_flight(), 0);
 }
@@ -499,8 +509,9 @@ async fn architectures_that_are_not_label_values_never_reach_the_patch() {
 }
 
 /// Config blobs the registry answers at once (200, headers) and then stalls, each within its
-/// lookup's 5 MiB share: every lookup ends as the image's own failure naming the blob — by the
-/// lookup's deadline, or by the read timeout — and the registry's breaker (set to open on the
+/// lookup's 5 MiB share: every lookup holding one ends as the image's own failure naming the
+/// blob — by the lookup's deadline, or by the read timeout — those waiting for room in the
+/// registry's share as busy, and the registry's breaker (set to open on the
 /// first failure it counts) never counts one, so five such images leave it closed for every
 /// other tenant, and another image there is still looked up. (A registry that does not answer
 /// at all still opens it: `tests/webhook/faults.rs`.)
@@ -522,11 +533,21 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
         .collect();
     let results =
         futures_util::future::join_all(images.iter().map(|image| resolver.resolve(image))).await;
+    // Five 4 MiB blobs do not fit the registry's 12 MiB share of the registry bytes: those that
+    // found no room waited for it — busy if none came by their deadline (issue 34), stalled if
+    // they got it from a lookup that ended a moment before — never counted by the breaker.
+    let mut stalled_ones = 0;
     for (image, result) in images.iter().zip(results) {
-        let err = result.unwrap_err();
-        assert!(matches!(err, LookupError::Stalled { .. }), "{err:?}");
-        assert_eq!(err.to_string(), stalled(image));
+        match result.unwrap_err() {
+            err @ LookupError::Stalled { .. } => {
+                assert_eq!(err.to_string(), stalled(image));
+                stalled_ones += 1;
+            }
+            LookupError::Busy { .. } => {}
+            err => panic!("{err:?}"),
+        }
     }
+    assert!(stalled_ones >= 1, "none stalled");
     let good = format!("{}/good/app:v1", hostile.host);
     let found = resolver.resolve(&good).await.unwrap();
     assert_eq!(found.fact.platforms.len(), 1);
@@ -548,7 +569,13 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
     let images: Vec<String> = (0..5)
         .map(|i| format!("{}/evil/stallcfg-hook{i}:v1", hostile.host))
         .collect();
-    allowed_unchanged_naming_each(&server, &images, |image, w| w.contains(&stalled(image))).await;
+    allowed_unchanged_naming_each(&server, &images, |image, w| {
+        w.contains(&stalled(image))
+            || w.contains(&format!(
+                "{image}: not looked up: too many registry bytes in flight"
+            ))
+    })
+    .await;
     let metrics = webhook::metrics_text(&server).await;
     assert_eq!(
         metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
@@ -561,4 +588,183 @@ async fn stalled_config_blobs_are_the_images_failure_and_never_open_the_breaker(
         response.get("patch").is_some(),
         "breaker closed: {response}"
     );
+}
+
+/// The namespace of the Pod an AdmissionReview creates.
+fn in_namespace(mut review: Value, namespace: &str) -> Value {
+    review["request"]["namespace"] = json!(namespace);
+    review["request"]["object"]["metadata"]["namespace"] = json!(namespace);
+    review
+}
+
+/// The manifest `repository:tag` on the plain test registry, as it serves it.
+async fn served_manifest(repository: &str, tag: &str) -> Vec<u8> {
+    let url = format!(
+        "http://{}/v2/{repository}/manifests/{tag}",
+        registry::plain().host
+    );
+    let response = reqwest::Client::new()
+        .get(url)
+        .header("accept", common::fixtures::OCI_INDEX)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.bytes().await.unwrap().to_vec()
+}
+
+/// On the plain test registry, `repository`: tags `t0`…`t{tags - 1}`, each an index naming
+/// (without a platform) one nested index, which names a linux/arm64 image: many images that
+/// share their children.
+async fn push_images_sharing_one_nested_index(repository: &str, tags: usize) {
+    let host = &registry::plain().host;
+    let pusher = common::fixtures::Pusher::for_mode(host, common::registry::Mode::Plain);
+    pusher.push_nested(repository, "nested", 1).await;
+    let nested = served_manifest(repository, "nested").await;
+    let top = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": common::fixtures::OCI_INDEX,
+        "manifests": [{
+            "mediaType": common::fixtures::OCI_INDEX,
+            "digest": common::fixtures::sha256(&nested),
+            "size": nested.len(),
+        }],
+    }))
+    .unwrap();
+    common::fixtures::push_index_tags(host, repository, &top, 0..tags, 8).await;
+}
+
+/// Issue 34: a 100-image Pod whose images share one nested index costs the registry one GET
+/// per image and one per shared child — at most 128 requests in all (each child was read by
+/// every lookup that reached it: 5,695 GETs) — and every image is learned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_images_sharing_one_nested_index_cost_at_most_128_registry_requests() {
+    let repository = format!("shared-children-{}", common::free_port());
+    push_images_sharing_one_nested_index(&repository, 100).await;
+    let server = TestServer::start(webhook::policy(), common::settings()).await;
+    let images: Vec<String> = (0..100)
+        .map(|i| format!("{}/{repository}:t{i}", registry::plain().host))
+        .collect();
+    let (response, _) = admit(&server, &pod_with_images(&images)).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_some(), "{response}");
+    assert!(warnings(&response).is_empty(), "{response}");
+    let (manifests, blobs) = registry::plain().requests_for(&repository).await;
+    eprintln!("100 images over one nested index: {manifests} manifest and {blobs} blob requests");
+    assert!(manifests + blobs <= 128, "{manifests} + {blobs} requests");
+    assert!(
+        manifests >= 100,
+        "each image's own index is read: {manifests}"
+    );
+}
+
+/// Keeps posting Pods in namespace `attacker`, each naming 8 images on `hostile` whose config
+/// blobs (4 MiB − 1 declared, 4 MiB − 2 sent) stall, with fresh tags every round, until `stop`.
+/// Returns how many were answered, and how many of those were denied.
+fn stalled_blob_attack(
+    url: String,
+    hostile: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, usize)> {
+    tokio::spawn(async move {
+        let (mut answered, mut denied) = (0, 0);
+        for round in 0.. {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let images: Vec<String> = (0..8)
+                .map(|k| format!("{hostile}/evil/stallown-a2-{round}-{k}:v1"))
+                .collect();
+            let review = in_namespace(pod_with_images(&images), "attacker");
+            let (status, body) = webhook::admit_owned(url.clone(), review).await;
+            assert_eq!(status, 200);
+            answered += 1;
+            denied += usize::from(body["response"]["allowed"] == false);
+        }
+        (answered, denied)
+    })
+}
+
+/// Waits until the server holds at least `bytes` of registry answers (an attack has begun to
+/// hold its share); panics after 10 s.
+async fn registry_bytes_reach(server: &TestServer, bytes: f64) {
+    for _ in 0..200 {
+        let held = metric_sum(
+            &webhook::metrics_text(server).await,
+            "tolerable_registry_bytes_in_flight",
+        );
+        if held >= bytes {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the attack never held {bytes} registry bytes");
+}
+
+/// Issue 34, the A2 attack: Pods of one namespace name 8 images each whose config blobs stall
+/// after 4 MiB − 2 bytes, re-posted with fresh tags. Their registry's share of the registry
+/// bytes (12 MiB) is all they hold; meanwhile other namespaces' Pods, whose images on the real
+/// registry are each a fresh lookup, are every one answered with their images learned — under
+/// `on_lookup_failure = "deny"` none is denied — and the attacker's own lookups end as its
+/// images' failures (stalled, or busy waiting for room in its registry's share), never
+/// counted by a breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_namespaces_stalled_config_blobs_leave_other_namespaces_lookups_answered() {
+    let hostile = HostileRegistry::start();
+    let repository = format!("victims-{}", common::free_port());
+    const VICTIMS: usize = 40;
+    push_images_sharing_one_nested_index(&repository, VICTIMS).await;
+    let mut settings = settings_for(&hostile.host);
+    settings.breaker.failures = 1;
+    let policy = tolerable::mutate::Policy {
+        on_lookup_failure: OnLookupFailure::Deny,
+        ..webhook::policy()
+    };
+    let server = TestServer::start(policy, settings).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = server.url(&format!("/mutate?timeout={DEADLINE_SECS}s"));
+    let attacks: Vec<_> = (0..2)
+        .map(|_| stalled_blob_attack(url.clone(), hostile.host.clone(), stop.clone()))
+        .collect();
+    registry_bytes_reach(&server, f64::from(8 << 20)).await;
+
+    let (mut learned, mut denied, mut most_held) = (0, 0, 0.0_f64);
+    for i in 0..VICTIMS {
+        let image = format!("{}/{repository}:t{i}", registry::plain().host);
+        let review = in_namespace(pod_with_images(&[image]), &format!("victim-{i}"));
+        let (response, _) = admit(&server, &review).await;
+        denied += usize::from(response["allowed"] == false);
+        learned += usize::from(response.get("patch").is_some());
+        let metrics = webhook::metrics_text(&server).await;
+        most_held = most_held.max(metric_sum(&metrics, "tolerable_registry_bytes_in_flight"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut attacker = (0, 0);
+    for attack in attacks {
+        let (answered, refused) = attack.await.unwrap();
+        attacker = (attacker.0 + answered, attacker.1 + refused);
+    }
+    eprintln!(
+        "A2: {learned} of {VICTIMS} victims learned, {denied} denied; attacker Pods: {} answered, \
+         {} denied; at most {most_held} registry bytes held",
+        attacker.0, attacker.1
+    );
+    assert_eq!(denied, 0, "victims denied");
+    assert!(learned * 100 >= VICTIMS * 95, "{learned} of {VICTIMS}");
+    assert!(
+        most_held <= f64::from((12 << 20) + (1 << 20)),
+        "{most_held} bytes: more than the attacker's registry's share and the victims'"
+    );
+    assert!(attacker.0 >= 2 && attacker.1 == attacker.0, "{attacker:?}");
+    let metrics = webhook::metrics_text(&server).await;
+    assert_eq!(
+        metric_sum(&metrics, "tolerable_registry_circuit_opened_total"),
+        0.0,
+        "{metrics}"
+    );
+    assert!(
+        metric_sum(&metrics, "tolerable_registry_bytes_waits_total") >= 1.0,
+        "the attacker's lookups waited for room: {metrics}"
+    );
+    assert_eq!(registry_bytes_drained(&server).await, 0.0);
 }

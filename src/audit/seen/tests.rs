@@ -183,9 +183,16 @@ fn a_controlled_object_keeps_no_template_and_a_pod_no_spec() {
     assert_eq!(controlled.node.as_deref(), Some("amd"));
     let node: NodeItem = serde_json::from_value(json!({"metadata": {"name": "n1",
         "labels": {"kubernetes.io/arch": "arm64", "other": "x"}},
+        "spec": {"taints": [
+            {"key": "kubernetes.io/arch", "value": "arm64", "effect": "NoSchedule"},
+            {"key": "spot", "value": "true", "effect": "PreferNoSchedule"}]},
         "status": {"images": [{"names": ["a"], "sizeBytes": 1}]}}))
     .unwrap();
-    assert_eq!(node.project(), Some(("n1".into(), "arm64".into())));
+    // Only the taints that keep a DaemonSet's Pods off are kept.
+    let (name, arch, taints) = node.project().unwrap();
+    assert_eq!((name.as_str(), arch.as_str()), ("n1", "arm64"));
+    let kept: Vec<String> = taints.iter().map(crate::taints::taint_text).collect();
+    assert_eq!(kept, ["kubernetes.io/arch=arm64:NoSchedule"]);
 }
 
 #[test]

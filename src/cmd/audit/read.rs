@@ -61,7 +61,12 @@ pub(super) async fn cluster(
     };
     listed.pods = pods;
     let nodes = lister.list::<Node, _, _>(None, |item: NodeItem| item.project());
-    listed.nodes = nodes.await?.into_iter().collect();
+    for (name, arch, taints) in nodes.await? {
+        if !taints.is_empty() {
+            listed.tainted.push((name.clone(), arch.clone(), taints));
+        }
+        listed.nodes.insert(name, arch);
+    }
     Ok(seen::assemble(listed))
 }
 
