@@ -1419,7 +1419,7 @@ fn stalled_declared_bodies(
 /// 408 — and 16 that send all but one byte of it. Bodies are reserved as they arrive, one peer
 /// holds at most its share, and the API server's open connection (it has had an admission
 /// answered) draws on the reserve: it gets 200 on every admission, `/healthz` from a new
-/// connection is answered as the kubelet asks it, and the peak RSS stays within 96 MiB.
+/// connection is answered while the flood runs, and the peak RSS stays within 96 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_bodies_declaring_3_mib_leave_the_api_servers_connection_answered() {
     let served = Served::start(&[]).await;
@@ -1448,11 +1448,11 @@ async fn stalled_bodies_declaring_3_mib_leave_the_api_servers_connection_answere
         for _ in 0..14 {
             statuses.push(api_server.admit(&quick_review()).await);
         }
-        // The stalled connections are opened again at each 408 until `stop`, set only after
-        // this probe: any answer came while the attack held the server; the bound only keeps
-        // a hung probe from hanging the test.
-        let attack_ends = Instant::now() + Duration::from_secs(30);
-        let probe = healthz_answers_during_the_attack(served.addr, attack_ends).await;
+        // The flood re-opens its connections until `stop` is set below, after the probe: an
+        // answer comes while it runs; the 30 s only keep a locked-out /healthz from hanging
+        // the test.
+        let flooding = Instant::now() + Duration::from_secs(30);
+        let probe = healthz_answers_during_the_attack(served.addr, flooding).await;
         stop.store(true, Ordering::Relaxed);
         for task in tasks {
             task.await.unwrap();
