@@ -211,8 +211,9 @@ pub struct Settings {
 }
 
 /// The one precedence step: the Pod's value, else its Namespace's, else the config's.
-pub fn resolve(pod: &Knobs, namespace: Option<&Knobs>, config: &ConfigKnobs) -> Settings {
-    fn pick<T: Clone>(pod: &Option<T>, namespace: Option<&Option<T>>, config: &T) -> Resolved<T> {
+pub fn resolve(pod: &Knobs, namespace: Option<&Knobs>, config: ConfigKnobs) -> Settings {
+    // The config's values are moved in, not cloned: this runs once per admission.
+    fn pick<T: Clone>(pod: &Option<T>, namespace: Option<&Option<T>>, config: T) -> Resolved<T> {
         match (pod, namespace.and_then(Option::as_ref)) {
             (Some(value), _) => Resolved {
                 value: value.clone(),
@@ -223,7 +224,7 @@ pub fn resolve(pod: &Knobs, namespace: Option<&Knobs>, config: &ConfigKnobs) -> 
                 level: Level::Namespace,
             },
             (None, None) => Resolved {
-                value: config.clone(),
+                value: config,
                 level: Level::Config,
             },
         }
@@ -237,17 +238,17 @@ pub fn resolve(pod: &Knobs, namespace: Option<&Knobs>, config: &ConfigKnobs) -> 
     .find(|(said, _)| *said == Some(true))
     .map(|(_, level)| level);
     Settings {
-        enforce: pick(&pod.enforce, namespace.map(|n| &n.enforce), &config.enforce),
+        enforce: pick(&pod.enforce, namespace.map(|n| &n.enforce), config.enforce),
         skip,
         pin_digests: pick(
             &pod.pin_digests,
             namespace.map(|n| &n.pin_digests),
-            &config.pin_digests,
+            config.pin_digests,
         ),
         preferred: pick(
             &pod.preferred,
             namespace.map(|n| &n.preferred),
-            &config.preferred,
+            config.preferred,
         ),
     }
 }
@@ -337,14 +338,14 @@ mod tests {
         };
         let (own, problems) = pod(&[(ENFORCE_KEY, "true")]);
         assert!(problems.is_empty());
-        let settings = resolve(&own, Some(&namespace), &config());
+        let settings = resolve(&own, Some(&namespace), config());
         assert_eq!(settings.enforce.level, Level::Pod);
         assert!(settings.enforce.value);
         assert_eq!(settings.pin_digests.level, Level::Namespace);
         assert!(settings.pin_digests.value);
         assert_eq!(settings.preferred.level, Level::Namespace);
         assert!(settings.preferred.value.is_empty(), "none: no preference");
-        let alone = resolve(&Knobs::default(), None, &config());
+        let alone = resolve(&Knobs::default(), None, config());
         assert_eq!(
             (
                 alone.enforce.level,
@@ -364,13 +365,13 @@ mod tests {
         };
         let (stays, _) = pod(&[(SKIP_KEY, "false")]);
         assert_eq!(
-            resolve(&stays, Some(&opted_out), &config()).skip,
+            resolve(&stays, Some(&opted_out), config()).skip,
             Some(Level::Namespace),
             "a Pod cannot opt back in"
         );
         let (own, _) = pod(&[(SKIP_KEY, "true")]);
         assert_eq!(
-            resolve(&own, Some(&opted_out), &config()).skip,
+            resolve(&own, Some(&opted_out), config()).skip,
             Some(Level::Pod)
         );
         let listed = ConfigKnobs {
@@ -378,10 +379,10 @@ mod tests {
             ..config()
         };
         assert_eq!(
-            resolve(&Knobs::default(), None, &listed).skip,
+            resolve(&Knobs::default(), None, listed).skip,
             Some(Level::Config)
         );
-        assert_eq!(resolve(&Knobs::default(), None, &config()).skip, None);
+        assert_eq!(resolve(&Knobs::default(), None, config()).skip, None);
     }
 
     #[test]

@@ -217,7 +217,7 @@ fn settings_of(
         pin_digests: policy.pin_digests,
         preferred: policy.preferred_architectures.clone(),
     };
-    let settings = knobs::resolve(&own, namespace_policy.map(|n| &n.knobs), &config);
+    let settings = knobs::resolve(&own, namespace_policy.map(|n| &n.knobs), config);
     (settings, problems)
 }
 

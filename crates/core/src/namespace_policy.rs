@@ -259,7 +259,7 @@ mod tests {
                 usize::from(pod == Some("no")),
                 "{problems:?}"
             );
-            let settings = resolve(&own, namespace.map(|n| &n.knobs), &config(enforce));
+            let settings = resolve(&own, namespace.map(|n| &n.knobs), config(enforce));
             let got = (settings.enforce.value, settings.enforce.level);
             assert_eq!(got, expected, "{pod:?} {namespace:?} {enforce}");
         }
