@@ -22,6 +22,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::webhook::keep_alive_connection as connect;
+
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +35,6 @@ use common::process::{cpu_us, ServerProcess};
 use common::scale_api::ScaleApiServer;
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
-use rustls::pki_types::ServerName;
 
 /// About as many connections as a v1.36 API server opened to tolerable under 16 clients
 /// creating Pods (13–19 in the recordings and the measurement).
@@ -141,22 +142,6 @@ fn spawn(kubeconfig: &std::path::Path, registry_host: &str) -> ServerProcess {
         }
     });
     server
-}
-
-async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> SendRequest<Full<Bytes>> {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    // Go's net.Dialer sets TCP_NODELAY on every connection.
-    tcp.set_nodelay(true).unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
-    let (sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    sender
 }
 
 /// One request of `kind`, with the API server's request line and headers; checks the answer

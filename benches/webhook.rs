@@ -13,6 +13,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::webhook::keep_alive_connection as connect;
+
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,21 +28,6 @@ use hyper::client::conn::http1::SendRequest;
 use rustls::pki_types::ServerName;
 
 const CONNECTIONS: usize = 32;
-
-async fn connect(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> SendRequest<Full<Bytes>> {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
-    let (sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    sender
-}
 
 #[derive(Clone)]
 struct Call {

@@ -361,3 +361,25 @@ pub fn arch_tolerations(pod: &serde_json::Value) -> Vec<serde_json::Value> {
         .cloned()
         .collect()
 }
+
+/// One HTTP/1.1 keep-alive connection over TLS to the server at `addr`, opened as the API
+/// server's webhook client opens it (Go's net.Dialer sets TCP_NODELAY on every connection);
+/// the benches' load generators send on it one request at a time.
+pub async fn keep_alive_connection(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    sender
+}
