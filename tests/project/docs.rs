@@ -388,21 +388,47 @@ const EXERCISED: &[(&str, &str)] = &[
         "tolerable nodes ",
         "every_listed_exit_status_is_returned_and_every_returned_one_listed",
     ),
+    // The README's offline path and the sample outputs (`console` blocks), compared.
+    (
+        "examples/local-registry.sh",
+        "the_readmes_offline_example_prints_its_samples",
+    ),
+    (
+        "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- ",
+        "the_readmes_offline_example_prints_its_samples",
+    ),
+    (
+        "tolerable check -n default",
+        "check_prints_the_install_pages_unreachable_sample",
+    ),
 ];
 
 /// Each command of the `sh` blocks of `text` (continuation lines joined, comment lines left
-/// out), with the line it starts on.
+/// out) and of its `console` blocks (the `$ ` lines: the rest is what they print, compared by
+/// tests/cli/doc_samples.rs), with the line it starts on.
 fn shell_commands(text: &str) -> Vec<(usize, String)> {
     let mut commands = Vec::new();
-    let mut in_sh = false;
+    // The open block's language ("" outside a block, or in one without a language).
+    let mut block = "";
     let mut pending: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
+        let mut trimmed = line.trim();
         if trimmed.starts_with("```") {
-            in_sh = !in_sh && trimmed == "```sh";
+            block = if block.is_empty() {
+                trimmed.trim_start_matches('`')
+            } else {
+                ""
+            };
             continue;
         }
-        if !in_sh || trimmed.is_empty() || (pending.is_none() && trimmed.starts_with('#')) {
+        if block == "console" {
+            match trimmed.strip_prefix("$ ") {
+                Some(command) => trimmed = command,
+                None => continue,
+            }
+        }
+        let wanted = block == "sh" || block == "console";
+        if !wanted || trimmed.is_empty() || (pending.is_none() && trimmed.starts_with('#')) {
             continue;
         }
         let (start, mut command) = pending.take().unwrap_or((i + 1, String::new()));
@@ -459,13 +485,14 @@ fn every_documented_command_runs_in_a_test_or_is_marked() {
 }
 
 #[test]
-fn the_command_extraction_joins_continuations_and_skips_comments() {
-    let text = "x\n```sh\n# a comment\nhelm install a \\\n  --set b=c   # (live cluster)\nls\n```\n```yaml\nkind: Pod\n```\n";
+fn the_command_extraction_joins_continuations_skips_comments_and_reads_prompts() {
+    let text = "x\n```sh\n# a comment\nhelm install a \\\n  --set b=c   # (live cluster)\nls\n```\n```yaml\nkind: Pod\n```\n```console\n$ tolerable check\nunreachable: x\n```\n```\n$ not a command\n```\n";
     assert_eq!(
         shell_commands(text),
         [
             (4, "helm install a --set b=c   # (live cluster)".to_owned()),
-            (6, "ls".to_owned())
+            (6, "ls".to_owned()),
+            (12, "tolerable check".to_owned())
         ]
     );
 }

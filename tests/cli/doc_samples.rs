@@ -1,0 +1,213 @@
+//! The sample outputs in README.md and docs/install.md are what the commands print. A sample is
+//! a `console` block: `$ COMMAND`, then the lines it prints. Each one not marked as needing what
+//! the tests lack (`# (live cluster)`…) is run here the way the page says — from a directory laid
+//! out like the checkout (the shipped `tolerable.toml`, the example files), `cargo run --release
+//! --` as the binary under test — and its standard output compared line for line. Only what
+//! must vary is normalised: the example registry's port (5000 on the page, a free one here).
+
+use crate::common;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The markers of a command the tests cannot run (as tests/project/docs.rs knows them).
+const NOT_RUN_MARKERS: [&str; 3] = ["(live cluster)", "(network: ", "(Docker, a registry)"];
+
+/// The samples of a page: each `console` block's `$ COMMAND` lines with the lines after each,
+/// up to the next `$ ` line or the block's end.
+fn samples(text: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut in_console = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            in_console = !in_console && trimmed == "```console";
+            continue;
+        }
+        if !in_console {
+            continue;
+        }
+        match (line.strip_prefix("$ "), found.last_mut()) {
+            (Some(command), _) => found.push((command.trim().to_owned(), String::new())),
+            (None, Some((_, output))) => {
+                output.push_str(line);
+                output.push('\n');
+            }
+            (None, None) => panic!("a console block that does not start with `$ `: {line}"),
+        }
+    }
+    found
+}
+
+/// The sample of `command` on `page`.
+fn sample(page: &str, command: &str) -> String {
+    let text = std::fs::read_to_string(root().join(page)).unwrap();
+    samples(&text)
+        .into_iter()
+        .find(|(c, _)| c == command)
+        .unwrap_or_else(|| panic!("{page} has no sample of `{command}`"))
+        .1
+}
+
+/// The commands whose samples the tests below run and compare.
+const COMPARED: &[&str] = &[
+    "examples/local-registry.sh",
+    "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- review examples/local.yaml",
+    "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- inspect 127.0.0.1:5000/examples/web:1.0",
+    "tolerable check -n default",
+];
+
+#[test]
+fn every_sample_is_compared_here_or_marked() {
+    let mut unaccounted = Vec::new();
+    let mut compared = 0;
+    for page in ["README.md", "docs/install.md"] {
+        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        for (command, _) in samples(&text) {
+            if COMPARED.contains(&command.as_str()) {
+                compared += 1;
+            } else if !NOT_RUN_MARKERS.iter().any(|m| command.contains(m)) {
+                unaccounted.push(format!("{page}: {command}"));
+            }
+        }
+    }
+    assert!(unaccounted.is_empty(), "samples nobody runs: {unaccounted:?}");
+    assert_eq!(compared, COMPARED.len(), "a compared sample is missing");
+}
+
+#[test]
+fn the_sample_extraction_splits_at_each_prompt() {
+    let text = "x\n```console\n$ a --b\none\n  two\n$ c   # (live cluster)\n```\n```sh\n$ not\n```\n";
+    assert_eq!(
+        samples(text),
+        [
+            ("a --b".to_owned(), "one\n  two\n".to_owned()),
+            ("c   # (live cluster)".to_owned(), String::new())
+        ]
+    );
+}
+
+/// `examples/local-registry.sh PORT`, run until its banner's last line; stopped (stdin closed)
+/// when dropped.
+struct ExampleRegistry {
+    child: Child,
+    banner: String,
+}
+
+impl ExampleRegistry {
+    fn start(port: u16) -> Self {
+        let mut child = Command::new(root().join("examples/local-registry.sh"))
+            .arg(port.to_string())
+            .current_dir(root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut banner = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        while !banner.contains("stops it.") {
+            let read = stdout.read_line(&mut banner).unwrap();
+            assert!(read > 0, "the script ended before its banner: {banner}");
+        }
+        Self { child, banner }
+    }
+}
+
+impl Drop for ExampleRegistry {
+    fn drop(&mut self) {
+        // Enter: the script stops its registry and removes its directory.
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory laid out like the checkout for the commands of the README: the shipped
+/// `tolerable.toml` and `examples/local.yaml` with the registry's port.
+fn checkout_like(port: u16) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("tolerable.toml"), dir.path().join("tolerable.toml")).unwrap();
+    std::fs::create_dir(dir.path().join("examples")).unwrap();
+    let manifest = std::fs::read_to_string(root().join("examples/local.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("examples/local.yaml"),
+        manifest.replace("127.0.0.1:5000", &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    dir
+}
+
+/// Runs a documented `[VAR=VALUE]... cargo run --release -- ARGS` command line in `dir`, with
+/// only those variables (and `PATH`, `HOME`) set.
+fn run_documented(command: &str, dir: &Path) -> Output {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let cargo = words
+        .windows(4)
+        .position(|w| w == ["cargo", "run", "--release", "--"])
+        .expect("a `cargo run --release --` command");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_tolerable"));
+    run.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .args(&words[cargo + 4..]);
+    for assignment in &words[..cargo] {
+        let (name, value) = assignment.split_once('=').expect("VAR=VALUE");
+        run.env(name, value);
+    }
+    run.output().unwrap()
+}
+
+/// The README's offline path, literally: the script's banner, then `review` and `inspect`
+/// against the registry it started, each printing the README's sample and exiting 0.
+#[test]
+fn the_readmes_offline_example_prints_its_samples() {
+    let port = common::free_port();
+    let at_port = |text: &str| text.replace("127.0.0.1:5000", &format!("127.0.0.1:{port}"));
+    let registry = ExampleRegistry::start(port);
+    assert_eq!(
+        registry.banner,
+        at_port(&sample("README.md", "examples/local-registry.sh"))
+    );
+    let dir = checkout_like(port);
+    for command in &COMPARED[1..3] {
+        let out = run_documented(&at_port(command), dir.path());
+        assert_eq!(out.status.code(), Some(0), "{command}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            at_port(&sample("README.md", command)),
+            "{command}"
+        );
+    }
+}
+
+/// docs/install.md's sample of a `tolerable check` that fails: the API server's answer
+/// recorded from a webhook it did not reach (tests/cli/check.rs's fake), the kubeconfig through
+/// `$KUBECONFIG` as a user's shell has it; exit status 1.
+#[test]
+fn check_prints_the_install_pages_unreachable_sample() {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let port = super::check::start(
+        super::check::Cluster::PatchDropped { registered: true },
+        requests,
+    );
+    let kubeconfig = common::kube_api::kubeconfig(port, "admintoken");
+    let home = tempfile::tempdir().unwrap();
+    let out = common::cli::isolated(home.path(), "1s")
+        .env("KUBECONFIG", kubeconfig.path())
+        .args(["check", "-n", "default"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        sample("docs/install.md", "tolerable check -n default")
+    );
+}
