@@ -61,6 +61,7 @@ const COMPARED: &[&str] = &[
     "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- review examples/local.yaml",
     "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- inspect 127.0.0.1:5000/examples/web:1.0",
     "tolerable check -n default",
+    "tolerable nodes plan",
 ];
 
 #[test]
@@ -209,5 +210,32 @@ fn check_prints_the_install_pages_unreachable_sample() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         sample("docs/install.md", "tolerable check -n default")
+    );
+}
+
+/// docs/install.md's sample of `tolerable nodes plan`: the node, DaemonSet and Pod lists an API
+/// server was recorded answering (tests/data/kube-api/workloads/), the shipped `tolerable.toml`
+/// in the working directory, the kubeconfig through `$KUBECONFIG`; its arm64 and s390x nodes
+/// already carry their taints: exit status 0, nothing to change.
+#[test]
+fn nodes_plan_prints_the_install_pages_sample() {
+    // The image host is never asked: `nodes plan` looks no image up.
+    let api = common::workloads_api::WorkloadsApi::start("127.0.0.1:9");
+    let kubeconfig = api.kubeconfig("admintoken");
+    let home = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("tolerable.toml"),
+        home.path().join("tolerable.toml"),
+    )
+    .unwrap();
+    let out = common::cli::isolated(home.path(), "1s")
+        .env("KUBECONFIG", kubeconfig.path())
+        .args(["nodes", "plan"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        sample("docs/install.md", "tolerable nodes plan")
     );
 }
