@@ -6,6 +6,7 @@
 //! must vary is normalised: the example registry's port (5000 on the page, a free one here).
 
 use crate::common;
+use common::doc_samples::{sample, samples, COMPARED, NOT_RUN_MARKERS, PAGES};
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,62 +17,25 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The markers of a command the tests cannot run (as tests/project/docs.rs knows them).
-const NOT_RUN_MARKERS: [&str; 3] = ["(live cluster)", "(network: ", "(Docker, a registry)"];
-
-/// The samples of a page: each `console` block's `$ COMMAND` lines with the lines after each,
-/// up to the next `$ ` line or the block's end.
-fn samples(text: &str) -> Vec<(String, String)> {
-    let mut found: Vec<(String, String)> = Vec::new();
-    let mut in_console = false;
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("```") {
-            in_console = !in_console && trimmed == "```console";
-            continue;
-        }
-        if !in_console {
-            continue;
-        }
-        match (line.strip_prefix("$ "), found.last_mut()) {
-            (Some(command), _) => found.push((command.trim().to_owned(), String::new())),
-            (None, Some((_, output))) => {
-                output.push_str(line);
-                output.push('\n');
-            }
-            (None, None) => panic!("a console block that does not start with `$ `: {line}"),
+/// Each sample of the pages is compared by a test named in `COMPARED` (which exists), or its
+/// command is marked; every entry of `COMPARED` has its sample.
+#[test]
+fn every_sample_is_compared_or_marked() {
+    let mut tests = String::new();
+    for dir in ["tests/cli", "tests/project"] {
+        for file in std::fs::read_dir(root().join(dir)).unwrap() {
+            tests.push_str(&std::fs::read_to_string(file.unwrap().path()).unwrap());
         }
     }
-    found
-}
-
-/// The sample of `command` on `page`.
-fn sample(page: &str, command: &str) -> String {
-    let text = std::fs::read_to_string(root().join(page)).unwrap();
-    samples(&text)
-        .into_iter()
-        .find(|(c, _)| c == command)
-        .unwrap_or_else(|| panic!("{page} has no sample of `{command}`"))
-        .1
-}
-
-/// The commands whose samples the tests below run and compare.
-const COMPARED: &[&str] = &[
-    "examples/local-registry.sh",
-    "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- review examples/local.yaml",
-    "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:5000 cargo run --release -- inspect 127.0.0.1:5000/examples/web:1.0",
-    "tolerable check -n default",
-    "tolerable nodes plan",
-];
-
-#[test]
-fn every_sample_is_compared_here_or_marked() {
+    for (_, test) in COMPARED {
+        assert!(tests.contains(&format!("fn {test}(")), "no test {test}");
+    }
     let mut unaccounted = Vec::new();
     let mut compared = 0;
-    for page in ["README.md", "docs/install.md"] {
+    for page in PAGES {
         let text = std::fs::read_to_string(root().join(page)).unwrap();
         for (command, _) in samples(&text) {
-            if COMPARED.contains(&command.as_str()) {
+            if COMPARED.iter().any(|(c, _)| *c == command) {
                 compared += 1;
             } else if !NOT_RUN_MARKERS.iter().any(|m| command.contains(m)) {
                 unaccounted.push(format!("{page}: {command}"));
@@ -178,7 +142,7 @@ fn the_readmes_offline_example_prints_its_samples() {
         at_port(&sample("README.md", "examples/local-registry.sh"))
     );
     let dir = checkout_like(port);
-    for command in &COMPARED[1..3] {
+    for (command, _) in &COMPARED[1..3] {
         let out = run_documented(&at_port(command), dir.path());
         assert_eq!(out.status.code(), Some(0), "{command}: {out:?}");
         assert_eq!(

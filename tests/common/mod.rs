@@ -15,6 +15,7 @@ pub mod captured_log;
 pub mod certs;
 pub mod cli;
 pub mod deployed;
+pub mod doc_samples;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;

@@ -1282,7 +1282,8 @@ fn the_priority_class_comes_with_its_quota() {
 /// README's and install.md's kustomize lines, run literally by `sh` in a copy of the checkout's
 /// `kustomize/` (the test tools' kubectl first on PATH): the example copied inside the checkout
 /// keeps its `../../base`, renders without a cluster into `tolerable.yaml`, starts report-only
-/// and names the example's image until the copy's `images:` is edited.
+/// and names the example's image until the copy's `images:` is edited; install.md's `grep`s of
+/// the render print its samples.
 #[test]
 fn the_documented_overlay_commands_run_as_written() {
     let checkout = tempfile::tempdir().unwrap();
@@ -1325,4 +1326,20 @@ fn the_documented_overlay_commands_run_as_written() {
         !deployed_config(&docs).policy.enforce,
         "report-only at first"
     );
+    // install.md's checks of the render print its samples.
+    for (command, _) in common::doc_samples::COMPARED
+        .iter()
+        .filter(|(c, _)| c.ends_with(" tolerable.yaml"))
+    {
+        let out = std::process::Command::new("sh")
+            .args(["-ec", command])
+            .current_dir(checkout.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            common::doc_samples::sample("docs/install.md", command),
+            "{command}"
+        );
+    }
 }

@@ -401,6 +401,14 @@ const EXERCISED: &[(&str, &str)] = &[
         "tolerable check -n default",
         "check_prints_the_install_pages_unreachable_sample",
     ),
+    (
+        "grep 'image: ' tolerable.yaml",
+        "the_documented_overlay_commands_run_as_written",
+    ),
+    (
+        "grep -A1 TOLERABLE_POLICY__ENFORCE tolerable.yaml",
+        "the_documented_overlay_commands_run_as_written",
+    ),
 ];
 
 /// Each command of the `sh` blocks of `text` (continuation lines joined, comment lines left
