@@ -141,7 +141,7 @@ fn review_bad_input_is_a_clear_error() {
 }
 
 /// A newcomer's first run: no certificate configured, so `serve` makes one and prints its CA;
-/// SIGTERM stops it cleanly.
+/// `/healthz` answers as the README's sample shows; SIGTERM stops it cleanly.
 #[tokio::test]
 async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
     common::init();
@@ -172,6 +172,13 @@ async fn serve_without_certificates_prints_its_ca_and_stops_on_sigterm() {
         .unwrap();
     let url = format!("https://127.0.0.1:{port}");
     wait_until_ready(&client, &url).await;
+    // What the README's `curl --cacert tolerable-ca.pem …/healthz` prints.
+    let healthz = client.get(format!("{url}/healthz")).send().await.unwrap();
+    let curl = "curl --cacert tolerable-ca.pem https://localhost:8443/healthz";
+    assert_eq!(
+        healthz.text().await.unwrap(),
+        common::doc_samples::sample("README.md", curl)
+    );
     a_second_serve_on_the_same_port_leaves_the_ca_alone(cwd.path(), port, &saved);
     let request = common::webhook::recorded("pod-create-simple.v1.json", &registry::plain().host);
     let response = mutate(&client, &url, &request).await;

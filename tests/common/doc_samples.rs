@@ -16,6 +16,10 @@ pub const NOT_RUN_MARKERS: [&str; 3] = ["(live cluster)", "(network: ", "(Docker
 /// compares its output with the page's.
 pub const COMPARED: &[(&str, &str)] = &[
     (
+        "curl --cacert tolerable-ca.pem https://localhost:8443/healthz",
+        "serve_without_certificates_prints_its_ca_and_stops_on_sigterm",
+    ),
+    (
         "examples/local-registry.sh",
         "the_readmes_offline_example_prints_its_samples",
     ),
