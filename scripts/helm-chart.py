@@ -8,6 +8,9 @@ helm_python) on a chart directory, for tests/project/helm.rs; no helm binary is 
         helm template: prints {"manifests": "<every template's YAML, in file order>",
         "notes": "<NOTES.txt>"} as JSON; exit status 1 with Helm's error on stderr when the
         values are refused (values.schema.json) or a template fails.
+    helm-chart.py template CHART NAME NAMESPACE [VALUES_JSON]
+        The same manifests as `render`, printed as YAML, as `helm template` prints them: for a
+        reader without a helm binary (docs/install.md, "With Helm").
     helm-chart.py schema CHART [VALUES_JSON]
         Checks values against values.schema.json: exit status 0, or 1 with Helm's reasons.
     helm-chart.py publish CHART OCI_REPOSITORY WORKDIR
@@ -55,7 +58,7 @@ def main(args):
         print(json.dumps(lint))
         return 0
     try:
-        if command == "render":
+        if command in ("render", "template"):
             out = helm.Chart.load(chart).render(values(args, 4), name=args[2], namespace=args[3])
             notes = "".join(v for k, v in out.items() if k.endswith("/NOTES.txt"))
             manifests = "".join(
@@ -63,7 +66,10 @@ def main(args):
                 for k, v in sorted(out.items())
                 if k.endswith((".yaml", ".yml"))
             )
-            print(json.dumps({"manifests": manifests, "notes": notes}))
+            if command == "template":
+                sys.stdout.write(manifests)
+            else:
+                print(json.dumps({"manifests": manifests, "notes": notes}))
         elif command == "publish":
             print(json.dumps(publish(chart, args[2], args[3]), default=str))
         elif command == "schema":

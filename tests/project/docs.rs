@@ -402,6 +402,10 @@ const EXERCISED: &[(&str, &str)] = &[
         "check_prints_the_install_pages_unreachable_sample",
     ),
     (
+        ".test-tools/bin/python3 scripts/helm-chart.py template ",
+        "the_chart_renders_without_helm_as_install_md_says",
+    ),
+    (
         "grep 'image: ' tolerable.yaml",
         "the_documented_overlay_commands_run_as_written",
     ),
@@ -414,7 +418,7 @@ const EXERCISED: &[(&str, &str)] = &[
 /// Each command of the `sh` blocks of `text` (continuation lines joined, comment lines left
 /// out) and of its `console` blocks (the `$ ` lines: the rest is what they print, compared by
 /// tests/cli/doc_samples.rs), with the line it starts on.
-fn shell_commands(text: &str) -> Vec<(usize, String)> {
+pub(crate) fn shell_commands(text: &str) -> Vec<(usize, String)> {
     let mut commands = Vec::new();
     // The open block's language ("" outside a block, or in one without a language).
     let mut block = "";

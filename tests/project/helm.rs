@@ -2088,3 +2088,36 @@ fn daemon_sets_match_kustomize() {
     );
     assert_eq!(rules(&defaults).as_array().unwrap().len(), 1);
 }
+
+/// install.md's way to render the chart without a helm binary, run as the page writes it (by
+/// `sh`, from a directory laid out like the checkout: `.test-tools/`, `scripts/`, `charts/`):
+/// the YAML `helm template` renders with the defaults.
+#[test]
+fn the_chart_renders_without_helm_as_install_md_says() {
+    let page = std::fs::read_to_string(tools::root().join("docs/install.md")).unwrap();
+    let command = crate::docs::shell_commands(&page)
+        .into_iter()
+        .map(|(_, command)| command)
+        .find(|command| command.starts_with(".test-tools/bin/python3 scripts/helm-chart.py "))
+        .expect("install.md renders the chart without helm");
+    let checkout = tempfile::tempdir().unwrap();
+    for name in [".test-tools", "scripts", "charts"] {
+        std::os::unix::fs::symlink(tools::root().join(name), checkout.path().join(name)).unwrap();
+    }
+    let out = tools::command("sh")
+        .args(["-ec", &command])
+        .current_dir(checkout.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(checkout.path().join("tolerable.yaml")).unwrap();
+    assert_eq!(
+        written,
+        render(&json!({}), "tolerable", "tolerable-system").0
+    );
+    assert!(written.contains("kind: MutatingWebhookConfiguration\n"));
+}
