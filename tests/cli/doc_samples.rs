@@ -209,3 +209,32 @@ fn nodes_plan_prints_the_install_pages_sample() {
         sample("docs/install.md", "tolerable nodes plan")
     );
 }
+
+/// The README's "If it does not work" for the offline example: the causes it quotes are what
+/// `review` prints on standard error, with exit status 4 — without
+/// `TOLERABLE_REGISTRY__INSECURE` (TLS spoken to the plain-HTTP registry), and with the
+/// registry stopped.
+#[test]
+fn the_readmes_lookup_failure_causes_are_what_review_prints() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let (without_tls, refused) = ("it answered without TLS", "Connection refused");
+    for quoted in [without_tls, refused] {
+        assert!(readme.contains(&format!("`{quoted}`")), "{quoted}");
+    }
+    let port = common::free_port();
+    let dir = checkout_like(port);
+    let review = format!(
+        "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:{port} cargo run --release -- review examples/local.yaml"
+    );
+    let registry = ExampleRegistry::start(port);
+    // The variable naming another host: this registry is not listed, so it is asked over TLS.
+    let out = run_documented(&review.replace("127.0.0.1:", "127.0.0.2:"), dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stderr.contains(without_tls), "{stderr}");
+    drop(registry);
+    let out = run_documented(&review, dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stderr.contains(refused), "{stderr}");
+}

@@ -188,6 +188,33 @@ pub(super) fn transport_error(e: &reqwest::Error, host: &str, public: &str) -> F
     }
 }
 
+/// Whether TLS was spoken to a server that answered without it: rustls read the answer's first
+/// bytes (`HTTP/1.1 400…`) as a record of no known type. The rustls error sits inside the
+/// socket's `io::Error`s (nested: the connector wraps tokio-rustls's), whose `source()` skips
+/// what they wrap, so each `io::Error` is opened.
+fn answered_without_tls(e: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(s);
+        while let Some(error) = inner {
+            if matches!(
+                error.downcast_ref::<rustls::Error>(),
+                Some(rustls::Error::InvalidMessage(
+                    rustls::InvalidMessage::InvalidContentType
+                ))
+            ) {
+                return true;
+            }
+            inner = error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .map(|wrapped| wrapped as &(dyn std::error::Error + 'static));
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The longest cause a terminal is shown.
 const MAX_CAUSE_CHARS: usize = 300;
 
@@ -202,6 +229,14 @@ fn transport_cause(e: &reqwest::Error) -> String {
         None if e.is_timeout() => "timed out".to_owned(),
         None => String::new(),
     };
+    if answered_without_tls(e) {
+        // rustls's own words ("corrupt message of type InvalidContentType") do not say what
+        // happened: the most common cause is a local or in-cluster registry on plain HTTP.
+        cause = format!(
+            "it answered without TLS (a registry on plain HTTP must be listed in [registry] \
+             insecure): {cause}"
+        );
+    }
     if e.is_timeout() && !cause.contains("timed out") {
         cause = if cause.is_empty() {
             "timed out".to_owned()
