@@ -41,6 +41,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v curl >/dev/null 2>&1 || missing+=(curl) # examples/local-registry.sh, which a test runs
 if [ -z "$python" ]; then
   missing+=(python3 python3-venv)
   python=/usr/bin/python3
