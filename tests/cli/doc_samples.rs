@@ -42,13 +42,17 @@ fn every_sample_is_compared_or_marked() {
             }
         }
     }
-    assert!(unaccounted.is_empty(), "samples nobody runs: {unaccounted:?}");
+    assert!(
+        unaccounted.is_empty(),
+        "samples nobody runs: {unaccounted:?}"
+    );
     assert_eq!(compared, COMPARED.len(), "a compared sample is missing");
 }
 
 #[test]
 fn the_sample_extraction_splits_at_each_prompt() {
-    let text = "x\n```console\n$ a --b\none\n  two\n$ c   # (live cluster)\n```\n```sh\n$ not\n```\n";
+    let text =
+        "x\n```console\n$ a --b\none\n  two\n$ c   # (live cluster)\n```\n```sh\n$ not\n```\n";
     assert_eq!(
         samples(text),
         [
@@ -97,7 +101,11 @@ impl Drop for ExampleRegistry {
 /// `tolerable.toml` and `examples/local.yaml` with the registry's port.
 fn checkout_like(port: u16) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(root().join("tolerable.toml"), dir.path().join("tolerable.toml")).unwrap();
+    std::fs::copy(
+        root().join("tolerable.toml"),
+        dir.path().join("tolerable.toml"),
+    )
+    .unwrap();
     std::fs::create_dir(dir.path().join("examples")).unwrap();
     let manifest = std::fs::read_to_string(root().join("examples/local.yaml")).unwrap();
     std::fs::write(
