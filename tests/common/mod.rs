@@ -9,6 +9,7 @@
 //! `lease_api`: Leases for the leader election, with the real server's refusals;
 //! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403; `gates_api`:
 //! Pods and Events as a v1.36 server treats gated Pods). `captured_log`: a test's own log.
+//! `doc_samples`: the sample outputs of README.md and docs/install.md, which tests compare.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod captured_log;
