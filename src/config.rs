@@ -15,6 +15,7 @@
 
 mod deprecated;
 mod policy;
+pub(crate) mod reference;
 mod registry;
 mod server;
 mod source;
@@ -28,7 +29,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::mutate::Policy;
 use crate::registry::credentials::helper::DockerHelpers;
@@ -145,7 +146,7 @@ impl ConfigError {
 }
 
 /// The file and environment as written, by section, before validation.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct Sections {
     server: ServerSection,

@@ -1431,3 +1431,60 @@ fn workloads_pod_specs_add_rows_and_a_bad_row_stops_start_up_naming_it() {
         "{err}"
     );
 }
+
+/// The reference (`tolerable reference`) describes every key tolerable reads, in its section,
+/// once, and no other: a key added to a section's struct fails here until its `KeyDoc` is
+/// written, and the generated files then follow.
+#[test]
+fn every_key_is_described_once_in_its_section() {
+    let described: Vec<String> = super::reference::SECTION_DOCS
+        .iter()
+        .flat_map(|s| s.keys.iter().map(move |k| format!("{}.{}", s.name, k.key)))
+        .collect();
+    let unique: BTreeSet<&String> = described.iter().collect();
+    assert_eq!(unique.len(), described.len(), "a key described twice");
+    let known = known_keys();
+    assert_eq!(
+        unique,
+        known.iter().collect::<BTreeSet<_>>(),
+        "the described keys are not the sections' keys"
+    );
+    let sections: Vec<&str> = super::reference::SECTION_DOCS
+        .iter()
+        .map(|s| s.name)
+        .collect();
+    let read: Vec<&str> = super::SECTIONS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(sections, read, "the sections, in tolerable.toml's order");
+}
+
+/// The deployed file is the shipped one with the keys marked `deployed` set (the paths where
+/// the Pod mounts its files, /metrics on its own port) and nothing else; the shipped one loads
+/// as the defaults.
+#[test]
+fn the_deployed_file_is_the_shipped_one_with_the_mounted_paths() {
+    use super::reference::{config_toml, Profile};
+    let dir = tempfile::tempdir().unwrap();
+    let shipped_file = write(&dir, &config_toml(Profile::Shipped));
+    let loaded = Config::load(Some(&shipped_file), env(&[])).unwrap();
+    let defaults = Config::load(None, env(&[])).unwrap();
+    assert_eq!(format!("{loaded:?}"), format!("{defaults:?}"));
+    let shipped: toml::Table = config_toml(Profile::Shipped).parse().unwrap();
+    let mut deployed: toml::Table = config_toml(Profile::Deployed).parse().unwrap();
+    for (section, key, value) in [
+        ("tls", "cert_path", "/etc/tolerable/tls/tls.crt"),
+        ("tls", "key_path", "/etc/tolerable/tls/tls.key"),
+        ("credentials", "files_path", "/etc/tolerable/creds"),
+        ("server", "metrics_addr", "0.0.0.0:9090"),
+    ] {
+        let table = deployed[section].as_table_mut().unwrap();
+        assert_eq!(
+            table
+                .remove(key)
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .as_deref(),
+            Some(value),
+            "[{section}] {key}"
+        );
+    }
+    assert_eq!(deployed, shipped);
+}
