@@ -10,8 +10,9 @@
 //! before the sections are still read, with a warning ([`deprecated`]).
 //!
 //! Each section's `Default` holds its defaults, the one copy (the policy's and the server
-//! limits' read from [`Policy::default`] and [`ServerLimits::default`]): the shipped
-//! `tolerable.toml` writes them out, and a test keeps the two equal.
+//! limits' read from [`Policy::default`] and [`ServerLimits::default`]); each section's file
+//! describes its keys once ([`reference`]), and `tolerable reference` prints the shipped
+//! `tolerable.toml`, its deployed copies and the docs' tables from the two.
 
 mod deprecated;
 mod policy;

@@ -37,7 +37,10 @@ fn every_generated_file_is_as_the_code_prints_it() {
     let files = reference(&["--list"]);
     let files: Vec<&str> = files.lines().collect();
     assert!(files.contains(&"tolerable.toml"), "{files:?}");
-    assert!(files.contains(&"charts/tolerable/values.schema.json"), "{files:?}");
+    assert!(
+        files.contains(&"charts/tolerable/values.schema.json"),
+        "{files:?}"
+    );
     let mut stale = Vec::new();
     for file in &files {
         let committed = std::fs::read_to_string(root.join(file)).unwrap();
@@ -62,7 +65,10 @@ fn a_hand_edit_inside_a_generated_block_is_undone_and_prose_around_it_kept() {
     let committed = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
     let edited = committed
         .replace("| `tag_ttl` |", "| `tag_ttl_typo` |")
-        .replace("# Configuration reference", "# Configuration reference (edited)");
+        .replace(
+            "# Configuration reference",
+            "# Configuration reference (edited)",
+        );
     assert_ne!(edited, committed);
     let path = copy.path().join("docs/configuration.md");
     std::fs::write(&path, &edited).unwrap();
@@ -76,7 +82,10 @@ fn a_hand_edit_inside_a_generated_block_is_undone_and_prose_around_it_kept() {
     let printed = String::from_utf8(printed.stdout).unwrap();
     assert!(printed.contains("| `tag_ttl` |"), "the block is the code's");
     assert!(!printed.contains("tag_ttl_typo"));
-    assert!(printed.starts_with("# Configuration reference (edited)\n"), "the prose is kept");
+    assert!(
+        printed.starts_with("# Configuration reference (edited)\n"),
+        "the prose is kept"
+    );
     let without_markers: String = committed
         .lines()
         .filter(|l| !l.starts_with("<!-- generated: keys"))
@@ -91,5 +100,8 @@ fn a_hand_edit_inside_a_generated_block_is_undone_and_prose_around_it_kept() {
         .unwrap();
     assert!(!refused.status.success());
     let error = String::from_utf8_lossy(&refused.stderr);
-    assert!(error.contains("docs/configuration.md has no line \"<!-- generated: keys"), "{error}");
+    assert!(
+        error.contains("docs/configuration.md has no line \"<!-- generated: keys"),
+        "{error}"
+    );
 }
