@@ -46,6 +46,26 @@ pub(crate) enum Command {
     /// Pod create (nothing is created), and the likely cause when the decision is missing.
     #[command(after_help = exit_help(CHECK_EXIT))]
     Check(CheckArgs),
+    /// Print a file generated from the code (the config reference, the chart's config values
+    /// and schema, docs/cli.md's synopses and flags) as it should be committed: `make generate`
+    /// writes them; a test fails when one differs. For the repository, not for operators.
+    #[command(hide = true)]
+    Reference(ReferenceArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReferenceArgs {
+    /// List the generated files (paths inside the repository), one per line.
+    #[arg(long, conflicts_with = "file")]
+    pub(crate) list: bool,
+
+    /// The repository: the hand-written parts around a generated block are read there.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub(crate) root: PathBuf,
+
+    /// The generated file to print, as --list names it.
+    #[arg(value_name = "FILE", required_unless_present = "list")]
+    pub(crate) file: Option<String>,
 }
 
 #[derive(Debug, Args)]
