@@ -22,6 +22,9 @@ if [ -z "$registry" ]; then
   exit 1
 fi
 
+# The registry is on loopback: never through a proxy named in http_proxy and the like.
+curl() { command curl --noproxy '*' "$@"; }
+
 dir=$(mktemp -d)
 pid=
 stop() {

@@ -220,8 +220,8 @@ fn nodes_plan_prints_the_install_pages_sample() {
 
 /// The README's "If it does not work" for the offline example: the causes it quotes are what
 /// `review` prints on standard error, with exit status 4 — without
-/// `TOLERABLE_REGISTRY__INSECURE` (TLS spoken to the plain-HTTP registry), and with the
-/// registry stopped.
+/// `TOLERABLE_REGISTRY__INSECURE` (TLS spoken to the plain-HTTP registry), through a proxy
+/// named by `http_proxy` (and not with `NO_PROXY=127.0.0.1`), and with the registry stopped.
 #[test]
 fn the_readmes_lookup_failure_causes_are_what_review_prints() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
@@ -240,6 +240,17 @@ fn the_readmes_lookup_failure_causes_are_what_review_prints() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(stderr.contains(without_tls), "{stderr}");
+    // A proxy in the shell (a closed port here) is followed even to 127.0.0.1, unless
+    // `NO_PROXY` names it.
+    let proxied = format!(
+        "http_proxy=http://127.0.0.1:{} {review}",
+        common::free_port()
+    );
+    let out = run_documented(&proxied, dir.path());
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(refused));
+    let out = run_documented(&format!("NO_PROXY=127.0.0.1 {proxied}"), dir.path());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     drop(registry);
     let out = run_documented(&review, dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
