@@ -47,17 +47,24 @@ storage:
 http:
   addr: $host
 EOF
+# Something already answering there (an earlier run, another registry) would take the pushes.
+if curl -s -o /dev/null "http://$host/"; then
+  echo "docker-registry did not start on $host: the port is taken; try another PORT" >&2
+  exit 1
+fi
 "$registry" serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
 pid=$!
+ready=
 for _ in $(seq 100); do
-  curl -fsS -o /dev/null "$base/" 2>/dev/null && break
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "docker-registry did not start on $host (port taken? try another PORT):" >&2
-    cat "$dir/registry.log" >&2
-    exit 1
-  fi
+  curl -fsS -o /dev/null "$base/" 2>/dev/null && ready=1 && break
+  kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
+if [ -z "$ready" ]; then
+  echo "docker-registry did not start on $host (port taken? try another PORT):" >&2
+  cat "$dir/registry.log" >&2
+  exit 1
+fi
 
 digest() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
 size() { wc -c <"$1" | tr -d ' '; }

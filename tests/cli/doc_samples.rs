@@ -218,8 +218,9 @@ fn nodes_plan_prints_the_install_pages_sample() {
     );
 }
 
-/// The README's "If it does not work" for the offline example: the causes it quotes are what
-/// `review` prints on standard error, with exit status 4 — without
+/// The README's "If it does not work" for the offline example: the script refuses a port in use
+/// as quoted, and the causes it quotes are what `review` prints on standard error, with exit
+/// status 4 — without
 /// `TOLERABLE_REGISTRY__INSECURE` (TLS spoken to the plain-HTTP registry), through a proxy
 /// named by `http_proxy` (and not with `NO_PROXY=127.0.0.1`), and with the registry stopped.
 #[test]
@@ -235,6 +236,19 @@ fn the_readmes_lookup_failure_causes_are_what_review_prints() {
         "TOLERABLE_REGISTRY__INSECURE=127.0.0.1:{port} cargo run --release -- review examples/local.yaml"
     );
     let registry = ExampleRegistry::start(port);
+    // A second script on the same port: refused, saying so.
+    let second = Command::new(root().join("examples/local-registry.sh"))
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1), "{second:?}");
+    let taken = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        taken.contains(&format!("did not start on 127.0.0.1:{port}")),
+        "{taken}"
+    );
+    assert!(readme.contains("`did not start on 127.0.0.1:5000`"));
     // The variable naming another host: this registry is not listed, so it is asked over TLS.
     let out = run_documented(&review.replace("127.0.0.1:", "127.0.0.2:"), dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
