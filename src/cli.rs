@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 )]
 pub struct Cli {
     /// Config file (TOML). Default: ./tolerable.toml when it exists. Every key can be overridden
-    /// by a TOLERABLE_<KEY> environment variable.
+    /// by a TOLERABLE_<SECTION>__<KEY> environment variable.
     #[arg(long, global = true, env = "TOLERABLE_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
@@ -281,7 +281,7 @@ fn review_help() -> String {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Keep nodes of non-default architectures tainted as they join (config: manage_node_taints).
+    /// Keep nodes of non-default architectures tainted as they join (config: `[nodes] manage_taints`).
     #[arg(long)]
     pub(crate) manage_node_taints: bool,
 
