@@ -136,10 +136,12 @@ async fn an_architecture_label_change_is_seen(
     watch: &NodeWatch,
 ) {
     api.set_label(1000, ARCH_LABEL, "s390x");
+    // The pools are published before the build is counted: wait for both.
     until("s390x to appear", || {
         watch
             .pools()
             .is_some_and(|p| p.architectures.contains_key("s390x"))
+            && watch.pool_builds() >= 3
     })
     .await;
     assert_eq!(watch.pool_builds(), 3);
