@@ -164,13 +164,15 @@ impl AdmissionRequest<'_> {
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
     /// `view.spec` is `None` and there are no pull secrets. For a Pod left alone whatever its
-    /// spec says.
+    /// spec says. The read stops at the end of `metadata`: what follows it (spec, status: half a
+    /// real Pod's bytes) is not even scanned — the envelope's read has already checked it is
+    /// JSON. A second `metadata` after the first is therefore not seen.
     pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        let pod: MetadataIn = serde_json::from_str(object.get())
+        let metadata = metadata_first(object.get())
             .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
         PodObject::read(PodIn {
-            metadata: pod.metadata,
+            metadata,
             spec: None,
         })
     }
@@ -245,10 +247,53 @@ struct PodIn {
     spec: Option<SpecIn>,
 }
 
-/// A Pod read for its metadata alone; every other field is skipped by the parser.
-#[derive(Deserialize)]
-struct MetadataIn {
-    metadata: Option<MetaIn>,
+/// A Pod object's `metadata`, read up to its end and no further (see
+/// [`AdmissionRequest::pod_metadata`]); `None` when the object has none.
+fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum Field {
+        Metadata,
+        #[serde(other)]
+        Other,
+    }
+
+    /// Fills its slot with the metadata, then stops the parser (an error it never reports).
+    struct First<'s>(&'s mut Option<Option<MetaIn>>);
+
+    impl<'de> Visitor<'de> for First<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a Pod object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(field) = map.next_key::<Field>()? {
+                match field {
+                    Field::Metadata => {
+                        *self.0 = Some(map.next_value()?);
+                        return Err(A::Error::custom("stopped after metadata"));
+                    }
+                    Field::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    let mut found = None;
+    let mut parser = serde_json::Deserializer::from_str(object);
+    match parser.deserialize_map(First(&mut found)) {
+        // Only the stop leaves the slot filled.
+        Err(_) if found.is_some() => Ok(found.flatten()),
+        Err(e) => Err(e),
+        Ok(()) => parser.end().map(|()| None),
+    }
 }
 
 #[derive(Deserialize)]
@@ -493,6 +538,31 @@ impl Serialize for Base64Json {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metadata-only read of a skipped Pod sees what the whole read sees of its metadata
+    /// (the recorded v1.36 Pod: managedFields, owner references), stops there (what follows
+    /// is not read: not even a second `metadata`), and still says when there is none.
+    #[test]
+    fn the_metadata_only_read_stops_at_the_end_of_metadata() {
+        let body = include_str!("../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json");
+        let review = parse(body.as_bytes()).unwrap();
+        let request = review.request.as_ref().unwrap();
+        let (metadata, whole) = (request.pod_metadata().unwrap(), request.pod().unwrap());
+        assert!(!whole.view.owner_references.is_empty() && whole.view.spec.is_some());
+        assert_eq!(metadata.view.labels, whole.view.labels);
+        assert_eq!(metadata.view.annotations, whole.view.annotations);
+        assert_eq!(metadata.view.owner_references, whole.view.owner_references);
+        assert_eq!(metadata.namespace, whole.namespace);
+        assert!(metadata.view.spec.is_none());
+
+        let first = |object: &str| metadata_first(object).map(|m| m.map(|m| m.labels));
+        let labels = Some(Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])));
+        let after = r#"{"kind":"Pod","metadata":{"labels":{"a":"b"}},"metadata":5,"spec":7}"#;
+        assert_eq!(first(after).unwrap(), labels);
+        assert_eq!(first(r#"{"kind":"Pod","spec":{}}"#).unwrap(), None);
+        assert!(first(r#"{"metadata":{"labels":5}}"#).is_err());
+        assert!(first("[1]").is_err());
+    }
 
     const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"","version":"v1","kind":"Pod"},
