@@ -544,7 +544,9 @@ mod tests {
     /// is not read: not even a second `metadata`), and still says when there is none.
     #[test]
     fn the_metadata_only_read_stops_at_the_end_of_metadata() {
-        let body = include_str!("../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json");
+        let body = include_str!(
+            "../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json"
+        );
         let review = parse(body.as_bytes()).unwrap();
         let request = review.request.as_ref().unwrap();
         let (metadata, whole) = (request.pod_metadata().unwrap(), request.pod().unwrap());
