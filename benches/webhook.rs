@@ -408,16 +408,21 @@ fn main() {
     if std::env::var_os("BENCH_IN_PROCESS_ONLY").is_some() {
         return;
     }
+    // Profile mode measures warm admissions alone: a server under callgrind would spend
+    // minutes in the log-level rounds first.
+    let profiling = std::env::var_os("BENCH_PROFILE_SECONDS").is_some();
     // BENCH_LOG_LEVEL_ROUNDS=N: only this comparison, N rounds.
     let only_levels = std::env::var("BENCH_LOG_LEVEL_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok());
-    log_levels(
-        &runtime,
-        &registry.host,
-        Duration::from_secs(4),
-        only_levels.unwrap_or(5),
-    );
+    if !profiling {
+        log_levels(
+            &runtime,
+            &registry.host,
+            Duration::from_secs(4),
+            only_levels.unwrap_or(5),
+        );
+    }
     if only_levels.is_some() {
         return;
     }

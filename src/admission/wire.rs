@@ -149,7 +149,9 @@ impl AdmissionRequest<'_> {
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
     /// `view.spec` is `None` and there are no pull secrets. For a Pod left alone whatever its
-    /// spec says.
+    /// spec says. The read stops at the end of `metadata`: what follows it (spec, status: half a
+    /// real Pod's bytes) is not even scanned — the envelope's read has already checked it is
+    /// JSON. A second `metadata` after the first is therefore not seen.
     pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
         PodObject::metadata_only(object.get())
@@ -307,6 +309,25 @@ impl Serialize for Base64Json {
 mod tests {
     use super::*;
     use crate::mutate::{ImageSlot, SlotKind};
+
+    /// The metadata-only read of a skipped Pod sees what the whole read sees of its metadata
+    /// (the recorded v1.36 Pod: managedFields, owner references) and no spec (where it stops:
+    /// `engine::pod_object`'s test).
+    #[test]
+    fn the_metadata_only_read_stops_at_the_end_of_metadata() {
+        let body = include_str!(
+            "../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json"
+        );
+        let review = parse(body.as_bytes()).unwrap();
+        let request = review.request.as_ref().unwrap();
+        let (metadata, whole) = (request.pod_metadata().unwrap(), request.pod().unwrap());
+        assert!(!whole.view.owner_references.is_empty() && whole.view.spec.is_some());
+        assert_eq!(metadata.view.labels, whole.view.labels);
+        assert_eq!(metadata.view.annotations, whole.view.annotations);
+        assert_eq!(metadata.view.owner_references, whole.view.owner_references);
+        assert_eq!(metadata.namespace, whole.namespace);
+        assert!(metadata.view.spec.is_none());
+    }
 
     const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"705ab4f5-6393-11e8-b7cc-42010a800002","kind":{"group":"","version":"v1","kind":"Pod"},

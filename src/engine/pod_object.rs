@@ -44,12 +44,15 @@ impl PodObject {
     }
 
     /// A Pod's JSON read for its metadata alone: the spec (and all else) skipped unread, so
-    /// `view.spec` is `None` and there are no pull secrets.
+    /// `view.spec` is `None` and there are no pull secrets. The read stops at the end of
+    /// `metadata`: what follows it (spec, status: half a real Pod's bytes) is not even scanned —
+    /// the caller has already checked it is JSON. A second `metadata` after the first is
+    /// therefore not seen.
     pub(crate) fn metadata_only(json: &str) -> Result<Self, String> {
-        let pod: MetadataIn = serde_json::from_str(json)
-            .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        let metadata =
+            metadata_first(json).map_err(|e| format!("the object is not a valid Pod: {e}"))?;
         Self::read(PodIn {
-            metadata: pod.metadata,
+            metadata,
             spec: None,
         })
     }
@@ -109,10 +112,52 @@ struct PodIn {
     spec: Option<SpecIn>,
 }
 
-/// A Pod read for its metadata alone; every other field is skipped by the parser.
-#[derive(Deserialize)]
-struct MetadataIn {
-    metadata: Option<MetaIn>,
+/// A Pod object's `metadata`, read up to its end and no further (see [`PodObject::metadata_only`]); `None` when the object has none.
+fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum Field {
+        Metadata,
+        #[serde(other)]
+        Other,
+    }
+
+    /// Fills its slot with the metadata, then stops the parser (an error it never reports).
+    struct First<'s>(&'s mut Option<Option<MetaIn>>);
+
+    impl<'de> Visitor<'de> for First<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a Pod object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(field) = map.next_key::<Field>()? {
+                match field {
+                    Field::Metadata => {
+                        *self.0 = Some(map.next_value()?);
+                        return Err(A::Error::custom("stopped after metadata"));
+                    }
+                    Field::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    let mut found = None;
+    let mut parser = serde_json::Deserializer::from_str(object);
+    match parser.deserialize_map(First(&mut found)) {
+        // Only the stop leaves the slot filled.
+        Err(_) if found.is_some() => Ok(found.flatten()),
+        Err(e) => Err(e),
+        Ok(()) => parser.end().map(|()| None),
+    }
 }
 
 #[derive(Deserialize)]
@@ -204,5 +249,23 @@ impl SpecIn {
             service_account: self.service_account_name,
         };
         (spec, pull)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What follows the first `metadata` is not read (not even a second one), and a Pod
+    /// without metadata, or with metadata of the wrong shape, is told.
+    #[test]
+    fn the_metadata_read_stops_at_the_end_of_metadata() {
+        let first = |object: &str| metadata_first(object).map(|m| m.map(|m| m.labels));
+        let labels = Some(Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])));
+        let after = r#"{"kind":"Pod","metadata":{"labels":{"a":"b"}},"metadata":5,"spec":7}"#;
+        assert_eq!(first(after).unwrap(), labels);
+        assert_eq!(first(r#"{"kind":"Pod","spec":{}}"#).unwrap(), None);
+        assert!(first(r#"{"metadata":{"labels":5}}"#).is_err());
+        assert!(first("[1]").is_err());
     }
 }

@@ -97,7 +97,7 @@ pub const ALIASES: &[Alias] = &[
 pub fn alias(name: &str, spellings: &[Spelling]) -> Option<&'static Alias> {
     ALIASES
         .iter()
-        .find(|a| a.name == name && spellings.contains(&a.spelling))
+        .find(|a| spellings.contains(&a.spelling) && a.name == name)
 }
 
 /// The GOARCH name for any other spelling of it (lower case), for a suggestion.
@@ -108,6 +108,13 @@ pub fn goarch_for(name: &str) -> Option<&'static str> {
 /// An image platform's architecture and variant (lower case) as containerd normalises them:
 /// its alias read, then the variant spelled as containerd spells it for that architecture.
 pub fn normalize(arch: &str, variant: &str) -> (String, String) {
+    let (arch, variant) = normalized(arch, variant);
+    (arch.to_owned(), variant.to_owned())
+}
+
+/// [`normalize`] without allocating: each name borrowed from the input or from the alias
+/// table. The node matcher normalises every platform it accepts on every admission.
+pub fn normalized<'a, 'v>(arch: &'a str, variant: &'v str) -> (&'a str, &'v str) {
     let (arch, variant) = match alias(arch, &[Spelling::Containerd]) {
         Some(alias) => (alias.goarch, alias.variant.unwrap_or(variant)),
         None => (arch, variant),
@@ -122,7 +129,7 @@ pub fn normalize(arch: &str, variant: &str) -> (String, String) {
         ("arm", "8") => "v8",
         (_, other) => other,
     };
-    (arch.to_owned(), variant.to_owned())
+    (arch, variant)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Platforms (os / architecture / variant), normalised the way containerd's platform matching
 //! normalises them, so `arm64/v8`, `aarch64` and `arm64` are one platform and `arm` means `arm/v7`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -139,26 +140,40 @@ fn version(variant: &str) -> Option<u32> {
     variant.strip_prefix('v').unwrap_or(variant).parse().ok()
 }
 
+/// One platform a node's matcher accepts: architecture and variant, normalised. Borrowed (from
+/// the node's names or static text) but for arm64's minor levels: the matcher is built for every
+/// candidate architecture on every admission.
+type Accepted<'a> = (&'a str, Cow<'a, str>);
+
+/// `v{level}`, without allocating for the levels containerd knows.
+fn level(level: u32) -> Cow<'static, str> {
+    const LEVELS: [&str; 10] = ["v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"];
+    match LEVELS.get(level as usize) {
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Owned(format!("v{level}")),
+    }
+}
+
 /// The platforms (architecture, variant) containerd's `platforms.Only` accepts on a node of
 /// `arch` / `variant`, best first (its ordering decides which one a node pulls): amd64 vN
 /// accepts amd64 vN…v1, then 386; arm vN accepts arm vN…v5; arm64 v8.x accepts v8.x…v8.0,
 /// arm64 v9.x accepts v9.x…v9.0 then v8.(x+5)…v8.0, and then arm v8…v5. 386 and the 32-bit
 /// arm ones only where `runtime` says the kernel or the CPU runs them (containerd itself
 /// always accepts them; a node that cannot run them fails the container at start).
-fn accepted(arch: &str, variant: &str, runtime: &NodeRuntime<'_>) -> Vec<(String, String)> {
-    let mut out = vec![(arch.to_owned(), variant.to_owned())];
+fn accepted<'a>(arch: &'a str, variant: &'a str, runtime: &NodeRuntime<'_>) -> Vec<Accepted<'a>> {
+    let mut out: Vec<Accepted<'a>> = vec![(arch, Cow::Borrowed(variant))];
     match arch {
         "amd64" => {
-            for level in (1..version(variant).unwrap_or(1)).rev() {
-                out.push((arch.into(), format!("v{level}")));
+            for n in (1..version(variant).unwrap_or(1)).rev() {
+                out.push((arch, level(n)));
             }
             if runtime.amd64_runs_386 {
-                out.push(("386".into(), String::new()));
+                out.push(("386", Cow::Borrowed("")));
             }
         }
         "arm" => {
-            for level in (5..version(variant).unwrap_or(0)).rev() {
-                out.push((arch.into(), format!("v{level}")));
+            for n in (5..version(variant).unwrap_or(0)).rev() {
+                out.push((arch, level(n)));
             }
         }
         "arm64" => {
@@ -166,36 +181,33 @@ fn accepted(arch: &str, variant: &str, runtime: &NodeRuntime<'_>) -> Vec<(String
             let (major, minor) = variant.split_once('.').unwrap_or((variant, "0"));
             if let (Some(mut major @ 8..), Ok(mut minor)) = (version(major), minor.parse::<u32>()) {
                 if major == 9 {
-                    out.extend((0..minor).rev().map(|m| (arch.into(), arm64_variant(9, m))));
+                    out.extend((0..minor).rev().map(|m| (arch, arm64_variant(9, m))));
                     (major, minor) = (8, minor + 5);
-                    out.push((arch.into(), arm64_variant(8, minor)));
+                    out.push((arch, arm64_variant(8, minor)));
                 }
-                out.extend(
-                    (0..minor)
-                        .rev()
-                        .map(|m| (arch.into(), arm64_variant(major, m))),
-                );
+                out.extend((0..minor).rev().map(|m| (arch, arm64_variant(major, m))));
             }
             if runtime.arm64_runs_arm32 {
-                out.extend(
-                    (5..=8)
-                        .rev()
-                        .map(|level| ("arm".into(), format!("v{level}"))),
-                );
+                out.extend((5..=8).rev().map(|n| ("arm", level(n))));
             }
         }
         _ => {}
     }
-    out.into_iter()
-        .map(|(a, v)| super::arch::normalize(&a, &v))
-        .collect()
+    for (a, v) in &mut out {
+        let (arch, variant) = super::arch::normalized(a, v);
+        if variant != v.as_ref() {
+            *v = Cow::Owned(variant.to_owned());
+        }
+        *a = arch;
+    }
+    out
 }
 
-fn arm64_variant(major: u32, minor: u32) -> String {
+fn arm64_variant(major: u32, minor: u32) -> Cow<'static, str> {
     if minor == 0 {
-        format!("v{major}")
+        level(major)
     } else {
-        format!("v{major}.{minor}")
+        Cow::Owned(format!("v{major}.{minor}"))
     }
 }
 
@@ -204,14 +216,25 @@ fn arm64_variant(major: u32, minor: u32) -> String {
 /// node is not known to have, or none.
 pub fn node_runs(os: &str, arch: &str, platforms: &[Platform], runtime: &NodeRuntime<'_>) -> Runs {
     let variant = runtime.variant.unwrap_or_else(|| baseline_variant(arch));
-    let (arch, variant) = super::arch::normalize(arch, variant);
-    let accepted = accepted(&arch, &variant, runtime);
+    let (arch, variant) = super::arch::normalized(arch, variant);
     let on_os = || platforms.iter().filter(|p| &*p.os == os);
-    let best = accepted.iter().enumerate().find_map(|(rank, (a, v))| {
-        on_os()
-            .find(|p| *p.architecture == **a && p.variant.as_deref().unwrap_or("") == v)
-            .map(|p| (rank, p))
-    });
+    let find = |a: &str, v: &str| {
+        on_os().find(|p| *p.architecture == *a && p.variant.as_deref().unwrap_or("") == v)
+    };
+    // The node's own platform is the best there is (rank 0 of `accepted`): most images have it,
+    // and then the rest of the list is never built.
+    if let Some(platform) = find(arch, variant) {
+        return Runs::Pulls {
+            platform: platform.clone(),
+            own: true,
+        };
+    }
+    let accepted = accepted(arch, variant, runtime);
+    let best = accepted
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find_map(|(rank, (a, v))| find(a, v).map(|p| (rank, p)));
     if let Some((rank, platform)) = best {
         return Runs::Pulls {
             platform: platform.clone(),

@@ -54,7 +54,7 @@ pub fn common_architectures(
         .collect();
     let candidates = candidates(os, &images, policy, pools);
     if images.is_empty() {
-        common.architectures = candidates.iter().cloned().collect();
+        common.architectures = candidates.iter().map(|a| (*a).to_owned()).collect();
     }
     for arch in candidates.iter().filter(|_| !images.is_empty()) {
         let runtime = policy.runtime_for(arch);
@@ -76,31 +76,35 @@ pub fn common_architectures(
             }
         });
         if runs_all {
-            common.architectures.push(arch.clone());
+            common.architectures.push((*arch).to_owned());
             common.pulls.append(&mut pulls);
             common.warnings.append(&mut warnings);
         }
     }
-    common.candidates = candidates.into_iter().collect();
+    common.candidates = candidates.into_iter().map(str::to_owned).collect();
     common
 }
 
 /// The node architectures a Pod may be placed on: those the cluster has (the node watch) or may
 /// add (`supported_architectures`, `default_architectures`: a pool scaling from zero); without
 /// the node watch, also each architecture the images name on `os` that a node can carry.
-fn candidates(
+/// Borrowed: this runs on every admission.
+fn candidates<'a>(
     os: &str,
-    images: &[(&str, &ImageFact)],
-    policy: &Policy,
-    pools: Option<&NodePools>,
-) -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = policy.possible_architectures(pools).cloned().collect();
+    images: &[(&str, &'a ImageFact)],
+    policy: &'a Policy,
+    pools: Option<&'a NodePools>,
+) -> BTreeSet<&'a str> {
+    let mut out: BTreeSet<&str> = policy
+        .possible_architectures(pools)
+        .map(String::as_str)
+        .collect();
     if pools.is_none() {
         let named = images
             .iter()
             .flat_map(|(_, found)| &found.platforms)
             .filter(|p| *p.os == *os && !IMAGE_ONLY_ARCHITECTURES.contains(&&*p.architecture))
-            .map(|p| p.architecture.to_string());
+            .map(|p| &*p.architecture);
         out.extend(named);
     }
     out
