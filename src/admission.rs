@@ -11,6 +11,7 @@ mod workload_pod;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cluster::events::{Recorder, Regarding, Warning};
 use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::NodeWatch;
 use crate::cluster::{Cluster, PodCredentials, PullSecretRefs};
@@ -74,6 +75,9 @@ pub struct Admission {
     cluster: Option<Arc<Cluster>>,
     nodes: Option<NodeWatch>,
     namespaces: Option<NamespacePolicies>,
+    /// `[events] on_admission`: Warning Events on the owners of Pods whose images share no
+    /// node architecture or could not be looked up.
+    events: Option<Recorder>,
 }
 
 impl Admission {
@@ -85,6 +89,7 @@ impl Admission {
             cluster: None,
             nodes: None,
             namespaces: None,
+            events: None,
         }
     }
 
@@ -118,6 +123,13 @@ impl Admission {
         self.namespaces.as_ref()
     }
 
+    /// Warns each answered Pod's controller owner through `events` when its images share no
+    /// node architecture or could not be looked up (`[events] on_admission`).
+    pub(crate) fn with_events(mut self, events: Recorder) -> Self {
+        self.events = Some(events);
+        self
+    }
+
     /// Reads each Pod's image pull secrets (and its ServiceAccount's) from `cluster`.
     pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
@@ -141,7 +153,11 @@ impl Admission {
             ..
         } = match read_request(request, &self.policy, self.namespaces.as_ref()) {
             RequestRead::Decide(pod, pull_secrets) => {
-                self.answer(&pod, &pull_secrets, budget).await
+                let answered = self.answer(&pod, &pull_secrets, budget).await;
+                if request.dry_run != Some(true) {
+                    self.warn_owner(&pod, &answered.answer);
+                }
+                answered
             }
             RequestRead::Answered(answer) => answer.into(),
         };
@@ -154,6 +170,27 @@ impl Admission {
             answer,
             lookup_causes,
         })
+    }
+
+    /// Hands the owner's Warning Event, if the answer calls for one, to the recorder (which
+    /// never waits: the admission is not held by the API server).
+    fn warn_owner(&self, pod: &PodCreate, answer: &Answer) {
+        let Some(events) = &self.events else { return };
+        let Some(warning) = mutate::owner_warning::owner_warning(pod, answer) else {
+            return;
+        };
+        events.warn(Warning {
+            regarding: Regarding {
+                api_version: warning.owner.api_version,
+                kind: warning.owner.kind,
+                namespace: pod.namespace.clone(),
+                name: warning.owner.name,
+                uid: warning.owner.uid,
+            },
+            reason: warning.reason.into(),
+            action: warning.action.into(),
+            note: warning.note,
+        });
     }
 
     /// For `audit --verify`: each of the Pod's images, its index's platforms checked against

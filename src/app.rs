@@ -128,6 +128,7 @@ impl Webhook {
             ),
             None => (admission, None),
         };
+        let admission = start_events(config, kube.as_ref(), admission, &metrics, &mut background)?;
         let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
@@ -415,6 +416,29 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// `[events] on_admission` with a cluster: the Event recorder (its queue drained by a task of
+/// its own), which admissions hand their owners' Warning Events to.
+fn start_events(
+    config: &Config,
+    kube: Option<&kube::Client>,
+    admission: Admission,
+    metrics: &Arc<Metrics>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Admission> {
+    if !config.events_on_admission {
+        return Ok(admission);
+    }
+    let Some(client) = kube else {
+        anyhow::bail!(
+            "config key `events.on_admission`: Warning Events need the cluster (serve writes them through the API server)"
+        );
+    };
+    let (recorder, task) =
+        crate::cluster::events::Recorder::start(client.clone(), Some(metrics.clone()));
+    background.push(task);
+    Ok(admission.with_events(recorder))
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated

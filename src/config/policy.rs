@@ -1,6 +1,6 @@
-//! `[policy]`, `[tolerations]`, `[architecture_tolerations]` and `[nodes]`: the decision's
-//! [`Policy`] (architectures, tolerations, steering, what to do when in doubt) and what `serve`
-//! does with the cluster's Nodes. The defaults are [`Policy::default`]'s, read from it.
+//! `[policy]`, `[tolerations]`, `[architecture_tolerations]`, `[nodes]` and `[events]`: the
+//! decision's [`Policy`] (architectures, tolerations, steering, what to do when in doubt), what
+//! `serve` does with the cluster's Nodes and the Warning Events it writes. The defaults are [`Policy::default`]'s, read from it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -111,6 +111,15 @@ impl Default for NodesSection {
             manage_taints: false,
         }
     }
+}
+
+/// `[events]` as written: the Warning Events `serve` writes where users look.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct EventsSection {
+    /// A Warning Event on a Pod's controller owner when its images share no node architecture
+    /// or could not be looked up (`cluster::events`, rate limited per owner).
+    pub(super) on_admission: bool,
 }
 
 /// A taint's effect a toleration matches; empty: every effect.

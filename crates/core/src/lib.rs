@@ -11,6 +11,7 @@ pub mod gate;
 pub mod knobs;
 pub mod namespace_policy;
 pub mod node_labels;
+pub mod owner_warning;
 pub mod patch;
 pub mod pin;
 pub mod platform;
