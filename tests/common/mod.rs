@@ -15,6 +15,7 @@ pub mod captured_log;
 pub mod certs;
 pub mod cli;
 pub mod deployed;
+pub mod events_api;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;
