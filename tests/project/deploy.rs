@@ -28,6 +28,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/eks-overlay-cni",
     "kustomize/overlays/aks",
     "kustomize/overlays/daemonsets",
+    "kustomize/overlays/events",
 ];
 
 fn root() -> PathBuf {
@@ -812,7 +813,7 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
 /// binding) named for it, and the rules that role must hold.
-fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 4] {
+fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 5] {
     [
         (
             config.read_pull_secrets,
@@ -833,6 +834,11 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 4] {
             config.manage_node_taints,
             "tolerable-node-taints",
             serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]),
+        ),
+        (
+            config.events_on_admission,
+            "tolerable-events",
+            serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]),
         ),
     ]
 }
