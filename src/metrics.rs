@@ -27,9 +27,9 @@ use crate::mutate::{Answer, Decision, Outcome, Untouched};
 
 use self::lookups::WELL_KNOWN_REGISTRIES;
 
+pub(crate) use self::events::{EventMetrics, EventResult};
 pub use self::exposition::encode;
 pub(crate) use self::exposition::encode_text_format;
-pub(crate) use self::events::{EventMetrics, EventResult};
 pub(crate) use self::gates::{GateMetrics, GateRelease};
 pub(crate) use self::namespaces::NamespaceWatchState;
 

@@ -109,7 +109,8 @@ pub(crate) fn reporting_instance() -> String {
 impl Warning {
     /// The Event object, at `now`, from `instance`.
     pub(crate) fn event(&self, now: k8s_openapi::jiff::Timestamp, instance: &str) -> Written {
-        let note = crate::mutate::explain::cut(self.note.clone(), MAX_NOTE_BYTES - CUT_MARKER_BYTES);
+        let note =
+            crate::mutate::explain::cut(self.note.clone(), MAX_NOTE_BYTES - CUT_MARKER_BYTES);
         let r = &self.regarding;
         if r.is_pod() {
             return Written::Core(Box::new(CoreEvent {
@@ -336,8 +337,11 @@ mod tests {
     /// owner Deployment (events.k8s.io/v1)"), field for field.
     #[test]
     fn an_owner_gets_the_events_k8s_io_event_the_api_server_accepted() {
-        let written = warning(owner(), "Pod web-7d9c6b8f5-abcde: exec format error on arm64")
-            .event(at(), "tolerable-5f7c9d-x2x4z");
+        let written = warning(
+            owner(),
+            "Pod web-7d9c6b8f5-abcde: exec format error on arm64",
+        )
+        .event(at(), "tolerable-5f7c9d-x2x4z");
         let Written::Events(event) = written else {
             panic!("{written:?}")
         };

@@ -61,7 +61,9 @@ impl Events {
 
     fn create_core(&self, namespace: &str, event: Value) -> Result<(u16, Value), String> {
         let involved = &event["involvedObject"];
-        let prefix = event["metadata"]["generateName"].as_str().unwrap_or_default();
+        let prefix = event["metadata"]["generateName"]
+            .as_str()
+            .unwrap_or_default();
         let recorded_shape = event["apiVersion"] == "v1"
             && event["kind"] == "Event"
             && prefix.ends_with('.')
@@ -80,7 +82,9 @@ impl Events {
             .all(text)
             && event["type"] == "Warning";
         if !recorded_shape {
-            return Err(format!("a core/v1 Event of this shape in {namespace}: {event}"));
+            return Err(format!(
+                "a core/v1 Event of this shape in {namespace}: {event}"
+            ));
         }
         let mut event = event;
         if event.get("eventTime").is_none() {
@@ -94,7 +98,9 @@ impl Events {
             return Ok((422, refusal));
         }
         let regarding = &event["regarding"];
-        let prefix = event["metadata"]["generateName"].as_str().unwrap_or_default();
+        let prefix = event["metadata"]["generateName"]
+            .as_str()
+            .unwrap_or_default();
         let recorded_shape = event["apiVersion"] == "events.k8s.io/v1"
             && event["kind"] == "Event"
             && !prefix.is_empty()
@@ -161,14 +167,19 @@ fn in_namespace(event: &Value, namespace: &str) -> bool {
 /// The recorded 422 of events.k8s.io/v1, with the causes that apply to `event` (its
 /// `generateName` ending in a dot, its `eventTime` missing), or `None`.
 fn refused(event: &Value) -> Option<Value> {
-    let prefix = event["metadata"]["generateName"].as_str().unwrap_or_default();
+    let prefix = event["metadata"]["generateName"]
+        .as_str()
+        .unwrap_or_default();
     let exchange = recorded("events.k8s.io/v1 with generateName ending in a dot");
     let mut body = exchange.response.body;
     let recorded_causes = body["details"]["causes"].as_array().unwrap().clone();
     let mut causes = Vec::new();
     if prefix.ends_with('.') {
         let mut cause = recorded_causes[0].clone();
-        let message = cause["message"].as_str().unwrap().replace("\"web.\"", &format!("{prefix:?}"));
+        let message = cause["message"]
+            .as_str()
+            .unwrap()
+            .replace("\"web.\"", &format!("{prefix:?}"));
         cause["message"] = json!(message);
         causes.push(cause);
     }
@@ -181,7 +192,13 @@ fn refused(event: &Value) -> Option<Value> {
     let name = format!("{prefix}hfdwk");
     let errors: Vec<String> = causes
         .iter()
-        .map(|c| format!("{}: {}", c["field"].as_str().unwrap(), c["message"].as_str().unwrap()))
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["field"].as_str().unwrap(),
+                c["message"].as_str().unwrap()
+            )
+        })
         .collect();
     let list = match &errors[..] {
         [one] => one.clone(),

@@ -101,7 +101,11 @@ async fn a_denied_pod_warns_its_owner_once_naming_each_image() {
     );
     assert_eq!(
         (&event["type"], &event["reason"], &event["action"]),
-        (&json!("Warning"), &json!("NoCommonArchitecture"), &json!("Denied"))
+        (
+            &json!("Warning"),
+            &json!("NoCommonArchitecture"),
+            &json!("Denied")
+        )
     );
     assert_eq!(event["reportingController"], "tolerable.io/tolerable");
     let note = event["note"].as_str().unwrap();
@@ -131,7 +135,11 @@ async fn twenty_denied_pods_of_one_owner_make_one_event() {
     let api = api();
     let server = server_writing_events(&api).await;
     for i in 0..20 {
-        denied(&server, review_of_owned_pod(&format!("b{i}"), replica_set())).await;
+        denied(
+            &server,
+            review_of_owned_pod(&format!("b{i}"), replica_set()),
+        )
+        .await;
     }
     let other = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
                         "uid": "3c0a3d1e-0000-4000-8000-000000000001", "controller": true}]);
@@ -210,12 +218,19 @@ async fn the_fake_takes_events_as_the_recorded_api_server_did() {
         let note = &exchange.note;
         assert_eq!(code, exchange.response.status, "{note}: {answer}");
         let mut recorded = exchange.response.body.clone();
-        for pointer in ["/metadata/name", "/metadata/uid", "/metadata/resourceVersion"] {
+        for pointer in [
+            "/metadata/name",
+            "/metadata/uid",
+            "/metadata/resourceVersion",
+        ] {
             ids.align(&mut answer, &recorded, pointer);
         }
         // The time it was created: the fake's now (two may share a second or not).
         if let Some(at) = recorded.pointer("/metadata/creationTimestamp").cloned() {
-            assert!(answer["metadata"]["creationTimestamp"].is_string(), "{note}");
+            assert!(
+                answer["metadata"]["creationTimestamp"].is_string(),
+                "{note}"
+            );
             answer["metadata"]["creationTimestamp"] = at;
         }
         if let Some(meta) = recorded["metadata"].as_object_mut() {
@@ -233,7 +248,10 @@ async fn the_fake_refuses_event_shapes_no_recording_shows() {
     let client = api.client("admintoken");
     let accepted = exchanges("crashes")
         .into_iter()
-        .find(|e| e.note.starts_with("a controller's Warning Event on the owner"))
+        .find(|e| {
+            e.note
+                .starts_with("a controller's Warning Event on the owner")
+        })
         .unwrap();
     let body = accepted.request.body.unwrap();
     let mut no_uid = body.clone();

@@ -4,6 +4,7 @@
 //! all call [`answer`].
 
 pub mod arch;
+pub mod crash;
 pub mod decision;
 pub mod explain;
 pub mod facts;

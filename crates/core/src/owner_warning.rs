@@ -105,7 +105,11 @@ mod tests {
         assert_eq!(w.owner.kind, "ReplicaSet");
         assert_eq!(w.owner.name, "web-7d9c6b8f5");
         assert_eq!((w.reason, w.action), ("NoCommonArchitecture", "Denied"));
-        for text in ["ReplicaSet web-7d9c6b8f5", "x86:1 (linux/amd64)", "z:1 (linux/s390x)"] {
+        for text in [
+            "ReplicaSet web-7d9c6b8f5",
+            "x86:1 (linux/amd64)",
+            "z:1 (linux/s390x)",
+        ] {
             assert!(w.note.contains(text), "{text}: {}", w.note);
         }
     }
@@ -148,10 +152,19 @@ mod tests {
             ("x86:1", Ok(&["linux/amd64"])),
             ("z:1", Ok(&["linux/amd64", "linux/s390x"])),
         ];
-        assert_eq!(warning_for(&pod(replica_set()), shared, &Policy::default()), None);
-        assert_eq!(warning_for(&pod(json!([])), DISJOINT, &Policy::default()), None);
+        assert_eq!(
+            warning_for(&pod(replica_set()), shared, &Policy::default()),
+            None
+        );
+        assert_eq!(
+            warning_for(&pod(json!([])), DISJOINT, &Policy::default()),
+            None
+        );
         let not_controller = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "c",
                                      "uid": "u", "controller": false}]);
-        assert_eq!(warning_for(&pod(not_controller), DISJOINT, &Policy::default()), None);
+        assert_eq!(
+            warning_for(&pod(not_controller), DISJOINT, &Policy::default()),
+            None
+        );
     }
 }
