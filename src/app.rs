@@ -128,7 +128,8 @@ impl Webhook {
             ),
             None => (admission, None),
         };
-        let admission = start_events(config, kube.as_ref(), admission, &metrics, &mut background)?;
+        let watching = (&metrics, &resolver, &nodes, leader.clone());
+        let admission = start_events(config, kube.as_ref(), admission, watching, &mut background)?;
         let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
@@ -210,9 +211,10 @@ impl Webhook {
 
 /// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
 /// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
-/// `kustomize/components/gates`); every replica keeps serving admissions either way.
+/// `kustomize/components/gates`) or crashes looked at (`[crashes] watch`,
+/// `kustomize/components/crash-watch`); every replica keeps serving admissions either way.
 fn elects_a_leader(config: &Config) -> bool {
-    config.policy.on_lookup_failure == OnLookupFailure::Gate
+    config.policy.on_lookup_failure == OnLookupFailure::Gate || config.crash_watch
 }
 
 /// The webhook's listener and, with `server.metrics_addr`, the metrics one.
@@ -418,27 +420,51 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
     Ok(CertStore::fixed(generated.key))
 }
 
-/// `[events] on_admission` with a cluster: the Event recorder (its queue drained by a task of
-/// its own), which admissions hand their owners' Warning Events to.
+/// What the crash watch reads: the metrics, the resolver, the node watch, whether this replica
+/// leads.
+type Watching<'a> = (
+    &'a Arc<Metrics>,
+    &'a Arc<Resolver>,
+    &'a Option<NodeWatch>,
+    watch::Receiver<bool>,
+);
+
+/// `[events] on_admission` or `[crashes] watch` with a cluster: the Event recorder (its queue
+/// drained by a task of its own), which admissions hand their owners' Warning Events to; and
+/// the crash watch (`crate::crashes`), which writes through it while `leader` says so.
 fn start_events(
     config: &Config,
     kube: Option<&kube::Client>,
     admission: Admission,
-    metrics: &Arc<Metrics>,
+    (metrics, resolver, nodes, leader): Watching<'_>,
     background: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<Admission> {
-    if !config.events_on_admission {
+    if !config.events_on_admission && !config.crash_watch {
         return Ok(admission);
     }
     let Some(client) = kube else {
         anyhow::bail!(
-            "config key `events.on_admission`: Warning Events need the cluster (serve writes them through the API server)"
+            "config keys `events.on_admission` and `crashes.watch`: Warning Events need the cluster (serve writes them through the API server)"
         );
     };
     let (recorder, task) =
         crate::cluster::events::Recorder::start(client.clone(), Some(metrics.clone()));
     background.push(task);
-    Ok(admission.with_events(recorder))
+    if config.crash_watch {
+        background.extend(crate::crashes::start(
+            client.clone(),
+            (recorder.clone(), nodes.clone()),
+            resolver.clone(),
+            &config.policy,
+            metrics.clone(),
+            leader,
+        ));
+    }
+    Ok(if config.events_on_admission {
+        admission.with_events(recorder)
+    } else {
+        admission
+    })
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated

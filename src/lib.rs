@@ -19,6 +19,7 @@ pub mod cli;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
+pub(crate) mod crashes;
 pub(crate) mod duration;
 #[doc(hidden)]
 pub mod fuzzing;

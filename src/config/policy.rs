@@ -1,4 +1,5 @@
-//! `[policy]`, `[tolerations]`, `[architecture_tolerations]`, `[nodes]` and `[events]`: the
+//! `[policy]`, `[tolerations]`, `[architecture_tolerations]`, `[nodes]`, `[events]` and
+//! `[crashes]`: the
 //! decision's [`Policy`] (architectures, tolerations, steering, what to do when in doubt), what
 //! `serve` does with the cluster's Nodes and the Warning Events it writes. The defaults are [`Policy::default`]'s, read from it.
 
@@ -120,6 +121,14 @@ pub(super) struct EventsSection {
     /// A Warning Event on a Pod's controller owner when its images share no node architecture
     /// or could not be looked up (`cluster::events`, rate limited per owner).
     pub(super) on_admission: bool,
+}
+
+/// `[crashes]` as written: the crash-signal watch of `serve`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct CrashesSection {
+    /// Watch the kubelets' BackOff Events for wrong-architecture crashes (`crate::crashes`).
+    pub(super) watch: bool,
 }
 
 /// A taint's effect a toleration matches; empty: every effect.

@@ -206,6 +206,66 @@ pub fn confirm(facts: &CrashFacts<'_>, runtime: &NodeRuntime<'_>) -> Verdict {
     }
 }
 
+/// The Warning Event's note on the Pod: the container, the image, the node and its
+/// architecture, what the index claimed, and what the verdict rests on.
+pub fn describe(
+    container: &str,
+    image: &str,
+    (node, arch): (&str, &str),
+    claimed: Option<&[Platform]>,
+    verdict: &Verdict,
+) -> String {
+    let claims = match claimed {
+        Some(platforms) => super::explain::comma_list(platforms.iter().map(ToString::to_string)),
+        None => "(not known)".to_owned(),
+    };
+    let head = format!("container {container}: exec format error on {arch} node {node}");
+    match verdict {
+        Verdict::WrongArchitecture {
+            why: Confirmed::MislabelledIndex { config_os, config_arch },
+            ..
+        } => format!(
+            "{head}; the index of {image} claims {claims}, but its entry for {arch} is a {config_os}/{config_arch} image"
+        ),
+        Verdict::WrongArchitecture {
+            why: Confirmed::RunsElsewhere(archs),
+            ..
+        } => format!(
+            "{head}; {image} runs on {} nodes: its {arch} image does not run on {arch} (the index claims {claims})",
+            archs.join(", ")
+        ),
+        Verdict::NotAmongPlatforms { .. } => {
+            format!("{head}; the index of {image} claims only {claims}")
+        }
+        Verdict::Unconfirmed => format!(
+            "{head}, not shown to be the architecture (an entrypoint without a shebang?); the index of {image} claims {claims}"
+        ),
+    }
+}
+
+impl Verdict {
+    /// The metric's label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::WrongArchitecture { .. } => "wrong_architecture",
+            Self::NotAmongPlatforms { .. } => "not_among_platforms",
+            Self::Unconfirmed => "unconfirmed",
+        }
+    }
+
+    /// The labels, in the metric's order.
+    pub const LABELS: [&'static str; 3] =
+        ["wrong_architecture", "not_among_platforms", "unconfirmed"];
+
+    /// The Events' reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::WrongArchitecture { .. } | Self::NotAmongPlatforms { .. } => "WrongArchitecture",
+            Self::Unconfirmed => "ExecFormatError",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
