@@ -28,6 +28,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::certs;
+use super::crashes_api::Crashes;
 use super::events_api::Events;
 use super::node_api::Nodes;
 
@@ -45,7 +46,7 @@ pub struct FakeApiServer {
     state: Arc<State>,
 }
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
     body.map(|b| b.boxed_unsync())
@@ -57,6 +58,8 @@ struct State {
     webhook_registered: std::sync::atomic::AtomicBool,
     /// Events created (`events_api`: core/v1 and events.k8s.io/v1, as recorded).
     events: Events,
+    /// The recorded crash's reads (`crashes_api`), when started with it.
+    crashes: Option<Crashes>,
 }
 
 impl State {
@@ -65,6 +68,7 @@ impl State {
             nodes: Arc::new(nodes),
             webhook_registered: std::sync::atomic::AtomicBool::new(true),
             events: Events::default(),
+            crashes: None,
         }
     }
 }
@@ -274,6 +278,18 @@ async fn route(
             return full(refused);
         }
     }
+    if let Some(crashes) = state
+        .crashes
+        .as_ref()
+        .filter(|_| method == hyper::Method::GET)
+    {
+        if let Some(answer) = crashes.answer(&path, &query) {
+            if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "get", "pods") {
+                return full(refused);
+            }
+            return answer;
+        }
+    }
     if let Some((code, answer)) = state.events.answer(method.as_str(), &path, &body) {
         if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "create", "events") {
             return full(refused);
@@ -362,6 +378,13 @@ impl FakeApiServer {
         let nodes = Nodes::new(Duration::ZERO, Some(gate));
         nodes.retain(|name| name == "amd-1" || name == "bare-1");
         Self::start_state(hosts, State::new(nodes))
+    }
+
+    /// [`FakeApiServer::start`], also serving the recorded crash's reads (`crashes_api`).
+    pub fn start_with_crashes(hosts: RegistryHosts, crashes: Crashes) -> Self {
+        let mut state = State::new(Nodes::new(Duration::ZERO, None));
+        state.crashes = Some(crashes);
+        Self::start_state(hosts, state)
     }
 
     /// Lets the gated watch send `n` more recorded events.

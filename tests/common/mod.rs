@@ -14,6 +14,7 @@
 pub mod captured_log;
 pub mod certs;
 pub mod cli;
+pub mod crashes_api;
 pub mod deployed;
 pub mod events_api;
 pub mod fake;
