@@ -166,13 +166,14 @@ async fn a_replica_that_does_not_lead_reads_and_writes_nothing() {
     // The Events were listed (and a watch opened after the list): by then a leader would have
     // queued the Pod's read.
     let deadline = Instant::now() + BOUND;
-    while !api
-        .requests()
-        .iter()
-        .filter(|p| *p == "/api/v1/events")
-        .nth(1)
-        .is_some()
-    {
+    let listed_and_watched = |api: &FakeApiServer| {
+        api.requests()
+            .iter()
+            .filter(|p| *p == "/api/v1/events")
+            .count()
+            >= 2
+    };
+    while !listed_and_watched(&api) {
         assert!(Instant::now() < deadline, "{:?}", api.requests());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

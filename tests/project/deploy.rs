@@ -29,6 +29,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/aks",
     "kustomize/overlays/daemonsets",
     "kustomize/overlays/events",
+    "kustomize/overlays/crash-watch",
 ];
 
 fn root() -> PathBuf {
@@ -659,6 +660,19 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             ("ClusterRoleBinding", "tolerable-gates"),
             ("Role", "tolerable-gates-leader-election"),
             ("RoleBinding", "tolerable-gates-leader-election"),
+        ] {
+            object(docs, kind, name);
+        }
+        expected += 4;
+    }
+    if deployed_config(docs).crash_watch {
+        // The crash watch's ClusterRole and its Lease Role, each bound once: their rules are
+        // the_crash_watch_component_grants_what_it_reads_and_writes's.
+        for (kind, name) in [
+            ("ClusterRole", "tolerable-crash-watch"),
+            ("ClusterRoleBinding", "tolerable-crash-watch"),
+            ("Role", "tolerable-crash-watch-leader-election"),
+            ("RoleBinding", "tolerable-crash-watch-leader-election"),
         ] {
             object(docs, kind, name);
         }
@@ -1330,5 +1344,29 @@ fn the_documented_overlay_commands_run_as_written() {
     assert!(
         !deployed_config(&docs).policy.enforce,
         "report-only at first"
+    );
+}
+
+/// The crash-watch component (`kustomize/overlays/crash-watch`): the base plus reading BackOff
+/// Events and the Pods they name (with their log), writing Events, and the gate releasers'
+/// Lease in tolerable's own namespace — nothing else.
+#[test]
+fn the_crash_watch_component_grants_what_it_reads_and_writes() {
+    let docs = documents(&render("kustomize/overlays/crash-watch"));
+    assert!(deployed_config(&docs).crash_watch);
+    let role = object(&docs, "ClusterRole", "tolerable-crash-watch");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch", "create"]},
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ])
+    );
+    let election = object(&docs, "Role", "tolerable-crash-watch-leader-election");
+    assert_eq!(election["metadata"]["namespace"], "tolerable-system");
+    assert_eq!(
+        election["rules"][1]["resourceNames"],
+        serde_json::json!(["tolerable-gates"])
     );
 }

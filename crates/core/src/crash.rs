@@ -76,12 +76,11 @@ fn match_line(line: &str) -> Option<ExecFormatError> {
     if let Some(rest) = line.strip_prefix("standard_init_linux.go:") {
         let (number, text) = rest.split_once(':')?;
         let numbered = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
-        return (numbered && text.trim() == "exec user process caused: exec format error").then(
-            || ExecFormatError {
-                runtime: Runtime::RuncBefore1_1,
-                path: None,
-            },
-        );
+        let matched = numbered && text.trim() == "exec user process caused: exec format error";
+        return matched.then_some(ExecFormatError {
+            runtime: Runtime::RuncBefore1_1,
+            path: None,
+        });
     }
     let path = line
         .strip_prefix("exec container process `")?
@@ -279,6 +278,8 @@ mod tests {
         }
     }
 
+    type Expected = Option<(Runtime, Option<&'static str>)>;
+
     /// Each runtime's text with its exit code; the wrong code, a long run, OOMKilled, another
     /// text, none: not an exec format error.
     #[test]
@@ -286,7 +287,7 @@ mod tests {
         let runc = "exec /usr/local/bin/web: exec format error\n";
         let old = "standard_init_linux.go:228: exec user process caused: exec format error";
         let crun = "exec container process `/app/run`: Exec format error";
-        let table: &[(Termination<'_>, Option<(Runtime, Option<&str>)>)] = &[
+        let table: &[(Termination<'_>, Expected)] = &[
             (
                 ended("Error", 255, runc, 0),
                 Some((Runtime::Runc, Some("/usr/local/bin/web"))),

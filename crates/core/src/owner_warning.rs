@@ -116,12 +116,16 @@ mod tests {
 
     #[test]
     fn warned_or_not_enforced_the_pod_is_admitted() {
-        let mut warn = Policy::default();
-        warn.on_no_common_architecture = OnNoCommonArchitecture::Warn;
+        let warn = Policy {
+            on_no_common_architecture: OnNoCommonArchitecture::Warn,
+            ..Policy::default()
+        };
         let w = warning_for(&pod(replica_set()), DISJOINT, &warn).unwrap();
         assert_eq!((w.reason, w.action), ("NoCommonArchitecture", "Admitted"));
-        let mut dry = Policy::default();
-        dry.enforce = false;
+        let dry = Policy {
+            enforce: false,
+            ..Policy::default()
+        };
         let w = warning_for(&pod(replica_set()), DISJOINT, &dry).unwrap();
         assert_eq!(w.action, "Admitted");
     }
@@ -137,8 +141,10 @@ mod tests {
             (OnLookupFailure::Deny, "Denied"),
             (OnLookupFailure::Gate, "Gated"),
         ] {
-            let mut policy = Policy::default();
-            policy.on_lookup_failure = on_failure;
+            let policy = Policy {
+                on_lookup_failure: on_failure,
+                ..Policy::default()
+            };
             let w = warning_for(&pod(replica_set()), failed, &policy).unwrap();
             assert_eq!((w.reason, w.action), ("ImageLookupFailed", action));
             assert!(w.note.contains("z:1"), "{}", w.note);
