@@ -9,9 +9,11 @@
 //! the digest the kubelet pulled). The verdict goes to a Warning Event on the Pod and on its
 //! controller owner, and to `tolerable_exec_format_crashes_total`.
 //!
-//! Not yet (issue 38): confirmations (b) and (c) are not gathered (the index entry's config,
-//! the same image running elsewhere) — without them a consistent index is "unconfirmed";
-//! nothing is learned, healed or labelled.
+//! Confirmation (b) reads the image config behind the index's entry for the node's platform,
+//! only now, on the crash (the resolver's `verify`, as `audit --verify`).
+//!
+//! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
+//! without it a consistent index is "unconfirmed"; nothing is learned, healed or labelled.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +33,7 @@ use crate::mutate::crash::{self, CrashFacts, Termination, Verdict};
 use crate::mutate::platform::NodeRuntime;
 use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
-use crate::registry::Resolver;
+use crate::registry::{CredentialStore, Resolver};
 
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
@@ -172,7 +174,7 @@ impl Looker {
         let verdict = if arch.is_empty() {
             Verdict::Unconfirmed
         } else {
-            self.confirm(&arch, claimed.as_deref())
+            self.confirm(&image, &arch, claimed.as_deref()).await
         };
         let note = crash::describe(
             &container.name,
@@ -184,12 +186,18 @@ impl Looker {
         self.report(pod, &arch, &verdict, note);
     }
 
-    fn confirm(&self, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+    async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+        let claims_it = claimed.is_some_and(|c| c.iter().any(|p| is_linux(p, arch)));
+        // (b) read only now, on the crash: the image config behind the index's entry.
+        let config = match claims_it {
+            true => self.config_of(image, arch).await,
+            false => None,
+        };
         let facts = CrashFacts {
             node_os: "linux",
             node_arch: arch,
             claimed,
-            config_of_node_entry: None,
+            config_of_node_entry: config.as_ref().map(|(os, a)| (os.as_str(), a.as_str())),
             runs_on: &[],
         };
         let runtime = NodeRuntime {
@@ -198,6 +206,20 @@ impl Looker {
             arm64_runs_arm32: self.arm64_runs_arm32,
         };
         crash::confirm(&facts, &runtime)
+    }
+
+    /// The OS and architecture the image config of the index's entry for linux/`arch` says.
+    async fn config_of(&self, image: &str, arch: &str) -> Option<(String, String)> {
+        let checked = self
+            .resolver
+            .verify(image, &CredentialStore::default(), LOOKUP)
+            .await
+            .ok()?;
+        let entry = checked.iter().find(|c| is_linux(&c.claimed, arch))?;
+        Some((
+            entry.actual.os.to_string(),
+            entry.actual.architecture.to_string(),
+        ))
     }
 
     /// What the image's index claims (anonymous access, from the resolver's caches when
@@ -238,6 +260,10 @@ impl Looker {
                 .warn(on(regarding, format!("Pod {}: {note}", pod.name)));
         }
     }
+}
+
+fn is_linux(platform: &Platform, arch: &str) -> bool {
+    &*platform.os == "linux" && &*platform.architecture == arch
 }
 
 /// The image as pulled: by the digest in `imageID` when the status has it, else as named.

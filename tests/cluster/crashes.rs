@@ -151,6 +151,76 @@ async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
     .await;
 }
 
+/// The same crash, the image a test registry's mislabelled index (linux/amd64 and linux/arm64,
+/// both the same amd64 image) on an arm64 node: confirmation (b) reads the arm64 entry's image
+/// config — it says amd64 — and calls it a wrong architecture.
+#[tokio::test]
+async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
+    let registry = registry::plain();
+    let pusher = common::fixtures::Pusher::for_mode(&registry.host, registry.mode);
+    pusher
+        .push("crashes/mislabelled", "mislabelled", "v1")
+        .await;
+    let tag = format!("{}/crashes/mislabelled:v1", registry.host);
+    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
+        .unwrap()
+        .resolve(&tag)
+        .await
+        .unwrap()
+        .digest
+        .clone();
+    let image_id = format!("{}/crashes/mislabelled@{digest}", registry.host);
+    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let (server, _lead) = watching(&api).await;
+    let (pod, owner) = pod_and_owner_events(&api).await;
+    assert_eq!(pod["reason"], "WrongArchitecture");
+    let message = pod["message"].as_str().unwrap();
+    assert!(
+        message.contains("its entry for arm64 is a linux/amd64 image"),
+        "{message}"
+    );
+    assert!(message.contains(&image_id), "{message}");
+    assert_eq!(owner["reason"], "WrongArchitecture");
+    until_metric(
+        &server,
+        "tolerable_exec_format_crashes_total{architecture=\"arm64\",verdict=\"wrong_architecture\"}",
+        1.0,
+    )
+    .await;
+}
+
+/// The same text for an image whose index is consistent (its arm64 entry is an arm64 image) and
+/// that runs nowhere else: reported as not shown to be the architecture.
+#[tokio::test]
+async fn a_consistent_index_leaves_the_crash_unconfirmed() {
+    let registry = registry::plain();
+    let tag = format!("{}/fixtures/arm64-oci:v1", registry.host);
+    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
+        .unwrap()
+        .resolve(&tag)
+        .await
+        .unwrap()
+        .digest
+        .clone();
+    let image_id = format!("{}/fixtures/arm64-oci@{digest}", registry.host);
+    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let (server, _lead) = watching(&api).await;
+    let (pod, _) = pod_and_owner_events(&api).await;
+    assert_eq!(pod["reason"], "ExecFormatError");
+    let message = pod["message"].as_str().unwrap();
+    assert!(
+        message.contains("not shown to be the architecture"),
+        "{message}"
+    );
+    assert!(message.contains("claims linux/arm64"), "{message}");
+    until_metric(
+        &server,
+        "tolerable_exec_format_crashes_total{architecture=\"arm64\",verdict=\"unconfirmed\"}",
+        1.0,
+    )
+    .await;
+}
+
 /// Not leading: the BackOffs are watched, nothing is read or written.
 #[tokio::test]
 async fn a_replica_that_does_not_lead_reads_and_writes_nothing() {
