@@ -652,32 +652,7 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             );
         }
     }
-    if deployed_config(docs).policy.on_lookup_failure == OnLookupFailure::Gate {
-        // The releaser's ClusterRole and the Lease's Role, each bound once: their rules are
-        // the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else's.
-        for (kind, name) in [
-            ("ClusterRole", "tolerable-gates"),
-            ("ClusterRoleBinding", "tolerable-gates"),
-            ("Role", "tolerable-gates-leader-election"),
-            ("RoleBinding", "tolerable-gates-leader-election"),
-        ] {
-            object(docs, kind, name);
-        }
-        expected += 4;
-    }
-    if deployed_config(docs).crash_watch {
-        // The crash watch's ClusterRole and its Lease Role, each bound once: their rules are
-        // the_crash_watch_component_grants_what_it_reads_and_writes's.
-        for (kind, name) in [
-            ("ClusterRole", "tolerable-crash-watch"),
-            ("ClusterRoleBinding", "tolerable-crash-watch"),
-            ("Role", "tolerable-crash-watch-leader-election"),
-            ("RoleBinding", "tolerable-crash-watch-leader-election"),
-        ] {
-            object(docs, kind, name);
-        }
-        expected += 4;
-    }
+    expected += leader_elected_rbac(docs);
     assert_eq!(
         rbac.len(),
         expected,
@@ -694,6 +669,36 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             "{dir}: the API token is needed"
         );
     }
+}
+
+/// The RBAC objects of the lease-led controllers the config enables, which must all be there:
+/// the gate releaser's (gates) and the crash watch's, each a ClusterRole and a Lease Role, each
+/// bound once (their rules are checked by each component's own test).
+fn leader_elected_rbac(docs: &[Value]) -> usize {
+    let config = deployed_config(docs);
+    let mut count = 0;
+    for (enabled, name) in [
+        (
+            config.policy.on_lookup_failure == OnLookupFailure::Gate,
+            "tolerable-gates",
+        ),
+        (config.crash_watch, "tolerable-crash-watch"),
+    ] {
+        if !enabled {
+            continue;
+        }
+        let election = format!("{name}-leader-election");
+        for (kind, name) in [
+            ("ClusterRole", name),
+            ("ClusterRoleBinding", name),
+            ("Role", election.as_str()),
+            ("RoleBinding", election.as_str()),
+        ] {
+            object(docs, kind, name);
+        }
+        count += 4;
+    }
+    count
 }
 
 /// The bindings of the ClusterRole `role_name`: one ClusterRoleBinding of that name, or (pull
