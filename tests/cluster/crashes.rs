@@ -221,6 +221,31 @@ async fn a_consistent_index_leaves_the_crash_unconfirmed() {
     .await;
 }
 
+/// The recorded crash without the text in its termination message: the previous log is read
+/// (the recorded 500: no kubelet here), nothing is found, nothing is said or counted.
+#[tokio::test]
+async fn without_the_text_the_previous_log_is_read_and_nothing_said() {
+    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::recorded().without_message());
+    let (server, _lead) = watching(&api).await;
+    let log = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde/log";
+    let deadline = Instant::now() + BOUND;
+    while !api.requests().iter().any(|p| p == log) {
+        assert!(Instant::now() < deadline, "{:?}", api.requests());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The log read is the watch's last step for this crash; a count or an Event it made after
+    // the 500 would come later than this scrape (an upper bound this test cannot wait out),
+    // so this checks what was done up to the log read.
+    let text = webhook::metrics_text(&server).await;
+    for verdict in ["wrong_architecture", "not_among_platforms", "unconfirmed"] {
+        let series = format!(
+            "tolerable_exec_format_crashes_total{{architecture=\"arm64\",verdict=\"{verdict}\"}}"
+        );
+        assert_eq!(webhook::metric_value(&text, &series), Some(0.0), "{series}");
+    }
+    assert!(api.events().is_empty());
+}
+
 /// Not leading: the BackOffs are watched, nothing is read or written.
 #[tokio::test]
 async fn a_replica_that_does_not_lead_reads_and_writes_nothing() {

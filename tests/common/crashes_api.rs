@@ -11,11 +11,13 @@
 //!   ADDED BackOff after its `resourceVersion`, then ends after a few seconds (as the recorded
 //!   `timeoutSeconds=3` watch did);
 //! - `GET …/shop/pods/web-7d9c6b8f5-abcde`: the recorded Pod;
-//! - `GET …/log?container=web&previous=true&tailLines=20`: the recorded 500 (no kubelet).
+//! - `GET …/log?container=web&previous=true&tailLines=20` (and a `limitBytes`): the recorded
+//!   500 (no kubelet).
 //!
 //! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
 //! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
-//! the container's image and `imageID` at a test registry's image.
+//! the container's image and `imageID` at a test registry's image, or leave the termination
+//! message out.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -50,6 +52,8 @@ pub struct Crashes {
     recorded: Vec<Exchange>,
     /// The container's image and imageID, when a test points them elsewhere.
     image: Option<(String, String)>,
+    /// The termination message left out.
+    no_message: bool,
 }
 
 impl Crashes {
@@ -57,6 +61,7 @@ impl Crashes {
         Self {
             recorded: exchanges("crashes"),
             image: None,
+            no_message: false,
         }
     }
 
@@ -66,6 +71,12 @@ impl Crashes {
             image: Some((image.to_owned(), image_id.to_owned())),
             ..Self::recorded()
         }
+    }
+
+    /// The recorded crash, its termination message empty (as without `FallbackToLogsOnError`).
+    pub fn without_message(mut self) -> Self {
+        self.no_message = true;
+        self
     }
 
     fn body(&self, note: &str) -> (u16, Value) {
@@ -90,7 +101,11 @@ impl Crashes {
                     Some(&"true".to_owned()),
                     Some(&"20".to_owned()),
                 );
-                if asked == recorded && q.len() == 3 {
+                // `limitBytes` (which the watch adds to bound what it reads) is not in the
+                // recorded request; the recorded 500 comes before any kubelet is asked, so it
+                // cannot depend on it.
+                let others = q.keys().filter(|k| *k != "limitBytes").count();
+                if asked == recorded && others == 3 {
                     self.body("the previous log")
                 } else {
                     (
@@ -111,6 +126,13 @@ impl Crashes {
             pod["spec"]["containers"][0]["image"] = json!(image);
             pod["status"]["containerStatuses"][0]["image"] = json!(image);
             pod["status"]["containerStatuses"][0]["imageID"] = json!(image_id);
+        }
+        if self.no_message {
+            let status = &mut pod["status"]["containerStatuses"][0];
+            status["lastState"]["terminated"]
+                .as_object_mut()
+                .unwrap()
+                .remove("message");
         }
         (code, pod)
     }
