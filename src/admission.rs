@@ -78,6 +78,8 @@ pub struct Admission {
     /// `[events] on_admission`: Warning Events on the owners of Pods whose images share no
     /// node architecture or could not be looked up.
     events: Option<Recorder>,
+    /// What the crash watch learned does not run where (`[crashes] watch`).
+    learned: Option<crate::crashes::Learned>,
 }
 
 impl Admission {
@@ -90,6 +92,7 @@ impl Admission {
             nodes: None,
             namespaces: None,
             events: None,
+            learned: None,
         }
     }
 
@@ -127,6 +130,13 @@ impl Admission {
     /// node architecture or could not be looked up (`[events] on_admission`).
     pub(crate) fn with_events(mut self, events: Recorder) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// Leaves out of each decision the architectures the crash watch learned an image's digest
+    /// does not run on.
+    pub(crate) fn with_learned(mut self, learned: crate::crashes::Learned) -> Self {
+        self.learned = Some(learned);
         self
     }
 
@@ -267,10 +277,14 @@ impl Admission {
             .pull_credentials(&request.namespace, pull_secrets, budget)
             .await;
         let budget = budget.saturating_sub(started.elapsed());
-        let lookups = self
+        let (mut facts, causes) = self
             .lookup(images, (&pull, &request.namespace), budget)
             .await;
-        (lookups, pull.warnings)
+        let mut warnings = pull.warnings;
+        if let Some(learned) = &self.learned {
+            warnings.extend(leave_out_learned(learned, &mut facts));
+        }
+        ((facts, causes), warnings)
     }
 
     /// The Pod's pull-secret credentials, within a share of `budget`.
@@ -359,6 +373,25 @@ impl Admission {
         });
         (facts.collect(), causes)
     }
+}
+
+/// Each fact without the architectures `learned` says its digest does not run on; a warning
+/// for each image changed.
+fn leave_out_learned(learned: &crate::crashes::Learned, facts: &mut ImageFacts) -> Vec<String> {
+    let now = Instant::now();
+    let mut warnings = Vec::new();
+    for (image, fact) in facts.iter_mut() {
+        let Ok(found) = fact else { continue };
+        let Some(digest) = found.digest.as_deref() else {
+            continue;
+        };
+        let archs = learned.does_not_run_on(digest, now);
+        if let Some((kept, warning)) = mutate::crash::leave_out(image, found, &archs) {
+            *found = Arc::new(kept);
+            warnings.push(warning);
+        }
+    }
+    warnings
 }
 
 /// What `--verify` found for one image: each claimed platform checked, or why it could not be.

@@ -450,10 +450,13 @@ fn start_events(
     let (recorder, task) =
         crate::cluster::events::Recorder::start(client.clone(), Some(metrics.clone()));
     background.push(task);
+    let mut admission = admission;
     if config.crash_watch {
+        let learned = crate::crashes::Learned::default();
+        admission = admission.with_learned(learned.clone());
         background.extend(crate::crashes::start(
             client.clone(),
-            (recorder.clone(), nodes.clone()),
+            (recorder.clone(), nodes.clone(), learned),
             resolver.clone(),
             &config.policy,
             metrics.clone(),

@@ -12,8 +12,13 @@
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
 //! only now, on the crash (the resolver's `verify`, as `audit --verify`).
 //!
+//! A confirmed wrong architecture is learned ([`Learned`]: digest → architectures, in this
+//! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
+//! warning.
+//!
 //! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
-//! without it a consistent index is "unconfirmed"; nothing is learned, healed or labelled.
+//! without it a consistent index is "unconfirmed"; learning is not shared through the shared
+//! cache nor listed or forgotten by a command; nothing is healed or labelled.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +49,62 @@ const QUEUE: usize = 64;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
 
+/// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
+pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// Digests remembered at most (the oldest forgotten first).
+const MAX_LEARNED: usize = 1024;
+
+/// What the crash watch learned: digests that do not run on architectures their index claims
+/// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
+/// digests — in this replica's memory. Admissions leave those architectures out.
+#[derive(Clone, Default)]
+pub(crate) struct Learned {
+    inner: Arc<std::sync::Mutex<LearnedMap>>,
+}
+
+#[derive(Default)]
+struct LearnedMap {
+    by_digest: std::collections::HashMap<String, (Vec<String>, Instant)>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Learned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LearnedMap> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `digest` does not run on `arch`, as of `now`.
+    pub(crate) fn learn(&self, digest: &str, arch: &str, now: Instant) {
+        let mut map = self.lock();
+        if !map.by_digest.contains_key(digest) {
+            if map.by_digest.len() >= MAX_LEARNED {
+                if let Some(oldest) = map.order.pop_front() {
+                    map.by_digest.remove(&oldest);
+                }
+            }
+            map.order.push_back(digest.to_owned());
+        }
+        let entry = map
+            .by_digest
+            .entry(digest.to_owned())
+            .or_insert_with(|| (Vec::new(), now));
+        entry.1 = now;
+        if !entry.0.iter().any(|a| a == arch) {
+            entry.0.push(arch.to_owned());
+        }
+    }
+
+    /// The architectures `digest` does not run on (none past the TTL).
+    pub(crate) fn does_not_run_on(&self, digest: &str, now: Instant) -> Vec<String> {
+        match self.lock().by_digest.get(digest) {
+            Some((archs, at)) if now.saturating_duration_since(*at) < LEARNED_TTL => archs.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// What looking at a crash needs.
 struct Looker {
     reader: CrashReader,
@@ -53,12 +114,13 @@ struct Looker {
     amd64_runs_386: bool,
     arm64_runs_arm32: bool,
     metrics: Arc<Metrics>,
+    learned: Learned,
 }
 
 /// Starts the watch (every replica) and the looker (while `leader`).
 pub(crate) fn start(
     client: kube::Client,
-    (recorder, nodes): (Recorder, Option<NodeWatch>),
+    (recorder, nodes, learned): (Recorder, Option<NodeWatch>, Learned),
     resolver: Arc<Resolver>,
     policy: &Policy,
     metrics: Arc<Metrics>,
@@ -75,6 +137,7 @@ pub(crate) fn start(
         amd64_runs_386: policy.amd64_runs_386,
         arm64_runs_arm32: policy.arm64_runs_arm32,
         metrics,
+        learned,
     };
     vec![watch, tokio::spawn(look_at_each(looker, queued))]
 }
@@ -183,6 +246,11 @@ impl Looker {
             claimed.as_deref(),
             &verdict,
         );
+        if let (Verdict::WrongArchitecture { arch, .. }, Some(digest)) =
+            (&verdict, digest_of(&image))
+        {
+            self.learned.learn(digest, arch, Instant::now());
+        }
         self.report(pod, &arch, &verdict, note);
     }
 
@@ -260,6 +328,11 @@ impl Looker {
                 .warn(on(regarding, format!("Pod {}: {note}", pod.name)));
         }
     }
+}
+
+/// `sha256:…` of an image by digest.
+fn digest_of(image: &str) -> Option<&str> {
+    image.split_once('@').map(|(_, digest)| digest)
 }
 
 fn is_linux(platform: &Platform, arch: &str) -> bool {

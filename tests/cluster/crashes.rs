@@ -153,7 +153,8 @@ async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
 
 /// The same crash, the image a test registry's mislabelled index (linux/amd64 and linux/arm64,
 /// both the same amd64 image) on an arm64 node: confirmation (b) reads the arm64 entry's image
-/// config — it says amd64 — and calls it a wrong architecture.
+/// config — it says amd64 — and calls it a wrong architecture, learned: the next admission of
+/// the image leaves arm64 out.
 #[tokio::test]
 async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
     let registry = registry::plain();
@@ -187,6 +188,39 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
         1.0,
     )
     .await;
+    learned_then_left_out(&server, &tag).await;
+}
+
+/// The next admission of the image (by its tag: the same digest) leaves arm64 out — its index
+/// claims amd64 and arm64 — and says why.
+async fn learned_then_left_out(server: &TestServer, image: &str) {
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "after-the-crash",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "shop", "operation": "CREATE",
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web-2", "namespace": "shop"},
+                "spec": {"containers": [{"name": "web", "image": image}]}}}});
+    let (response, _) = webhook::admit(server, &review, Duration::from_secs(10)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings = webhook::warnings(&response);
+    assert!(
+        warnings.iter().any(|w| w.contains("arm64 left out")),
+        "{warnings:?}"
+    );
+    let patched = webhook::patched(&review, &response);
+    let terms = &patched["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    assert_eq!(
+        terms[0]["matchExpressions"][0]["values"],
+        json!(["amd64"]),
+        "{patched:#}"
+    );
+    assert!(
+        webhook::arch_tolerations(&patched).is_empty(),
+        "{patched:#}"
+    );
 }
 
 /// The same text for an image whose index is consistent (its arm64 entry is an arm64 image) and

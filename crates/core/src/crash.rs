@@ -265,6 +265,35 @@ impl Verdict {
     }
 }
 
+/// `fact` without the platforms of the architectures learned not to run its digest
+/// (`learned`, from crashes), and the warning saying so; `None` when nothing is left out.
+pub fn leave_out(
+    image: &str,
+    fact: &super::ImageFact,
+    learned: &[String],
+) -> Option<(super::ImageFact, String)> {
+    let left_out: Vec<&String> = learned
+        .iter()
+        .filter(|a| {
+            fact.platforms
+                .iter()
+                .any(|p| &*p.architecture == a.as_str())
+        })
+        .collect();
+    if left_out.is_empty() {
+        return None;
+    }
+    let mut kept = fact.clone();
+    kept.platforms
+        .retain(|p| !left_out.iter().any(|a| &*p.architecture == a.as_str()));
+    let archs = super::explain::comma_list(left_out);
+    let digest = fact.digest.as_deref().unwrap_or("its digest");
+    let warning = format!(
+        "{image} ({digest}) crashed with exec format error on {archs} although its index claims it: {archs} left out"
+    );
+    Some((kept, warning))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +446,21 @@ mod tests {
         for (facts, expected) in table {
             assert_eq!(confirm(&facts, &RUNTIME), expected, "{facts:?}");
         }
+    }
+
+    #[test]
+    fn learned_architectures_are_left_out_with_a_warning() {
+        let fact = super::super::ImageFact {
+            platforms: platforms(&["linux/amd64", "linux/arm64"]),
+            artifact: None,
+            credentials: super::super::Provenance::Anonymous,
+            stale: None,
+            digest: Some("sha256:abc".into()),
+        };
+        let (kept, warning) = leave_out("app:1", &fact, &["arm64".to_owned()]).unwrap();
+        assert_eq!(kept.platforms, platforms(&["linux/amd64"]));
+        assert!(warning.contains("app:1 (sha256:abc)"), "{warning}");
+        assert!(warning.contains("arm64 left out"), "{warning}");
+        assert_eq!(leave_out("app:1", &fact, &["s390x".to_owned()]), None);
     }
 }
