@@ -1,7 +1,7 @@
 # One task runner. `make` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help run install inspect test test-deps fmt lint unit bench fuzz soak
+.PHONY: help run install inspect generate test test-deps fmt lint unit bench fuzz soak
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -13,6 +13,13 @@ install: ## install the tolerable binary into ~/.cargo/bin (cargo install), for 
 
 inspect: ## platforms of images (IMAGES="nginx ghcr.io/org/app:1")
 	$(CARGO) run --release --locked -- inspect $(or $(IMAGES),nginx)
+
+# The files printed from the code (tests/project/generated.rs fails until they are as printed).
+generate: ## rewrite the files generated from the code: the config reference, the chart's config values and schema, docs/cli.md's flags
+	$(CARGO) build --locked --bin tolerable
+	@for f in $$($(CARGO) run --quiet --locked -- reference --list); do \
+	  $(CARGO) run --quiet --locked -- reference $$f > $$f.generated && mv $$f.generated $$f || { rm -f $$f.generated; exit 1; }; \
+	done
 
 test: test-deps fmt lint unit ## everything CI runs: install test deps, fmt check, clippy, all tests
 

@@ -474,10 +474,12 @@ fn admission(review: &Bytes) -> Call {
 
 /// The decision path alone, in process: parse, warm lookup, decide, patch, encode.
 fn in_process_admission(runtime: &tokio::runtime::Runtime, registry_host: &str) {
-    let resolver = Arc::new(
-        tolerable::registry::Resolver::new(common::settings(), Default::default()).unwrap(),
+    let engine = common::webhook::engine(
+        common::webhook::policy(),
+        common::settings(),
+        Default::default(),
     );
-    let admission = tolerable::admission::Admission::new(resolver, common::webhook::policy(), None);
+    let admission = tolerable::admission::Admission::new(engine);
     let body = review_body(&format!("{registry_host}/fixtures/multiarch-oci:v1"), 0);
     runtime.block_on(async {
         let budget = Duration::from_secs(8);

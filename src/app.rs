@@ -15,11 +15,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
+use crate::cluster::events::Recorder;
 use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
 use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::engine::{Engine, Purpose, Sources};
 use crate::gates::GatedPods;
 use crate::metrics::Metrics;
 use crate::mutate::OnLookupFailure;
@@ -45,49 +47,19 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// Builds everything `config` asks for. `kube` is the Kubernetes API (`None` outside a
-    /// cluster: then no pull secrets, node pools or node tainting); `manage_node_taints` adds
-    /// `serve --manage-node-taints` to the config's own setting.
+    /// Builds everything `config` asks for — the one way `serve` and the tests' server are
+    /// made. `kube` is the Kubernetes API (`None` outside a cluster: then no pull secrets, node
+    /// pools or node tainting); `manage_node_taints` adds `serve --manage-node-taints` to the
+    /// config's own setting; `leadership` says who decides whether this replica releases gated
+    /// Pods ([`Leadership::of_replica`] for `serve`): [`Webhook::leader`] then says whether it
+    /// leads, and `serve` gives the Lease up when it shuts down.
     pub async fn build(
         config: &Config,
         kube: Option<kube::Client>,
         manage_node_taints: bool,
+        leadership: Leadership,
     ) -> anyhow::Result<Self> {
-        let election = kube
-            .as_ref()
-            .filter(|_| elects_a_leader(config))
-            .map(LeaderElectionSettings::for_replica);
-        Self::build_electing(config, kube, manage_node_taints, election).await
-    }
-
-    /// [`Webhook::build`], competing for the gate releasers' Lease as `election` says (with a
-    /// client; `None`: not competing, and a gate controller, if any, always releases):
-    /// [`Webhook::leader`] then says whether this replica leads, and `serve` gives the Lease up
-    /// when it shuts down.
-    pub async fn build_electing(
-        config: &Config,
-        kube: Option<kube::Client>,
-        manage_node_taints: bool,
-        election: Option<LeaderElectionSettings>,
-    ) -> anyhow::Result<Self> {
-        Self::build_led(
-            config,
-            kube,
-            manage_node_taints,
-            Leadership::Elect(election),
-        )
-        .await
-    }
-
-    /// [`Webhook::build`], the gate controller releasing Pods only while `leader` is true (the
-    /// tests' stand-in for the Lease).
-    pub async fn build_with_leader(
-        config: &Config,
-        kube: Option<kube::Client>,
-        manage_node_taints: bool,
-        leader: watch::Receiver<bool>,
-    ) -> anyhow::Result<Self> {
-        Self::build_led(config, kube, manage_node_taints, Leadership::Given(leader)).await
+        Self::build_led(config, kube, manage_node_taints, leadership).await
     }
 
     async fn build_led(
@@ -98,19 +70,12 @@ impl Webhook {
     ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
-        let resolver = Arc::new(resolver(config, Some(&metrics))?);
         // Listen first: a second `serve` in the same directory must fail on its port before it
         // writes a self-signed CA over the running one's.
         let (listener, metrics_listener) = listeners(config).await?;
         let certs = Arc::new(certificates(config)?);
         let mut background = vec![tokio::spawn(certs.clone().watch(Some(metrics.clone())))];
-        let admission = Admission::new(
-            resolver.clone(),
-            config.policy.clone(),
-            Some(metrics.clone()),
-        );
-        let (admission, namespaces) =
-            watch_namespaces(config, kube.as_ref(), admission, &mut metrics_registry);
+        let namespaces = watch_namespaces(config, kube.as_ref(), &metrics, &mut metrics_registry);
         let manage_node_taints = config.manage_node_taints || manage_node_taints;
         let (election, leader) = leadership.start(
             kube.as_ref(),
@@ -118,19 +83,32 @@ impl Webhook {
             &mut metrics_registry,
             &mut background,
         );
-        let (admission, nodes) = match &kube {
-            Some(client) => wire_cluster(
-                config,
-                client.clone(),
-                manage_node_taints,
-                admission,
-                &mut background,
-            ),
-            None => (admission, None),
+        let (pull_secrets, nodes) = match &kube {
+            Some(client) => {
+                wire_cluster(config, client.clone(), manage_node_taints, &mut background)
+            }
+            None => (None, None),
         };
-        let watching = (&metrics, &resolver, &nodes, leader.clone());
-        let admission = start_events(config, kube.as_ref(), admission, watching, &mut background)?;
-        let gated = start_gates(config, kube, &admission, &metrics, leader, &mut background)?;
+        let sources = Sources {
+            metrics: Some(metrics.clone()),
+            pull_secrets,
+            nodes: nodes.clone(),
+            namespaces: namespaces.clone(),
+        };
+        let (engine, gated) = engine_and_gates(
+            config,
+            kube.clone(),
+            sources,
+            leader.clone(),
+            &mut background,
+        )?;
+        let watching = (&metrics, &nodes, leader);
+        let (engine, events) =
+            start_events(config, kube.as_ref(), engine, watching, &mut background)?;
+        let admission = match events {
+            Some(events) => Admission::new(engine).with_events(events),
+            None => Admission::new(engine),
+        };
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -145,9 +123,15 @@ impl Webhook {
                 .min(),
         );
         let state = Arc::new(AppState {
-            admission,
             readiness: readiness(nodes.clone(), namespaces.clone()),
-            refresh_gauges: scrape_time_gauges(&metrics, resolver, &nodes, &namespaces, gated),
+            refresh_gauges: scrape_time_gauges(
+                &metrics,
+                admission.engine().resolver().clone(),
+                &nodes,
+                &namespaces,
+                gated,
+            ),
+            admission,
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -209,6 +193,26 @@ impl Webhook {
     }
 }
 
+/// The one engine `serve` decides with — the admission shell's and the gate controller's — and
+/// the gate controller when configured. On an error the tasks already started are stopped.
+fn engine_and_gates(
+    config: &Config,
+    kube: Option<kube::Client>,
+    sources: Sources,
+    leader: watch::Receiver<bool>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<(Engine, Option<GatedPods>)> {
+    let metrics = sources.metrics.clone().expect("serve counts");
+    let built = Engine::build(config, Purpose::Admit, sources).and_then(|engine| {
+        let gated = start_gates(config, kube, &engine, &metrics, leader, background)?;
+        Ok((engine, gated))
+    });
+    if built.is_err() {
+        background.iter().for_each(JoinHandle::abort);
+    }
+    built
+}
+
 /// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
 /// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
 /// `kustomize/components/gates`) or crashes looked at (`[crashes] watch`,
@@ -239,14 +243,24 @@ async fn listeners(config: &Config) -> anyhow::Result<(TcpListener, Option<TcpLi
 }
 
 /// Who says whether this replica releases gated Pods.
-enum Leadership {
-    /// The Lease, when competing (`None`: not competing).
+pub enum Leadership {
+    /// The Lease, when competing (`None`: not competing, and a gate controller, if any, always
+    /// releases).
     Elect(Option<LeaderElectionSettings>),
-    /// A receiver given by the caller.
+    /// A receiver given by the caller (the tests' stand-in for the Lease).
     Given(watch::Receiver<bool>),
 }
 
 impl Leadership {
+    /// `serve`'s: competing for the Lease as this replica where gated Pods are released (see
+    /// [`elects_a_leader`]) and a cluster is read; else not competing.
+    pub fn of_replica(config: &Config, kube: Option<&kube::Client>) -> Self {
+        Leadership::Elect(
+            kube.filter(|_| elects_a_leader(config))
+                .map(LeaderElectionSettings::for_replica),
+        )
+    }
+
     /// The election, when this replica competes, and the receiver the gate releaser follows:
     /// the election's, the one given, or (not competing) one that always says "leading", its
     /// sender living as long as the background tasks.
@@ -297,40 +311,6 @@ pub(crate) fn leader_election(
 ) -> LeaderElection {
     tracing::info!(lease = %settings.lease_name, namespace = %settings.namespace, identity = %settings.identity, "competing for the gate releasers' lease");
     LeaderElection::start(client, settings, metrics.gate_leader())
-}
-
-/// The image resolver of `config` — its registries, credentials and credential plugins — as
-/// `serve`, `review` and `inspect` use it, reporting to `metrics` when given; the operator's own
-/// registries keep their metric labels whatever Pods name.
-pub fn resolver(config: &Config, metrics: Option<&Arc<Metrics>>) -> anyhow::Result<Resolver> {
-    let (credentials, helpers) = config.credentials()?;
-    let helper_names: Vec<String> = helpers.names().map(str::to_owned).collect();
-    let resolver = Resolver::new(config.resolver.clone(), credentials.clone())?
-        .with_credential_plugins(config.credential_providers.clone(), helpers);
-    let Some(metrics) = metrics else {
-        return Ok(resolver);
-    };
-    let transport = &config.resolver.transport;
-    metrics.name_registries(
-        config
-            .resolver
-            .mirrors
-            .values()
-            .map(String::as_str)
-            .chain(transport.insecure_registries.iter().map(String::as_str))
-            .chain(credentials.registries()),
-    );
-    if let Some(shared) = &config.resolver.shared_cache {
-        tracing::info!(cache_url = %shared.url(), "shared cache behind the in-memory one (shared_cache.url)");
-    }
-    metrics.name_credential_plugins(
-        config
-            .credential_providers
-            .iter()
-            .map(|p| p.name.as_str())
-            .chain(helper_names.iter().map(String::as_str)),
-    );
-    Ok(resolver.with_observer(metrics.clone()))
 }
 
 /// What readiness waits for besides the server: the node watch's first full list, when it
@@ -420,54 +400,49 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
     Ok(CertStore::fixed(generated.key))
 }
 
-/// What the crash watch reads: the metrics, the resolver, the node watch, whether this replica
-/// leads.
+/// What the crash watch reads besides the engine: the metrics, the node watch, whether this
+/// replica leads.
 type Watching<'a> = (
     &'a Arc<Metrics>,
-    &'a Arc<Resolver>,
     &'a Option<NodeWatch>,
     watch::Receiver<bool>,
 );
 
 /// `[events] on_admission` or `[crashes] watch` with a cluster: the Event recorder (its queue
-/// drained by a task of its own), which admissions hand their owners' Warning Events to; and
-/// the crash watch (`crate::crashes`), which writes through it while `leader` says so.
+/// drained by a task of its own) — given back for admissions to hand their owners' Warning
+/// Events to, with `[events] on_admission` — and the crash watch (`crate::crashes`), which
+/// writes through it while `leader` says so and teaches the engine what it learns.
 fn start_events(
     config: &Config,
     kube: Option<&kube::Client>,
-    admission: Admission,
-    (metrics, resolver, nodes, leader): Watching<'_>,
+    engine: Engine,
+    (metrics, nodes, leader): Watching<'_>,
     background: &mut Vec<JoinHandle<()>>,
-) -> anyhow::Result<Admission> {
+) -> anyhow::Result<(Engine, Option<Recorder>)> {
     if !config.events_on_admission && !config.crash_watch {
-        return Ok(admission);
+        return Ok((engine, None));
     }
     let Some(client) = kube else {
         anyhow::bail!(
             "config keys `events.on_admission` and `crashes.watch`: Warning Events need the cluster (serve writes them through the API server)"
         );
     };
-    let (recorder, task) =
-        crate::cluster::events::Recorder::start(client.clone(), Some(metrics.clone()));
+    let (recorder, task) = Recorder::start(client.clone(), Some(metrics.clone()));
     background.push(task);
-    let mut admission = admission;
+    let mut engine = engine;
     if config.crash_watch {
         let learned = crate::crashes::Learned::default();
-        admission = admission.with_learned(learned.clone());
+        engine = engine.with_learned(learned.clone());
         background.extend(crate::crashes::start(
             client.clone(),
             (recorder.clone(), nodes.clone(), learned),
-            resolver.clone(),
+            engine.resolver().clone(),
             &config.policy,
             metrics.clone(),
             leader,
         ));
     }
-    Ok(if config.events_on_admission {
-        admission.with_events(recorder)
-    } else {
-        admission
-    })
+    Ok((engine, config.events_on_admission.then_some(recorder)))
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated
@@ -475,7 +450,7 @@ fn start_events(
 fn start_gates(
     config: &Config,
     kube: Option<kube::Client>,
-    admission: &Admission,
+    engine: &Engine,
     metrics: &Arc<Metrics>,
     leader: tokio::sync::watch::Receiver<bool>,
     background: &mut Vec<JoinHandle<()>>,
@@ -490,7 +465,7 @@ fn start_gates(
     };
     let (gated, tasks) = crate::gates::start(
         client,
-        admission.clone(),
+        engine.clone(),
         metrics.clone(),
         config.gate_timeout,
         leader,
@@ -504,36 +479,27 @@ fn start_gates(
 fn watch_namespaces(
     config: &Config,
     kube: Option<&kube::Client>,
-    admission: Admission,
+    metrics: &Metrics,
     registry: &mut prometheus_client::registry::Registry,
-) -> (Admission, Option<NamespacePolicies>) {
-    let Some(client) = kube.filter(|_| config.namespace_policy) else {
-        return (admission, None);
-    };
-    if let Some(metrics) = admission.metrics() {
-        metrics.register_namespace_watch(registry);
-    }
-    let namespaces = NamespacePolicies::watch(client.clone());
-    (
-        admission.with_namespaces(namespaces.clone()),
-        Some(namespaces),
-    )
+) -> Option<NamespacePolicies> {
+    let client = kube.filter(|_| config.namespace_policy)?;
+    metrics.register_namespace_watch(registry);
+    Some(NamespacePolicies::watch(client.clone()))
 }
 
-/// What the Kubernetes API gives: pull secrets, the node watch (for decisions, readiness and
-/// the tainter), the node tainter.
+/// What the Kubernetes API gives: the pull-secret reader, the node watch (for decisions,
+/// readiness and the tainter), the node tainter.
 fn wire_cluster(
     config: &Config,
     client: kube::Client,
     manage_node_taints: bool,
-    mut admission: Admission,
     background: &mut Vec<JoinHandle<()>>,
-) -> (Admission, Option<NodeWatch>) {
-    if config.read_pull_secrets {
-        admission = admission.with_cluster(Arc::new(Cluster::new(client.clone())));
-    }
+) -> (Option<Arc<Cluster>>, Option<NodeWatch>) {
+    let pull_secrets = config
+        .read_pull_secrets
+        .then(|| Arc::new(Cluster::new(client.clone())));
     if !(config.watch_nodes || manage_node_taints) {
-        return (admission, None);
+        return (pull_secrets, None);
     }
     let label_keys = config.policy.match_node_labels.iter().cloned().collect();
     let watch =
@@ -550,11 +516,7 @@ fn wire_cluster(
             policy,
         )));
     }
-    if config.watch_nodes {
-        admission = admission.with_nodes(watch.clone());
-        return (admission, Some(watch));
-    }
-    (admission, None)
+    (pull_secrets, config.watch_nodes.then_some(watch))
 }
 
 /// Says once, after the first node list, which nodes carry an architecture taint for an

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 )]
 pub struct Cli {
     /// Config file (TOML). Default: ./tolerable.toml when it exists. Every key can be overridden
-    /// by a TOLERABLE_<KEY> environment variable.
+    /// by a TOLERABLE_<SECTION>__<KEY> environment variable.
     #[arg(long, global = true, env = "TOLERABLE_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
@@ -46,6 +46,26 @@ pub(crate) enum Command {
     /// Pod create (nothing is created), and the likely cause when the decision is missing.
     #[command(after_help = exit_help(CHECK_EXIT))]
     Check(CheckArgs),
+    /// Print a file generated from the code (the config reference, the chart's config values
+    /// and schema, docs/cli.md's synopses and flags) as it should be committed: `make generate`
+    /// writes them; a test fails when one differs. For the repository, not for operators.
+    #[command(hide = true)]
+    Reference(ReferenceArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReferenceArgs {
+    /// List the generated files (paths inside the repository), one per line.
+    #[arg(long, conflicts_with = "file")]
+    pub(crate) list: bool,
+
+    /// The repository: the hand-written parts around a generated block are read there.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub(crate) root: PathBuf,
+
+    /// The generated file to print, as --list names it.
+    #[arg(value_name = "FILE", required_unless_present = "list")]
+    pub(crate) file: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -261,7 +281,7 @@ fn review_help() -> String {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// Keep nodes of non-default architectures tainted as they join (config: manage_node_taints).
+    /// Keep nodes of non-default architectures tainted as they join (config: `[nodes] manage_taints`).
     #[arg(long)]
     pub(crate) manage_node_taints: bool,
 

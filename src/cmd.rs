@@ -5,6 +5,7 @@ pub(crate) mod check;
 pub(crate) mod gates;
 pub(crate) mod inspect;
 pub(crate) mod nodes;
+pub(crate) mod reference;
 pub(crate) mod review;
 pub(crate) mod serve;
 
@@ -18,6 +19,11 @@ use crate::config::Config;
 
 /// Runs the command; `Err` is a start-up failure (bad config), printed by `main`.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Printed from the code alone: no config is read, so a local tolerable.toml or TOLERABLE_*
+    // variable cannot change what is generated.
+    if let Command::Reference(args) = &cli.command {
+        return reference::run(args, &mut std::io::stdout());
+    }
     let config = Config::from_process(cli.config.as_deref())?;
     crate::telemetry::init(&config);
     config.warn_deprecated_keys();
@@ -35,6 +41,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Review(args) => run_to_end(runtime, review::run(&config, &args, &mut out)),
         Command::Gates(args) => run_to_end(runtime, gates::run(&args, &mut out)),
         Command::Check(args) => run_to_end(runtime, check::run(&args, &mut out)),
+        Command::Reference(args) => reference::run(&args, &mut out),
     };
     crate::telemetry::flush();
     result

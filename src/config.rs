@@ -10,11 +10,13 @@
 //! before the sections are still read, with a warning ([`deprecated`]).
 //!
 //! Each section's `Default` holds its defaults, the one copy (the policy's and the server
-//! limits' read from [`Policy::default`] and [`ServerLimits::default`]): the shipped
-//! `tolerable.toml` writes them out, and a test keeps the two equal.
+//! limits' read from [`Policy::default`] and [`ServerLimits::default`]); each section's file
+//! describes its keys once ([`reference`]), and `tolerable reference` prints the shipped
+//! `tolerable.toml`, its deployed copies and the docs' tables from the two.
 
 mod deprecated;
 mod policy;
+pub(crate) mod reference;
 mod registry;
 mod server;
 mod source;
@@ -28,7 +30,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::mutate::Policy;
 use crate::registry::credentials::helper::DockerHelpers;
@@ -147,7 +149,7 @@ impl ConfigError {
 }
 
 /// The file and environment as written, by section, before validation.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct Sections {
     server: ServerSection,

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::admission;
 use crate::admission::wire::{self, AdmissionReviewOut};
-use crate::admission::{self, RequestRead};
+use crate::engine::PodRead;
 use crate::mutate::{self, ImageFact, ImageFacts, PodCreate, Policy, Provenance};
 use crate::registry::{manifest, ImageReference, Platform};
 
@@ -72,8 +73,8 @@ pub fn admission_review(data: &[u8]) {
     };
     let request = review.request.as_ref().expect("parse checks the request");
     let answer = match admission::read_request(request, &policy(), None) {
-        RequestRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
-        RequestRead::Answered(answer) => answer,
+        PodRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
+        PodRead::Answered(answer) => answer,
     };
     let out = admission::respond(AdmissionReviewOut::allow(&review), &answer, &[]);
     serde_json::to_vec(&out).expect("answers serialize");
@@ -98,7 +99,7 @@ fn gate_then_release(request: &wire::AdmissionRequest, object: serde_json::Value
         on_lookup_failure: mutate::OnLookupFailure::Gate,
         ..policy()
     };
-    let RequestRead::Decide(pod, _) = admission::read_request(request, &gating, None) else {
+    let PodRead::Decide(pod, _) = admission::read_request(request, &gating, None) else {
         return;
     };
     let failed: ImageFacts = pod
@@ -114,7 +115,7 @@ fn gate_then_release(request: &wire::AdmissionRequest, object: serde_json::Value
         return;
     }
     let gated = apply(object, &answer.patch, "the Pod it gates");
-    let Ok(read) = wire::PodObject::from_value(&gated) else {
+    let Ok(read) = crate::engine::PodObject::from_value(&gated) else {
         panic!("the gated Pod is no Pod tolerable reads");
     };
     let Ok(again) = PodCreate::new(pod.namespace.clone(), read.view, &gating) else {

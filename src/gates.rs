@@ -8,8 +8,8 @@
 //! time, taken fairly (issue 34): the due Pod of the namespace with the fewest being worked on
 //! first, at most [`PER_NAMESPACE`] of one namespace and [`PER_REGISTRY`] naming one registry
 //! (learned from its images once worked on) at once — Pods whose registry hangs hold only their
-//! own turns, never another namespace's release. Working on a Pod: read it whole, gather its images' facts through the admission's
-//! resolver (caches, shared cache, its pull secrets, within [`crate::budget::GATE_LOOKUP`]),
+//! own turns, never another namespace's release. Working on a Pod: read it whole, gather its images' facts through the engine
+//! `serve` built (its resolver, caches, shared cache, its pull secrets, within [`crate::budget::GATE_LOOKUP`]),
 //! ask the core ([`crate::mutate::gate::release`]) and send its patch. Still unknown: due again
 //! after a backoff (1 s doubling to 30 s), never past the Pod's `gate_timeout`, when it is
 //! released unchanged with a Warning Event. A patch whose `test` fails (the Pod changed since
@@ -24,10 +24,9 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::admission::wire::PodObject;
-use crate::admission::Admission;
 use crate::cluster::gates::{watch_gated, GatedEvent, GatedRecord, PatchError, PodsApi, Seen};
 use crate::cluster::watch::{Keyed, Seen as Kind, Took, WatchStatus};
+use crate::engine::{Engine, PodObject};
 use crate::metrics::{GateRelease, Metrics};
 use crate::mutate::gate::{self, Release};
 
@@ -279,7 +278,7 @@ enum Next {
 #[derive(Clone)]
 struct Controller {
     pods: PodsApi,
-    admission: Admission,
+    engine: Engine,
     metrics: Arc<Metrics>,
     timeout: Duration,
 }
@@ -287,7 +286,7 @@ struct Controller {
 /// Starts the watch (every replica) and the releaser (acting only while `leader` is true).
 pub(crate) fn start(
     client: kube::Client,
-    admission: Admission,
+    engine: Engine,
     metrics: Arc<Metrics>,
     timeout: Duration,
     leader: watch::Receiver<bool>,
@@ -304,7 +303,7 @@ pub(crate) fn start(
     });
     let controller = Controller {
         pods: PodsApi::new(client),
-        admission,
+        engine,
         metrics,
         timeout,
     };
@@ -396,13 +395,13 @@ impl Controller {
         if held >= self.timeout {
             return self.time_out(record, &object, held).await;
         }
-        let policy = self.admission.policy();
+        let policy = self.engine.policy();
         // In its Namespace's policy as now, as the admission reads it.
-        let request = match crate::admission::pod_in_namespace(
+        let request = match crate::engine::pod_in_namespace(
             &record.namespace,
             object.view.clone(),
             policy,
-            self.admission.namespaces(),
+            self.engine.namespaces(),
         ) {
             Ok(request) => request,
             Err(why) => return self.release_unchanged(record, &object, &why, None).await,
@@ -410,7 +409,7 @@ impl Controller {
         *registries = registries_of(request.images_to_look_up());
         let budget = crate::budget::GATE_LOOKUP.min(self.timeout - held);
         let (facts, pools) = self
-            .admission
+            .engine
             .facts(&request, &object.pull_secrets, budget)
             .await;
         match gate::release(&request, &facts, pools.as_deref(), policy) {

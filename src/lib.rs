@@ -5,7 +5,9 @@
 //! - [`mutate`]: the pure decision core (Pod + image facts + pools + policy → decision → JSON
 //!   Patch), the workspace crate `tolerable-core` (crates/core): it owns its input types and
 //!   depends on no crate that does I/O, so the compiler keeps it pure (ARCHITECTURE.md).
-//! - [`admission`]: one AdmissionReview end to end, shared by the server and `review`.
+//! - [`engine`]: one Pod's facts gathered and the core asked, built once for `serve` (the
+//!   admission shell and the gate controller), `review` and `audit`.
+//! - [`admission`]: the AdmissionReview shell over the engine, for the server and `review`.
 //! - [`cluster`]: what is read from the Kubernetes API (image pull secrets).
 //! - [`server`]: HTTPS transport, certificate reload, health, metrics.
 //! - [`config`]: `tolerable.toml` + `TOLERABLE_*` environment, validated at start-up.
@@ -21,6 +23,7 @@ pub mod cmd;
 pub mod config;
 pub(crate) mod crashes;
 pub(crate) mod duration;
+pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod gates;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::admission::wire::PodObject;
+use crate::engine::PodObject;
 use crate::kinds::Kinds;
 
 pub(crate) use self::documents::{Document, Documents, Place, Step, Unread};

@@ -16,9 +16,6 @@ use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::Toleration;
 use serde::Serialize;
 
-use crate::admission::{
-    Admission, PodAnswer, Verification, VerifiedImages, WorkloadAnswer, WORKLOADS_AT_ONCE,
-};
 use crate::audit::node_agents::{self, AgentTemplate, TaintedNode};
 use crate::audit::seen::NodeSeen;
 use crate::audit::{judge, Known, Placed, Status};
@@ -26,6 +23,10 @@ use crate::cli::AuditArgs;
 use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::engine::{
+    Engine, PodAnswer, Purpose, Sources, Verification, VerifiedImages, WorkloadAnswer,
+    WORKLOADS_AT_ONCE,
+};
 use crate::mutate::{explain, Decision, Policy};
 
 use crate::workload::Workload;
@@ -103,12 +104,19 @@ pub(crate) async fn run(
         state.running_pods(),
         state.images.len()
     ));
-    let resolver = Arc::new(crate::app::resolver(config, None)?);
-    let mut admission = Admission::new(resolver, audit_policy(&config.policy), None);
-    if config.namespace_policy {
-        admission = admission.with_namespaces(namespace_preferences(&client).await);
-    }
-    let admission = admission.with_cluster(Arc::new(Cluster::new(client)));
+    let namespaces = match config.namespace_policy {
+        true => Some(namespace_preferences(&client).await),
+        false => None,
+    };
+    let engine = Engine::build(
+        config,
+        Purpose::Audit,
+        Sources {
+            pull_secrets: Some(Arc::new(Cluster::new(client))),
+            namespaces,
+            ..Sources::default()
+        },
+    )?;
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     let tainted = tainted_nodes(&state.tainted, &config.policy);
     // With --verify: each image checked once, whichever workloads name it.
@@ -118,7 +126,7 @@ pub(crate) async fn run(
         let workload = seen.workload()?;
         let running = state.running_for(&seen.key);
         Some(audit(
-            &admission,
+            &engine,
             (workload, seen.replicas, seen.owner.clone()),
             (running, &tainted),
             budget,
@@ -202,18 +210,8 @@ fn write_gated(
     Ok(())
 }
 
-/// The webhook's policy as the audit applies it: every namespace looked at (the webhook may skip
-/// some, the audit reports on them all), and enforced (what tolerable would add is the point).
-fn audit_policy(policy: &Policy) -> Policy {
-    Policy {
-        skip_namespaces: Default::default(),
-        enforce: true,
-        ..policy.clone()
-    }
-}
-
 /// The Namespaces' preferences (`[policy] namespace_policy`), one list of their metadata; their
-/// enforce and skip are not applied, as `audit_policy` does with the config's. Without access
+/// enforce and skip are not applied, as `Purpose::Audit` does with the config's. Without access
 /// (403), none, said once.
 async fn namespace_preferences(client: &kube::Client) -> NamespacePolicies {
     match NamespacePolicies::list(client.clone()).await {
@@ -233,7 +231,7 @@ fn progress(text: &str) {
 }
 
 async fn audit(
-    admission: &Admission,
+    engine: &Engine,
     (workload, replicas, owner): (Workload, u32, Option<String>),
     (running, tainted): (&[Placed], &[TaintedNode]),
     budget: Duration,
@@ -244,12 +242,12 @@ async fn audit(
         answered,
         mut common,
         asked,
-    } = admission.answer_workload(workload.object, budget).await;
+    } = engine.answer_workload(workload.object, budget).await;
     if let (Some(verified), Some(verified_images), Some((pod, pull_secrets))) =
         (&mut verified, verify, &asked)
     {
         // A child manifest and a config blob per platform: a few lookups' time.
-        let checked = admission
+        let checked = engine
             .verify(pod, pull_secrets, budget * 3, verified_images)
             .await;
         *verified = verified_platforms(&checked);
@@ -257,7 +255,7 @@ async fn audit(
             common.retain(|arch| !verified.false_architectures.contains(arch));
         }
     }
-    let pools = admission
+    let pools = engine
         .policy()
         .supported_architectures
         .iter()

@@ -14,7 +14,7 @@ pub(crate) async fn run(
     args: &InspectArgs,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
-    let resolver = crate::app::resolver(config, None)?;
+    let resolver = crate::engine::resolver(config, None)?;
     let results =
         futures_util::future::join_all(args.images.iter().map(|image| resolver.resolve(image)))
             .await;

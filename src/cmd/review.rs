@@ -18,10 +18,11 @@ use self::inputs::Inputs;
 use serde_json::{json, Value};
 
 use crate::admission::wire::{AdmissionReviewOut, ADMISSION_V1};
-use crate::admission::{self, Admission, LookupCauses, PodAnswer};
+use crate::admission::{self, Admission};
 use crate::cli::ReviewArgs;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::engine::{Engine, LookupCauses, PodAnswer, Purpose, Sources};
 use crate::mutate::{Answer, Outcome};
 use crate::workload::{Found, Workload};
 
@@ -66,6 +67,7 @@ async fn review_document(
                 lookup_causes,
                 ..
             } = admission
+                .engine()
                 .answer_pod_manifest(&document, budget)
                 .await
                 .answered;
@@ -105,14 +107,18 @@ pub(crate) async fn run(
     // A path that is not there is a mistake on the command line, not an input to skip.
     inputs::check_named(&args.files)?;
     let inputs = Inputs::new(&args.files, args.recursive);
-    let resolver = Arc::new(crate::app::resolver(config, None)?);
-    let mut admission = Admission::new(resolver, config.policy.clone(), None);
     let client = cluster(args).await?;
     let policies = namespaces::policies(config, args, client.as_ref()).await?;
-    admission = admission.with_namespaces(policies.clone());
-    if let Some(client) = client {
-        admission = admission.with_cluster(Arc::new(Cluster::new(client)));
-    }
+    let engine = Engine::build(
+        config,
+        Purpose::Review,
+        Sources {
+            pull_secrets: client.map(|client| Arc::new(Cluster::new(client))),
+            namespaces: Some(policies.clone()),
+            ..Sources::default()
+        },
+    )?;
+    let admission = Admission::new(engine);
     let budget = crate::budget::for_review(config.resolver.lookup_timeout);
     let mut found = Found::with_kinds(config.kinds.clone());
     let mut read = 0;
@@ -161,7 +167,7 @@ pub(crate) async fn run(
         Detail::Workload(workload) => Some(*workload),
         Detail::Review { .. } => None,
     });
-    let reports = report::report_all(&admission, workloads, budget).await;
+    let reports = report::report_all(admission.engine(), workloads, budget).await;
     nothing_read(read, &found)?;
     report::write(out, &reports, &found, args.json)?;
     Ok(report::exit_status(

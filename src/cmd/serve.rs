@@ -2,7 +2,9 @@
 
 use std::process::ExitCode;
 
-use crate::app::Webhook;
+use anyhow::Context as _;
+
+use crate::app::{Leadership, Webhook};
 use crate::cli::ServeArgs;
 use crate::cluster::connect;
 use crate::config::Config;
@@ -10,6 +12,7 @@ use crate::mutate::OnLookupFailure;
 use crate::server;
 
 pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
     match server::raise_fd_limit() {
         Ok(limit) => tracing::debug!(?limit, "open files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit to its hard limit"),
@@ -43,17 +46,23 @@ pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<Exi
     } else {
         None
     };
-    let webhook = Webhook::build(config, kube, args.manage_node_taints).await?;
-    webhook.serve(shutdown_signal()).await;
+    let leadership = Leadership::of_replica(config, kube.as_ref());
+    let webhook = Webhook::build(config, kube, args.manage_node_taints, leadership).await?;
+    webhook.serve(shutdown).await;
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGTERM (what the kubelet sends) or Ctrl-C.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
-    }
+/// SIGTERM or an interrupt, listened for from the moment this is called — before the webhook is
+/// built, so a Pod deleted while it starts still shuts down gracefully (a signal with no handler
+/// yet would kill the process).
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing a SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => tracing::info!("interrupt received"),
+        }
+    })
 }

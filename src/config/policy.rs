@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use super::reference::{KeyDoc, SectionDoc};
 use super::values::{number_or_text, List, Word};
 use super::{parse_duration, ConfigError};
 use crate::mutate::arch::{self, KUBERNETES_ARCHITECTURES};
@@ -17,7 +18,7 @@ use crate::mutate::{
 };
 
 /// `[policy]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct PolicySection {
     supported_architectures: List,
@@ -96,7 +97,7 @@ const DEFAULT_GATE_TIMEOUT: &str = "2m";
 const MAX_GATE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// `[nodes]` as written: what `serve` does with the cluster's Nodes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct NodesSection {
     /// Watch Nodes (their architectures and taints).
@@ -115,7 +116,7 @@ impl Default for NodesSection {
 }
 
 /// `[events]` as written: the Warning Events `serve` writes where users look.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct EventsSection {
     /// A Warning Event on a Pod's controller owner when its images share no node architecture
@@ -124,7 +125,7 @@ pub(super) struct EventsSection {
 }
 
 /// `[crashes]` as written: the crash-signal watch of `serve`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct CrashesSection {
     /// Watch the kubelets' BackOff Events for wrong-architecture crashes (`crate::crashes`).
@@ -132,7 +133,7 @@ pub(super) struct CrashesSection {
 }
 
 /// A taint's effect a toleration matches; empty: every effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
@@ -155,7 +156,7 @@ impl TaintEffect {
 }
 
 /// `[tolerations]`: the toleration added for each tolerated architecture.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct TolerationsSection {
     key: String,
@@ -180,7 +181,7 @@ impl Default for TolerationsSection {
 /// `[architecture_tolerations.<arch>]`: one toleration (a table), several (an array of
 /// tables), or, in an environment variable, `key[=value][:effect], …` (no value: the
 /// architecture; value `*`: operator Exists).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(
     untagged,
     expecting = "a toleration table, a list of them, or \"key=value:effect, …\""
@@ -191,7 +192,7 @@ pub(super) enum RawTemplates {
     Many(Vec<RawTemplate>),
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTemplate {
     key: String,
@@ -254,7 +255,7 @@ impl RawTemplate {
 
 /// `[policy] preferred_architecture`: one architecture (weight 50), a list of
 /// `{ architecture, weight }` tables, or, in an environment variable, `arm64=80, amd64=20`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(
     untagged,
     expecting = "an architecture, or a list of { architecture, weight }"
@@ -264,7 +265,7 @@ enum RawPreference {
     Weighted(Vec<RawWeighted>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWeighted {
     architecture: String,
@@ -625,3 +626,421 @@ fn validate_preference(
     }
     Ok(out)
 }
+
+pub(super) const POLICY_DOC: SectionDoc = SectionDoc {
+    name: "policy",
+    banner: Some("What the webhook decides"),
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "supported_architectures",
+            meaning: "architectures of the tainted pools to tolerate",
+            about: &[
+                "Architectures of the cluster's tainted node pools: a Pod whose images all run on one of these",
+                "gets that architecture's tolerations ([tolerations], or [architecture_tolerations.<arch>]),",
+                "whether or not its nodes exist right now — a pool that scales from zero (Karpenter,",
+                "cluster-autoscaler min size 0) grows only for a Pending Pod that tolerates its taint.",
+                "Names are Kubernetes' (GOARCH) names: amd64, arm64, arm, s390x, ppc64le, 386, riscv64, …",
+                "(x86_64 or aarch64 are refused, with the right name suggested).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "default_architectures",
+            meaning: "architectures of the untainted pools: never tainted, and counted as possible when deciding whether to steer; at least one",
+            about: &[
+                "Architectures of the untainted pools (every image runs there). Node tainting",
+                "(`tolerable nodes plan|taint|untaint`, and [nodes] manage_taints): nodes of these",
+                "architectures stay untainted; a node of a supported architecture gets its first template's",
+                "taint ([tolerations].key=<arch>:[tolerations].effect, e.g. kubernetes.io/arch=arm64:NoSchedule);",
+                "a node of an architecture in neither list is not tainted (`nodes taint --force` overrides),",
+                "since no Pod would ever tolerate it. tolerable records the taints it adds in the node",
+                "annotation tolerable.io/managed-taints, so `untaint` removes only those.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "skip_namespaces",
+            meaning: "namespaces whose Pods are left alone",
+            about: &[
+                "Namespaces whose Pods are left alone.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "match_node_labels",
+            meaning: "Pod label keys its nodes must match: for each the Pod carries, `key In [value]` is ANDed into every required nodeSelectorTerm (or set in the nodeSelector under `steering = \"node_selector\"`); a constraint the Pod has on the key is kept (a warning when it contradicts); never for DaemonSet or bound Pods. Valid label keys ([how it works](how-it-works.md))",
+            about: &[
+                "Pod label keys its nodes must match: a Pod labelled team=ml runs only on nodes labelled",
+                "team=ml. For each key the Pod carries, `key In [value]` is ANDed into every required",
+                "nodeSelectorTerm (or the term created), or set in the nodeSelector under",
+                "steering = \"node_selector\". A constraint the Pod already has on the key is kept as it is",
+                "(with a warning when it contradicts the label); DaemonSet and bound Pods get nothing.",
+                "Example: [\"team\", \"topology.kubernetes.io/region\"]",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "steering",
+            meaning: "`off`, `node_selector` (pin the one common architecture) or `node_affinity` (require the common architectures)",
+            about: &[
+                "How Pods are kept off nodes their images cannot run on:",
+                "  node_affinity  AND `kubernetes.io/arch In (architectures of all images)` into every required",
+                "                 nodeSelectorTerm (or add the term)",
+                "  node_selector  pin `kubernetes.io/arch` when the images share exactly one architecture",
+                "  off            tolerations only",
+                "A Pod that already constrains kubernetes.io/arch is left as it is (with a warning when its",
+                "constraint allows an architecture its images do not support).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "preferred_architecture",
+            meaning: "architecture to prefer when several are possible (weight 50), or a list of `{ architecture, weight }` (weights 1–100; in a variable `arm64=80, amd64=20`)",
+            about: &[
+                "Prefer this architecture when the images run on several (a preferred node-affinity term,",
+                "weight 50), or several with weights 1-100 as the scheduler takes them — the cheaper pool",
+                "first, with fallback:",
+                "  preferred_architecture = [{ architecture = \"arm64\", weight = 80 },",
+                "                            { architecture = \"amd64\", weight = 20 }]",
+                "(in the environment: TOLERABLE_POLICY__PREFERRED_ARCHITECTURE=\"arm64=80, amd64=20\").",
+                "A Pod overrides it with the label or annotation tolerable.io/preferred-architecture=<arch>,",
+                "or =none. Pods owned by a DaemonSet or already bound to a node are never steered.",
+            ],
+            example: Some("\"arm64\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "on_no_common_architecture",
+            meaning: "`deny` or `warn` (allowed unchanged)",
+            about: &[
+                "When the images share no architecture: deny the Pod naming each image and its platforms, or",
+                "warn and let it through unchanged.",
+            ],
+            example: None,
+            inline: Some("deny | warn"),
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "on_lookup_failure",
+            meaning: "`allow` (unchanged, with a warning), `deny`, or `gate`: hold the Pod behind the scheduling gate `tolerable.io/architecture` (label `tolerable.io/gated=true`) until `serve`'s gate controller has looked its images up, then release it with the same decision (see [scheduling gates](operations.md#scheduling-gates)). Never gated, allowed unchanged with a warning instead: bound Pods (`nodeName`), DaemonSet Pods and Pods pinned to one node, mirror Pods, Pods over the per-Pod limits, Pods in `skip_namespaces` and in tolerable's own namespace (`POD_NAMESPACE`)",
+            about: &[
+                "When an image's platforms cannot be learned (registry down, unknown image, no access): allow the",
+                "Pod unchanged with a warning (it stays on the untainted pools), deny it, or gate it: hold it",
+                "with the scheduling gate tolerable.io/architecture (and the label tolerable.io/gated=true) until",
+                "serve's gate controller has learned its images, then release it with the same decision.",
+            ],
+            example: None,
+            inline: Some("allow | deny | gate"),
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "gate_timeout",
+            meaning: "how long after its creation a gated Pod waits for its lookups before it is released unchanged with a Warning Event (more than 0, at most `24h`)",
+            about: &[
+                "With on_lookup_failure = \"gate\": how long after its creation a gated Pod waits for its images'",
+                "lookups; then it is released unchanged, with a Warning Event (a Pod is never held forever by a",
+                "registry outage). More than 0, at most 24h.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "enforce",
+            meaning: "`false`: report only — the decision annotation says what tolerable would have added or denied; nothing else changes. A Namespace's label (or a Pod's own label or annotation) `tolerable.io/enforce` says otherwise for its Pods ([namespace policy](namespace-policy.md))",
+            about: &[
+                "false: report only, for a first roll-out. Pods get only the decision annotation",
+                "(tolerable.io/decision) saying what tolerable would have added, or why it would have denied",
+                "them; no tolerations, no steering, no denial. Read the annotations and `tolerable review`, then",
+                "switch it on.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "namespace_policy",
+            meaning: "read per-namespace policy from Namespaces: the label `tolerable.io/enforce` (`\"false\"` report only there, `\"true\"` enforce even under `enforce = false`), the label `tolerable.io/skip` (`\"true\"`) and the annotation `tolerable.io/preferred-architecture` (`\"arm64=80, amd64=20\"`, one architecture, or `none`); a Pod's own label/annotation wins, then the Namespace, then this file ([namespace policy](namespace-policy.md)). `serve` watches Namespaces (metadata only; RBAC `list`/`watch` namespaces), `review --cluster`/`--kubeconfig`/`--context` and `audit` list them once; `false`: Namespaces are not read",
+            about: &[
+                "Per-namespace policy, set by the platform team on Namespace objects (Pods' own",
+                "labels/annotations win, then the Namespace, then this file):",
+                "  label      tolerable.io/enforce: \"false\"   report only in that namespace (\"true\": enforce",
+                "                                              even when enforce = false here)",
+                "  label      tolerable.io/skip: \"true\"       leave the namespace alone (the shipped webhook",
+                "                                              configuration does not even call tolerable)",
+                "  annotation tolerable.io/preferred-architecture: \"arm64=80, amd64=20\"   its preference",
+                "serve watches Namespaces (metadata only; RBAC: list/watch namespaces); without that access it",
+                "logs one warning and keeps to this file. false: Namespaces are not read at all.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_containers_per_pod",
+            meaning: "a Pod with more containers is not looked up: treated as a lookup failure",
+            about: &[
+                "Limits per Pod, far above real Pods: a Pod with more containers (init, regular, ephemeral and",
+                "image volumes) or more distinct images is not looked up at all — it is treated as a lookup",
+                "failure (allowed unchanged with a warning, or denied with on_lookup_failure = \"deny\"), so one",
+                "Pod cannot make tolerable open thousands of registry connections.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_images_per_pod",
+            meaning: "a Pod with more distinct images is not looked up: treated as a lookup failure",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "amd64_runs_386",
+            meaning: "amd64 nodes run `linux/386` images, as containerd's platform matcher on amd64 accepts them: a 386-only image is placed on amd64 (`false`: kernels built without 32-bit support; a 386-only image then runs nowhere) ([how it works](how-it-works.md#what-a-node-runs))",
+            about: &[
+                "What the nodes' container runtime runs besides their own architecture, as containerd's",
+                "platform matcher on them decides: a Pod is placed on the node architectures that run every",
+                "image. amd64 nodes run linux/386 images (false: kernels without 32-bit support); arm64 nodes",
+                "run linux/arm/v8…v5 only where their CPUs run AArch32 code (Graviton2, Neoverse N1, Ampere",
+                "Altra do; Graviton3/4, AmpereOne, Neoverse V2-based CPUs do not). node_variants: the CPU",
+                "variant every node of an architecture meets, \"arch/variant\" (amd64/v3 for x86-64-v3,",
+                "arm64/v8.2, arm64/v9); an image built only for a higher variant than said is not placed",
+                "there, and where nothing is said it is placed with a warning.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "arm64_runs_arm32",
+            meaning: "arm64 nodes run `linux/arm/v8`…`v5` images: only where their CPUs run AArch32 code at EL0 — yes on Graviton2, Neoverse N1 and Ampere Altra, no on Graviton3/4, AmpereOne and Neoverse V2-based CPUs (containerd accepts them either way; the container then fails at start)",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "node_variants",
+            meaning: "`\"arch/variant\"` each: the CPU variant every node of that architecture meets (`amd64/v3` for x86-64-v3, `arm64/v8.2`, `arm64/v9`), as containerd orders them (amd64 v4…v1; arm64 v9.x…v9.0, v8.(x+5)…v8.0; arm v8…v5). An image built only for a higher variant is not placed there; for an architecture not named, such an image is placed with a warning (containerd may or may not detect the CPU's level)",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "pin_digests",
+            meaning: "rewrite each image given by tag (containers of every kind, image volumes) to `name:tag@sha256:…` of the manifest or index the decision was made on, so the kubelet pulls what was inspected; images already by digest are left alone. A Namespace's label, or a Pod's own label or annotation, `tolerable.io/pin-digest` (`\"true\"` / `\"false\"`) says otherwise for its Pods ([pinning](how-it-works.md#pinning-the-decided-digest))",
+            about: &[
+                "Pin what was decided: rewrite each container's image (and image volume's reference) given by",
+                "tag to name:tag@sha256:… of the manifest or index the decision was made on, so the kubelet",
+                "pulls what was inspected on every start, restart and reschedule, even after the tag moves.",
+                "Images already by digest are left alone. A Namespace's label, or a Pod's own label or",
+                "annotation, tolerable.io/pin-digest: \"true\" / \"false\" says otherwise for its Pods.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const TOLERATIONS_DOC: SectionDoc = SectionDoc {
+    name: "tolerations",
+    banner: None,
+    about: &[
+        "The toleration added for each tolerated architecture; its value is the architecture",
+        "(no value with operator Exists). Matches taints such as kubernetes.io/arch=arm64:NoSchedule,",
+        "which GKE puts on Arm node pools. In the environment: TOLERABLE_TOLERATIONS__EFFECT, …",
+    ],
+    intro: "The toleration added for each tolerated architecture; its value is the architecture.",
+    keys: &[
+        KeyDoc {
+            key: "key",
+            meaning: "the taint key tolerated",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "operator",
+            meaning: "`Equal` (value: the architecture) or `Exists`",
+            about: &[],
+            example: None,
+            inline: Some("Equal | Exists"),
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "effect",
+            meaning: "`NoSchedule`, `PreferNoSchedule`, `NoExecute` or `\"\"` (every effect)",
+            about: &[],
+            example: None,
+            inline: Some("NoSchedule | PreferNoSchedule | NoExecute | \"\" (all effects)"),
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "toleration_seconds",
+            meaning: "only with effect `NoExecute`",
+            about: &[],
+            example: Some("300"),
+            inline: Some("only with effect NoExecute"),
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const ARCHITECTURE_TOLERATIONS_DOC: SectionDoc = SectionDoc {
+    name: "architecture_tolerations",
+    banner: None,
+    about: &[
+        "Per-architecture templates that replace [tolerations] for one supported architecture, for",
+        "provider- or team-specific taints: one table, or a list of them (key, operator, value, effect,",
+        "toleration_seconds; value defaults to the architecture, effect to NoSchedule). E.g. an EKS",
+        "Auto Mode style `arm64=true:NoSchedule` beside GKE's taint:",
+        "  [[architecture_tolerations.arm64]]",
+        "  key = \"arm64\"",
+        "  value = \"true\"",
+        "  [[architecture_tolerations.arm64]]",
+        "  key = \"kubernetes.io/arch\"",
+        "In the environment, key[=value][:effect] items (no value: the architecture; value *: Exists):",
+        "  TOLERABLE_ARCHITECTURE_TOLERATIONS__ARM64=\"arm64=true:NoSchedule, kubernetes.io/arch:NoSchedule\"",
+    ],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "<arch>",
+            meaning: "one table or a list of tables (`key`, `operator`, `value`, `effect`, `toleration_seconds`; value defaults to the architecture, effect to `NoSchedule`) replacing `[tolerations]` for one supported architecture; in a variable `key[=value][:effect], …` (no value: the architecture; value `*`: `Exists`)",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: Some("none"),
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const NODES_DOC: SectionDoc = SectionDoc {
+    name: "nodes",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "watch",
+            meaning: "watch Nodes: also tolerate taints the templates do not, skip needless steering, warn about fenced-off pools; `/readyz` waits for the first sync (needs `list`, `watch` on nodes)",
+            about: &[
+                "Watch Nodes to learn which architectures the cluster has and which taints (under the",
+                "templates' keys) each architecture's nodes carry. Templates are added whatever the watch sees;",
+                "a taint on a supported architecture's nodes that no template tolerates (another value or",
+                "effect) is tolerated too. A Pod whose images run on every architecture that is present,",
+                "supported or default is not steered. /readyz waits for the first sync; `serve` warns about",
+                "nodes tainted for an architecture that is neither supported nor default.",
+                "Needs RBAC: list and watch on nodes (shipped in kustomize/base).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "manage_taints",
+            meaning: "`serve` keeps new nodes tainted as they join (needs `patch` on nodes); also `serve --manage-node-taints`",
+            about: &[
+                "`serve` keeps new nodes tainted as they join (needs patch on nodes:",
+                "kustomize/components/manage-node-taints). Also `serve --manage-node-taints`.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const EVENTS_DOC: SectionDoc = SectionDoc {
+    name: "events",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[KeyDoc {
+        key: "on_admission",
+        meaning: "a Warning Event (events.k8s.io/v1) on the controller owner of each Pod whose images share no node architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the images and why; at most one per owner every 10 minutes, written off the admission's path (a full queue drops it); a Pod without a controller owner gets none (needs `create` on `events.events.k8s.io`: `kustomize/components/events`, the chart's `config.events.on_admission`)",
+        about: &[
+            "A Warning Event on the controller owner of each Pod (its ownerReferences entry with",
+            "controller: true — a ReplicaSet, StatefulSet, Job, DaemonSet…) whose images share no node",
+            "architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the",
+            "images and why; at most one per owner every 10 minutes, written off the admission's path",
+            "(a full queue drops them, counted in tolerable_events_total). A Pod without a controller owner",
+            "gets none (it is not created yet when it is admitted). Needs RBAC: create on events.k8s.io",
+            "events (kustomize/components/events).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    }],
+};
+
+pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
+    name: "crashes",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[KeyDoc {
+        key: "watch",
+        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms or the index's entry for it is an image of another, else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner and in `tolerable_exec_format_crashes_total`; one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
+        about: &[
+            "The crash-signal watch: watch the kubelets' BackOff Warning Events (never all Pods), read each",
+            "backing-off Pod once per container every 10 minutes, and when a container's last run ended",
+            "with a runtime's exec format error (runc, crun) tell whether it is the architecture — the",
+            "node's architecture not among the image's platforms, or the index's entry for it an image of",
+            "another architecture (then learned: admissions of that digest leave the architecture out);",
+            "else \"not shown to be the architecture\" (an entrypoint without a shebang prints the same) —",
+            "in a Warning Event on the Pod and its controller owner and in",
+            "tolerable_exec_format_crashes_total. One replica looks (the gate releasers' Lease). Needs",
+            "RBAC: list and watch on events, get on pods and pods/log, create on events",
+            "(kustomize/components/crash-watch).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    }],
+};

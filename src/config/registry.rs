@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use super::reference::{KeyDoc, SectionDoc};
 use super::values::{List, Password, TextMap};
 use super::{parse_duration, ConfigError};
 use crate::registry::access::{AccessRules, LINK_LOCAL};
@@ -21,7 +22,7 @@ use crate::registry::{BreakerSettings, ResolverSettings, SharedCacheSettings};
 const MAX_LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `[registry]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RegistrySection {
     lookup_timeout: String,
@@ -48,7 +49,7 @@ impl Default for RegistrySection {
 }
 
 /// `[cache]` as written: the in-memory cache of answers.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct CacheSection {
     tag_ttl: String,
@@ -71,18 +72,20 @@ impl Default for CacheSection {
 }
 
 /// `[shared_cache]` as written: Redis or Valkey behind the in-memory cache.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct SharedCacheSection {
     url: String,
     password_file: Option<PathBuf>,
-    /// Only an environment variable may write it.
+    /// Only an environment variable may write it; never printed (the reference lists the key
+    /// without a value).
+    #[serde(skip_serializing)]
     pub(super) password: Option<Password>,
     ca_path: Option<PathBuf>,
 }
 
 /// `[circuit_breaker]` as written, per registry host.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct BreakerSection {
     failures: u32,
@@ -99,7 +102,7 @@ impl Default for BreakerSection {
 }
 
 /// `[credentials]` as written: where registry credentials come from besides anonymous access.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct CredentialsSection {
     pub(super) read_pull_secrets: bool,
@@ -339,3 +342,334 @@ fn read_ca_bundle(key: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
     }
     Ok(pem)
 }
+
+pub(super) const CREDENTIALS_DOC: SectionDoc = SectionDoc {
+    name: "credentials",
+    banner: Some("Registries"),
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "read_pull_secrets",
+            meaning: "read Pods' and ServiceAccounts' imagePullSecrets from the API (needs `get` on secrets and serviceaccounts)",
+            about: &[
+                "Read each Pod's imagePullSecrets and its ServiceAccount's from the API server and use them for",
+                "the Pod's images (before the credential files below, then anonymous access). Needs RBAC: get on",
+                "secrets and serviceaccounts (shipped in kustomize/base). false: no API access is needed at all.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "files_path",
+            meaning: "directory of `<registry>.toml` credential files (`user`, `secret`)",
+            about: &[
+                "Directory of per-registry credential files: <registry>.toml with `user` and `secret`",
+                "(see creds.example/). Docker Hub is docker.io.toml; host:port is written host_port.toml.",
+            ],
+            example: Some("\"/etc/tolerable/creds\""),
+            inline: None,
+            default_note: None,
+            deployed: true,
+        },
+        KeyDoc {
+            key: "docker_config_path",
+            meaning: "a Docker `config.json` with more credentials; its `credHelpers` / `credsStore` helpers are run",
+            about: &[
+                "A Docker config.json / .dockerconfigjson file ({\"auths\": {...}}) with more credentials, tried",
+                "after the files above. Its credential helpers are run as Docker runs them",
+                "(docker-credential-<name> get, looked for in provider_bin_dir, then on PATH): a",
+                "registry's own credHelpers entry instead of its auths entry, else credsStore after the auths",
+                "entry. A helper's answer is kept 5 minutes.",
+            ],
+            example: Some("\"/etc/tolerable/docker/config.json\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "provider_config",
+            meaning: "the kubelet's CredentialProviderConfig (`kubelet.config.k8s.io/v1` or `v1beta1`): credential provider plugins to run for the images they match; needs `provider_bin_dir`",
+            about: &[
+                "Kubelet image credential provider plugins (ecr-credential-provider, auth-provider-gcp,",
+                "acr-credential-provider, …): the kubelet's own CredentialProviderConfig file",
+                "(kubelet.config.k8s.io/v1 or v1beta1, YAML or JSON) — the one your nodes use, unchanged — and",
+                "the directory of the plugins it names (the kubelet's --image-credential-provider-config and",
+                "--image-credential-provider-bin-dir). An image matching a provider's matchImages is looked up",
+                "with the credentials its plugin gives: after the Pod's pull secrets, before the files above.",
+                "The config needs the bin dir; the bin dir alone holds Docker credential helpers.",
+            ],
+            example: Some("\"/etc/tolerable/credential-providers/config.yaml\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "provider_bin_dir",
+            meaning: "the directory of those plugins; also searched for `docker-credential-<name>` helpers before `PATH`",
+            about: &[],
+            example: Some("\"/usr/local/lib/tolerable/credential-providers\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const REGISTRY_DOC: SectionDoc = SectionDoc {
+    name: "registry",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "lookup_timeout",
+            meaning: "budget of one image lookup, every round trip included (at most 30s)",
+            about: &[
+                "Budget for one image lookup, all registry round trips, mirrors and fallbacks included.",
+                "Keep it well inside the webhook's timeoutSeconds (10 s by default). At most 30s.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "connect_timeout",
+            meaning: "TCP connect timeout",
+            about: &[
+                "TCP connect timeout for registries.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "ca_path",
+            meaning: "extra CA certificates (PEM) for registries",
+            about: &[
+                "Extra CA certificates (PEM bundle) trusted for registries, on top of the system's.",
+            ],
+            example: Some("\"/etc/tolerable/registry-ca.pem\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "insecure",
+            meaning: "`host:port` spoken to over plain http",
+            about: &[
+                "host:port of registries (and token services) spoken to over plain http. Everything else is https.",
+                "Names ignore case. A redirect never goes from https down to http, listed or not.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "allowlist",
+            meaning: "hosts tolerable may contact (registries, mirrors, token realms, redirect targets): `host`, `host:port`, `*.example.com`, `*.dkr.ecr.*.amazonaws.com`, an address, `address:port` (`10.0.0.5:5000`, `[fd00::5]:5000`) or a CIDR; empty: every host not denied",
+            about: &[
+                "Which hosts tolerable may contact at all: image registries, mirrors, token services (Bearer",
+                "realms) and redirect targets. Entries: a host name (any port), host:port (that port only),",
+                "wildcards (\"*.example.com\": a leading * is one or more labels; \"*.dkr.ecr.*.amazonaws.com\":",
+                "an inner * is exactly one), an address or a CIDR network (every port), or an address with",
+                "a port: \"10.0.0.5:5000\", \"[fd00::5]:5000\" (that port only). Case is ignored.",
+                "Names are also judged by the addresses they resolve to, when tolerable connects; the port is",
+                "not known there, so an address with a port allows only images and URLs written with that",
+                "address (allow a name as host:port), and in the denylist it denies that address on every port",
+                "for names that resolve to it.",
+                "Empty allowlist: every host not denied. Non-empty: only what it names (a name it does not",
+                "name is allowed when it resolves into one of its networks).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "denylist",
+            meaning: "hosts never contacted, same forms; wins over the allowlist. Setting it replaces the list, but the two link-local entries stay denied unless the allowlist names an address or network inside them",
+            about: &[
+                "Setting the denylist replaces this list, but the two link-local entries stay denied anyway",
+                "(cloud metadata services are never a registry): to reach such an address, name it (or a",
+                "network inside 169.254.0.0/16) in the allowlist and leave it out of the denylist.",
+                "A denylist entry always wins over the allowlist.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "mirrors",
+            meaning: "table `[registry.mirrors]`: registry → mirror host asked first (in a variable `docker.io=mirror.example:5000, quay.io=…`)",
+            about: &[
+                "Registry -> mirror host to ask first (for rate limits and outages); on any mirror failure the",
+                "origin is asked. Registry names as images spell them; Docker Hub is \"docker.io\". In the",
+                "environment: TOLERABLE_REGISTRY__MIRRORS=\"docker.io=mirror.gcr.io, quay.io=quay-mirror.example\".",
+            ],
+            example: Some("\"docker.io\" = \"mirror.gcr.io\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const CACHE_DOC: SectionDoc = SectionDoc {
+    name: "cache",
+    banner: None,
+    about: &[],
+    intro: "The in-memory cache of answers.",
+    keys: &[
+        KeyDoc {
+            key: "tag_ttl",
+            meaning: "how long an answer by tag is trusted; then a HEAD revalidates it",
+            about: &[
+                "Answers by tag are trusted this long (tags move), then revalidated with a HEAD (free on Docker",
+                "Hub; a GET only when the tag moved to a digest not known yet); answers by digest are immutable",
+                "and kept longer (bounded to free memory); failures only briefly, so an outage is not hammered.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "digest_ttl",
+            meaning: "how long an answer by digest is kept",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "failure_ttl",
+            meaning: "how long a failure is remembered",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "stale_if_error",
+            meaning: "how long a tag's last known answer may stand in while its registry is unavailable (`\"0s\"`: never)",
+            about: &[
+                "Stale-if-error: while a registry is unavailable (down, hung, 5xx, 429), a tag's last known",
+                "answer is still used this long after it stopped being fresh, with a warning saying so.",
+                "\"0s\" turns it off. An authoritative answer (not found, unauthorized) is never papered over.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_entries",
+            meaning: "most images remembered (an entry over 1 KiB counts once per KiB); failures get a tenth of that",
+            about: &[
+                "Most images remembered at once (an answer over 1 KiB counts once per started KiB, so the",
+                "cache is bounded in bytes too). Failures are kept apart, in a tenth of that.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const SHARED_CACHE_DOC: SectionDoc = SectionDoc {
+    name: "shared_cache",
+    banner: None,
+    about: &[
+        "Shared cache (opt-in): Redis or Valkey behind the in-memory cache, shared by every replica.",
+        "A replica asks it before any registry and writes what it learns (answers by digest for",
+        "[cache] digest_ttl, a tag's digest for tag_ttl, failures for failure_ttl), so a cluster asks a",
+        "registry once per tag and TTL, and a restarted replica starts warm. Slow or down: the",
+        "in-memory cache answers alone (a warning, tolerable_shared_cache_* metrics), and it reconnects",
+        "by itself. \"redis://host:6379/0\", \"rediss://…\" (TLS), valkey:// and valkeys:// too; \"\" turns",
+        "it off. The password comes from a file or TOLERABLE_SHARED_CACHE__PASSWORD (from a Secret),",
+        "never from this file, and is never logged.",
+    ],
+    intro: "Redis or Valkey behind the in-memory cache, shared by every replica (opt-in).",
+    keys: &[
+        KeyDoc {
+            key: "url",
+            meaning: "`redis://host:6379/0`, `rediss://…` (TLS), `valkey://`, `valkeys://`",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: Some("`\"\"` (off)"),
+            deployed: false,
+        },
+        KeyDoc {
+            key: "password_file",
+            meaning: "file holding the password (read at start)",
+            about: &[],
+            example: Some("\"/etc/tolerable/cache/password\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "password",
+            meaning: "the password, from the environment only (from a Secret); refused in the file, never logged",
+            about: &[],
+            example: Some("(environment only: TOLERABLE_SHARED_CACHE__PASSWORD)"),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "ca_path",
+            meaning: "roots (PEM) to trust for `rediss://` instead of the system's",
+            about: &[
+                "Roots to trust for rediss:// instead of the system's (e.g. Memorystore's server CA), PEM.",
+            ],
+            example: Some("\"/etc/tolerable/cache/ca.pem\""),
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const BREAKER_DOC: SectionDoc = SectionDoc {
+    name: "circuit_breaker",
+    banner: None,
+    about: &[
+        "Circuit breaker, per registry host: after this many consecutive failures of the registry",
+        "(connect errors, timeouts, 5xx, 429) it is left alone for `cooldown`, then one probe lookup is",
+        "let through; lookups meanwhile fail at once (or use the last known answer). 0 turns it off.",
+        "A 429's Retry-After (in seconds, at most 10 minutes) is always honoured.",
+    ],
+    intro: "Per registry host.",
+    keys: &[
+        KeyDoc {
+            key: "failures",
+            meaning: "consecutive registry failures that stop tolerable asking it (`0`: never)",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "cooldown",
+            meaning: "how long it is then left alone, before one probe lookup",
+            about: &[],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};

@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use super::reference::{KeyDoc, SectionDoc};
 use super::values::Word;
 use super::{parse_duration, ConfigError};
 use crate::duration::format_config;
@@ -59,7 +60,7 @@ impl Default for ServerLimits {
 
 /// What a reload does with a certificate that does not cover every DNS name and IP address the
 /// certificate served at start covered (`[tls] reload_name_check`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NameCheck {
     /// Keep serving the current certificate; the reload counts as failed.
@@ -69,7 +70,7 @@ pub enum NameCheck {
     Warn,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum LogFormat {
     #[default]
@@ -78,7 +79,7 @@ pub(crate) enum LogFormat {
 }
 
 /// `[server]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct ServerSection {
     listen_addr: String,
@@ -211,7 +212,7 @@ impl ServerSection {
 }
 
 /// `[tls]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct TlsSection {
     cert_path: Option<PathBuf>,
@@ -267,7 +268,7 @@ impl TlsSection {
 }
 
 /// `[log]` as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct LogSection {
     level: String,
@@ -293,3 +294,199 @@ impl LogSection {
 }
 
 super::values::words_by_serde!(NameCheck, LogFormat);
+
+pub(super) const SERVER_DOC: SectionDoc = SectionDoc {
+    name: "server",
+    banner: Some("Webhook"),
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "listen_addr",
+            meaning: "HTTPS address (`POST /mutate`, `GET /healthz`, `/readyz`, `/metrics`)",
+            about: &[
+                "Address and port to serve HTTPS on (POST /mutate, GET /healthz, /readyz, /metrics).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "metrics_addr",
+            meaning: "serve `/metrics` (and `/healthz`) there, plain HTTP, instead of on the webhook port",
+            about: &[
+                "Serve /metrics (and /healthz) on this address over plain HTTP instead of on the webhook port,",
+                "so a NetworkPolicy can open it to the monitoring namespace alone. Unset: /metrics is on the",
+                "webhook port. The shipped Deployment sets 0.0.0.0:9090 (port name `metrics`).",
+            ],
+            example: Some("\"0.0.0.0:9090\""),
+            inline: None,
+            default_note: None,
+            deployed: true,
+        },
+        KeyDoc {
+            key: "worker_threads",
+            meaning: "request threads; `0`: one per CPU available (the container's CPU limit); at most 256",
+            about: &[
+                "Threads answering requests. 0: one per CPU available to the process — in a container, its CPU",
+                "limit (the shipped Deployment's limit of 1 CPU gives one thread). The webhook waits on",
+                "registries, not on the CPU: one thread answers tens of thousands of cached admissions a",
+                "second, and uses less CPU per admission than two (BENCHMARKS.md).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_connections",
+            meaning: "open client connections; at the cap a new one takes a pending connection's slot, else 8 more are let in for probes (a request of another kind on one takes an idle connection's slot), the rest are closed at once; lowered to fit the open-files limit",
+            about: &[
+                "Connections and requests: limits against slow or abusive clients.",
+                "Open client connections. At the cap, a new connection takes the slot of the oldest one that",
+                "has not had a request answered yet (a TLS handshake or a first request still to come), so a",
+                "flood of connections that say nothing only replaces itself; failing that, a few (8) are let in",
+                "for /healthz and /readyz, and a request of another kind on one of those takes the slot of the",
+                "longest idle keep-alive connection (those that never had an admission answered first); the",
+                "rest are closed at once. A connection with a request in progress keeps its slot. At start the",
+                "soft limit on open files is raised to the hard limit, and this is lowered if it still does not",
+                "fit.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_connections_per_peer",
+            meaning: "open connections from one client address, the same rules at its own cap (its own connections give way); at most `max_connections`",
+            about: &[
+                "Open connections from one client address, with the same rules at its own cap (its own",
+                "connections give way), so one address cannot take every slot. Default: half of",
+                "max_connections; at most max_connections.",
+            ],
+            example: Some("500"),
+            inline: None,
+            default_note: Some("half of `max_connections`"),
+            deployed: false,
+        },
+        KeyDoc {
+            key: "max_requests_in_flight",
+            meaning: "`/mutate` requests answered at once (bodies read; reading one takes no permit); more get a fast 503",
+            about: &[
+                "POST /mutate requests being answered at once, once their bodies are read (reading a body is",
+                "bounded by request_read_timeout and the body budgets instead, so stalled bodies cannot lock",
+                "out the API server's requests). More get an immediate 503 with a JSON reason (the API server",
+                "then applies the webhook's failurePolicy: Ignore in kustomize/base).",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "request_read_timeout",
+            meaning: "TLS handshake, then a request's head and body, each within this (below 10s); else 408",
+            about: &[
+                "The TLS handshake, then each request's head and body (from its first byte to its last), must",
+                "arrive within this; else 408 and the connection is closed. Below 10s, the API server's default",
+                "webhook timeout. Request bodies are also held to memory budgets: 9 MiB per connection, 48 MiB",
+                "for the process (503 beyond); a gzip body's inflated bytes count too.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "connection_idle_timeout",
+            meaning: "a connection with no request in progress is closed after this (at most 1h)",
+            about: &[
+                "A connection (HTTP/1.1 or h2) with no request in progress for this long is closed. Longer than",
+                "the API server's own 90s, so the client closes an idle connection first.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const TLS_DOC: SectionDoc = SectionDoc {
+    name: "tls",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "cert_path",
+            meaning: "serving certificate (PEM), re-read every second; with `key_path`. Unset: `serve` makes a self-signed one",
+            about: &[
+                "Serving certificate and key (PEM), e.g. the cert-manager Secret mounted as a volume. They are",
+                "re-read every second, so a rotation is served without a restart. Without them, `serve`",
+                "generates a self-signed certificate for localhost and prints its CA (for trying it out).",
+            ],
+            example: Some("\"/etc/tolerable/tls/tls.crt\""),
+            inline: None,
+            default_note: None,
+            deployed: true,
+        },
+        KeyDoc {
+            key: "key_path",
+            meaning: "its private key (PEM); with `cert_path`",
+            about: &[],
+            example: Some("\"/etc/tolerable/tls/tls.key\""),
+            inline: None,
+            default_note: None,
+            deployed: true,
+        },
+        KeyDoc {
+            key: "reload_name_check",
+            meaning: "a reloaded certificate that drops a DNS name or IP address of the starting one: `refuse` (keep the current one) or `warn` (serve it); files over 1 MiB are never read",
+            about: &[
+                "A reloaded certificate must cover every DNS name and IP address the certificate served at",
+                "start covered (the Service's names the API server calls, or the address of a `url` webhook):",
+                "\"refuse\" keeps the current one and counts a failed reload; \"warn\" serves it with an error in",
+                "the log. A certificate or key file over 1 MiB is not read (a failed reload, with a warning).",
+            ],
+            example: None,
+            inline: Some("refuse | warn"),
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};
+
+pub(super) const LOG_DOC: SectionDoc = SectionDoc {
+    name: "log",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[
+        KeyDoc {
+            key: "level",
+            meaning: "level or tracing directives (`info,tolerable=debug`); logs go to stderr",
+            about: &[
+                "Log filter: a level (error, warn, info, debug, trace) or tracing directives such as",
+                "\"info,tolerable=debug\". Logs go to stderr.",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+        KeyDoc {
+            key: "format",
+            meaning: "`text` (without colour escapes) or `json`",
+            about: &[
+                "text | json",
+            ],
+            example: None,
+            inline: None,
+            default_note: None,
+            deployed: false,
+        },
+    ],
+};

@@ -431,15 +431,6 @@ fn registry_access_lists() {
     }
 }
 
-#[test]
-fn shipped_config_is_the_defaults() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(&dir, include_str!("../../tolerable.toml"));
-    let shipped = Config::load(Some(&path), env(&[])).unwrap();
-    let defaults = Config::load(None, env(&[])).unwrap();
-    assert_eq!(format!("{shipped:?}"), format!("{defaults:?}"));
-}
-
 /// A file with per-architecture templates (one list, one table) and weighted preferences.
 fn architecture_tolerations_file(dir: &tempfile::TempDir) -> PathBuf {
     write(
@@ -701,45 +692,6 @@ fn server_limits_from_the_environment() {
         }
     );
     assert_eq!(c.tls_reload_name_check, NameCheck::Warn);
-}
-
-/// The `section.key`s a TOML text writes, set or commented out with its example
-/// (`# cert_path = …`) under its section's header; a map's header stands for its entries.
-fn keys_written(text: &str) -> BTreeSet<String> {
-    let mut written = BTreeSet::new();
-    let mut section = String::new();
-    for line in text.lines() {
-        let line = line.trim_start_matches(['#', ' ']);
-        let header = line.strip_prefix('[').and_then(|l| l.split_once(']'));
-        if let Some((name, _)) = header.filter(|(name, _)| !name.starts_with('[')) {
-            section = name.to_owned();
-            written.insert(section.clone());
-            written.insert(format!("{section}.<arch>"));
-            continue;
-        }
-        if let Some((key, _)) = line.split_once(" =") {
-            if key
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            {
-                written.insert(format!("{section}.{key}"));
-            }
-        }
-    }
-    written
-}
-
-#[test]
-fn shipped_config_names_every_key() {
-    let written = keys_written(include_str!("../../tolerable.toml"));
-    let keys = known_keys();
-    assert!(keys.len() > 40, "{keys:?}");
-    for key in keys {
-        assert!(
-            written.contains(&key),
-            "tolerable.toml does not document `{key}`"
-        );
-    }
 }
 
 #[test]
@@ -1214,109 +1166,6 @@ fn a_key_written_both_ways_in_one_place_is_refused_naming_both() {
     assert_eq!(c.resolver.cache.tag_ttl, Duration::from_secs(240));
 }
 
-/// The first two cells of a reference table's row (`| `key` | `VARIABLE` | …`), unquoted.
-fn row_cells(line: &str) -> Option<Vec<&str>> {
-    let cells: Vec<&str> = line
-        .strip_prefix("| `")?
-        .split(" | ")
-        .map(|cell| cell.trim_matches(['`', ' ', '|']))
-        .collect();
-    (cells.len() >= 2).then_some(cells)
-}
-
-/// docs/configuration.md: each section's rows (`section.key` → its variable) and the deprecated
-/// keys' rows (flat key, its variable, new key, its variable).
-#[allow(clippy::type_complexity)]
-fn reference_rows() -> (Vec<(String, String)>, Vec<(String, String, String, String)>) {
-    let reference = include_str!("../../docs/configuration.md");
-    let (mut keys, mut flat) = (Vec::new(), Vec::new());
-    let mut section: Option<&str> = None;
-    for line in reference.lines() {
-        if let Some(heading) = line.strip_prefix("### `[") {
-            section = heading.split_once("]`").map(|(name, _)| name);
-        } else if line.starts_with("## ") {
-            section = None;
-        }
-        let Some(cells) = row_cells(line) else {
-            continue;
-        };
-        match section {
-            Some(section) => keys.push((format!("{section}.{}", cells[0]), cells[1].to_owned())),
-            None if cells.len() >= 4 => {
-                let new = cells[2].replacen('[', "", 1).replacen("] ", ".", 1);
-                flat.push((cells[0].into(), cells[1].into(), new, cells[3].into()));
-            }
-            None => {}
-        }
-    }
-    (keys, flat)
-}
-
-#[test]
-fn the_reference_documents_every_key_and_no_other() {
-    let (documented, flat) = reference_rows();
-    let documented_keys: BTreeSet<&str> = documented.iter().map(|(k, _)| k.as_str()).collect();
-    let known = known_keys();
-    let known_set: BTreeSet<&str> = known.iter().map(String::as_str).collect();
-    let missing: Vec<_> = known_set.difference(&documented_keys).collect();
-    let unknown: Vec<_> = documented_keys.difference(&known_set).collect();
-    assert!(
-        missing.is_empty(),
-        "docs/configuration.md lacks {missing:?}"
-    );
-    assert!(
-        unknown.is_empty(),
-        "docs/configuration.md names unknown keys {unknown:?}"
-    );
-    assert_eq!(documented.len(), known.len(), "a key documented twice");
-    for (key, variable) in &documented {
-        assert_eq!(*variable, source::variable_of_key(key), "{key}'s variable");
-    }
-    let table: BTreeSet<(String, String, String, String)> = deprecated::FLAT_KEYS
-        .iter()
-        .map(|(old, section, key)| {
-            let new = format!("{section}.{key}");
-            let old_var = format!("TOLERABLE_{}", old.to_ascii_uppercase());
-            (
-                (*old).to_owned(),
-                old_var,
-                new.clone(),
-                source::variable_of_key(&new),
-            )
-        })
-        .collect();
-    let documented_flat: BTreeSet<_> = flat.into_iter().collect();
-    assert_eq!(
-        documented_flat, table,
-        "the reference's deprecated keys are not the code's"
-    );
-}
-
-#[test]
-fn the_reference_check_sees_what_it_must() {
-    assert_eq!(
-        row_cells("| `tag_ttl` | `TOLERABLE_CACHE__TAG_TTL` | `\"5m\"` | how long |"),
-        Some(vec![
-            "tag_ttl",
-            "TOLERABLE_CACHE__TAG_TTL",
-            "\"5m\"",
-            "how long"
-        ])
-    );
-    assert_eq!(row_cells("| key | variable | default | meaning |"), None);
-    let (documented, flat) = reference_rows();
-    assert!(documented.contains(&(
-        "cache.stale_if_error".to_owned(),
-        "TOLERABLE_CACHE__STALE_IF_ERROR".to_owned()
-    )));
-    assert!(flat.contains(&(
-        "cache_stale_if_error".to_owned(),
-        "TOLERABLE_CACHE_STALE_IF_ERROR".to_owned(),
-        "cache.stale_if_error".to_owned(),
-        "TOLERABLE_CACHE__STALE_IF_ERROR".to_owned()
-    )));
-}
-
 #[test]
 fn match_node_labels_are_label_keys_in_the_order_written() {
     let dir = tempfile::tempdir().unwrap();
@@ -1430,4 +1279,61 @@ fn workloads_pod_specs_add_rows_and_a_bad_row_stops_start_up_naming_it() {
             && err.contains("without `]`"),
         "{err}"
     );
+}
+
+/// The reference (`tolerable reference`) describes every key tolerable reads, in its section,
+/// once, and no other: a key added to a section's struct fails here until its `KeyDoc` is
+/// written, and the generated files then follow.
+#[test]
+fn every_key_is_described_once_in_its_section() {
+    let described: Vec<String> = super::reference::SECTION_DOCS
+        .iter()
+        .flat_map(|s| s.keys.iter().map(move |k| format!("{}.{}", s.name, k.key)))
+        .collect();
+    let unique: BTreeSet<&String> = described.iter().collect();
+    assert_eq!(unique.len(), described.len(), "a key described twice");
+    let known = known_keys();
+    assert_eq!(
+        unique,
+        known.iter().collect::<BTreeSet<_>>(),
+        "the described keys are not the sections' keys"
+    );
+    let sections: Vec<&str> = super::reference::SECTION_DOCS
+        .iter()
+        .map(|s| s.name)
+        .collect();
+    let read: Vec<&str> = super::SECTIONS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(sections, read, "the sections, in tolerable.toml's order");
+}
+
+/// The deployed file is the shipped one with the keys marked `deployed` set (the paths where
+/// the Pod mounts its files, /metrics on its own port) and nothing else; the shipped one loads
+/// as the defaults.
+#[test]
+fn the_deployed_file_is_the_shipped_one_with_the_mounted_paths() {
+    use super::reference::{config_toml, Profile};
+    let dir = tempfile::tempdir().unwrap();
+    let shipped_file = write(&dir, &config_toml(Profile::Shipped));
+    let loaded = Config::load(Some(&shipped_file), env(&[])).unwrap();
+    let defaults = Config::load(None, env(&[])).unwrap();
+    assert_eq!(format!("{loaded:?}"), format!("{defaults:?}"));
+    let shipped: toml::Table = config_toml(Profile::Shipped).parse().unwrap();
+    let mut deployed: toml::Table = config_toml(Profile::Deployed).parse().unwrap();
+    for (section, key, value) in [
+        ("tls", "cert_path", "/etc/tolerable/tls/tls.crt"),
+        ("tls", "key_path", "/etc/tolerable/tls/tls.key"),
+        ("credentials", "files_path", "/etc/tolerable/creds"),
+        ("server", "metrics_addr", "0.0.0.0:9090"),
+    ] {
+        let table = deployed[section].as_table_mut().unwrap();
+        assert_eq!(
+            table
+                .remove(key)
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .as_deref(),
+            Some(value),
+            "[{section}] {key}"
+        );
+    }
+    assert_eq!(deployed, shipped);
 }

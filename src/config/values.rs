@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use crate::mutate::{OnLookupFailure, OnNoCommonArchitecture, Steering, TolerationOperator};
@@ -30,6 +30,9 @@ pub(super) trait Words: Sized {
     fn from_word(
         words: serde::de::value::StrDeserializer<'_, UnknownWord>,
     ) -> Result<Self, UnknownWord>;
+
+    /// The word, as the config writes it (the reference prints the defaults with it).
+    fn serialize_word<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
 }
 
 impl<T: Words> Word<T> {
@@ -61,6 +64,15 @@ impl<T: Words> Word<T> {
                 };
                 Err(ConfigError::key(key, format!("{text:?} is not {listed}")))
             }
+        }
+    }
+}
+
+impl<T: Words> Serialize for Word<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Known(word) => word.serialize_word(serializer),
+            Self::Unknown { text, .. } => serializer.serialize_str(text),
         }
     }
 }
@@ -103,6 +115,10 @@ macro_rules! words_of {
             ) -> Result<Self, UnknownWord> {
                 $mirror::deserialize(words)
             }
+
+            fn serialize_word<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                $mirror::serialize(self, serializer)
+            }
         }
     )*};
 }
@@ -116,6 +132,10 @@ macro_rules! words_by_serde {
             ) -> Result<Self, $crate::config::values::UnknownWord> {
                 <Self as serde::Deserialize>::deserialize(words)
             }
+
+            fn serialize_word<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                <Self as serde::Serialize>::serialize(self, serializer)
+            }
         }
     )*};
 }
@@ -125,7 +145,7 @@ pub(super) use words_by_serde;
 mod words {
     use super::*;
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, Serialize)]
     #[serde(remote = "Steering", rename_all = "snake_case")]
     pub(crate) enum SteeringWords {
         Off,
@@ -133,14 +153,14 @@ mod words {
         NodeAffinity,
     }
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, Serialize)]
     #[serde(remote = "OnNoCommonArchitecture", rename_all = "snake_case")]
     pub(crate) enum OnNoCommonArchitectureWords {
         Deny,
         Warn,
     }
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, Serialize)]
     #[serde(remote = "OnLookupFailure", rename_all = "snake_case")]
     pub(crate) enum OnLookupFailureWords {
         Allow,
@@ -148,7 +168,7 @@ mod words {
         Gate,
     }
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, Serialize)]
     #[serde(remote = "TolerationOperator")]
     pub(crate) enum TolerationOperatorWords {
         Equal,
@@ -178,7 +198,8 @@ impl std::fmt::Debug for Password {
 
 /// A list written as a TOML array or, in an environment variable, as `a, b, c`. Items are
 /// trimmed and empty items dropped.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize)]
+#[serde(transparent)]
 pub(super) struct List(pub(super) Vec<String>);
 
 impl<'de> Deserialize<'de> for List {
@@ -206,7 +227,8 @@ impl<'de> Deserialize<'de> for List {
 /// A map of names to strings written as a TOML table or, in an environment variable (whose
 /// name cannot hold a key such as `docker.io`), as `name=value, name=value`. Items are trimmed
 /// and empty items dropped.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize)]
+#[serde(transparent)]
 pub(super) struct TextMap(pub(super) BTreeMap<String, String>);
 
 impl<'de> Deserialize<'de> for TextMap {

@@ -23,8 +23,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+use tokio::time::Instant;
 
 use super::client::MAX_MANIFEST_BYTES;
 use super::{FetchError, RegistryObserver};
@@ -192,6 +194,26 @@ struct Waiting {
     /// bytes (then it is not stalling: the budget is spent by others).
     bodies: BTreeMap<u64, (String, bool)>,
     next_body: u64,
+    /// Time some body of the lookup waited for room, ended waits summed…
+    room_waited: Duration,
+    /// …and when the wait under way (if any body waits for room now) began.
+    room_since: Option<Instant>,
+}
+
+impl Waiting {
+    /// Keeps the time spent waiting for room as bodies begin and end their waits: any body
+    /// waiting counts once, however many wait together.
+    fn note_room_waits(&mut self) {
+        let any_waits = self.bodies.values().any(|(_, for_room)| *for_room);
+        match (any_waits, self.room_since) {
+            (true, None) => self.room_since = Some(Instant::now()),
+            (false, Some(since)) => {
+                self.room_waited += since.elapsed();
+                self.room_since = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 impl LookupBounds {
@@ -266,11 +288,20 @@ impl LookupBounds {
             && waiting.bodies.values().all(|(_, for_room)| *for_room)
     }
 
+    /// How long, so far, the lookup's bodies waited for room in the registry bytes others held:
+    /// time its registry did not have.
+    pub(crate) fn waited_for_room(&self) -> Duration {
+        let waiting = self.waiting();
+        waiting.room_waited + waiting.room_since.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
     fn mark_room(&self, body: Option<u64>, for_room: bool) {
         if let Some(number) = body {
-            if let Some(entry) = self.waiting().bodies.get_mut(&number) {
+            let mut waiting = self.waiting();
+            if let Some(entry) = waiting.bodies.get_mut(&number) {
                 entry.1 = for_room;
             }
+            waiting.note_room_waits();
         }
     }
 
@@ -341,7 +372,9 @@ impl ReadingBody<'_> {
 
 impl Drop for ReadingBody<'_> {
     fn drop(&mut self) {
-        self.bounds.waiting().bodies.remove(&self.number);
+        let mut waiting = self.bounds.waiting();
+        waiting.bodies.remove(&self.number);
+        waiting.note_room_waits();
     }
 }
 
@@ -537,6 +570,50 @@ mod tests {
         drop((waiter, waiter_body, body));
         assert_eq!(process.in_flight(), 0);
         assert!(process.held().hosts.is_empty() && process.held().namespaces.is_empty());
+    }
+
+    /// The time a lookup's bodies waited for room is summed, once for bodies waiting together,
+    /// and stops when the room is taken: the deadline's verdict subtracts it from the time the
+    /// registry had.
+    #[tokio::test]
+    async fn time_waiting_for_room_is_counted_once_and_stops_with_the_room() {
+        let process = Arc::new(RegistryBytes::with_share(4, 4, None));
+        let (holder, waiter) = (
+            LookupBounds::with_limits(process.clone(), 4, 8),
+            LookupBounds::with_limits(process.clone(), 4, 8),
+        );
+        let mut held = holder.reservation("r.example", None);
+        now(held.grow_to(4)).unwrap().unwrap();
+        let (first, second) = (
+            waiter.reading_body("sha256:a"),
+            waiter.reading_body("sha256:b"),
+        );
+        let (mut a, mut b) = (
+            waiter.reservation("r.example", Some(&first)),
+            waiter.reservation("r.example", Some(&second)),
+        );
+        let began = Instant::now();
+        {
+            let (grow_a, grow_b) = (a.grow_to(1), b.grow_to(1));
+            tokio::pin!(grow_a, grow_b);
+            assert!(futures_util::poll!(grow_a.as_mut()).is_pending());
+            assert!(futures_util::poll!(grow_b.as_mut()).is_pending());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(waiter.waited_for_room() >= Duration::from_millis(50));
+            drop(held);
+            grow_a.await.unwrap();
+            grow_b.await.unwrap();
+        }
+        let waited = waiter.waited_for_room();
+        // Two bodies waited together: counted once, never more than the time that passed.
+        assert!(waited <= began.elapsed(), "{waited:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            waiter.waited_for_room(),
+            waited,
+            "stopped when the room was taken"
+        );
+        assert_eq!(holder.waited_for_room(), Duration::ZERO);
     }
 
     #[test]

@@ -400,6 +400,21 @@ impl Resolver {
                     after: timeout,
                 });
             }
+            // Its bodies waited for room most of the time, and the registry was asked again
+            // only as the deadline came (room freed by lookups that ended a moment before):
+            // busy, not the registry.
+            (Err(_), None)
+                if !crate::budget::registry_had_its_chance(
+                    deadline
+                        .saturating_duration_since(turn_started)
+                        .saturating_sub(asked.bounds.waited_for_room()),
+                    timeout,
+                ) =>
+            {
+                Err(LookupError::Busy {
+                    reference: reference.to_string(),
+                })
+            }
             (Err(_), None) => Err(LookupError::Timeout {
                 reference: reference.to_string(),
                 after: timeout,

@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{Read, Step};
-use crate::admission::wire::PodObject;
+use crate::engine::PodObject;
 use crate::kinds::{Kinds, Shape};
 
 // Built and taken apart once per object read, never stored in bulk: boxing the large variant

@@ -20,7 +20,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
-use tolerable::app::Webhook;
+use tolerable::app::{Leadership, Webhook};
 use tolerable::cluster::lease::{LeaderElection, LeaderElectionSettings};
 
 const NAMESPACE: &str = "tolerable";
@@ -562,17 +562,19 @@ async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
     let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
     let volume = common::webhook::SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
     let config = serve_config(&volume);
-    let idle = Webhook::build(&config, Some(api.client("replica-b")), false)
+    let client = api.client("replica-b");
+    let leadership = Leadership::of_replica(&config, Some(&client));
+    let idle = Webhook::build(&config, Some(client), false, leadership)
         .await
         .unwrap();
     assert!(idle.leader().is_none());
 
     let election = settings("replica-a", Duration::from_secs(60));
-    let webhook = Webhook::build_electing(
+    let webhook = Webhook::build(
         &config,
         Some(api.client("replica-a")),
         false,
-        Some(election),
+        Leadership::Elect(Some(election)),
     )
     .await
     .unwrap();

@@ -209,7 +209,7 @@ impl Providers {
 
     /// The resolver `serve`, `review` and `inspect` build from [`Providers::config`].
     pub fn resolver(&self, extra: &[(&str, &str)]) -> tolerable::registry::Resolver {
-        tolerable::app::resolver(&self.config(extra), None).unwrap()
+        tolerable::engine::resolver(&self.config(extra), None).unwrap()
     }
 }
 

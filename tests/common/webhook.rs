@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tolerable::app::Webhook;
+use tolerable::app::{Leadership, Webhook};
 use tolerable::mutate::Policy;
 use tolerable::registry::ResolverSettings;
 use tolerable::server::{AppState, ServerLimits};
@@ -103,6 +103,20 @@ pub struct TestServer {
     task: Option<JoinHandle<()>>,
 }
 
+/// The engine `tolerable serve` would build from the default config with `policy` and the test
+/// resolver `settings` (no metrics), reading what `sources` gives: for tests that answer
+/// AdmissionReviews in process, through the one constructor the product uses.
+pub fn engine(
+    policy: Policy,
+    settings: ResolverSettings,
+    sources: tolerable::engine::Sources,
+) -> tolerable::engine::Engine {
+    let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
+    config.policy = policy;
+    config.resolver = settings;
+    tolerable::engine::Engine::build(&config, tolerable::engine::Purpose::Admit, sources).unwrap()
+}
+
 impl TestServer {
     pub async fn start(policy: Policy, settings: ResolverSettings) -> Self {
         Self::start_with((policy, settings), None, ServerLimits::default()).await
@@ -182,17 +196,15 @@ impl TestServer {
         config.tls_files = Some((volume.cert_path(), volume.key_path()));
         config.listen_addr = "127.0.0.1:0".parse().unwrap();
         config.metrics_addr = None;
-        let webhook = match led {
-            Led::Given(Some(leader)) => {
-                Webhook::build_with_leader(&config, kube, false, leader).await
-            }
+        let leadership = match led {
+            Led::Given(Some(leader)) => Leadership::Given(leader),
             // Most fakes serve no Lease: not competing, the releaser always runs.
-            Led::Given(None) => Webhook::build_electing(&config, kube, false, None).await,
-            Led::Elect(election) => {
-                Webhook::build_electing(&config, kube, false, Some(election)).await
-            }
-        }
-        .unwrap();
+            Led::Given(None) => Leadership::Elect(None),
+            Led::Elect(election) => Leadership::Elect(Some(election)),
+        };
+        let webhook = Webhook::build(&config, kube, false, leadership)
+            .await
+            .unwrap();
         let leader = webhook.leader();
         let addr = webhook.local_addr().unwrap();
         let state = webhook.state.clone();

@@ -527,7 +527,20 @@ const SERVER_MAY_IMPORT: &[&str] = &[
 /// Config keeps its settings types itself (the server's `ServerLimits` and `NameCheck` among
 /// them) and `budget` reads the `?timeout=` with the one duration parser (`duration`): these two
 /// imports closed the circle `admission → budget → config → server → admission`.
-const FORBIDDEN_IMPORTS: &[(&str, &str)] = &[("config", "server"), ("budget", "config")];
+/// The engine decides for every caller and knows none of them: not the AdmissionReview shell,
+/// the server, the subcommands or the composition root; the gate controller and the workloads
+/// `review` and `audit` read reach the engine (and its `PodObject`), never the wire shell.
+const FORBIDDEN_IMPORTS: &[(&str, &str)] = &[
+    ("config", "server"),
+    ("budget", "config"),
+    ("engine", "admission"),
+    ("engine", "server"),
+    ("engine", "cmd"),
+    ("engine", "app"),
+    ("engine", "gates"),
+    ("gates", "admission"),
+    ("workload", "admission"),
+];
 
 /// A source file of the crate: its path from `src/`, the module it is (`["cmd", "audit"]` for
 /// `src/cmd/audit.rs` and, for `super::`, `src/cmd/audit/read.rs` is `["cmd", "audit", "read"]`)
@@ -915,6 +928,16 @@ fn the_pending_config_rules_would_find_todays_imports() {
             "let d = crate::config::parse_duration(\"timeout\", v);\n",
         ),
         file("server.rs", "use crate::admission::Admission;\n"),
+        file(
+            "engine.rs",
+            "use crate::{admission::wire, server::AppState, cmd::review, app::Webhook};\n",
+        ),
+        file("engine/workload_pod.rs", "use crate::gates::GatedPods;\n"),
+        file("gates.rs", "use crate::admission::wire::PodObject;\n"),
+        file("workload.rs", "use crate::admission::wire::PodObject;\n"),
+        file("admission.rs", ""),
+        file("cmd.rs", ""),
+        file("app.rs", ""),
     ];
     let graph = import_graph(&files);
     for (from, to) in FORBIDDEN_IMPORTS {

@@ -1511,47 +1511,6 @@ fn lookups_fit_the_webhooks_timeout() {
     }
 }
 
-/// The keys values.schema.json lets into `config` are the keys of docs/configuration.md (which
-/// tolerable's own tests keep equal to the code), section by section, the shared cache's
-/// password aside (it comes from a Secret): a key tolerable gains is accepted, a misspelt one
-/// is refused before it reaches a Pod.
-#[test]
-fn the_schemas_config_keys_are_tolerables() {
-    let reference = std::fs::read_to_string(tools::root().join("docs/configuration.md")).unwrap();
-    let mut documented = BTreeSet::new();
-    for row in reference.lines().filter(|l| l.starts_with("| `")) {
-        let variable = row.split('|').nth(2).unwrap().trim().trim_matches('`');
-        let Some((section, key)) = variable
-            .strip_prefix("TOLERABLE_")
-            .and_then(|v| v.split_once("__"))
-        else {
-            continue; // a deprecated flat key's row
-        };
-        if section != "ARCHITECTURE_TOLERATIONS" && variable != "TOLERABLE_SHARED_CACHE__PASSWORD" {
-            documented.insert(format!("{}.{}", section.to_lowercase(), key.to_lowercase()));
-        }
-    }
-    assert!(documented.len() > 40, "{documented:?}");
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(tools::root().join(CHART).join("values.schema.json")).unwrap(),
-    )
-    .unwrap();
-    let mut allowed = BTreeSet::new();
-    for (section, table) in schema["properties"]["config"]["properties"]
-        .as_object()
-        .unwrap()
-    {
-        if section == "architecture_tolerations" {
-            continue;
-        }
-        assert_eq!(table["additionalProperties"], false, "{section}");
-        for key in table["properties"].as_object().unwrap().keys() {
-            allowed.insert(format!("{section}.{key}"));
-        }
-    }
-    assert_eq!(allowed, documented);
-}
-
 /// A PodDisruptionBudget that no drain could satisfy is refused, not rendered; the one
 /// rendered lets a drain evict a Pod that is not ready.
 #[test]

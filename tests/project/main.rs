@@ -9,6 +9,7 @@ mod common;
 mod architecture;
 mod deploy;
 mod docs;
+mod generated;
 mod helm;
 mod image_build;
 mod loopback_only;

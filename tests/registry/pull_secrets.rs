@@ -13,7 +13,7 @@ use common::registry::{self, Mode};
 use serde_json::{json, Value};
 use tolerable::admission::{Admission, AnsweredReview};
 use tolerable::cluster::Cluster;
-use tolerable::registry::{CredentialStore, Resolver};
+use tolerable::engine::Sources;
 
 fn fake_api() -> FakeApiServer {
     FakeApiServer::start(RegistryHosts {
@@ -23,12 +23,15 @@ fn fake_api() -> FakeApiServer {
 }
 
 fn admission(cluster: Option<Cluster>) -> Admission {
-    let resolver = Arc::new(Resolver::new(common::settings(), CredentialStore::default()).unwrap());
-    let admission = Admission::new(resolver, common::webhook::policy(), None);
-    match cluster {
-        Some(cluster) => admission.with_cluster(Arc::new(cluster)),
-        None => admission,
-    }
+    let sources = Sources {
+        pull_secrets: cluster.map(Arc::new),
+        ..Sources::default()
+    };
+    Admission::new(common::webhook::engine(
+        common::webhook::policy(),
+        common::settings(),
+        sources,
+    ))
 }
 
 /// The recorded Pod CREATE, moved to namespace team-a, with `image` and extra spec fields.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::admission::wire::cut_warning;
-use crate::admission::{Admission, LookupCauses, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
+use crate::engine::{Engine, LookupCauses, PodAnswer, WorkloadAnswer, WORKLOADS_AT_ONCE};
 use crate::mutate::{explain, Decision, Outcome};
 use crate::workload::{Found, Workload};
 
@@ -68,27 +68,23 @@ fn outcome_label<S: serde::Serializer>(outcome: &Outcome, s: S) -> Result<S::Ok,
 /// `workloads` is read as the reviews go, so memory holds the reports and the few workloads under
 /// review, not every workload's Pod.
 pub(super) async fn report_all(
-    admission: &Admission,
+    engine: &Engine,
     workloads: impl Iterator<Item = Workload>,
     budget: Duration,
 ) -> Vec<WorkloadReport> {
     use futures_util::StreamExt as _;
-    futures_util::stream::iter(workloads.map(|w| report_workload(admission, w, budget)))
+    futures_util::stream::iter(workloads.map(|w| report_workload(engine, w, budget)))
         .buffered(WORKLOADS_AT_ONCE)
         .collect()
         .await
 }
 
-async fn report_workload(
-    admission: &Admission,
-    workload: Workload,
-    budget: Duration,
-) -> WorkloadReport {
+async fn report_workload(engine: &Engine, workload: Workload, budget: Duration) -> WorkloadReport {
     let WorkloadAnswer {
         answered: pod_answer,
         common: architectures,
         ..
-    } = admission.answer_workload(workload.object, budget).await;
+    } = engine.answer_workload(workload.object, budget).await;
     let PodAnswer {
         answer,
         shell_warnings,

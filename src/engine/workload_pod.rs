@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::wire::PodObject;
-use super::{read_pod, Admission, PodAnswer, RequestRead};
+use super::{read_pod, Engine, PodAnswer, PodObject, PodRead};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{self, Answer, PodCreate};
 
@@ -24,9 +23,9 @@ pub(crate) struct WorkloadAnswer {
     pub(crate) asked: Option<(PodCreate, PullSecretRefs)>,
 }
 
-impl Admission {
+impl Engine {
     /// A Pod manifest's answer (`review` of one Pod): read as the webhook reads it, then
-    /// [`Admission::answer_workload`].
+    /// [`Engine::answer_workload`].
     pub(crate) async fn answer_pod_manifest(
         &self,
         pod: &Value,
@@ -46,12 +45,12 @@ impl Admission {
     ) -> WorkloadAnswer {
         let policy = self.policy();
         let asked = match object {
-            Err(reason) => RequestRead::Answered(Answer::invalid_object(&reason)),
+            Err(reason) => PodRead::Answered(Answer::invalid_object(&reason)),
             Ok(object) => read_pod(None, object, policy, self.namespaces()),
         };
         match asked {
-            RequestRead::Decide(pod, pull_secrets) => {
-                let mut answered = self.answer(&pod, &pull_secrets, budget).await;
+            PodRead::Decide(pod, pull_secrets) => {
+                let mut answered = self.decide(&pod, &pull_secrets, budget).await;
                 let unread = self.unread_pull_secrets(&pod, &pull_secrets);
                 answered.shell_warnings.extend(unread);
                 let common = mutate::architectures_in_common(&pod, &answered.facts, None, policy);
@@ -61,7 +60,7 @@ impl Admission {
                     asked: Some((pod, pull_secrets)),
                 }
             }
-            RequestRead::Answered(answer) => WorkloadAnswer {
+            PodRead::Answered(answer) => WorkloadAnswer {
                 answered: answer.into(),
                 common: None,
                 asked: None,
