@@ -95,20 +95,8 @@ impl Webhook {
             nodes: nodes.clone(),
             namespaces: namespaces.clone(),
         };
-        let (engine, gated) = engine_and_gates(
-            config,
-            kube.clone(),
-            sources,
-            leader.clone(),
-            &mut background,
-        )?;
-        let watching = (&metrics, &nodes, leader);
-        let (engine, events) =
-            start_events(config, kube.as_ref(), engine, watching, &mut background)?;
-        let admission = match events {
-            Some(events) => Admission::new(engine).with_events(events),
-            None => Admission::new(engine),
-        };
+        let (admission, gated) =
+            admission_and_gates(config, kube, sources, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -398,6 +386,30 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// The engine and the gate controller ([`engine_and_gates`]), then the Event recorder and the
+/// crash watch ([`start_events`]): the admission shell and the gated Pods' watch.
+fn admission_and_gates(
+    config: &Config,
+    kube: Option<kube::Client>,
+    sources: Sources,
+    leader: watch::Receiver<bool>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<(Admission, Option<GatedPods>)> {
+    let (metrics, nodes) = (
+        sources.metrics.clone().expect("serve counts"),
+        sources.nodes.clone(),
+    );
+    let (engine, gated) =
+        engine_and_gates(config, kube.clone(), sources, leader.clone(), background)?;
+    let watching = (&metrics, &nodes, leader);
+    let (engine, events) = start_events(config, kube.as_ref(), engine, watching, background)?;
+    let admission = match events {
+        Some(events) => Admission::new(engine).with_events(events),
+        None => Admission::new(engine),
+    };
+    Ok((admission, gated))
 }
 
 /// What the crash watch reads besides the engine: the metrics, the node watch, whether this
