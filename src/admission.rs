@@ -10,6 +10,7 @@ pub(crate) mod wire;
 
 use std::time::Duration;
 
+use crate::cluster::events::{Recorder, Regarding, Warning};
 use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::PullSecretRefs;
 use crate::engine::{read_pod, Engine, LookupCauses, PodAnswer, PodRead};
@@ -45,11 +46,24 @@ impl AnsweredReview {
 #[derive(Clone)]
 pub struct Admission {
     engine: Engine,
+    /// `[events] on_admission`: Warning Events on the owners of Pods whose images share no
+    /// node architecture or could not be looked up.
+    events: Option<Recorder>,
 }
 
 impl Admission {
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            events: None,
+        }
+    }
+
+    /// Warns each answered Pod's controller owner through `events` when its images share no
+    /// node architecture or could not be looked up (`[events] on_admission`).
+    pub(crate) fn with_events(mut self, events: Recorder) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// The engine it decides with (the gate controller shares it).
@@ -74,7 +88,11 @@ impl Admission {
             ..
         } = match read_request(request, self.engine.policy(), self.engine.namespaces()) {
             PodRead::Decide(pod, pull_secrets) => {
-                self.engine.decide(&pod, &pull_secrets, budget).await
+                let answered = self.engine.decide(&pod, &pull_secrets, budget).await;
+                if request.dry_run != Some(true) {
+                    self.warn_owner(&pod, &answered.answer);
+                }
+                answered
             }
             PodRead::Answered(answer) => answer.into(),
         };
@@ -87,6 +105,29 @@ impl Admission {
             answer,
             lookup_causes,
         })
+    }
+}
+
+impl Admission {
+    /// Hands the owner's Warning Event, if the answer calls for one, to the recorder (which
+    /// never waits: the admission is not held by the API server).
+    fn warn_owner(&self, pod: &PodCreate, answer: &Answer) {
+        let Some(events) = &self.events else { return };
+        let Some(warning) = mutate::owner_warning::owner_warning(pod, answer) else {
+            return;
+        };
+        events.warn(Warning {
+            regarding: Regarding {
+                api_version: warning.owner.api_version,
+                kind: warning.owner.kind,
+                namespace: pod.namespace.clone(),
+                name: warning.owner.name,
+                uid: warning.owner.uid,
+            },
+            reason: warning.reason.into(),
+            action: warning.action.into(),
+            note: warning.note,
+        });
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
+use crate::cluster::events::Recorder;
 use crate::cluster::lease::{LeaderElection, LeaderElectionSettings};
 use crate::cluster::namespaces::NamespacePolicies;
 use crate::cluster::nodes::{keep_nodes_tainted, NodeWatch};
@@ -94,7 +95,8 @@ impl Webhook {
             nodes: nodes.clone(),
             namespaces: namespaces.clone(),
         };
-        let (engine, gated) = engine_and_gates(config, kube, sources, leader, &mut background)?;
+        let (admission, gated) =
+            admission_and_gates(config, kube, sources, leader, &mut background)?;
         if nodes.is_some() {
             metrics.register_node_watch(&mut metrics_registry);
         }
@@ -112,12 +114,12 @@ impl Webhook {
             readiness: readiness(nodes.clone(), namespaces.clone()),
             refresh_gauges: scrape_time_gauges(
                 &metrics,
-                engine.resolver().clone(),
+                admission.engine().resolver().clone(),
                 &nodes,
                 &namespaces,
                 gated,
             ),
-            admission: Admission::new(engine),
+            admission,
             metrics,
             metrics_registry,
             ready: AtomicBool::new(false),
@@ -201,9 +203,10 @@ fn engine_and_gates(
 
 /// Whether `serve` competes for the gate releasers' Lease: only where gated Pods are released
 /// (`policy.on_lookup_failure = "gate"`, which brings the releaser and the Lease RBAC of
-/// `kustomize/components/gates`); every replica keeps serving admissions either way.
+/// `kustomize/components/gates`) or crashes looked at (`[crashes] watch`,
+/// `kustomize/components/crash-watch`); every replica keeps serving admissions either way.
 fn elects_a_leader(config: &Config) -> bool {
-    config.policy.on_lookup_failure == OnLookupFailure::Gate
+    config.policy.on_lookup_failure == OnLookupFailure::Gate || config.crash_watch
 }
 
 /// The webhook's listener and, with `server.metrics_addr`, the metrics one.
@@ -383,6 +386,75 @@ fn certificates(config: &Config) -> anyhow::Result<CertStore> {
         generated.ca_pem
     );
     Ok(CertStore::fixed(generated.key))
+}
+
+/// The engine and the gate controller ([`engine_and_gates`]), then the Event recorder and the
+/// crash watch ([`start_events`]): the admission shell and the gated Pods' watch.
+fn admission_and_gates(
+    config: &Config,
+    kube: Option<kube::Client>,
+    sources: Sources,
+    leader: watch::Receiver<bool>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<(Admission, Option<GatedPods>)> {
+    let (metrics, nodes) = (
+        sources.metrics.clone().expect("serve counts"),
+        sources.nodes.clone(),
+    );
+    let (engine, gated) =
+        engine_and_gates(config, kube.clone(), sources, leader.clone(), background)?;
+    let watching = (&metrics, &nodes, leader);
+    let (engine, events) = start_events(config, kube.as_ref(), engine, watching, background)?;
+    let admission = match events {
+        Some(events) => Admission::new(engine).with_events(events),
+        None => Admission::new(engine),
+    };
+    Ok((admission, gated))
+}
+
+/// What the crash watch reads besides the engine: the metrics, the node watch, whether this
+/// replica leads.
+type Watching<'a> = (
+    &'a Arc<Metrics>,
+    &'a Option<NodeWatch>,
+    watch::Receiver<bool>,
+);
+
+/// `[events] on_admission` or `[crashes] watch` with a cluster: the Event recorder (its queue
+/// drained by a task of its own) — given back for admissions to hand their owners' Warning
+/// Events to, with `[events] on_admission` — and the crash watch (`crate::crashes`), which
+/// writes through it while `leader` says so and teaches the engine what it learns.
+fn start_events(
+    config: &Config,
+    kube: Option<&kube::Client>,
+    engine: Engine,
+    (metrics, nodes, leader): Watching<'_>,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<(Engine, Option<Recorder>)> {
+    if !config.events_on_admission && !config.crash_watch {
+        return Ok((engine, None));
+    }
+    let Some(client) = kube else {
+        anyhow::bail!(
+            "config keys `events.on_admission` and `crashes.watch`: Warning Events need the cluster (serve writes them through the API server)"
+        );
+    };
+    let (recorder, task) = Recorder::start(client.clone(), Some(metrics.clone()));
+    background.push(task);
+    let mut engine = engine;
+    if config.crash_watch {
+        let learned = crate::crashes::Learned::default();
+        engine = engine.with_learned(learned.clone());
+        background.extend(crate::crashes::start(
+            client.clone(),
+            (recorder.clone(), nodes.clone(), learned),
+            engine.resolver().clone(),
+            &config.policy,
+            metrics.clone(),
+            leader,
+        ));
+    }
+    Ok((engine, config.events_on_admission.then_some(recorder)))
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated

@@ -6,6 +6,8 @@
 
 pub(crate) mod check;
 pub(crate) mod connect;
+pub(crate) mod crashes;
+pub(crate) mod events;
 pub(crate) mod gates;
 pub mod lease;
 pub(crate) mod list;

@@ -4,7 +4,7 @@
 //! the reason; a key tolerable does not know, with the nearest one it does.
 //!
 //! The keys are grouped in sections (`[server]`, `[tls]`, `[log]`, `[policy]`, `[tolerations]`,
-//! `[architecture_tolerations]`, `[nodes]`, `[credentials]`, `[registry]`, `[cache]`,
+//! `[architecture_tolerations]`, `[nodes]`, `[events]`, `[crashes]`, `[credentials]`, `[registry]`, `[cache]`,
 //! `[shared_cache]`, `[circuit_breaker]`, `[workloads]`), each read and checked by its own module next to
 //! the settings it builds; a section's variable is `TOLERABLE_<SECTION>__<KEY>`. The flat keys of
 //! before the sections are still read, with a warning ([`deprecated`]).
@@ -37,7 +37,9 @@ use crate::registry::credentials::helper::DockerHelpers;
 use crate::registry::credentials::parse_docker_config;
 use crate::registry::credentials::provider::Provider;
 use crate::registry::{CredentialStore, ResolverSettings};
-use policy::{NodesSection, PolicySection, RawTemplates, TolerationsSection};
+use policy::{
+    CrashesSection, EventsSection, NodesSection, PolicySection, RawTemplates, TolerationsSection,
+};
 use registry::{
     BreakerSection, CacheSection, CredentialsSection, RegistrySection, SharedCacheSection,
 };
@@ -157,6 +159,8 @@ struct Sections {
     tolerations: TolerationsSection,
     architecture_tolerations: BTreeMap<String, RawTemplates>,
     nodes: NodesSection,
+    events: EventsSection,
+    crashes: CrashesSection,
     credentials: CredentialsSection,
     registry: RegistrySection,
     cache: CacheSection,
@@ -181,6 +185,8 @@ const SECTIONS: &[(&str, Option<Keys>)] = &[
     ),
     ("architecture_tolerations", None),
     ("nodes", Some(source::field_names::<NodesSection>)),
+    ("events", Some(source::field_names::<EventsSection>)),
+    ("crashes", Some(source::field_names::<CrashesSection>)),
     (
         "credentials",
         Some(source::field_names::<CredentialsSection>),
@@ -235,6 +241,11 @@ pub struct Config {
     pub(crate) taint_policy: crate::taints::TaintPolicy,
     /// `serve` keeps new nodes tainted as they join.
     pub manage_node_taints: bool,
+    /// `[events] on_admission`: a Warning Event on the controller owner of each Pod whose
+    /// images share no node architecture or could not be looked up.
+    pub events_on_admission: bool,
+    /// `[crashes] watch`: the crash-signal watch (BackOff Events → wrong-architecture crashes).
+    pub crash_watch: bool,
     pub(crate) log_level: String,
     pub(crate) log_format: LogFormat,
     /// Threads answering requests; `None`: one per CPU available to the process (a container's
@@ -362,6 +373,8 @@ impl Config {
             namespace_policy: sections.policy.namespace_policy,
             watch_nodes: sections.nodes.watch,
             manage_node_taints: sections.nodes.manage_taints,
+            events_on_admission: sections.events.on_admission,
+            crash_watch: sections.crashes.watch,
             log_level,
             log_format,
             worker_threads: server.worker_threads,

@@ -92,6 +92,8 @@ pub struct Engine {
     cluster: Option<Arc<Cluster>>,
     nodes: Option<NodeWatch>,
     namespaces: Option<NamespacePolicies>,
+    /// What the crash watch learned does not run where (`[crashes] watch`).
+    learned: Option<crate::crashes::Learned>,
 }
 
 impl Engine {
@@ -107,7 +109,15 @@ impl Engine {
             cluster: sources.pull_secrets,
             nodes: sources.nodes,
             namespaces: sources.namespaces,
+            learned: None,
         })
+    }
+
+    /// Leaves out of each decision the architectures the crash watch learned an image's digest
+    /// does not run on.
+    pub(crate) fn with_learned(mut self, learned: crate::crashes::Learned) -> Self {
+        self.learned = Some(learned);
+        self
     }
 
     /// The image resolver (its caches, for the scrape-time gauges).
@@ -206,10 +216,14 @@ impl Engine {
             .pull_credentials(&request.namespace, pull_secrets, budget)
             .await;
         let budget = budget.saturating_sub(started.elapsed());
-        let lookups = self
+        let (mut facts, causes) = self
             .lookup(images, (&pull, &request.namespace), budget)
             .await;
-        (lookups, pull.warnings)
+        let mut warnings = pull.warnings;
+        if let Some(learned) = &self.learned {
+            warnings.extend(leave_out_learned(learned, &mut facts));
+        }
+        ((facts, causes), warnings)
     }
 
     /// The Pod's pull-secret credentials, within a share of `budget`.
@@ -326,6 +340,25 @@ pub(crate) enum PodRead {
     Decide(PodCreate, PullSecretRefs),
     /// Not a Pod CREATE, or an object tolerable cannot read: answered already.
     Answered(Answer),
+}
+
+/// Each fact without the architectures `learned` says its digest does not run on; a warning
+/// for each image changed.
+fn leave_out_learned(learned: &crate::crashes::Learned, facts: &mut ImageFacts) -> Vec<String> {
+    let now = Instant::now();
+    let mut warnings = Vec::new();
+    for (image, fact) in facts.iter_mut() {
+        let Ok(found) = fact else { continue };
+        let Some(digest) = found.digest.as_deref() else {
+            continue;
+        };
+        let archs = learned.does_not_run_on(digest, now);
+        if let Some((kept, warning)) = mutate::crash::leave_out(image, found, &archs) {
+            *found = Arc::new(kept);
+            warnings.push(warning);
+        }
+    }
+    warnings
 }
 
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`), with that

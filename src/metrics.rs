@@ -5,6 +5,7 @@
 //! watch), `lookups` (what image lookups report: registries, the caches, circuit breakers,
 //! credential plugins), `exposition` (OpenMetrics and the Prometheus text format).
 
+mod events;
 mod exposition;
 mod gates;
 mod lookups;
@@ -26,6 +27,7 @@ use crate::mutate::{Answer, Decision, Outcome, Untouched};
 
 use self::lookups::WELL_KNOWN_REGISTRIES;
 
+pub(crate) use self::events::{EventMetrics, EventResult};
 pub use self::exposition::encode;
 pub(crate) use self::exposition::encode_text_format;
 pub(crate) use self::gates::{GateMetrics, GateRelease};
@@ -199,6 +201,8 @@ pub struct Metrics {
     gate_leader: Gauge,
     /// The scheduling gates: admissions gated, the gate controller's releases.
     pub(crate) gates: GateMetrics,
+    /// The Warning Events tolerable writes (`cluster::events`).
+    pub(crate) events: EventMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -253,6 +257,7 @@ impl Metrics {
             registries_reserved: Mutex::default(),
             gate_leader: Gauge::default(),
             gates: GateMetrics::register(registry),
+            events: EventMetrics::register(registry),
         };
         metrics.register_connections(registry);
         metrics.register_admissions(registry);

@@ -62,6 +62,9 @@ pub(crate) struct AdmissionRequest<'a> {
     pub(crate) sub_resource: Option<String>,
     pub(crate) namespace: Option<String>,
     pub(crate) operation: String,
+    /// A dry run writes nothing: no Event either.
+    #[serde(default)]
+    pub(crate) dry_run: Option<bool>,
     #[serde(borrow)]
     object: Option<&'a RawValue>,
 }

@@ -7,9 +7,9 @@ use std::borrow::Cow;
 use std::time::SystemTime;
 
 use futures_util::{Stream, StreamExt as _};
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt as _;
 use serde::Deserialize;
@@ -264,49 +264,26 @@ impl PodsApi {
         }
     }
 
-    /// A Warning Event on the Pod (core/v1), as `kubectl describe pod` shows them.
+    /// A Warning Event on the Pod (core/v1), as `kubectl describe pod` shows them, written
+    /// now (`cluster::events`, the one writer of Events).
     pub(crate) async fn warn(
         &self,
         pod: &GatedRecord,
         reason: &str,
         message: &str,
     ) -> Result<(), kube::Error> {
-        let now = Time(jiff_now());
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", pod.name)),
-                namespace: Some(pod.namespace.clone()),
-                ..ObjectMeta::default()
+        let warning = super::events::Warning {
+            regarding: super::events::Regarding {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
             },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(pod.name.clone()),
-                namespace: Some(pod.namespace.clone()),
-                uid: Some(pod.uid.clone()),
-                ..ObjectReference::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(crate::mutate::explain::cut(message.to_owned(), 1024)),
-            type_: Some("Warning".into()),
-            source: Some(EventSource {
-                component: Some("tolerable".into()),
-                host: None,
-            }),
-            reporting_component: Some("tolerable".into()),
-            reporting_instance: std::env::var("HOSTNAME").ok(),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            ..Event::default()
+            reason: reason.into(),
+            action: "Released".into(),
+            note: message.into(),
         };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        events.create(&PostParams::default(), &event).await?;
-        Ok(())
+        super::events::create(&self.client, &warning).await
     }
-}
-
-/// Now, as the API's time type holds it.
-fn jiff_now() -> k8s_openapi::jiff::Timestamp {
-    k8s_openapi::jiff::Timestamp::now()
 }

@@ -186,6 +186,14 @@ impl NodeWatch {
             .unwrap_or_default()
     }
 
+    /// The architecture of the Node `name` as of the last build (its label, else its
+    /// kubelet's), for the crash watch; a scan of the published list (crash reads are few).
+    pub(crate) fn architecture_of(&self, name: &str) -> Option<String> {
+        let nodes = self.published.nodes.load_full()?;
+        let (_, facts) = nodes.iter().find(|(n, _)| &**n == name)?;
+        facts.architecture().map(str::to_owned)
+    }
+
     /// The pools now (shared, built when a Node's facts last changed); `None` before the first
     /// list.
     pub fn pools(&self) -> Option<Arc<NodePools>> {

@@ -1,6 +1,7 @@
-//! `[policy]`, `[tolerations]`, `[architecture_tolerations]` and `[nodes]`: the decision's
-//! [`Policy`] (architectures, tolerations, steering, what to do when in doubt) and what `serve`
-//! does with the cluster's Nodes. The defaults are [`Policy::default`]'s, read from it.
+//! `[policy]`, `[tolerations]`, `[architecture_tolerations]`, `[nodes]`, `[events]` and
+//! `[crashes]`: the
+//! decision's [`Policy`] (architectures, tolerations, steering, what to do when in doubt), what
+//! `serve` does with the cluster's Nodes and the Warning Events it writes. The defaults are [`Policy::default`]'s, read from it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -112,6 +113,23 @@ impl Default for NodesSection {
             manage_taints: false,
         }
     }
+}
+
+/// `[events]` as written: the Warning Events `serve` writes where users look.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct EventsSection {
+    /// A Warning Event on a Pod's controller owner when its images share no node architecture
+    /// or could not be looked up (`cluster::events`, rate limited per owner).
+    pub(super) on_admission: bool,
+}
+
+/// `[crashes]` as written: the crash-signal watch of `serve`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct CrashesSection {
+    /// Watch the kubelets' BackOff Events for wrong-architecture crashes (`crate::crashes`).
+    pub(super) watch: bool,
 }
 
 /// A taint's effect a toleration matches; empty: every effect.
@@ -974,4 +992,55 @@ pub(super) const NODES_DOC: SectionDoc = SectionDoc {
             deployed: false,
         },
     ],
+};
+
+pub(super) const EVENTS_DOC: SectionDoc = SectionDoc {
+    name: "events",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[KeyDoc {
+        key: "on_admission",
+        meaning: "a Warning Event (events.k8s.io/v1) on the controller owner of each Pod whose images share no node architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the images and why; at most one per owner every 10 minutes, written off the admission's path (a full queue drops it); a Pod without a controller owner gets none (needs `create` on `events.events.k8s.io`: `kustomize/components/events`, the chart's `config.events.on_admission`)",
+        about: &[
+            "A Warning Event on the controller owner of each Pod (its ownerReferences entry with",
+            "controller: true — a ReplicaSet, StatefulSet, Job, DaemonSet…) whose images share no node",
+            "architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the",
+            "images and why; at most one per owner every 10 minutes, written off the admission's path",
+            "(a full queue drops them, counted in tolerable_events_total). A Pod without a controller owner",
+            "gets none (it is not created yet when it is admitted). Needs RBAC: create on events.k8s.io",
+            "events (kustomize/components/events).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    }],
+};
+
+pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
+    name: "crashes",
+    banner: None,
+    about: &[],
+    intro: "",
+    keys: &[KeyDoc {
+        key: "watch",
+        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms or the index's entry for it is an image of another, else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner and in `tolerable_exec_format_crashes_total`; one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
+        about: &[
+            "The crash-signal watch: watch the kubelets' BackOff Warning Events (never all Pods), read each",
+            "backing-off Pod once per container every 10 minutes, and when a container's last run ended",
+            "with a runtime's exec format error (runc, crun) tell whether it is the architecture — the",
+            "node's architecture not among the image's platforms, or the index's entry for it an image of",
+            "another architecture (then learned: admissions of that digest leave the architecture out);",
+            "else \"not shown to be the architecture\" (an entrypoint without a shebang prints the same) —",
+            "in a Warning Event on the Pod and its controller owner and in",
+            "tolerable_exec_format_crashes_total. One replica looks (the gate releasers' Lease). Needs",
+            "RBAC: list and watch on events, get on pods and pods/log, create on events",
+            "(kustomize/components/crash-watch).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    }],
 };

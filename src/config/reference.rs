@@ -53,6 +53,8 @@ pub(super) const SECTION_DOCS: &[&SectionDoc] = &[
     &policy::TOLERATIONS_DOC,
     &policy::ARCHITECTURE_TOLERATIONS_DOC,
     &policy::NODES_DOC,
+    &policy::EVENTS_DOC,
+    &policy::CRASHES_DOC,
     &registry::CREDENTIALS_DOC,
     &registry::REGISTRY_DOC,
     &registry::CACHE_DOC,

@@ -7,6 +7,7 @@
 mod common;
 
 mod cluster_flags;
+mod crashes;
 mod gates;
 mod leader_election;
 mod namespace_policy;

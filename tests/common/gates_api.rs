@@ -26,6 +26,7 @@ use hyper::body::Frame;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::events_api::Events;
 use super::kube_api::{api_tls, bearer_token, query, status, unrecorded_status};
 use super::lease_api::{LeaseHandler, TOKENS};
 use super::selector::Selector;
@@ -61,7 +62,8 @@ struct Change {
 #[derive(Default)]
 struct State {
     pods: Mutex<BTreeMap<Key, Value>>,
-    events: Mutex<Vec<Value>>,
+    /// Events created (`events_api`, as recorded in `tests/data/kube-api/crashes/`).
+    events: Events,
     log: Mutex<Vec<Change>>,
     /// Every JSON Patch request, with the status answered.
     patches: Mutex<Vec<(Key, Value, u16)>>,
@@ -329,54 +331,6 @@ impl State {
         }
     }
 
-    /// A core/v1 Event created as recorded in `tests/data/kube-api/crashes/` ("a controller's
-    /// Warning Event on the Pod"): a Warning about a Pod of the namespace, named from its
-    /// `generateName`; any other shape is unrecorded.
-    fn create_event(&self, namespace: &str, mut event: Value) -> Result<Value, String> {
-        let involved = &event["involvedObject"];
-        let text = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
-        let prefix = event["metadata"]["generateName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let recorded_shape = event["apiVersion"] == "v1"
-            && event["kind"] == "Event"
-            && prefix.ends_with('.')
-            && event["metadata"]["name"].is_null()
-            && event["metadata"]["namespace"]
-                .as_str()
-                .is_none_or(|n| n == namespace)
-            && involved["kind"] == "Pod"
-            && involved["namespace"] == namespace
-            && [
-                &involved["name"],
-                &involved["uid"],
-                &event["reason"],
-                &event["message"],
-            ]
-            .into_iter()
-            .all(text)
-            && event["type"] == "Warning"
-            && text(&event["source"]["component"]);
-        if !recorded_shape {
-            return Err(format!("an Event of this shape in {namespace}: {event}"));
-        }
-        let mut events = self.events.lock().unwrap();
-        let meta = &mut event["metadata"];
-        meta["name"] = json!(format!("{prefix}{:05x}", events.len()));
-        meta["namespace"] = json!(namespace);
-        meta["uid"] = json!(format!("8a531402-b3d9-4b63-bbae-{:012x}", events.len()));
-        meta["resourceVersion"] = json!(self.rv.fetch_add(1, Ordering::SeqCst).to_string());
-        meta["creationTimestamp"] = json!(jiff_now());
-        if event.get("eventTime").is_none() {
-            event["eventTime"] = Value::Null;
-        }
-        events.push(event.clone());
-        drop(events);
-        self.changed.notify_waiters();
-        Ok(event)
-    }
-
     fn patch(&self, key: &Key, ops: &Value) -> (u16, Value) {
         let first = self.before_next_patch.lock().unwrap().remove(key);
         if let Some(theirs) = first {
@@ -603,12 +557,15 @@ async fn route_pods(
             let (code, body) = state.patch(&(ns.to_string(), name.to_string()), &ops);
             answer(code, &body)
         }
-        (&Method::POST, ["api", "v1", "namespaces", ns, "events"]) => {
-            let event: Value = serde_json::from_slice(&body).unwrap_or_default();
-            match state.create_event(ns, event) {
-                Ok(event) => answer(201, &event),
-                Err(what) => answer(501, &unrecorded_status(&what)),
+        (&Method::POST, ["api", "v1", "namespaces", _, "events"]) => {
+            let (code, body) = state
+                .events
+                .answer("POST", &path, &body)
+                .expect("an Events path");
+            if code == 201 {
+                state.changed.notify_waiters();
             }
+            answer(code, &body)
         }
         _ => answer(501, &unrecorded_status(&format!("{method} {path}"))),
     }
@@ -688,7 +645,7 @@ impl GatesApiServer {
     }
 
     pub fn events(&self) -> Vec<Value> {
-        self.state.events.lock().unwrap().clone()
+        self.state.events.created()
     }
 
     /// Every JSON Patch received: the Pod, the operations, the status answered.

@@ -8,6 +8,8 @@
 //! watches stay quiet for a few seconds and end, as an idle watch does; `GET
 //! /api/v1/nodes/NAME` and JSON Patches on Nodes act on the same Nodes (a failed `test` is the
 //! recorded 422, a missing Node the recorded 404).
+//! Events (`POST`, core/v1 and events.k8s.io/v1) as `events_api` answers them (v1.36's
+//! recordings in `tests/data/kube-api/crashes/`), for `admintoken` only.
 //! Tokens: `admintoken` may read everything, `teamatoken` only in namespace team-a (as a
 //! RoleBinding there grants), `nobodytoken` nothing (403), any other gets 401.
 
@@ -26,6 +28,8 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::certs;
+use super::crashes_api::Crashes;
+use super::events_api::Events;
 use super::node_api::Nodes;
 
 /// Registry hosts in the recordings → this run's.
@@ -42,7 +46,7 @@ pub struct FakeApiServer {
     state: Arc<State>,
 }
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
     body.map(|b| b.boxed_unsync())
@@ -52,6 +56,10 @@ pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
 struct State {
     nodes: Arc<Nodes>,
     webhook_registered: std::sync::atomic::AtomicBool,
+    /// Events created (`events_api`: core/v1 and events.k8s.io/v1, as recorded).
+    events: Events,
+    /// The recorded crash's reads (`crashes_api`), when started with it.
+    crashes: Option<Crashes>,
 }
 
 impl State {
@@ -59,6 +67,8 @@ impl State {
         Self {
             nodes: Arc::new(nodes),
             webhook_registered: std::sync::atomic::AtomicBool::new(true),
+            events: Events::default(),
+            crashes: None,
         }
     }
 }
@@ -268,6 +278,25 @@ async fn route(
             return full(refused);
         }
     }
+    if let Some(crashes) = state
+        .crashes
+        .as_ref()
+        .filter(|_| method == hyper::Method::GET)
+    {
+        if let Some(answer) = crashes.answer(&path, &query) {
+            if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "get", "pods") {
+                return full(refused);
+            }
+            return answer;
+        }
+    }
+    if let Some((code, answer)) = state.events.answer(method.as_str(), &path, &body) {
+        if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "create", "events") {
+            return full(refused);
+        }
+        let code = StatusCode::from_u16(code).unwrap();
+        return full(status(code, answer.to_string()));
+    }
     match (&method, node) {
         (&hyper::Method::GET, _) if path == "/api/v1/nodes" => {
             state.nodes.list_or_watch(&query).await
@@ -351,6 +380,13 @@ impl FakeApiServer {
         Self::start_state(hosts, State::new(nodes))
     }
 
+    /// [`FakeApiServer::start`], also serving the recorded crash's reads (`crashes_api`).
+    pub fn start_with_crashes(hosts: RegistryHosts, crashes: Crashes) -> Self {
+        let mut state = State::new(Nodes::new(Duration::ZERO, None));
+        state.crashes = Some(crashes);
+        Self::start_state(hosts, state)
+    }
+
     /// Lets the gated watch send `n` more recorded events.
     pub fn release_events(&self, n: usize) {
         if let Some(gate) = &self.state.nodes.gate {
@@ -377,6 +413,30 @@ impl FakeApiServer {
             port,
             requests,
             state,
+        }
+    }
+
+    /// The Events created, as answered.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.state.events.created()
+    }
+
+    /// Waits until `done` holds of the Events created (checked on every creation), at most
+    /// `limit` — the bound a test gives what it waits for, never a sleep it orders by.
+    pub async fn wait_for_events(
+        &self,
+        limit: Duration,
+        mut done: impl FnMut(&[serde_json::Value]) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.state.events.changed.notified();
+            if done(&self.events()) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return done(&self.events());
+            }
         }
     }
 

@@ -15,8 +15,10 @@
 pub mod captured_log;
 pub mod certs;
 pub mod cli;
+pub mod crashes_api;
 pub mod deployed;
 pub mod doc_samples;
+pub mod events_api;
 pub mod fake;
 pub mod fault_proxy;
 pub mod fixtures;

@@ -28,6 +28,8 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/eks-overlay-cni",
     "kustomize/overlays/aks",
     "kustomize/overlays/daemonsets",
+    "kustomize/overlays/events",
+    "kustomize/overlays/crash-watch",
 ];
 
 fn root() -> PathBuf {
@@ -650,19 +652,7 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             );
         }
     }
-    if deployed_config(docs).policy.on_lookup_failure == OnLookupFailure::Gate {
-        // The releaser's ClusterRole and the Lease's Role, each bound once: their rules are
-        // the_gates_component_grants_the_releaser_what_it_needs_and_nothing_else's.
-        for (kind, name) in [
-            ("ClusterRole", "tolerable-gates"),
-            ("ClusterRoleBinding", "tolerable-gates"),
-            ("Role", "tolerable-gates-leader-election"),
-            ("RoleBinding", "tolerable-gates-leader-election"),
-        ] {
-            object(docs, kind, name);
-        }
-        expected += 4;
-    }
+    expected += leader_elected_rbac(docs);
     assert_eq!(
         rbac.len(),
         expected,
@@ -679,6 +669,36 @@ fn rbac_is_only_what_the_enabled_features_need(dir: &str, docs: &[Value], deploy
             "{dir}: the API token is needed"
         );
     }
+}
+
+/// The RBAC objects of the lease-led controllers the config enables, which must all be there:
+/// the gate releaser's (gates) and the crash watch's, each a ClusterRole and a Lease Role, each
+/// bound once (their rules are checked by each component's own test).
+fn leader_elected_rbac(docs: &[Value]) -> usize {
+    let config = deployed_config(docs);
+    let mut count = 0;
+    for (enabled, name) in [
+        (
+            config.policy.on_lookup_failure == OnLookupFailure::Gate,
+            "tolerable-gates",
+        ),
+        (config.crash_watch, "tolerable-crash-watch"),
+    ] {
+        if !enabled {
+            continue;
+        }
+        let election = format!("{name}-leader-election");
+        for (kind, name) in [
+            ("ClusterRole", name),
+            ("ClusterRoleBinding", name),
+            ("Role", election.as_str()),
+            ("RoleBinding", election.as_str()),
+        ] {
+            object(docs, kind, name);
+        }
+        count += 4;
+    }
+    count
 }
 
 /// The bindings of the ClusterRole `role_name`: one ClusterRoleBinding of that name, or (pull
@@ -812,7 +832,7 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
 /// binding) named for it, and the rules that role must hold.
-fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 4] {
+fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 5] {
     [
         (
             config.read_pull_secrets,
@@ -833,6 +853,11 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 4] {
             config.manage_node_taints,
             "tolerable-node-taints",
             serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]),
+        ),
+        (
+            config.events_on_admission,
+            "tolerable-events",
+            serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]),
         ),
     ]
 }
@@ -1318,4 +1343,28 @@ fn the_documented_overlay_commands_run_as_written() {
             "{command}"
         );
     }
+}
+
+/// The crash-watch component (`kustomize/overlays/crash-watch`): the base plus reading BackOff
+/// Events and the Pods they name (with their log), writing Events, and the gate releasers'
+/// Lease in tolerable's own namespace — nothing else.
+#[test]
+fn the_crash_watch_component_grants_what_it_reads_and_writes() {
+    let docs = documents(&render("kustomize/overlays/crash-watch"));
+    assert!(deployed_config(&docs).crash_watch);
+    let role = object(&docs, "ClusterRole", "tolerable-crash-watch");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch", "create"]},
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        ])
+    );
+    let election = object(&docs, "Role", "tolerable-crash-watch-leader-election");
+    assert_eq!(election["metadata"]["namespace"], "tolerable-system");
+    assert_eq!(
+        election["rules"][1]["resourceNames"],
+        serde_json::json!(["tolerable-gates"])
+    );
 }

@@ -1007,6 +1007,14 @@ fn rbac_variants_match_kustomize() {
             "kustomize/overlays/gates",
             json!({"config": {"policy": {"on_lookup_failure": "gate"}}}),
         ),
+        (
+            "kustomize/overlays/events",
+            json!({"config": {"events": {"on_admission": true}}}),
+        ),
+        (
+            "kustomize/overlays/crash-watch",
+            json!({"config": {"crashes": {"watch": true}}}),
+        ),
     ] {
         let kustomize = tools::documents(&tools::render(overlay));
         let chart = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
@@ -1022,6 +1030,8 @@ fn rbac_variants_match_kustomize() {
         assert_eq!(config.watch_nodes, granted("\"tolerable-nodes\""));
         assert_eq!(config.manage_node_taints, granted("tolerable-node-taints"));
         assert_eq!(config.namespace_policy, granted("tolerable-namespaces"));
+        assert_eq!(config.events_on_admission, granted("tolerable-events"));
+        assert_eq!(config.crash_watch, granted("tolerable-crash-watch"));
     }
 }
 

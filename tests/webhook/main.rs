@@ -11,6 +11,7 @@ mod abuse_lookups;
 mod faults;
 mod malformed_inputs;
 mod monitoring;
+mod owner_events;
 mod revalidation;
 mod tls_rotation;
 mod webhook;

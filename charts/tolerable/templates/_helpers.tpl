@@ -60,6 +60,16 @@ the key is unset: read_pull_secrets, nodes.watch, nodes.manage_taints. */}}
 {{- define "tolerable.managesTaints" -}}
 {{- if dig "nodes" "manage_taints" false .Values.config }}true{{ end -}}
 {{- end -}}
+{{/* Whether admissions write Warning Events on Pods' owners ([events] on_admission,
+kustomize/components/events). */}}
+{{- define "tolerable.ownerEvents" -}}
+{{- if dig "events" "on_admission" false .Values.config }}true{{ end -}}
+{{- end -}}
+{{/* Whether serve watches for wrong-architecture crashes ([crashes] watch,
+kustomize/components/crash-watch). */}}
+{{- define "tolerable.crashWatch" -}}
+{{- if dig "crashes" "watch" false .Values.config }}true{{ end -}}
+{{- end -}}
 {{/* Whether Pods are gated when their images cannot be looked up (policy.on_lookup_failure =
 "gate"): then serve releases them, one replica elected on a Lease (kustomize/components/gates). */}}
 {{- define "tolerable.gates" -}}

@@ -144,6 +144,11 @@ pub fn variant_unknown(image: &str, arch: &str, platform: &Platform) -> String {
     )
 }
 
+/// The note of a Warning Event on a Pod's controller owner: which Pod, what was decided and why.
+pub fn owner_warning(kind: &str, name: &str, summary: &str) -> String {
+    format!("a Pod of {kind} {name}: {summary}")
+}
+
 pub fn denied_summary(reason: &str) -> String {
     format!("denied: {reason}")
 }

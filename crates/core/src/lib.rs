@@ -4,6 +4,7 @@
 //! all call [`answer`].
 
 pub mod arch;
+pub mod crash;
 pub mod decision;
 pub mod explain;
 pub mod facts;
@@ -11,6 +12,7 @@ pub mod gate;
 pub mod knobs;
 pub mod namespace_policy;
 pub mod node_labels;
+pub mod owner_warning;
 pub mod patch;
 pub mod pin;
 pub mod platform;

@@ -1,0 +1,349 @@
+//! The crash-signal watch of `serve` (`[crashes] watch`, issue 38): every replica watches the
+//! kubelets' BackOff Warning Events (`cluster::crashes`, a configuration of the watch
+//! primitive: one projection per Event, the Pod and container it names); while `leader` says
+//! so (the gate releasers' Lease), each new BackOff is looked at once per Pod and container
+//! per [`PER_POD_WINDOW`]: the Pod read, each backing-off container's last termination
+//! classified by the core ([`crash::exec_format_error`]: the runtime's text in the termination
+//! message, else the previous log's last lines), then confirmed ([`crash::confirm`]) from the
+//! node's architecture (the node watch) and what the image's index claims (the resolver, by
+//! the digest the kubelet pulled). The verdict goes to a Warning Event on the Pod and on its
+//! controller owner, and to `tolerable_exec_format_crashes_total`.
+//!
+//! Confirmation (b) reads the image config behind the index's entry for the node's platform,
+//! only now, on the crash (the resolver's `verify`, as `audit --verify`).
+//!
+//! A confirmed wrong architecture is learned ([`Learned`]: digest → architectures, in this
+//! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
+//! warning.
+//!
+//! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
+//! without it a consistent index is "unconfirmed"; learning is not shared through the shared
+//! cache nor listed or forgotten by a command; nothing is healed or labelled.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::cluster::crashes::{
+    watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod,
+};
+use crate::cluster::events::{PerObject, Recorder, Regarding, Warning};
+use crate::cluster::nodes::NodeWatch;
+use crate::cluster::watch::{Keyed, Took};
+use crate::metrics::Metrics;
+use crate::mutate::crash::{self, CrashFacts, Termination, Verdict};
+use crate::mutate::platform::NodeRuntime;
+use crate::mutate::platform::Platform;
+use crate::mutate::Policy;
+use crate::registry::{CredentialStore, Resolver};
+
+/// A Pod's container is looked at once in this window, however many BackOffs it has.
+pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// Pods and containers remembered for that.
+const MAX_REMEMBERED: usize = 4096;
+/// BackOffs waiting to be looked at; past this, new ones wait for the next BackOff.
+const QUEUE: usize = 64;
+/// One image's lookup, at most.
+const LOOKUP: Duration = Duration::from_secs(10);
+
+/// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
+pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// Digests remembered at most (the oldest forgotten first).
+const MAX_LEARNED: usize = 1024;
+
+/// What the crash watch learned: digests that do not run on architectures their index claims
+/// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
+/// digests — in this replica's memory. Admissions leave those architectures out.
+#[derive(Clone, Default)]
+pub(crate) struct Learned {
+    inner: Arc<std::sync::Mutex<LearnedMap>>,
+}
+
+#[derive(Default)]
+struct LearnedMap {
+    by_digest: std::collections::HashMap<String, (Vec<String>, Instant)>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Learned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LearnedMap> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `digest` does not run on `arch`, as of `now`.
+    pub(crate) fn learn(&self, digest: &str, arch: &str, now: Instant) {
+        let mut map = self.lock();
+        if !map.by_digest.contains_key(digest) {
+            if map.by_digest.len() >= MAX_LEARNED {
+                if let Some(oldest) = map.order.pop_front() {
+                    map.by_digest.remove(&oldest);
+                }
+            }
+            map.order.push_back(digest.to_owned());
+        }
+        let entry = map
+            .by_digest
+            .entry(digest.to_owned())
+            .or_insert_with(|| (Vec::new(), now));
+        entry.1 = now;
+        if !entry.0.iter().any(|a| a == arch) {
+            entry.0.push(arch.to_owned());
+        }
+    }
+
+    /// The architectures `digest` does not run on (none past the TTL).
+    pub(crate) fn does_not_run_on(&self, digest: &str, now: Instant) -> Vec<String> {
+        match self.lock().by_digest.get(digest) {
+            Some((archs, at)) if now.saturating_duration_since(*at) < LEARNED_TTL => archs.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What looking at a crash needs.
+struct Looker {
+    reader: CrashReader,
+    recorder: Recorder,
+    nodes: Option<NodeWatch>,
+    resolver: Arc<Resolver>,
+    amd64_runs_386: bool,
+    arm64_runs_arm32: bool,
+    metrics: Arc<Metrics>,
+    learned: Learned,
+}
+
+/// Starts the watch (every replica) and the looker (while `leader`).
+pub(crate) fn start(
+    client: kube::Client,
+    (recorder, nodes, learned): (Recorder, Option<NodeWatch>, Learned),
+    resolver: Arc<Resolver>,
+    policy: &Policy,
+    metrics: Arc<Metrics>,
+    leader: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let (queue, queued) = mpsc::channel(QUEUE);
+    let stream = watch_back_offs(client.clone());
+    let watch = tokio::spawn(follow(stream, queue, leader));
+    let looker = Looker {
+        reader: CrashReader::new(client),
+        recorder,
+        nodes,
+        resolver,
+        amd64_runs_386: policy.amd64_runs_386,
+        arm64_runs_arm32: policy.arm64_runs_arm32,
+        metrics,
+        learned,
+    };
+    vec![watch, tokio::spawn(look_at_each(looker, queued))]
+}
+
+/// Takes the BackOff Events into a keyed store; each new one, while leader and not seen for
+/// its Pod and container within the window, is queued (a full queue skips it).
+async fn follow(
+    stream: impl futures_util::Stream<Item = BackOffSeen>,
+    queue: mpsc::Sender<BackOff>,
+    leader: watch::Receiver<bool>,
+) {
+    let mut stream = std::pin::pin!(stream);
+    let mut store: Keyed<BackOff> = Keyed::new();
+    let mut seen = PerObject::new(PER_POD_WINDOW, MAX_REMEMBERED);
+    while let Some(event) = stream.next().await {
+        let Ok(event) = event else { continue };
+        let keys = match store.take(event, |e| e.keyed()) {
+            Took::Changed(key) => vec![key],
+            Took::Listed { changed, .. } => changed,
+            Took::Listing | Took::Unchanged => Vec::new(),
+        };
+        if !*leader.borrow() {
+            continue;
+        }
+        for key in keys {
+            let Some(back_off) = store.current().get(&key).cloned() else {
+                continue;
+            };
+            let pod_key = format!(
+                "{}/{}",
+                back_off.pod_uid,
+                back_off.container.as_deref().unwrap_or("")
+            );
+            if seen.allow(&pod_key, Instant::now()) {
+                let _ = queue.try_send((*back_off).clone());
+            }
+        }
+    }
+}
+
+async fn look_at_each(looker: Looker, mut queued: mpsc::Receiver<BackOff>) {
+    while let Some(back_off) = queued.recv().await {
+        looker.look_at(&back_off).await;
+    }
+}
+
+impl Looker {
+    async fn look_at(&self, back_off: &BackOff) {
+        let pod = match self.reader.pod(&back_off.namespace, &back_off.pod).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(namespace = %back_off.namespace, pod = %back_off.pod, error = %e, "crash watch: could not read the Pod");
+                return;
+            }
+        };
+        // A Pod of the same name made since: not the one that backed off.
+        if !back_off.pod_uid.is_empty() && pod.uid != back_off.pod_uid {
+            return;
+        }
+        let named = |c: &&ContainerEnd| back_off.container.as_ref().is_none_or(|n| *n == c.name);
+        for container in pod.containers.iter().filter(named) {
+            self.look_at_container(&pod, container).await;
+        }
+    }
+
+    async fn look_at_container(&self, pod: &CrashedPod, container: &ContainerEnd) {
+        let Some((reason, exit_code, message, ran)) = &container.terminated else {
+            return;
+        };
+        let terminated = Termination {
+            reason,
+            exit_code: *exit_code,
+            message: message.as_deref(),
+            ran_seconds: *ran,
+        };
+        let mut found = crash::exec_format_error(&terminated, None);
+        if found.is_none() && reason == "Error" && [1, 255].contains(exit_code) {
+            let log = self
+                .reader
+                .previous_log(&pod.namespace, &pod.name, &container.name)
+                .await
+                .ok();
+            found = crash::exec_format_error(&terminated, log.as_deref());
+        }
+        if found.is_none() {
+            return;
+        }
+        let node = pod.node.clone().unwrap_or_default();
+        let arch = self
+            .nodes
+            .as_ref()
+            .and_then(|n| n.architecture_of(&node))
+            .unwrap_or_default();
+        let image = pulled(container);
+        let claimed = self.claimed(&image).await;
+        let verdict = if arch.is_empty() {
+            Verdict::Unconfirmed
+        } else {
+            self.confirm(&image, &arch, claimed.as_deref()).await
+        };
+        let note = crash::describe(
+            &container.name,
+            &image,
+            (&node, &arch),
+            claimed.as_deref(),
+            &verdict,
+        );
+        if let (Verdict::WrongArchitecture { arch, .. }, Some(digest)) =
+            (&verdict, digest_of(&image))
+        {
+            self.learned.learn(digest, arch, Instant::now());
+        }
+        self.report(pod, &arch, &verdict, note);
+    }
+
+    async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+        let claims_it = claimed.is_some_and(|c| c.iter().any(|p| is_linux(p, arch)));
+        // (b) read only now, on the crash: the image config behind the index's entry.
+        let config = match claims_it {
+            true => self.config_of(image, arch).await,
+            false => None,
+        };
+        let facts = CrashFacts {
+            node_os: "linux",
+            node_arch: arch,
+            claimed,
+            config_of_node_entry: config.as_ref().map(|(os, a)| (os.as_str(), a.as_str())),
+            runs_on: &[],
+        };
+        let runtime = NodeRuntime {
+            variant: None,
+            amd64_runs_386: self.amd64_runs_386,
+            arm64_runs_arm32: self.arm64_runs_arm32,
+        };
+        crash::confirm(&facts, &runtime)
+    }
+
+    /// The OS and architecture the image config of the index's entry for linux/`arch` says.
+    async fn config_of(&self, image: &str, arch: &str) -> Option<(String, String)> {
+        let checked = self
+            .resolver
+            .verify(image, &CredentialStore::default(), LOOKUP)
+            .await
+            .ok()?;
+        let entry = checked.iter().find(|c| is_linux(&c.claimed, arch))?;
+        Some((
+            entry.actual.os.to_string(),
+            entry.actual.architecture.to_string(),
+        ))
+    }
+
+    /// What the image's index claims (anonymous access, from the resolver's caches when
+    /// known), or `None`.
+    async fn claimed(&self, image: &str) -> Option<Vec<Platform>> {
+        let found = tokio::time::timeout(LOOKUP, self.resolver.resolve(image)).await;
+        Some(found.ok()?.ok()?.fact.platforms.clone())
+    }
+
+    fn report(&self, pod: &CrashedPod, arch: &str, verdict: &Verdict, note: String) {
+        self.metrics.events.crashed(arch, verdict.label());
+        tracing::warn!(namespace = %pod.namespace, pod = %pod.name, verdict = verdict.label(), "{note}");
+        let on = |regarding: Regarding, note: String| Warning {
+            regarding,
+            reason: verdict.reason().into(),
+            action: "Detected".into(),
+            note,
+        };
+        self.recorder.warn(on(
+            Regarding {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+            },
+            note.clone(),
+        ));
+        if let Some((api_version, kind, name, uid)) = pod.owner.clone() {
+            let regarding = Regarding {
+                api_version,
+                kind,
+                namespace: pod.namespace.clone(),
+                name,
+                uid,
+            };
+            self.recorder
+                .warn(on(regarding, format!("Pod {}: {note}", pod.name)));
+        }
+    }
+}
+
+/// `sha256:…` of an image by digest.
+fn digest_of(image: &str) -> Option<&str> {
+    image.split_once('@').map(|(_, digest)| digest)
+}
+
+fn is_linux(platform: &Platform, arch: &str) -> bool {
+    &*platform.os == "linux" && &*platform.architecture == arch
+}
+
+/// The image as pulled: by the digest in `imageID` when the status has it, else as named.
+fn pulled(container: &ContainerEnd) -> String {
+    let by_digest = container.image_id.as_deref().and_then(|id| {
+        let id = id.split_once("://").map_or(id, |(_, rest)| rest);
+        id.contains("@sha256:").then(|| id.to_owned())
+    });
+    by_digest.unwrap_or_else(|| container.image.clone())
+}

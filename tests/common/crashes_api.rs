@@ -1,0 +1,238 @@
+//! What the crash watch reads, as a real kube-apiserver v1.36.3 answered it
+//! (`tests/data/kube-api/crashes/`, README inside): a Pod (`shop/web-7d9c6b8f5-abcde`) whose
+//! container `web` ended with runc's `exec /usr/local/bin/web: exec format error` (exit 255),
+//! and the kubelet's BackOff Events about it. Served by [`super::kube_api::FakeApiServer`]
+//! when started with [`Crashes`]:
+//!
+//! - `GET /api/v1/events?fieldSelector=…`: a selector on the fields the server supports
+//!   (`reason`, `type`, `involvedObject.*`, `source`, `reportingComponent`) lists the recorded
+//!   BackOff Events that match it (with `limit` below their number: that many, and a
+//!   `continue`, as recorded); another field is the recorded 400; a watch sends the recorded
+//!   ADDED BackOff after its `resourceVersion`, then ends after a few seconds (as the recorded
+//!   `timeoutSeconds=3` watch did);
+//! - `GET …/shop/pods/web-7d9c6b8f5-abcde`: the recorded Pod;
+//! - `GET …/log?container=web&previous=true&tailLines=20` (and a `limitBytes`): the recorded
+//!   500 (no kubelet).
+//!
+//! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
+//! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
+//! the container's image and `imageID` at a test registry's image, or leave the termination
+//! message out.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, StreamBody};
+use hyper::body::Frame;
+use hyper::Response;
+use serde_json::{json, Value};
+
+use super::kube_api::{query, unrecorded_status, Body};
+use super::recorded::{exchanges, Exchange};
+
+/// The node the recorded Pod is on here.
+pub const NODE: &str = "arm-1";
+const POD_PATH: &str = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde";
+/// The fields a core/v1 Event selector may name (the README's list).
+const SELECTABLE: &[&str] = &[
+    "reason",
+    "type",
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+    "involvedObject.fieldPath",
+    "source",
+    "reportingComponent",
+];
+
+/// The recorded crash, served.
+pub struct Crashes {
+    recorded: Vec<Exchange>,
+    /// The container's image and imageID, when a test points them elsewhere.
+    image: Option<(String, String)>,
+    /// The termination message left out.
+    no_message: bool,
+}
+
+impl Crashes {
+    pub fn recorded() -> Self {
+        Self {
+            recorded: exchanges("crashes"),
+            image: None,
+            no_message: false,
+        }
+    }
+
+    /// The recorded crash, its container's image `image` pulled as `image_id`.
+    pub fn with_image(image: &str, image_id: &str) -> Self {
+        Self {
+            image: Some((image.to_owned(), image_id.to_owned())),
+            ..Self::recorded()
+        }
+    }
+
+    /// The recorded crash, its termination message empty (as without `FallbackToLogsOnError`).
+    pub fn without_message(mut self) -> Self {
+        self.no_message = true;
+        self
+    }
+
+    fn body(&self, note: &str) -> (u16, Value) {
+        let e = self
+            .recorded
+            .iter()
+            .find(|e| e.note.starts_with(note))
+            .unwrap_or_else(|| panic!("no recorded exchange {note:?}"));
+        (e.response.status, e.response.body.clone())
+    }
+
+    /// The answer to a GET this fake serves (`None`: not one of its paths).
+    pub fn answer(&self, path: &str, query_text: &str) -> Option<Response<Body>> {
+        let q = query(query_text);
+        let answer = match path {
+            "/api/v1/events" => return Some(self.events(&q)),
+            POD_PATH => self.pod(),
+            _ if path == format!("{POD_PATH}/log") => {
+                let asked = (q.get("container"), q.get("previous"), q.get("tailLines"));
+                let recorded = (
+                    Some(&"web".to_owned()),
+                    Some(&"true".to_owned()),
+                    Some(&"20".to_owned()),
+                );
+                // `limitBytes` (which the watch adds to bound what it reads) is not in the
+                // recorded request; the recorded 500 comes before any kubelet is asked, so it
+                // cannot depend on it.
+                let others = q.keys().filter(|k| *k != "limitBytes").count();
+                if asked == recorded && others == 3 {
+                    self.body("the previous log")
+                } else {
+                    (
+                        501,
+                        unrecorded_status(&format!("a log read with {query_text}")),
+                    )
+                }
+            }
+            _ => return None,
+        };
+        Some(json_answer(answer.0, &answer.1))
+    }
+
+    fn pod(&self) -> (u16, Value) {
+        let (code, mut pod) = self.body("the Pod as the crash watch reads it");
+        pod["spec"]["nodeName"] = json!(NODE);
+        if let Some((image, image_id)) = &self.image {
+            pod["spec"]["containers"][0]["image"] = json!(image);
+            pod["status"]["containerStatuses"][0]["image"] = json!(image);
+            pod["status"]["containerStatuses"][0]["imageID"] = json!(image_id);
+        }
+        if self.no_message {
+            let status = &mut pod["status"]["containerStatuses"][0];
+            status["lastState"]["terminated"]
+                .as_object_mut()
+                .unwrap()
+                .remove("message");
+        }
+        (code, pod)
+    }
+
+    fn events(&self, q: &std::collections::BTreeMap<String, String>) -> Response<Body> {
+        let terms = match selector(q.get("fieldSelector").map_or("", String::as_str)) {
+            Ok(terms) => terms,
+            Err(field) => {
+                let (code, mut body) = self.body("a field the server cannot select on");
+                body["message"] = json!(format!("field label not supported: {field}"));
+                return json_answer(code, &body);
+            }
+        };
+        let watching = q.get("watch").is_some_and(|w| w == "1" || w == "true");
+        if watching {
+            let from = q
+                .get("resourceVersion")
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(0);
+            return self.watch(&terms, from);
+        }
+        let (code, mut list) = self.body("list BackOff Warning Events");
+        let items: Vec<Value> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| matches(e, &terms))
+            .cloned()
+            .collect();
+        let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok());
+        if let Some(limit) = limit.filter(|l| *l < items.len()) {
+            let (_, paged) = self.body("paged");
+            list["metadata"]["continue"] = paged["metadata"]["continue"].clone();
+            list["items"] = Value::Array(items[..limit].to_vec());
+        } else {
+            list["items"] = Value::Array(items);
+        }
+        json_answer(code, &list)
+    }
+
+    /// The recorded ADDED BackOff (when after `from` and matching), then the end of the watch.
+    fn watch(&self, terms: &[(String, String)], from: u64) -> Response<Body> {
+        let (_, lines) = self.body("watch from the list's resourceVersion");
+        let rv = |e: &Value| {
+            e["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let sent: Vec<Result<Frame<Bytes>, Infallible>> = lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| rv(e) > from && matches(&e["object"], terms))
+            .map(|e| Ok(Frame::data(Bytes::from(format!("{e}\n")))))
+            .collect();
+        let ended = futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok(Frame::data(Bytes::new()))
+        });
+        let stream = futures_util::StreamExt::chain(futures_util::stream::iter(sent), ended);
+        let mut response = Response::new(StreamBody::new(stream).boxed_unsync());
+        response
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        response
+    }
+}
+
+/// `a=b,c=d` as terms; `Err(field)` for a field the server cannot select on.
+fn selector(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .filter(|t| !t.is_empty())
+        .map(|term| {
+            let (field, value) = term.split_once('=').unwrap_or((term, ""));
+            if SELECTABLE.contains(&field) {
+                Ok((field.to_owned(), value.to_owned()))
+            } else {
+                Err(field.to_owned())
+            }
+        })
+        .collect()
+}
+
+fn matches(event: &Value, terms: &[(String, String)]) -> bool {
+    terms.iter().all(|(field, value)| {
+        let pointer = match field.as_str() {
+            "source" => "/source/component".to_owned(),
+            other => format!("/{}", other.replace('.', "/")),
+        };
+        event.pointer(&pointer).and_then(Value::as_str) == Some(value)
+    })
+}
+
+fn json_answer(code: u16, body: &Value) -> Response<Body> {
+    let mut response =
+        Response::new(http_body_util::Full::new(Bytes::from(body.to_string())).boxed_unsync());
+    *response.status_mut() = hyper::StatusCode::from_u16(code).unwrap();
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+}
