@@ -93,8 +93,14 @@ async fn read_body(
     );
     let serving = connection.has_served();
     let h2 = req.version() == http::Version::HTTP_2;
+    let window = body::Window {
+        started: deadline
+            .checked_sub(server.limits.request_read_timeout)
+            .unwrap_or(deadline),
+        deadline,
+    };
     let read = async {
-        let body = body::read(req.into_body(), declared, &mut reservation, h2).await?;
+        let body = body::read(req.into_body(), declared, &mut reservation, h2, window).await?;
         match encoding.as_deref() {
             None | Some("identity") | Some("") => Ok(Ok(body)),
             Some("gzip") => body::inflate(body, &mut reservation).map(Ok),
@@ -108,6 +114,14 @@ async fn read_body(
         Ok(Ok(Ok(body))) => body,
         Ok(Ok(Err(unsupported))) => return Err(unsupported),
         Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
+        Ok(Err(body::BodyError::Evicted)) => {
+            metrics.request_refused("body_memory");
+            metrics.body_evicted(serving);
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: this body stalled while other requests needed the memory it held",
+            ));
+        }
         Ok(Err(body::BodyError::OverBudget(refused))) => {
             metrics.request_refused("body_memory");
             metrics.body_refused(serving, refused.label());
@@ -131,6 +145,10 @@ async fn read_body(
         Err(_) => {
             if let Some(refused) = reservation.refused() {
                 metrics.body_refused(serving, refused.label());
+            }
+            if reservation.evicted() {
+                // An HTTP/2 stream evicted, then drained until its deadline.
+                metrics.body_evicted(serving);
             }
             metrics.request_refused("read_timeout");
             return Err(refuse(
@@ -165,7 +183,10 @@ async fn mutate(
         server,
         (&mut reservation, connection.has_served()),
         body.len(),
-    ) {
+        read_deadline,
+    )
+    .await
+    {
         Ok(permit) => permit,
         Err(busy) => return *busy,
     };
@@ -206,16 +227,21 @@ async fn mutate(
 }
 
 /// What an admission whose body is read takes before it is answered: memory for what is parsed
-/// out of the body, and an in-flight permit; a 503 when either is exhausted.
-fn take_in_flight(
+/// out of the body (stalled bodies evicted for it until `deadline`), and an in-flight permit; a
+/// 503 when either is exhausted.
+async fn take_in_flight(
     server: &Server,
     (reservation, serving): (&mut Reservation, bool),
     body_len: usize,
+    deadline: tokio::time::Instant,
 ) -> Result<OwnedSemaphorePermit, Box<Response<Body>>> {
     let state = &server.app;
     // What is parsed out of the body lives as long as it, and counts too: without this, 16
     // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
-    if let Err(refused) = reservation.cover_admission(body_len) {
+    let covered = tokio::time::timeout_at(deadline, reservation.cover_admission(body_len))
+        .await
+        .unwrap_or(Err(body::Refused::Process));
+    if let Err(refused) = covered {
         state.metrics.request_refused("body_memory");
         state.metrics.body_refused(serving, refused.label());
         return Err(Box::new(refuse(
