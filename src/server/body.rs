@@ -421,7 +421,7 @@ pub(crate) async fn read(
                 .max(buffer.capacity() * 2)
                 .max(INITIAL_CAPACITY)
                 .min(ceiling.max(needed));
-            if let Some(total) = growth(&buffer, needed, capacity, reservation)? {
+            if let Some(total) = growth(buffer.capacity(), needed, capacity, reservation)? {
                 reservation.take(total).await?;
                 buffer.reserve_exact(capacity - buffer.len());
             }
@@ -475,10 +475,10 @@ async fn next_frame(
     }
 }
 
-/// What the reservation must grow to for `buffer` to hold `needed` bytes in all, growing to
-/// `capacity` (`None`: it has room).
+/// What the reservation must grow to for a buffer of capacity `has` to hold `needed` bytes in
+/// all, growing to `capacity` (`None`: it has room).
 fn growth(
-    buffer: &Vec<u8>,
+    has: usize,
     needed: usize,
     capacity: usize,
     reservation: &Reservation,
@@ -486,11 +486,11 @@ fn growth(
     if needed > MAX_BODY_BYTES {
         return Err(BodyError::TooLarge);
     }
-    if needed <= buffer.capacity() {
+    if needed <= has {
         return Ok(None);
     }
     // The reservation pays for what is held besides this buffer too (the compressed body).
-    let others = reservation.bytes.saturating_sub(buffer.capacity());
+    let others = reservation.bytes.saturating_sub(has);
     Ok(Some(others + capacity))
 }
 
@@ -502,7 +502,7 @@ fn grow(
     capacity: usize,
     reservation: &mut Reservation,
 ) -> Result<(), BodyError> {
-    if let Some(total) = growth(buffer, needed, capacity, reservation)? {
+    if let Some(total) = growth(buffer.capacity(), needed, capacity, reservation)? {
         reservation.grow_to(total).map_err(BodyError::OverBudget)?;
         buffer.reserve_exact(capacity - buffer.len());
     }
