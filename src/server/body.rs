@@ -16,8 +16,8 @@
 //!
 //! When the process budget (and, for a serving connection, the reserve) is spent, a new body
 //! does not simply get a 503: the body reads that hold memory without earning it — stalled, or
-//! too slow to finish before their deadline — are evicted first ([`flights`]), and it is read
-//! once they have given their memory back. The reserve stays: eviction frees only bodies being
+//! too slow to finish before their deadline, of a peer holding more than the newcomer's — are
+//! evicted first ([`flights`]), and it is read once they have given their memory back. The reserve stays: eviction frees only bodies being
 //! *read*, and bodies read whole and being answered (16 gzip bombs waiting on a registry that
 //! never answers) hold the open budget just as well; the API server's connection still gets
 //! its admissions read then.
