@@ -72,12 +72,6 @@ async fn read_body(
     req: Request<Incoming>,
     deadline: tokio::time::Instant,
 ) -> Result<(Bytes, Reservation), Response<Body>> {
-    let too_large = || {
-        json_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("body larger than {MAX_BODY_BYTES} bytes"),
-        )
-    };
     let metrics = &server.app.metrics;
     let declared = declared_length(&req);
     let encoding = req
@@ -113,35 +107,7 @@ async fn read_body(
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(Ok(body))) => body,
         Ok(Ok(Err(unsupported))) => return Err(unsupported),
-        Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
-        Ok(Err(body::BodyError::Evicted)) => {
-            metrics.request_refused("body_memory");
-            metrics.body_evicted(serving);
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy: this body stalled while other requests needed the memory it held",
-            ));
-        }
-        Ok(Err(body::BodyError::OverBudget(refused))) => {
-            metrics.request_refused("body_memory");
-            metrics.body_refused(serving, refused.label());
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy: too many request bodies being read at once",
-            ));
-        }
-        Ok(Err(body::BodyError::Unreadable(e))) => {
-            return Err(json_error(
-                StatusCode::BAD_REQUEST,
-                &format!("cannot read the body: {e}"),
-            ))
-        }
-        Ok(Err(body::BodyError::NotGzip(e))) => {
-            return Err(json_error(
-                StatusCode::BAD_REQUEST,
-                &format!("body is not valid gzip: {e}"),
-            ))
-        }
+        Ok(Err(e)) => return Err(unread(server, serving, e)),
         Err(_) => {
             if let Some(refused) = reservation.refused() {
                 metrics.body_refused(serving, refused.label());
@@ -161,6 +127,41 @@ async fn read_body(
         }
     };
     Ok((body, reservation))
+}
+
+/// The answer to a body that could not be read (counted).
+fn unread(server: &Server, serving: bool, error: body::BodyError) -> Response<Body> {
+    let metrics = &server.app.metrics;
+    match error {
+        body::BodyError::TooLarge => json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("body larger than {MAX_BODY_BYTES} bytes"),
+        ),
+        body::BodyError::Evicted => {
+            metrics.request_refused("body_memory");
+            metrics.body_evicted(serving);
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: this body stalled while other requests needed the memory it held",
+            )
+        }
+        body::BodyError::OverBudget(refused) => {
+            metrics.request_refused("body_memory");
+            metrics.body_refused(serving, refused.label());
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: too many request bodies being read at once",
+            )
+        }
+        body::BodyError::Unreadable(e) => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the body: {e}"),
+        ),
+        body::BodyError::NotGzip(e) => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("body is not valid gzip: {e}"),
+        ),
+    }
 }
 
 async fn mutate(
