@@ -70,6 +70,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerClassLabels {
+    peer_class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BodyRefusalLabels {
     peer_class: &'static str,
     budget: &'static str,
@@ -195,6 +200,7 @@ pub struct Metrics {
     connections_closed: Family<ReasonLabels, Counter>,
     requests_refused: Family<ReasonLabels, Counter>,
     body_refusals: Family<BodyRefusalLabels, Counter>,
+    body_evictions: Family<PeerClassLabels, Counter>,
     registry_bytes_waits: Family<RegistryWaitLabels, Counter>,
     registries_named: Mutex<HashSet<String>>,
     registries_reserved: Mutex<HashSet<String>>,
@@ -252,6 +258,7 @@ impl Metrics {
             connections_closed: Family::default(),
             requests_refused: Family::default(),
             body_refusals: Family::default(),
+            body_evictions: Family::default(),
             registry_bytes_waits: Family::default(),
             registries_named: Mutex::default(),
             registries_reserved: Mutex::default(),
@@ -288,6 +295,9 @@ impl Metrics {
                 .get_or_create(&ReasonLabels { reason });
         }
         for peer_class in PEER_CLASSES {
+            let _ = self
+                .body_evictions
+                .get_or_create(&PeerClassLabels { peer_class });
             for budget in BODY_BUDGETS {
                 let _ = self
                     .body_refusals
@@ -501,6 +511,11 @@ impl Metrics {
             "Request bodies refused for memory (the body_memory refusals), by who was refused — peer_class serving (a connection that had an admission answered: the API server's) or other — and the budget that was spent: connection, peer (the peer address's share) or process (the budget and, for serving connections, its reserve)",
             self.body_refusals.clone(),
         );
+        registry.register(
+            "tolerable_body_evictions",
+            "Request bodies cut off (503 body_memory, or 408 for an HTTP/2 stream left to drain) because they stalled, or came too slowly to be read by request_read_timeout, while a new body needed the memory they held; by the evicted request's peer_class: serving (a connection that had an admission answered) or other",
+            self.body_evictions.clone(),
+        );
     }
 
     /// Admissions, certificates and the node pools.
@@ -628,6 +643,15 @@ impl Metrics {
         let peer_class = if serving { "serving" } else { "other" };
         self.body_refusals
             .get_or_create(&BodyRefusalLabels { peer_class, budget })
+            .inc();
+    }
+
+    /// A body read evicted for a newcomer: `serving` whether its connection had an admission
+    /// answered.
+    pub(crate) fn body_evicted(&self, serving: bool) {
+        let peer_class = if serving { "serving" } else { "other" };
+        self.body_evictions
+            .get_or_create(&PeerClassLabels { peer_class })
             .inc();
     }
 

@@ -14,19 +14,33 @@
 //! its body read and dropped before it is answered, so the client sends no DATA on a reset
 //! stream (h2 closes a whole connection after too many of those).
 //!
+//! When the process budget (and, for a serving connection, the reserve) is spent, a new body
+//! does not simply get a 503: the body reads that hold memory without earning it — stalled, or
+//! too slow to finish before their deadline, of a peer holding more than the newcomer's — are
+//! evicted first ([`flights`]), and it is read once they have given their memory back. The reserve stays: eviction frees only bodies being
+//! *read*, and bodies read whole and being answered (16 gzip bombs waiting on a registry that
+//! never answers) hold the open budget just as well; the API server's connection still gets
+//! its admissions read then.
+//!
 //! A gzip body's inflated copy is reserved the same way as it grows (see [`inflate`]): 3 KB of
 //! gzip can inflate to 3 MiB, and that copy lives through the whole admission.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 
 use super::MAX_BODY_BYTES;
+
+mod flights;
+pub(crate) use flights::Window;
+use flights::{Flight, Flights};
 
 /// What an admission being answered holds per byte of its body: the body, the object's fields
 /// parsed out of it (a 3 MiB annotation is a 3 MiB string) and what is built from them. Measured
@@ -92,6 +106,8 @@ pub(crate) struct BodyBudgets {
     peer_share: usize,
     /// One share per peer address with a connection open (dead entries pruned as it grows).
     peers: Mutex<Peers>,
+    /// Body reads that may be evicted.
+    flights: Flights,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +124,7 @@ impl BodyBudgets {
             reserve: ByteBudget::new(reserve),
             peer_share,
             peers: Mutex::default(),
+            flights: Flights::default(),
         }
     }
 
@@ -119,6 +136,19 @@ impl BodyBudgets {
     /// Bytes reserved now, the reserve's included.
     pub(crate) fn used(&self) -> usize {
         self.open.used() + self.reserve.used()
+    }
+
+    /// What the peers holding bodies hold on average, `newcomer` counted among them.
+    fn peer_average(&self, newcomer: &Arc<ByteBudget>) -> usize {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut total, mut holding) = (newcomer.used(), 1);
+        for share in peers.shares.values().filter_map(Weak::upgrade) {
+            if !Arc::ptr_eq(&share, newcomer) && share.used() > 0 {
+                total += share.used();
+                holding += 1;
+            }
+        }
+        total / holding
     }
 
     /// `peer`'s share, the same for all its connections (taken once per connection).
@@ -169,6 +199,10 @@ pub(crate) struct Reservation {
     from_reserve: usize,
     /// The budget that last refused it, if one did.
     refused: Option<Refused>,
+    /// Its body read, once tracked for eviction (until read to its end).
+    flight: Option<Arc<Flight>>,
+    /// Its body read was evicted (and gave back what it held).
+    evicted: bool,
 }
 
 impl Reservation {
@@ -186,7 +220,14 @@ impl Reservation {
             bytes: 0,
             from_reserve: 0,
             refused: None,
+            flight: None,
+            evicted: false,
         }
+    }
+
+    /// Whether its body read was evicted to make room for another.
+    pub(crate) fn evicted(&self) -> bool {
+        self.evicted
     }
 
     /// The budget that refused it, if one did (a body refused and then read to its end, or cut
@@ -211,12 +252,12 @@ impl Reservation {
             self.peer.give_back(extra);
             Refused::Process
         } else {
-            self.bytes = total;
+            self.set_bytes(total);
             return Ok(());
         };
         if self.serving && self.process.reserve.try_take(extra) {
             self.from_reserve += extra;
-            self.bytes = total;
+            self.set_bytes(total);
             return Ok(());
         }
         self.connection.give_back(extra);
@@ -224,12 +265,89 @@ impl Reservation {
         Err(refused)
     }
 
+    fn set_bytes(&mut self, total: usize) {
+        self.bytes = total;
+        if let Some(flight) = &self.flight {
+            flight.set_held(total);
+        }
+    }
+
+    /// Raises the reservation to `total` bytes, evicting stalled body reads when the process
+    /// budget (and for a serving connection the reserve) is spent, and waiting for them to give
+    /// their memory back: memory is taken only once it is free. `BodyError::Evicted` when this
+    /// read is evicted meanwhile.
+    async fn take(&mut self, total: usize) -> Result<(), BodyError> {
+        let process = self.process.clone();
+        let flights = &process.flights;
+        loop {
+            // Enabled before trying, so a victim giving back after the try wakes it.
+            let mut freed = std::pin::pin!(flights.freed());
+            freed.as_mut().enable();
+            let refused = match self.grow_to(total) {
+                Ok(()) => {
+                    // Room was made: not a refusal.
+                    self.refused = None;
+                    return Ok(());
+                }
+                Err(refused) => refused,
+            };
+            // A peer past its share pays for it itself; a serving connection refused there
+            // was refused by the reserve as well.
+            let contended =
+                refused == Refused::Process || (self.serving && refused == Refused::Peer);
+            if !contended {
+                return Err(BodyError::OverBudget(refused));
+            }
+            // So does a peer holding more than the others (see `flights`).
+            let average = process.peer_average(&self.peer);
+            if self.peer.used() >= average {
+                return Err(BodyError::OverBudget(refused));
+            }
+            flights.evict(self.flight.as_ref(), average);
+            if flights.pending() == 0 {
+                return Err(BodyError::OverBudget(refused));
+            }
+            match self.flight.clone() {
+                Some(own) => tokio::select! {
+                    () = &mut freed => {}
+                    () = own.evicted() => return Err(BodyError::Evicted),
+                },
+                None => freed.await,
+            }
+        }
+    }
+
     /// Raises the reservation to cover an admission of a `body_len`-byte body being answered
-    /// ([`ADMISSION_BYTES_PER_BODY_BYTE`]); which budget refused (and nothing more taken) when
-    /// one is exhausted.
-    pub(crate) fn cover_admission(&mut self, body_len: usize) -> Result<(), Refused> {
+    /// ([`ADMISSION_BYTES_PER_BODY_BYTE`]), evicting stalled body reads if need be (see
+    /// [`Self::take`]); which budget refused (and nothing more taken) when one is exhausted.
+    pub(crate) async fn cover_admission(&mut self, body_len: usize) -> Result<(), Refused> {
         let needed = ADMISSION_BYTES_PER_BODY_BYTE * body_len;
-        self.grow_to(needed.max(self.bytes))
+        match self.take(needed.max(self.bytes)).await {
+            Ok(()) => Ok(()),
+            Err(BodyError::OverBudget(refused)) => Err(refused),
+            // Its body is read: it is not tracked, so not evicted.
+            Err(_) => Err(Refused::Process),
+        }
+    }
+
+    /// Tracks its body read for eviction (it has had to wait for bytes).
+    fn track(&mut self, window: Window, ceiling: usize, received: usize) -> Arc<Flight> {
+        let flights = &self.process.flights;
+        let flight = flights.track(window, (ceiling, self.peer.clone()), received);
+        flight.set_held(self.bytes);
+        self.flight = Some(flight.clone());
+        flight
+    }
+
+    /// Its body is read to its end: no longer evictable. `Evicted` if it was first.
+    fn finish(&mut self) -> Result<(), BodyError> {
+        match &self.flight {
+            Some(flight) if !flight.finish() => Err(BodyError::Evicted),
+            _ => {
+                self.flight = None;
+                Ok(())
+            }
+        }
     }
 
     /// Lowers the reservation to `total` bytes (a buffer it paid for was freed); what came from
@@ -242,7 +360,13 @@ impl Reservation {
         self.process.open.give_back(freed - reserved);
         self.connection.give_back(freed);
         self.from_reserve -= reserved;
-        self.bytes -= freed;
+        self.set_bytes(self.bytes - freed);
+        if self.bytes == 0 && self.flight.as_ref().is_some_and(|f| f.is_evicted()) {
+            // Evicted, and all given back: the newcomers waiting for it may take it.
+            self.flight = None;
+            self.evicted = true;
+            self.process.flights.released();
+        }
     }
 }
 
@@ -258,19 +382,24 @@ pub(crate) enum BodyError {
     TooLarge,
     /// A memory budget is exhausted: the server is busy, the client may retry.
     OverBudget(Refused),
+    /// The body stalled, or came too slowly to be read by its deadline, while others needed
+    /// the memory it held.
+    Evicted,
     Unreadable(String),
     /// `Content-Encoding: gzip`, but not gzip.
     NotGzip(String),
 }
 
-/// Reads `body` into one buffer. `declared` is its `Content-Length`. The caller bounds the time.
-/// `drain_refused`: a body refused for memory is read to its end (and dropped) first — an
-/// HTTP/2 stream's, whose client would otherwise keep sending DATA on a reset stream.
+/// Reads `body` into one buffer. `declared` is its `Content-Length`; `window` when its request
+/// began and its read deadline (the caller bounds the time). `drain_refused`: a body refused
+/// for memory (or evicted) is read to its end (and dropped) first — an HTTP/2 stream's, whose
+/// client would otherwise keep sending DATA on a reset stream.
 pub(crate) async fn read(
     mut body: Incoming,
     declared: Option<u64>,
     reservation: &mut Reservation,
     drain_refused: bool,
+    window: Window,
 ) -> Result<Bytes, BodyError> {
     let ceiling = match declared {
         Some(n) if n > MAX_BODY_BYTES as u64 => return Err(BodyError::TooLarge),
@@ -279,8 +408,8 @@ pub(crate) async fn read(
     };
     let mut buffer = Vec::new();
     let read = async {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+        let pace = (window, ceiling);
+        while let Some(frame) = next_frame(&mut body, reservation, pace, buffer.len()).await? {
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };
@@ -292,47 +421,94 @@ pub(crate) async fn read(
                 .max(buffer.capacity() * 2)
                 .max(INITIAL_CAPACITY)
                 .min(ceiling.max(needed));
-            grow(&mut buffer, needed, capacity, reservation)?;
+            if let Some(total) = growth(buffer.capacity(), needed, capacity, reservation)? {
+                reservation.take(total).await?;
+                buffer.reserve_exact(capacity - buffer.len());
+            }
             buffer.extend_from_slice(&data);
+            if let Some(flight) = &reservation.flight {
+                flight.arrived(buffer.len());
+            }
         }
-        Ok(())
+        reservation.finish()
     };
     match read.await {
         Ok(()) => Ok(Bytes::from(buffer)),
-        Err(BodyError::OverBudget(refused)) if drain_refused => {
+        Err(e @ (BodyError::OverBudget(_) | BodyError::Evicted)) if drain_refused => {
             drop(buffer);
             reservation.shrink_to(0);
             while let Some(frame) = body.frame().await {
                 frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
             }
-            Err(BodyError::OverBudget(refused))
+            Err(e)
         }
         Err(e) => Err(e),
     }
 }
 
+/// The body's next frame. A read that has to wait for it is tracked for eviction from then on
+/// (`pace`: its window and what its body may grow to; `received` so far), and ends as
+/// `Evicted` when evicted meanwhile; one whose bytes are already there is not (no lock, no
+/// clock: the ordinary admission's path).
+async fn next_frame(
+    body: &mut Incoming,
+    reservation: &mut Reservation,
+    (window, ceiling): (Window, usize),
+    received: usize,
+) -> Result<Option<hyper::body::Frame<Bytes>>, BodyError> {
+    let unreadable = |e: hyper::Error| BodyError::Unreadable(e.to_string());
+    let mut next = std::pin::pin!(body.frame());
+    let flight = match &reservation.flight {
+        Some(flight) if flight.is_evicted() => return Err(BodyError::Evicted),
+        Some(flight) => flight.clone(),
+        None => {
+            let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+            if let Poll::Ready(frame) = polled {
+                return frame.transpose().map_err(unreadable);
+            }
+            reservation.track(window, ceiling, received)
+        }
+    };
+    tokio::select! {
+        () = flight.evicted() => Err(BodyError::Evicted),
+        frame = next => frame.transpose().map_err(unreadable),
+    }
+}
+
+/// What the reservation must grow to for a buffer of capacity `has` to hold `needed` bytes in
+/// all, growing to `capacity` (`None`: it has room).
+fn growth(
+    has: usize,
+    needed: usize,
+    capacity: usize,
+    reservation: &Reservation,
+) -> Result<Option<usize>, BodyError> {
+    if needed > MAX_BODY_BYTES {
+        return Err(BodyError::TooLarge);
+    }
+    if needed <= has {
+        return Ok(None);
+    }
+    // The reservation pays for what is held besides this buffer too (the compressed body).
+    let others = reservation.bytes.saturating_sub(has);
+    Ok(Some(others + capacity))
+}
+
 /// Makes room in `buffer` for `needed` bytes in all, growing it to `capacity` when it must grow,
-/// once the reservation pays for it.
+/// once the reservation pays for it (no eviction: for the inflated copy of a body read whole).
 fn grow(
     buffer: &mut Vec<u8>,
     needed: usize,
     capacity: usize,
     reservation: &mut Reservation,
 ) -> Result<(), BodyError> {
-    if needed > MAX_BODY_BYTES {
-        return Err(BodyError::TooLarge);
+    if let Some(total) = growth(buffer.capacity(), needed, capacity, reservation)? {
+        reservation.grow_to(total).map_err(BodyError::OverBudget)?;
+        buffer.reserve_exact(capacity - buffer.len());
     }
-    if needed <= buffer.capacity() {
-        return Ok(());
-    }
-    // The reservation pays for what is held besides this buffer too (the compressed body).
-    let others = reservation.bytes.saturating_sub(buffer.capacity());
-    reservation
-        .grow_to(others + capacity)
-        .map_err(BodyError::OverBudget)?;
-    buffer.reserve_exact(capacity - buffer.len());
     Ok(())
 }
+
 /// Inflates a gzip body, every byte of the inflated copy reserved before it is written, then
 /// frees the compressed one.
 ///

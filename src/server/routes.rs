@@ -72,12 +72,6 @@ async fn read_body(
     req: Request<Incoming>,
     deadline: tokio::time::Instant,
 ) -> Result<(Bytes, Reservation), Response<Body>> {
-    let too_large = || {
-        json_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("body larger than {MAX_BODY_BYTES} bytes"),
-        )
-    };
     let metrics = &server.app.metrics;
     let declared = declared_length(&req);
     let encoding = req
@@ -93,8 +87,14 @@ async fn read_body(
     );
     let serving = connection.has_served();
     let h2 = req.version() == http::Version::HTTP_2;
+    let window = body::Window {
+        started: deadline
+            .checked_sub(server.limits.request_read_timeout)
+            .unwrap_or(deadline),
+        deadline,
+    };
     let read = async {
-        let body = body::read(req.into_body(), declared, &mut reservation, h2).await?;
+        let body = body::read(req.into_body(), declared, &mut reservation, h2, window).await?;
         match encoding.as_deref() {
             None | Some("identity") | Some("") => Ok(Ok(body)),
             Some("gzip") => body::inflate(body, &mut reservation).map(Ok),
@@ -107,30 +107,14 @@ async fn read_body(
     let body = match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(Ok(body))) => body,
         Ok(Ok(Err(unsupported))) => return Err(unsupported),
-        Ok(Err(body::BodyError::TooLarge)) => return Err(too_large()),
-        Ok(Err(body::BodyError::OverBudget(refused))) => {
-            metrics.request_refused("body_memory");
-            metrics.body_refused(serving, refused.label());
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy: too many request bodies being read at once",
-            ));
-        }
-        Ok(Err(body::BodyError::Unreadable(e))) => {
-            return Err(json_error(
-                StatusCode::BAD_REQUEST,
-                &format!("cannot read the body: {e}"),
-            ))
-        }
-        Ok(Err(body::BodyError::NotGzip(e))) => {
-            return Err(json_error(
-                StatusCode::BAD_REQUEST,
-                &format!("body is not valid gzip: {e}"),
-            ))
-        }
+        Ok(Err(e)) => return Err(unread(server, serving, e)),
         Err(_) => {
             if let Some(refused) = reservation.refused() {
                 metrics.body_refused(serving, refused.label());
+            }
+            if reservation.evicted() {
+                // An HTTP/2 stream evicted, then drained until its deadline.
+                metrics.body_evicted(serving);
             }
             metrics.request_refused("read_timeout");
             return Err(refuse(
@@ -143,6 +127,41 @@ async fn read_body(
         }
     };
     Ok((body, reservation))
+}
+
+/// The answer to a body that could not be read (counted).
+fn unread(server: &Server, serving: bool, error: body::BodyError) -> Response<Body> {
+    let metrics = &server.app.metrics;
+    match error {
+        body::BodyError::TooLarge => json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("body larger than {MAX_BODY_BYTES} bytes"),
+        ),
+        body::BodyError::Evicted => {
+            metrics.request_refused("body_memory");
+            metrics.body_evicted(serving);
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: this body stalled while other requests needed the memory it held",
+            )
+        }
+        body::BodyError::OverBudget(refused) => {
+            metrics.request_refused("body_memory");
+            metrics.body_refused(serving, refused.label());
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: too many request bodies being read at once",
+            )
+        }
+        body::BodyError::Unreadable(e) => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the body: {e}"),
+        ),
+        body::BodyError::NotGzip(e) => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("body is not valid gzip: {e}"),
+        ),
+    }
 }
 
 async fn mutate(
@@ -165,7 +184,10 @@ async fn mutate(
         server,
         (&mut reservation, connection.has_served()),
         body.len(),
-    ) {
+        read_deadline,
+    )
+    .await
+    {
         Ok(permit) => permit,
         Err(busy) => return *busy,
     };
@@ -206,16 +228,21 @@ async fn mutate(
 }
 
 /// What an admission whose body is read takes before it is answered: memory for what is parsed
-/// out of the body, and an in-flight permit; a 503 when either is exhausted.
-fn take_in_flight(
+/// out of the body (stalled bodies evicted for it until `deadline`), and an in-flight permit; a
+/// 503 when either is exhausted.
+async fn take_in_flight(
     server: &Server,
     (reservation, serving): (&mut Reservation, bool),
     body_len: usize,
+    deadline: tokio::time::Instant,
 ) -> Result<OwnedSemaphorePermit, Box<Response<Body>>> {
     let state = &server.app;
     // What is parsed out of the body lives as long as it, and counts too: without this, 16
     // gzip-bombed 3 MiB admissions in flight held ~7.5 MiB each against a budget of 3 MiB each.
-    if let Err(refused) = reservation.cover_admission(body_len) {
+    let covered = tokio::time::timeout_at(deadline, reservation.cover_admission(body_len))
+        .await
+        .unwrap_or(Err(body::Refused::Process));
+    if let Err(refused) = covered {
         state.metrics.request_refused("body_memory");
         state.metrics.body_refused(serving, refused.label());
         return Err(Box::new(refuse(

@@ -8,6 +8,7 @@ mod common;
 
 mod abuse;
 mod abuse_lookups;
+mod body_eviction;
 mod faults;
 mod malformed_inputs;
 mod monitoring;
