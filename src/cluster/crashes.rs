@@ -6,7 +6,6 @@
 //! termination: nothing else is deserialized) and, where the termination message lacks a
 //! runtime's text, the previous log's last lines.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use futures_util::Stream;
@@ -133,29 +132,13 @@ impl BackOffEvent {
     }
 }
 
-impl kube::Resource for BackOffEvent {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Event".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "events".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+crate::cluster::watch::core_v1_projection!(
+    BackOffEvent,
+    "Event",
+    "events",
+    k8s_openapi::NamespaceResourceScope,
+    meta
+);
 
 /// One event of the BackOff watch (named here: outside `cluster`, the library names no `kube`
 /// item).
@@ -356,29 +339,13 @@ impl From<pod_wire::Pod> for PodRead {
     }
 }
 
-impl kube::Resource for PodRead {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.1
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.1
-    }
-}
+crate::cluster::watch::core_v1_projection!(
+    PodRead,
+    "Pod",
+    "pods",
+    k8s_openapi::NamespaceResourceScope,
+    1
+);
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,6 @@
 //! never the whole Pod — a Pod read whole when it is worked on, the release patch (JSON Patch),
 //! and Warning Events.
 
-use std::borrow::Cow;
 use std::time::SystemTime;
 
 use futures_util::{Stream, StreamExt as _};
@@ -88,29 +87,13 @@ impl GatedPod {
     }
 }
 
-impl kube::Resource for GatedPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+crate::cluster::watch::core_v1_projection!(
+    GatedPod,
+    "Pod",
+    "pods",
+    k8s_openapi::NamespaceResourceScope,
+    meta
+);
 
 /// One event of the gated watch: kube-runtime's watcher event, each Pod as its record (taken
 /// into the watch primitive's store by `crate::gates`).

@@ -23,6 +23,40 @@ use std::time::SystemTime;
 
 use kube::runtime::watcher;
 
+/// `kube::Resource` for a projection of a core (v1) API object — the few fields a watch keeps,
+/// read as kube reads the object: its kind, plural, scope and the field holding its metadata.
+/// One place for what each watch's projection would otherwise write out again.
+macro_rules! core_v1_projection {
+    ($projection:ty, $kind:literal, $plural:literal, $scope:ty, $meta:tt) => {
+        impl kube::Resource for $projection {
+            type DynamicType = ();
+            type Scope = $scope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "".into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.$meta
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.$meta
+            }
+        }
+    };
+}
+pub(crate) use core_v1_projection;
+
 /// Objects of one kind as their projections, by key.
 pub(crate) struct Keyed<V> {
     current: HashMap<Arc<str>, Arc<V>>,

@@ -6,7 +6,6 @@
 //! so a heartbeat's image list is scanned but never allocated. The watch keeps only its
 //! [`NodeFacts`].
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
@@ -31,29 +30,13 @@ impl WatchedNode {
     }
 }
 
-impl kube::Resource for WatchedNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Node".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "nodes".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+crate::cluster::watch::core_v1_projection!(
+    WatchedNode,
+    "Node",
+    "nodes",
+    k8s_openapi::ClusterResourceScope,
+    meta
+);
 
 /// Everything tolerable reads of one Node besides its name. Two `NodeFacts` are equal exactly
 /// when nothing a decision or the tainter reads differs: a kubelet heartbeat, a new image or a
