@@ -122,13 +122,10 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
     assert_eq!(pod_reads, 1);
 }
 
-/// The same crash, the image pulled by digest from a test registry whose index claims only
-/// linux/s390x, on an arm64 node (a Pod placed without tolerable's decision, confirmation
-/// (a)): a wrong-architecture crash, flagged as such, learning nothing new.
-#[tokio::test]
-async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
-    let registry = registry::plain();
-    let tag = format!("{}/fixtures/s390x-docker:v1", registry.host);
+/// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and
+/// its `imageID` that tag's digest as the registry serves it now; with the tag and the imageID.
+async fn crashing_image(host: &str, repository: &str) -> (FakeApiServer, String, String) {
+    let tag = format!("{host}/{repository}:v1");
     let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
         .unwrap()
         .resolve(&tag)
@@ -136,8 +133,18 @@ async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
         .unwrap()
         .digest
         .clone();
-    let image_id = format!("{}/fixtures/s390x-docker@{digest}", registry.host);
+    let image_id = format!("{host}/{repository}@{digest}");
     let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    (api, tag, image_id)
+}
+
+/// The same crash, the image pulled by digest from a test registry whose index claims only
+/// linux/s390x, on an arm64 node (a Pod placed without tolerable's decision, confirmation
+/// (a)): a wrong-architecture crash, flagged as such, learning nothing new.
+#[tokio::test]
+async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
+    let registry = registry::plain();
+    let (api, _, _) = crashing_image(&registry.host, "fixtures/s390x-docker").await;
     let (server, _lead) = watching(&api).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture");
@@ -162,16 +169,7 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
     pusher
         .push("crashes/mislabelled", "mislabelled", "v1")
         .await;
-    let tag = format!("{}/crashes/mislabelled:v1", registry.host);
-    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(&tag)
-        .await
-        .unwrap()
-        .digest
-        .clone();
-    let image_id = format!("{}/crashes/mislabelled@{digest}", registry.host);
-    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let (api, tag, image_id) = crashing_image(&registry.host, "crashes/mislabelled").await;
     let (server, _lead) = watching(&api).await;
     let (pod, owner) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture");
@@ -228,16 +226,7 @@ async fn learned_then_left_out(server: &TestServer, image: &str) {
 #[tokio::test]
 async fn a_consistent_index_leaves_the_crash_unconfirmed() {
     let registry = registry::plain();
-    let tag = format!("{}/fixtures/arm64-oci:v1", registry.host);
-    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(&tag)
-        .await
-        .unwrap()
-        .digest
-        .clone();
-    let image_id = format!("{}/fixtures/arm64-oci@{digest}", registry.host);
-    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let (api, _, _) = crashing_image(&registry.host, "fixtures/arm64-oci").await;
     let (server, _lead) = watching(&api).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "ExecFormatError");
