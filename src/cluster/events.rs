@@ -8,7 +8,9 @@
 //!
 //! The [`Recorder`] keeps Events off the admission's path: [`Recorder::warn`] only takes a
 //! lock, checks the per-object limit and puts the Event in a bounded queue (a full queue drops
-//! it, counted); one task drains the queue, one Event at a time, each within [`SEND_TIMEOUT`].
+//! it, counted), of which one namespace may hold at most [`QUEUED_PER_NAMESPACE`]: a tenant
+//! whose Pods fail by the thousand has its own Events dropped, not everyone else's. One task
+//! drains the queue, one Event at a time, each within [`SEND_TIMEOUT`].
 //! At most one Event per object per [`PER_OBJECT_WINDOW`], remembered for at most
 //! [`MAX_REMEMBERED`] objects (the oldest forgotten first).
 
@@ -30,6 +32,8 @@ pub(crate) const REPORTING_CONTROLLER: &str = "tolerable.io/tolerable";
 const COMPONENT: &str = "tolerable";
 /// Events waiting to be written; past this, new ones are dropped (and counted).
 pub(crate) const QUEUE: usize = 256;
+/// Of [`QUEUE`], what the Events on one namespace's objects may hold at once.
+pub(crate) const QUEUED_PER_NAMESPACE: usize = QUEUE / 8;
 /// At most one Event per object in this window.
 pub(crate) const PER_OBJECT_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Objects whose last Event is remembered for the limit.
@@ -228,8 +232,34 @@ impl PerObject {
 #[derive(Clone)]
 pub(crate) struct Recorder {
     queue: mpsc::Sender<Warning>,
+    /// Events queued now, by their object's namespace (none kept at 0).
+    queued: Queued,
     limit: Arc<Mutex<PerObject>>,
     metrics: Option<Arc<Metrics>>,
+}
+
+/// Events in the queue by namespace, shared by the recorders and the task draining the queue.
+type Queued = Arc<Mutex<HashMap<String, usize>>>;
+
+/// Counts one Event of `namespace` into the queue if the namespace has room (`true`), or out
+/// of it (`into: false`).
+fn count_queued(queued: &Queued, namespace: &str, into: bool) -> bool {
+    let mut queued = queued
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let held = queued.get(namespace).copied().unwrap_or(0);
+    match (into, held) {
+        (true, held) if held >= QUEUED_PER_NAMESPACE => false,
+        (true, held) => {
+            queued.insert(namespace.to_owned(), held + 1);
+            true
+        }
+        (false, 0 | 1) => queued.remove(namespace).is_some(),
+        (false, held) => {
+            queued.insert(namespace.to_owned(), held - 1);
+            true
+        }
+    }
 }
 
 impl Recorder {
@@ -239,20 +269,29 @@ impl Recorder {
         metrics: Option<Arc<Metrics>>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (queue, received) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(drain(client, received, metrics.clone()));
-        let recorder = Self {
+        let queued = Queued::default();
+        let task = tokio::spawn(drain(client, (received, queued.clone()), metrics.clone()));
+        (Self::with_queue(queue, queued, metrics), task)
+    }
+
+    fn with_queue(
+        queue: mpsc::Sender<Warning>,
+        queued: Queued,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        Self {
             queue,
+            queued,
             limit: Arc::new(Mutex::new(PerObject::new(
                 PER_OBJECT_WINDOW,
                 MAX_REMEMBERED,
             ))),
             metrics,
-        };
-        (recorder, task)
+        }
     }
 
-    /// Queues `warning` unless its object had one within the window or the queue is full;
-    /// never waits.
+    /// Queues `warning` unless its object had one within the window, or the queue or its
+    /// namespace's share of it is full; never waits.
     pub(crate) fn warn(&self, warning: Warning) -> EventResult {
         let key = warning.regarding.key();
         let allowed = self
@@ -260,9 +299,13 @@ impl Recorder {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .allow(&key, Instant::now());
+        let namespace = warning.regarding.namespace.clone();
         let result = if !allowed {
             EventResult::Limited
+        } else if !count_queued(&self.queued, &namespace, true) {
+            EventResult::Dropped
         } else if self.queue.try_send(warning).is_err() {
+            count_queued(&self.queued, &namespace, false);
             EventResult::Dropped
         } else {
             return EventResult::Sent;
@@ -281,10 +324,11 @@ impl Recorder {
 /// Writes the queued Events one at a time, until every [`Recorder`] is gone.
 async fn drain(
     client: kube::Client,
-    mut received: mpsc::Receiver<Warning>,
+    (mut received, queued): (mpsc::Receiver<Warning>, Queued),
     metrics: Option<Arc<Metrics>>,
 ) {
     while let Some(warning) = received.recv().await {
+        count_queued(&queued, &warning.regarding.namespace, false);
         let result = match tokio::time::timeout(SEND_TIMEOUT, create(&client, &warning)).await {
             Ok(Ok(())) => EventResult::Sent,
             Ok(Err(kube::Error::Api(e))) if (400..500).contains(&e.code) => {
@@ -388,6 +432,37 @@ mod tests {
             panic!()
         };
         assert!(event.note.unwrap().len() <= MAX_NOTE_BYTES);
+    }
+
+    /// One namespace's flood of Events fills its share of the queue and is dropped there; an
+    /// Event of another namespace is still queued, and the share comes back as Events are taken.
+    #[test]
+    fn a_namespace_holds_at_most_its_share_of_the_queue() {
+        let (queue, mut received) = mpsc::channel(QUEUE);
+        let queued = Queued::default();
+        let recorder = Recorder::with_queue(queue, queued.clone(), None);
+        let in_namespace = |namespace: &str, name: String| Regarding {
+            namespace: namespace.into(),
+            name,
+            uid: String::new(),
+            ..owner()
+        };
+        let results: Vec<EventResult> = (0..QUEUED_PER_NAMESPACE + 10)
+            .map(|i| recorder.warn(warning(in_namespace("flood", format!("rs-{i}")), "x")))
+            .collect();
+        let sent = results.iter().filter(|r| **r == EventResult::Sent).count();
+        assert_eq!(sent, QUEUED_PER_NAMESPACE);
+        assert_eq!(results.len() - sent, 10);
+        assert!(results[QUEUED_PER_NAMESPACE..]
+            .iter()
+            .all(|r| *r == EventResult::Dropped));
+        let quiet = recorder.warn(warning(in_namespace("quiet", "web".into()), "x"));
+        assert_eq!(quiet, EventResult::Sent);
+
+        let taken = received.try_recv().unwrap();
+        count_queued(&queued, &taken.regarding.namespace, false);
+        let again = recorder.warn(warning(in_namespace("flood", "rs-new".into()), "x"));
+        assert_eq!(again, EventResult::Sent);
     }
 
     #[test]

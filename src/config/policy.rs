@@ -1001,7 +1001,7 @@ pub(super) const EVENTS_DOC: SectionDoc = SectionDoc {
     intro: "",
     keys: &[KeyDoc {
         key: "on_admission",
-        meaning: "a Warning Event (events.k8s.io/v1) on the controller owner of each Pod whose images share no node architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the images and why; at most one per owner every 10 minutes, written off the admission's path (a full queue drops it); a Pod without a controller owner gets none (needs `create` on `events.events.k8s.io`: `kustomize/components/events`, the chart's `config.events.on_admission`)",
+        meaning: "a Warning Event (events.k8s.io/v1) on the controller owner of each Pod whose images share no node architecture (denied or warned) or could not be looked up (warned, denied or gated), naming the images and why; at most one per owner every 10 minutes, written off the admission's path (a full queue, or its namespace's full share of it, drops it); a Pod without a controller owner gets none (needs `create` on `events.events.k8s.io`: `kustomize/components/events`, the chart's `config.events.on_admission`)",
         about: &[
             "A Warning Event on the controller owner of each Pod (its ownerReferences entry with",
             "controller: true — a ReplicaSet, StatefulSet, Job, DaemonSet…) whose images share no node",

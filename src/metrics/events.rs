@@ -12,7 +12,8 @@ use super::ResultLabels;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventResult {
     Sent,
-    /// The queue was full: not written, so an admission never waits for the API server.
+    /// The queue, or its namespace's share of it, was full: not written, so an admission
+    /// never waits for the API server.
     Dropped,
     /// An Event on the same object was sent within the window.
     Limited,
