@@ -522,6 +522,14 @@ fn preferred_architecture_and_the_pods_override() {
             {"key": ARCH_LABEL, "operator": "In", "values": ["arm64"]}]}}])
     );
     assert_eq!(required_terms(&out.patched).as_array().unwrap().len(), 1);
+    // The Pod had no affinity: the required and the preferred terms are one operation.
+    let affinity_ops: Vec<_> = out
+        .ops
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/affinity"))
+        .collect();
+    assert_eq!(affinity_ops.len(), 1, "{affinity_ops:#?}");
+    assert_eq!(affinity_ops[0]["path"], "/spec/affinity");
 
     // The Pod says no preference.
     let out = run(
