@@ -30,6 +30,8 @@ render with the matching values, object by object):
   TOLERABLE_<SECTION>__<KEY> variables with a literal value are folded into it (kustomize's
   components set config through the environment, so that several compose; the chart writes the
   file): what tolerable loads is compared, not how it is spelled.
+- PrometheusRules' strings with each run of white space one space (kustomize re-encodes
+  folded scalars with blank lines Helm does not write).
 - What only kustomize has: the Namespace (Helm does not own its release's namespace) and the
   registry credentials Secret (the operator's, mounted when it exists, in the chart)."""
 import json
@@ -236,8 +238,21 @@ def without_suffixes(docs):
     return [walk(d) for d in docs]
 
 
+def collapse_white_space(value):
+    if isinstance(value, dict):
+        return {k: collapse_white_space(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [collapse_white_space(v) for v in value]
+    return " ".join(value.split()) if isinstance(value, str) else value
+
+
 def normalise(docs):
     docs = [strip_helm(d) for d in docs if d and not is_hook(d)]
+    for doc in docs:
+        # kustomize re-encodes the PromQL's folded scalars with a blank line before their
+        # more-indented lines, Helm (like the YAML spec) without: the same query.
+        if doc["kind"] == "PrometheusRule":
+            doc["spec"] = collapse_white_space(doc["spec"])
     docs = without_suffixes(docs)
     docs = [d for d in docs if (d["kind"], d["metadata"]["name"]) not in ONLY_IN_KUSTOMIZE]
     fold_config(docs)
