@@ -844,7 +844,11 @@ fn the_charts_rbac_grants_what_its_config_enables() {
         let granted = |name: &str| rbac_of(&chart).iter().any(|r| r.contains(name));
         let pull_secrets = granted("tolerable-pull-secrets");
         assert_eq!(config.read_pull_secrets, pull_secrets, "{values}");
-        assert_eq!(config.watch_nodes, granted("\"tolerable-nodes\""), "{values}");
+        assert_eq!(
+            config.watch_nodes,
+            granted("\"tolerable-nodes\""),
+            "{values}"
+        );
         assert_eq!(config.manage_node_taints, granted("tolerable-node-taints"));
         assert_eq!(config.namespace_policy, granted("tolerable-namespaces"));
         assert_eq!(config.events_on_admission, granted("tolerable-events"));
@@ -946,7 +950,8 @@ fn monitoring_values_render_valid_objects() {
 #[test]
 fn credential_provider_values_render_and_load() {
     let provider_config = std::fs::read_to_string(
-        tools::root().join("kustomize/components/credential-provider-image/credential-providers.yaml"),
+        tools::root()
+            .join("kustomize/components/credential-provider-image/credential-providers.yaml"),
     )
     .unwrap();
     for values in [
@@ -1135,7 +1140,11 @@ fn the_charts_valkey_is_reachable_by_tolerable_alone() {
 /// Valkey reaches nothing.
 fn valkey_admits_tolerable_alone(chart: &[Value], valkey_labels: &Value) {
     let policy = object(chart, "NetworkPolicy", "tolerable-valkey");
-    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]), "egress denied");
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        json!(["Ingress", "Egress"]),
+        "egress denied"
+    );
     assert!(
         policy["spec"].get("egress").is_none(),
         "Valkey reaches nothing"

@@ -23,7 +23,10 @@ fn generator(args: &[&str]) -> Value {
         .output()
         .unwrap();
     let why = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kustomize-from-chart.py {args:?}: {why}");
+    assert!(
+        out.status.success(),
+        "kustomize-from-chart.py {args:?}: {why}"
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -68,7 +71,29 @@ fn assert_same_objects(case: &str, chart: Vec<Value>, kustomize: Vec<Value>) {
         "{case}: the objects"
     );
     for (key, object) in &chart {
-        assert_eq!(object, &kustomize[key], "{case}: {key}");
+        if let Some(at) = first_difference(object, &kustomize[key], String::new()) {
+            panic!("{case}: {key} differs at {at} (chart, then kustomize)");
+        }
+    }
+}
+
+/// Where `a` and `b` first differ: a JSON pointer, and the two values there.
+fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let (null, path) = (Value::Null, format!("{at}/{k}"));
+                first_difference(x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), path)
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(p, q, format!("{at}/{i}"))),
+        _ if a == b => None,
+        _ => Some(format!("{at}: {a} / {b}")),
     }
 }
 
@@ -185,10 +210,8 @@ fn the_hand_written_components_render_what_the_chart_renders() {
                 "nodes": {"watch": false}, "policy": {"namespace_policy": false}}}),
         ),
     ];
-    let runbook_file = std::fs::read_to_string(
-        root.join("kustomize/overlays/monitoring/runbooks.yaml"),
-    )
-    .unwrap();
+    let runbook_file =
+        std::fs::read_to_string(root.join("kustomize/overlays/monitoring/runbooks.yaml")).unwrap();
     assert!(runbook_file.contains(&format!("url: {runbooks}\n")));
     for (overlay, values) in cases {
         assert_same_objects(
