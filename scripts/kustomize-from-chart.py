@@ -152,8 +152,8 @@ def rendered(values):
 def header(source, values=None):
     rendered_with = "its defaults" if values is None else f"the values\n#   {json.dumps(values)}\n#"
     return (
-        f"# Generated from {source} by scripts/kustomize-from-chart.py (`make generate`):\n"
-        f"# edit the chart, not this file. Rendered with {rendered_with} as release {RELEASE} "
+        f"# Generated from {source}\n# by scripts/kustomize-from-chart.py (`make generate`): "
+        f"edit the chart, not this file.\n# Rendered with {rendered_with} as release {RELEASE} "
         f"in {NAMESPACE}.\n"
     )
 
@@ -407,7 +407,7 @@ def component_files(name, values):
             body += "  - patch: |-\n"
             text = yaml.safe_dump(patch, sort_keys=False, width=100)
         body += indent(text, 6)
-    marker = header("the chart", values).replace("this file", "what follows this comment")
+    marker = header("the chart", values).replace("this file", "what follows")
     files[f"{directory}/kustomization.yaml"] = prose(directory) + marker + body
     return files
 
@@ -427,10 +427,12 @@ def main(args):
     command = args[0] if args else ""
     if command == "generate":
         files = generated_files()
+        # A generated component's directory holds what was generated, nothing else.
         for name in COMPONENTS:
             directory = f"kustomize/components/{name}"
-            for stale in set(os.listdir(directory)) - {p.rsplit("/", 1)[1] for p in files if p.startswith(directory + "/")}:
-                os.remove(f"{directory}/{stale}")
+            for stale in set(os.listdir(directory)):
+                if f"{directory}/{stale}" not in files:
+                    os.remove(f"{directory}/{stale}")
         for path, text in files.items():
             with open(path, "w") as f:
                 f.write(text)
