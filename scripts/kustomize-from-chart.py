@@ -10,6 +10,12 @@ after the reference files; `make test-deps` installs helm-python-sdk and pyyaml 
         only Helm has (see `normalise`). The ConfigMap is left out: kustomize generates it from
         kustomize/base/tolerable.toml (written by `tolerable reference`), so its name carries
         kustomize's hash suffix and a changed config rolls the Pods.
+        Then each component of COMPONENTS (below), as what the chart's render with its values
+        adds (resources, one file per template), removes (`$patch: delete`) and changes (JSON
+        patches; a config key as a TOLERABLE_* variable, so that components compose) against the
+        defaults' render; the prose heading its kustomization.yaml is kept.
+    kustomize-from-chart.py components
+        COMPONENTS as JSON {component: values}.
     kustomize-from-chart.py print
         What `generate` would write, as JSON {path: text}, writing nothing (the drift test).
     kustomize-from-chart.py chart VALUES_JSON
