@@ -40,6 +40,12 @@ use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
 use crate::registry::{CredentialStore, Resolver};
 
+mod learned;
+pub(crate) mod shared;
+
+pub(crate) use learned::Learned;
+pub(crate) use learned::{MAX_LEARNED, MAX_PER_NAMESPACE};
+
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Pods and containers remembered for that.
@@ -48,62 +54,6 @@ const MAX_REMEMBERED: usize = 4096;
 const QUEUE: usize = 64;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
-
-/// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
-pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Digests remembered at most (the oldest forgotten first).
-const MAX_LEARNED: usize = 1024;
-
-/// What the crash watch learned: digests that do not run on architectures their index claims
-/// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
-/// digests — in this replica's memory. Admissions leave those architectures out.
-#[derive(Clone, Default)]
-pub(crate) struct Learned {
-    inner: Arc<std::sync::Mutex<LearnedMap>>,
-}
-
-#[derive(Default)]
-struct LearnedMap {
-    by_digest: std::collections::HashMap<String, (Vec<String>, Instant)>,
-    order: std::collections::VecDeque<String>,
-}
-
-impl Learned {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LearnedMap> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `digest` does not run on `arch`, as of `now`.
-    pub(crate) fn learn(&self, digest: &str, arch: &str, now: Instant) {
-        let mut map = self.lock();
-        if !map.by_digest.contains_key(digest) {
-            if map.by_digest.len() >= MAX_LEARNED {
-                if let Some(oldest) = map.order.pop_front() {
-                    map.by_digest.remove(&oldest);
-                }
-            }
-            map.order.push_back(digest.to_owned());
-        }
-        let entry = map
-            .by_digest
-            .entry(digest.to_owned())
-            .or_insert_with(|| (Vec::new(), now));
-        entry.1 = now;
-        if !entry.0.iter().any(|a| a == arch) {
-            entry.0.push(arch.to_owned());
-        }
-    }
-
-    /// The architectures `digest` does not run on (none past the TTL).
-    pub(crate) fn does_not_run_on(&self, digest: &str, now: Instant) -> Vec<String> {
-        match self.lock().by_digest.get(digest) {
-            Some((archs, at)) if now.saturating_duration_since(*at) < LEARNED_TTL => archs.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
 
 /// What looking at a crash needs.
 struct Looker {
@@ -249,7 +199,9 @@ impl Looker {
         if let (Verdict::WrongArchitecture { arch, .. }, Some(digest)) =
             (&verdict, digest_of(&image))
         {
-            self.learned.learn(digest, arch, Instant::now());
+            self.learned
+                .learn_everywhere(&pod.namespace, digest, arch)
+                .await;
         }
         self.report(pod, &arch, &verdict, note);
     }

@@ -109,15 +109,14 @@ impl Engine {
             cluster: sources.pull_secrets,
             nodes: sources.nodes,
             namespaces: sources.namespaces,
-            learned: None,
+            learned: learned(config, purpose)?,
         })
     }
 
-    /// Leaves out of each decision the architectures the crash watch learned an image's digest
-    /// does not run on.
-    pub(crate) fn with_learned(mut self, learned: crate::crashes::Learned) -> Self {
-        self.learned = Some(learned);
-        self
+    /// What the crash watch learned, which decisions leave out (`serve` with `[crashes] watch`;
+    /// `review` and `audit` with the shared cache).
+    pub(crate) fn learned(&self) -> Option<&crate::crashes::Learned> {
+        self.learned.as_ref()
     }
 
     /// The image resolver (its caches, for the scrape-time gauges).
@@ -221,6 +220,7 @@ impl Engine {
             .await;
         let mut warnings = pull.warnings;
         if let Some(learned) = &self.learned {
+            learned.ready().await;
             warnings.extend(leave_out_learned(learned, &mut facts));
         }
         ((facts, causes), warnings)
@@ -340,6 +340,25 @@ pub(crate) enum PodRead {
     Decide(PodCreate, PullSecretRefs),
     /// Not a Pod CREATE, or an object tolerable cannot read: answered already.
     Answered(Answer),
+}
+
+/// What the crash watch learned, for `purpose`: `serve` with `[crashes] watch` keeps it (in
+/// memory, and in the shared cache when there is one, refreshed by `crate::crashes`); `review`
+/// and `audit` read the shared cache's once, on their first decision (without a shared cache
+/// it lives only in each replica's memory: nothing to read).
+fn learned(config: &Config, purpose: Purpose) -> anyhow::Result<Option<crate::crashes::Learned>> {
+    use crate::crashes::Learned;
+    let shared = config.resolver.shared_cache.clone();
+    let learned = match (purpose, shared) {
+        (Purpose::Admit, _) if !config.crash_watch => return Ok(None),
+        (Purpose::Admit, None) => Learned::default(),
+        (Purpose::Admit, Some(shared)) => Learned::refreshed(shared).map_err(anyhow::Error::msg)?,
+        (Purpose::Review | Purpose::Audit, None) => return Ok(None),
+        (Purpose::Review | Purpose::Audit, Some(shared)) => {
+            Learned::read_once(shared).map_err(anyhow::Error::msg)?
+        }
+    };
+    Ok(Some(learned))
 }
 
 /// Each fact without the architectures `learned` says its digest does not run on; a warning
