@@ -41,10 +41,10 @@ use crate::mutate::Policy;
 use crate::registry::{CredentialStore, Resolver};
 
 mod learned;
-pub(crate) mod shared;
+pub mod shared;
 
 pub(crate) use learned::Learned;
-pub(crate) use learned::{MAX_LEARNED, MAX_PER_NAMESPACE};
+pub use learned::{MAX_LEARNED, MAX_PER_NAMESPACE, REFRESH_EVERY};
 
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);

@@ -27,11 +27,11 @@ use crate::registry::SharedCacheSettings;
 /// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
 pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Digests remembered at most (the oldest forgotten first).
-pub(crate) const MAX_LEARNED: usize = 1024;
+pub const MAX_LEARNED: usize = 1024;
 /// Digests one namespace's crashes may have taught at most (an eighth of all).
-pub(crate) const MAX_PER_NAMESPACE: usize = MAX_LEARNED / 8;
+pub const MAX_PER_NAMESPACE: usize = MAX_LEARNED / 8;
 /// How often `serve` asks the shared store whether anything changed.
-pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// The digests learned not to run on architectures their index claims. Clones share it.
 #[derive(Clone, Default)]

@@ -29,23 +29,23 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::registry::SharedCacheSettings;
 
 /// Architectures kept per digest (a digest wrong on more than this is wrong everywhere).
-pub(crate) const MAX_ARCHITECTURES: usize = 8;
+pub const MAX_ARCHITECTURES: usize = 8;
 /// The longest one request to the store may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const PREFIX: &str = "tolerable:v1:";
 
 /// One learned digest as the store keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LearnedEntry {
-    pub(crate) digest: String,
+pub struct LearnedEntry {
+    pub digest: String,
     /// (architecture, the namespace whose crash taught it), sorted.
-    pub(crate) architectures: Vec<(String, String)>,
+    pub architectures: Vec<(String, String)>,
     /// What is left of its TTL.
-    pub(crate) expires_in: Duration,
+    pub expires_in: Duration,
 }
 
 /// The learned store in the shared cache.
-pub(crate) struct SharedLearned {
+pub struct SharedLearned {
     settings: SharedCacheSettings,
     client: redis::Client,
     connection: OnceLock<Option<ConnectionManager>>,
@@ -133,7 +133,7 @@ fn version_key() -> String {
 
 impl SharedLearned {
     /// Checks the settings (the TLS roots parse); connects on first use.
-    pub(crate) fn new(settings: SharedCacheSettings) -> Result<Self, String> {
+    pub fn new(settings: SharedCacheSettings) -> Result<Self, String> {
         let client = settings.client()?;
         Ok(Self {
             settings,
@@ -143,13 +143,13 @@ impl SharedLearned {
     }
 
     /// The URL (no password), for messages.
-    pub(crate) fn url(&self) -> &str {
+    pub fn url(&self) -> &str {
         self.settings.url()
     }
 
     /// `digest` does not run on `arch`, taught by a crash in `namespace`, for `ttl`. `false`:
     /// the digest already has [`MAX_ARCHITECTURES`] others.
-    pub(crate) async fn learn(
+    pub async fn learn(
         &self,
         namespace: &str,
         digest: &str,
@@ -177,7 +177,7 @@ impl SharedLearned {
     }
 
     /// Forgets `arch` (every architecture for `None`) of `digest`: how many were forgotten.
-    pub(crate) async fn forget(&self, digest: &str, arch: Option<&str>) -> Result<usize, String> {
+    pub async fn forget(&self, digest: &str, arch: Option<&str>) -> Result<usize, String> {
         let mut script = redis::cmd("EVAL");
         script
             .arg(FORGET)
@@ -202,7 +202,7 @@ impl SharedLearned {
 
     /// Every digest learned (at most [`super::MAX_LEARNED`], the newest first): the index's
     /// range, then one pipeline of each entry's fields and TTL.
-    pub(crate) async fn entries(&self) -> Result<Vec<LearnedEntry>, String> {
+    pub async fn entries(&self) -> Result<Vec<LearnedEntry>, String> {
         let mut range = redis::cmd("ZREVRANGE");
         range
             .arg(index_key())
