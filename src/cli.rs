@@ -457,7 +457,8 @@ pub(crate) const CRASHES_DONE: ExitStatus = ExitStatus {
 };
 pub(crate) const CRASHES_NOTHING_LEARNED: ExitStatus = ExitStatus {
     code: 1,
-    meaning: "nothing was learned of that digest (or of that architecture for it): nothing forgotten",
+    meaning:
+        "nothing was learned of that digest (or of that architecture for it): nothing forgotten",
 };
 pub(crate) const CRASHES_NOT_SHARED: ExitStatus = ExitStatus {
     code: 3,

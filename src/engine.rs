@@ -78,6 +78,10 @@ pub(crate) struct PodAnswer {
     pub(crate) facts: ImageFacts,
     /// Why lookups failed (for reports; the webhook drops it).
     pub(crate) lookup_causes: LookupCauses,
+    /// What the crash watch learned of its images' digests, a line each ("learned: D does not
+    /// run on A"), which the decision left out (for `review` and `audit`; the webhook drops it:
+    /// its warning says so).
+    pub(crate) learned: Vec<String>,
 }
 
 /// The engine: gathers a Pod's facts (its pull secrets, its images' platforms within one
@@ -180,6 +184,10 @@ impl Engine {
         PodAnswer {
             answer: mutate::answer(pod, &facts, pools.as_deref(), &self.policy),
             shell_warnings,
+            learned: self
+                .learned
+                .as_ref()
+                .map_or_else(Vec::new, |l| learned_notes(l, &facts)),
             facts,
             lookup_causes,
         }
@@ -380,6 +388,25 @@ fn leave_out_learned(learned: &crate::crashes::Learned, facts: &mut ImageFacts) 
     warnings
 }
 
+/// "learned: D does not run on A (IMAGE crashed …)" for each image whose digest the crash
+/// watch learned something of: what `review` and `audit` report beside the decision.
+fn learned_notes(learned: &crate::crashes::Learned, facts: &ImageFacts) -> Vec<String> {
+    let now = Instant::now();
+    facts
+        .iter()
+        .filter_map(|(image, fact)| {
+            let digest = fact.as_ref().ok()?.digest.as_deref()?;
+            let archs = learned.does_not_run_on(digest, now);
+            (!archs.is_empty()).then(|| {
+                format!(
+                    "learned: {digest} does not run on {} ({image} crashed there with exec format error although its index claims it)",
+                    archs.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`), with that
 /// Namespace's own policy when `namespaces` knows it.
 pub(crate) fn read_pod(
@@ -416,6 +443,7 @@ impl From<Answer> for PodAnswer {
             shell_warnings: Vec::new(),
             facts: ImageFacts::new(),
             lookup_causes: LookupCauses::new(),
+            learned: Vec::new(),
         }
     }
 }

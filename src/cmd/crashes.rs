@@ -74,7 +74,10 @@ async fn forget(
     if !shaped {
         anyhow::bail!("{digest:?} is not a digest (sha256:…, as `tolerable crashes list` shows)");
     }
-    let forgotten = store.forget(digest, arch).await.map_err(anyhow::Error::msg)?;
+    let forgotten = store
+        .forget(digest, arch)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let what = arch.map_or(String::new(), |a| format!(" on {a}"));
     if forgotten == 0 {
         writeln!(out, "nothing learned of {digest}{what}: nothing forgotten")?;
@@ -106,6 +109,9 @@ mod tests {
         assert_eq!(hours_and_minutes(Duration::from_secs(24 * 3600)), "24h00m");
         assert_eq!(hours_and_minutes(Duration::from_secs(3599)), "1h00m");
         assert_eq!(hours_and_minutes(Duration::from_secs(61)), "2m");
-        assert_eq!(hours_and_minutes(Duration::from_secs(3 * 3600 + 300)), "3h05m");
+        assert_eq!(
+            hours_and_minutes(Duration::from_secs(3 * 3600 + 300)),
+            "3h05m"
+        );
     }
 }

@@ -60,7 +60,13 @@ struct LearnedMap {
 }
 
 impl LearnedMap {
-    fn insert(&mut self, namespace: &str, digest: &str, arch: &str, expires: Instant) -> &mut Entry {
+    fn insert(
+        &mut self,
+        namespace: &str,
+        digest: &str,
+        arch: &str,
+        expires: Instant,
+    ) -> &mut Entry {
         if !self.by_digest.contains_key(digest) {
             self.make_room(namespace);
             self.order.push_back(digest.to_owned());

@@ -48,20 +48,35 @@ async fn list_shows_what_was_learned_and_forget_forgets_it() {
     assert_eq!(listed.status.code(), Some(0), "{listed:?}");
     let text = stdout(&listed);
     let row = |d: usize, arch: &str, ns: &str| {
-        let wanted = [digest(d), arch.to_owned(), ns.to_owned(), "in 24h00m".to_owned()];
+        let wanted = [
+            digest(d),
+            arch.to_owned(),
+            ns.to_owned(),
+            "in 24h00m".to_owned(),
+        ];
         text.lines().any(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             words.len() == 5 && words[..3] == wanted[..3] && words[3..].join(" ") == wanted[3]
         })
     };
     assert!(text.starts_with("DIGEST"), "{text}");
-    assert!(row(1, "arm64", "shop") && row(1, "arm", "lab") && row(2, "amd64", "shop"), "{text}");
+    assert!(
+        row(1, "arm64", "shop") && row(1, "arm", "lab") && row(2, "amd64", "shop"),
+        "{text}"
+    );
     assert_eq!(text.lines().count(), 4, "{text}");
 
     let one = digest(1);
-    let out = crashes(home.path(), Some(&redis), &["forget", &one, "--arch", "arm"]);
+    let out = crashes(
+        home.path(),
+        Some(&redis),
+        &["forget", &one, "--arch", "arm"],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(stdout(&out).contains("forgot 1 architecture(s) on arm"), "{out:?}");
+    assert!(
+        stdout(&out).contains("forgot 1 architecture(s) on arm"),
+        "{out:?}"
+    );
     let out = crashes(home.path(), Some(&redis), &["forget", &one]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let out = crashes(home.path(), Some(&redis), &["forget", &one]);
@@ -71,7 +86,11 @@ async fn list_shows_what_was_learned_and_forget_forgets_it() {
     let left = store.entries().await.unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0].digest, digest(2));
-    assert!(!redis.keys().iter().any(|k| k.ends_with(&one)), "{:?}", redis.keys());
+    assert!(
+        !redis.keys().iter().any(|k| k.ends_with(&one)),
+        "{:?}",
+        redis.keys()
+    );
 }
 
 /// Without a shared cache there is nothing to read: it says where learning lives and how to
@@ -95,9 +114,15 @@ fn without_a_shared_cache_it_says_learning_lives_in_each_replica() {
 async fn the_shared_store_is_bounded_per_namespace_and_in_all() {
     let redis = RedisServer::start();
     let store = SharedLearned::new(redis.settings()).unwrap();
-    store.learn("quiet", &digest(0), "arm64", TTL).await.unwrap();
+    store
+        .learn("quiet", &digest(0), "arm64", TTL)
+        .await
+        .unwrap();
     for n in 1..=MAX_PER_NAMESPACE + 5 {
-        store.learn("noisy", &digest(n), "arm64", TTL).await.unwrap();
+        store
+            .learn("noisy", &digest(n), "arm64", TTL)
+            .await
+            .unwrap();
     }
     let entries = store.entries().await.unwrap();
     assert_eq!(entries.len(), MAX_PER_NAMESPACE + 1);
@@ -107,15 +132,110 @@ async fn the_shared_store_is_bounded_per_namespace_and_in_all() {
     let base = 10_000;
     for n in 0..MAX_LEARNED {
         let namespace = format!("ns-{}", n % 16);
-        store.learn(&namespace, &digest(base + n), "arm64", TTL).await.unwrap();
+        store
+            .learn(&namespace, &digest(base + n), "arm64", TTL)
+            .await
+            .unwrap();
     }
     let entries = store.entries().await.unwrap();
     assert_eq!(entries.len(), MAX_LEARNED);
-    assert!(!entries.iter().any(|e| e.digest == digest(0)), "the oldest of all");
+    assert!(
+        !entries.iter().any(|e| e.digest == digest(0)),
+        "the oldest of all"
+    );
     let learned_keys = redis
         .keys()
         .iter()
         .filter(|k| k.starts_with("tolerable:v1:learned:"))
         .count();
     assert_eq!(learned_keys, MAX_LEARNED);
+}
+
+/// The digest `image` (on the plain test registry) has now.
+async fn digest_of(image: &str) -> String {
+    tolerable::registry::Resolver::new(common::settings(), Default::default())
+        .unwrap()
+        .resolve(image)
+        .await
+        .unwrap()
+        .digest
+        .clone()
+}
+
+/// `review` with the shared cache reads what the crash watch learned and leaves it out as the
+/// webhook does, reporting it per image; without it the same Pod keeps arm64.
+#[tokio::test]
+async fn review_reports_and_leaves_out_what_was_learned() {
+    let redis = RedisServer::start();
+    let host = &common::registry::plain().host;
+    let image = format!("{host}/fixtures/multiarch-oci:v1");
+    let digest = digest_of(&image).await;
+    let store = SharedLearned::new(redis.settings()).unwrap();
+    store.learn("shop", &digest, "arm64", TTL).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  containers:\n  - name: web\n    image: {image}\n"
+    );
+    std::fs::write(&file, pod).unwrap();
+    let review = |shared: bool, json: bool| {
+        let mut command = common::cli::isolated(dir.path(), "3s");
+        command
+            .env("TOLERABLE_REGISTRY__INSECURE", host)
+            .arg("review");
+        if shared {
+            command.env("TOLERABLE_SHARED_CACHE__URL", redis.url());
+        }
+        if json {
+            command.arg("--json");
+        }
+        command.arg(&file).output().unwrap()
+    };
+    let said = format!("learned: {digest} does not run on arm64");
+    let report: serde_json::Value =
+        serde_json::from_str(&common::cli::succeeded(&review(true, true))).unwrap();
+    let web = common::cli::workload(&report, "Pod", "web");
+    assert!(
+        web["learned"][0].as_str().unwrap().starts_with(&said),
+        "{web:#}"
+    );
+    let architectures = web["architectures"].to_string();
+    assert!(
+        !architectures.contains("arm64") && architectures.contains("amd64"),
+        "{web:#}"
+    );
+    let table = common::cli::succeeded(&review(true, false));
+    assert!(table.contains(&said), "{table}");
+    let report: serde_json::Value =
+        serde_json::from_str(&common::cli::succeeded(&review(false, true))).unwrap();
+    let web = common::cli::workload(&report, "Pod", "web");
+    assert!(web.get("learned").is_none(), "{web:#}");
+    assert!(
+        web["architectures"].to_string().contains("arm64"),
+        "{web:#}"
+    );
+}
+
+/// `audit` with the shared cache reports what was learned of a running workload's image among
+/// its reasons, and leaves it out of the architectures its images share.
+#[tokio::test]
+async fn audit_reports_and_leaves_out_what_was_learned() {
+    let api = super::audit::cluster();
+    let redis = RedisServer::start();
+    let host = &common::registry::plain().host;
+    let digest = digest_of(&format!("{host}/team-a/web:1.4")).await;
+    let store = SharedLearned::new(redis.settings()).unwrap();
+    store.learn("team-a", &digest, "arm64", TTL).await.unwrap();
+    let url = redis.url();
+    let env = [("TOLERABLE_SHARED_CACHE__URL", url.as_str())];
+    let out = super::audit::audit_with(api, "admintoken", &["--json"], &env);
+    let report: serde_json::Value = serde_json::from_str(&common::cli::succeeded(&out)).unwrap();
+    let web = common::cli::workload(&report, "Deployment", "web");
+    let said = format!("learned: {digest} does not run on arm64");
+    assert!(web["reasons"].to_string().contains(&said), "{web:#}");
+    let architectures = web["architectures"].to_string();
+    assert!(
+        !architectures.contains("arm64") && architectures.contains("amd64"),
+        "{web:#}"
+    );
 }

@@ -260,7 +260,12 @@ async fn crashes(seen: &mut Seen, home: &Path) {
         (&["list"][..], &down, 2, "could not run"),
         (&["forget", "sha256:0"][..], &up, 1, "nothing was learned"),
         (&["forget", learned.as_str()][..], &up, 0, "forgotten"),
-        (&["forget", learned.as_str()][..], &None, 3, "no shared cache"),
+        (
+            &["forget", learned.as_str()][..],
+            &None,
+            3,
+            "no shared cache",
+        ),
         (&["forget", learned.as_str()][..], &down, 2, "could not run"),
     ] {
         let out = run(args, url.as_deref()).output().unwrap();

@@ -124,7 +124,10 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
 
 /// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and
 /// its `imageID` that tag's digest as the registry serves it now; with the tag and the imageID.
-pub(super) async fn crashing_image(host: &str, repository: &str) -> (FakeApiServer, String, String) {
+pub(super) async fn crashing_image(
+    host: &str,
+    repository: &str,
+) -> (FakeApiServer, String, String) {
     let tag = format!("{host}/{repository}:v1");
     let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
         .unwrap()

@@ -66,10 +66,7 @@ async fn a_crash_learned_by_the_leader_is_left_out_by_another_replica() {
     let (api, tag, image_id) = crashing_image(&registry.host, "crashes/mislabelled").await;
     let (other, _not_leading) = replica(&api, &redis, false).await;
     let before = admission_warnings(&other, &tag).await;
-    assert!(
-        !before.iter().any(|w| w.contains("left out")),
-        "{before:?}"
-    );
+    assert!(!before.iter().any(|w| w.contains("left out")), "{before:?}");
     let (_leader, _lead) = replica(&api, &redis, true).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture");
@@ -88,10 +85,7 @@ async fn a_crash_learned_by_the_leader_is_left_out_by_another_replica() {
     loop {
         let warnings = admission_warnings(&other, &tag).await;
         if warnings.iter().any(|w| w.contains("arm64 left out")) {
-            assert!(
-                warnings.iter().any(|w| w.contains(digest)),
-                "{warnings:?}"
-            );
+            assert!(warnings.iter().any(|w| w.contains(digest)), "{warnings:?}");
             break;
         }
         assert!(Instant::now() < deadline, "never left out: {warnings:?}");
