@@ -187,7 +187,7 @@ impl Looker {
         let verdict = if arch.is_empty() {
             Verdict::Unconfirmed
         } else {
-            self.confirm(&image, &arch, claimed.as_deref()).await
+            self.confirm(pod, &image, &arch, claimed.as_deref()).await
         };
         let note = crash::describe(
             &container.name,
@@ -206,7 +206,13 @@ impl Looker {
         self.report(pod, &arch, &verdict, note);
     }
 
-    async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+    async fn confirm(
+        &self,
+        pod: &CrashedPod,
+        image: &str,
+        arch: &str,
+        claimed: Option<&[Platform]>,
+    ) -> Verdict {
         let claims_it = claimed.is_some_and(|c| c.iter().any(|p| is_linux(p, arch)));
         // (b) read only now, on the crash: the image config behind the index's entry.
         let config = match claims_it {
@@ -225,7 +231,48 @@ impl Looker {
             amd64_runs_386: self.amd64_runs_386,
             arm64_runs_arm32: self.arm64_runs_arm32,
         };
+        let verdict = crash::confirm(&facts, &runtime);
+        if verdict != Verdict::Unconfirmed {
+            return verdict;
+        }
+        // (c) only when (a) and (b) did not confirm: one list of the owner's Pods.
+        let runs_on = self.runs_elsewhere(pod, image, arch).await;
+        let facts = CrashFacts {
+            runs_on: &runs_on,
+            ..facts
+        };
         crash::confirm(&facts, &runtime)
+    }
+
+    /// (c) The architectures of the nodes (other than `arch`) where the crashing Pod's owner's
+    /// other Pods run the same image (by digest) in a ready container: one list of them per
+    /// crash, one page, projected (`cluster::crashes`).
+    async fn runs_elsewhere(&self, pod: &CrashedPod, image: &str, arch: &str) -> Vec<String> {
+        let (Some(digest), Some(selector), Some(nodes)) = (
+            digest_of(image),
+            pod.siblings_selector(),
+            self.nodes.as_ref(),
+        ) else {
+            return Vec::new();
+        };
+        let siblings = match self.reader.pods_selected(&pod.namespace, &selector).await {
+            Ok(siblings) => siblings,
+            Err(e) => {
+                tracing::warn!(namespace = %pod.namespace, selector = %selector, error = %e, "crash watch: could not list the Pod's owner's Pods");
+                return Vec::new();
+            }
+        };
+        let runs_it = |p: &CrashedPod| {
+            p.containers
+                .iter()
+                .any(|c| c.ready && digest_of(&pulled(c)) == Some(digest))
+        };
+        siblings
+            .iter()
+            .filter(|p| p.uid != pod.uid && runs_it(p))
+            .filter_map(|p| nodes.architecture_of(p.node.as_deref()?))
+            .filter(|a| a != arch)
+            .collect()
     }
 
     /// The OS and architecture the image config of the index's entry for linux/`arch` says.

@@ -27,7 +27,7 @@ pub(super) fn hosts() -> RegistryHosts {
 }
 
 /// `serve` with the crash watch, leading (its own leader channel says so), and the node watch.
-async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
+pub(super) async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();

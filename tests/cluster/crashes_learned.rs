@@ -1,7 +1,7 @@
 //! What the crash watch learns, shared through the shared cache (issue 38): two `serve`
 //! replicas against the same fake API server (the recorded crash, `tests/data/kube-api/crashes/`)
 //! and one real redis-server; the leader confirms the crash, the other replica's admissions leave
-//! the architecture out.
+//! the architecture out. And confirmation (c): the same image running on another architecture.
 
 use std::time::{Duration, Instant};
 
@@ -9,8 +9,11 @@ use serde_json::json;
 use tokio::sync::watch;
 use tolerable::config::Config;
 
-use super::crashes::{crashing_image, learned_then_left_out, pod_and_owner_events, BOUND};
+use super::crashes::{
+    crashing_image, hosts, learned_then_left_out, pod_and_owner_events, watching, BOUND,
+};
 use crate::common;
+use crate::common::crashes_api::Crashes;
 use crate::common::kube_api::FakeApiServer;
 use crate::common::redis::RedisServer;
 use crate::common::registry;
@@ -92,4 +95,62 @@ async fn a_crash_learned_by_the_leader_is_left_out_by_another_replica() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     learned_then_left_out(&other, &tag).await;
+}
+
+/// The crash of an image whose index is consistent (its arm64 entry is an arm64 image: neither
+/// (a) nor (b) confirms it) while the same image, by digest, runs ready in two other Pods of the
+/// owner on amd64 nodes: confirmation (c) — one list of the owner's Pods by label — calls it a
+/// wrong architecture, and it is learned: the next admission leaves arm64 out.
+#[tokio::test]
+async fn the_same_image_ready_on_another_architecture_confirms_the_crash() {
+    let registry = registry::plain();
+    let tag = format!("{}/fixtures/multiarch-oci:v1", registry.host);
+    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
+        .unwrap()
+        .resolve(&tag)
+        .await
+        .unwrap()
+        .digest
+        .clone();
+    let image_id = format!("{}/fixtures/multiarch-oci@{digest}", registry.host);
+    let crashes = Crashes::with_image(&tag, &image_id).running_elsewhere();
+    let api = FakeApiServer::start_with_crashes(hosts(), crashes);
+    let (server, _lead) = watching(&api).await;
+    let (pod, owner) = pod_and_owner_events(&api).await;
+    assert_eq!(pod["reason"], "WrongArchitecture", "{pod:#}");
+    let message = pod["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "{image_id} runs on amd64 nodes: its arm64 image does not run on arm64"
+        )),
+        "{message}"
+    );
+    assert_eq!(owner["reason"], "WrongArchitecture");
+    let lists: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|p| p == "/api/v1/namespaces/shop/pods")
+        .collect();
+    assert_eq!(lists.len(), 1, "one list of the owner's Pods per crash");
+    learned_then_left_out(&server, &tag).await;
+}
+
+/// The same crash, the owner's Pods listed but none other runs the image: unconfirmed, nothing
+/// learned.
+#[tokio::test]
+async fn no_other_pod_running_the_image_leaves_the_crash_unconfirmed() {
+    let registry = registry::plain();
+    let (api, tag, _) = crashing_image(&registry.host, "fixtures/multiarch-oci").await;
+    let (server, _lead) = watching(&api).await;
+    let (pod, _) = pod_and_owner_events(&api).await;
+    assert_eq!(pod["reason"], "ExecFormatError", "{pod:#}");
+    assert!(api
+        .requests()
+        .iter()
+        .any(|p| p == "/api/v1/namespaces/shop/pods"));
+    let warnings = admission_warnings(&server, &tag).await;
+    assert!(
+        !warnings.iter().any(|w| w.contains("left out")),
+        "{warnings:?}"
+    );
 }
