@@ -10,15 +10,19 @@
 //! controller owner, and to `tolerable_exec_format_crashes_total`.
 //!
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
-//! only now, on the crash (the resolver's `verify`, as `audit --verify`).
+//! only now, on the crash (the resolver's `verify`, as `audit --verify`). Confirmation (c), only
+//! when (a) and (b) do not confirm: one list of the crashing Pod's owner's Pods (its labels but
+//! the per-Pod ones, one page of 100, the same projection as the Pod read) and the
+//! architectures of the nodes where one runs the same digest in a ready container.
 //!
-//! A confirmed wrong architecture is learned ([`Learned`]: digest → architectures, in this
-//! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
-//! warning.
+//! A confirmed wrong architecture is learned ([`Learned`], `learned.rs`: digest →
+//! architectures, with a TTL, bounded in all and per namespace) — in this replica's memory, and
+//! with the shared cache in the shared store (`shared.rs`) that every replica pulls, `review`
+//! and `audit` read and `tolerable crashes list | forget` change: admissions of that digest
+//! leave the architecture out, with a warning.
 //!
-//! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
-//! without it a consistent index is "unconfirmed"; learning is not shared through the shared
-//! cache nor listed or forgotten by a command; nothing is healed or labelled.
+//! Not yet (issue 38): nothing is healed or labelled; the decision annotation does not say what
+//! was left out (the warning does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
