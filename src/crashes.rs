@@ -10,15 +10,19 @@
 //! controller owner, and to `tolerable_exec_format_crashes_total`.
 //!
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
-//! only now, on the crash (the resolver's `verify`, as `audit --verify`).
+//! only now, on the crash (the resolver's `verify`, as `audit --verify`). Confirmation (c), only
+//! when (a) and (b) do not confirm: one list of the crashing Pod's owner's Pods (its labels but
+//! the per-Pod ones, one page of 100, the same projection as the Pod read) and the
+//! architectures of the nodes where one runs the same digest in a ready container.
 //!
-//! A confirmed wrong architecture is learned ([`Learned`]: digest → architectures, in this
-//! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
-//! warning.
+//! A confirmed wrong architecture is learned ([`Learned`], `learned.rs`: digest →
+//! architectures, with a TTL, bounded in all and per namespace) — in this replica's memory, and
+//! with the shared cache in the shared store (`shared.rs`) that every replica pulls, `review`
+//! and `audit` read and `tolerable crashes list | forget` change: admissions of that digest
+//! leave the architecture out, with a warning.
 //!
-//! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
-//! without it a consistent index is "unconfirmed"; learning is not shared through the shared
-//! cache nor listed or forgotten by a command; nothing is healed or labelled.
+//! Not yet (issue 38): nothing is healed or labelled; the decision annotation does not say what
+//! was left out (the warning does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +44,12 @@ use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
 use crate::registry::{CredentialStore, Resolver};
 
+mod learned;
+pub mod shared;
+
+pub(crate) use learned::Learned;
+pub use learned::{MAX_LEARNED, MAX_PER_NAMESPACE, REFRESH_EVERY};
+
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Pods and containers remembered for that.
@@ -48,62 +58,6 @@ const MAX_REMEMBERED: usize = 4096;
 const QUEUE: usize = 64;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
-
-/// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
-pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Digests remembered at most (the oldest forgotten first).
-const MAX_LEARNED: usize = 1024;
-
-/// What the crash watch learned: digests that do not run on architectures their index claims
-/// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
-/// digests — in this replica's memory. Admissions leave those architectures out.
-#[derive(Clone, Default)]
-pub(crate) struct Learned {
-    inner: Arc<std::sync::Mutex<LearnedMap>>,
-}
-
-#[derive(Default)]
-struct LearnedMap {
-    by_digest: std::collections::HashMap<String, (Vec<String>, Instant)>,
-    order: std::collections::VecDeque<String>,
-}
-
-impl Learned {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LearnedMap> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `digest` does not run on `arch`, as of `now`.
-    pub(crate) fn learn(&self, digest: &str, arch: &str, now: Instant) {
-        let mut map = self.lock();
-        if !map.by_digest.contains_key(digest) {
-            if map.by_digest.len() >= MAX_LEARNED {
-                if let Some(oldest) = map.order.pop_front() {
-                    map.by_digest.remove(&oldest);
-                }
-            }
-            map.order.push_back(digest.to_owned());
-        }
-        let entry = map
-            .by_digest
-            .entry(digest.to_owned())
-            .or_insert_with(|| (Vec::new(), now));
-        entry.1 = now;
-        if !entry.0.iter().any(|a| a == arch) {
-            entry.0.push(arch.to_owned());
-        }
-    }
-
-    /// The architectures `digest` does not run on (none past the TTL).
-    pub(crate) fn does_not_run_on(&self, digest: &str, now: Instant) -> Vec<String> {
-        match self.lock().by_digest.get(digest) {
-            Some((archs, at)) if now.saturating_duration_since(*at) < LEARNED_TTL => archs.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
 
 /// What looking at a crash needs.
 struct Looker {
@@ -237,7 +191,7 @@ impl Looker {
         let verdict = if arch.is_empty() {
             Verdict::Unconfirmed
         } else {
-            self.confirm(&image, &arch, claimed.as_deref()).await
+            self.confirm(pod, &image, &arch, claimed.as_deref()).await
         };
         let note = crash::describe(
             &container.name,
@@ -249,12 +203,20 @@ impl Looker {
         if let (Verdict::WrongArchitecture { arch, .. }, Some(digest)) =
             (&verdict, digest_of(&image))
         {
-            self.learned.learn(digest, arch, Instant::now());
+            self.learned
+                .learn_everywhere(&pod.namespace, digest, arch)
+                .await;
         }
         self.report(pod, &arch, &verdict, note);
     }
 
-    async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+    async fn confirm(
+        &self,
+        pod: &CrashedPod,
+        image: &str,
+        arch: &str,
+        claimed: Option<&[Platform]>,
+    ) -> Verdict {
         let claims_it = claimed.is_some_and(|c| c.iter().any(|p| is_linux(p, arch)));
         // (b) read only now, on the crash: the image config behind the index's entry.
         let config = match claims_it {
@@ -273,7 +235,48 @@ impl Looker {
             amd64_runs_386: self.amd64_runs_386,
             arm64_runs_arm32: self.arm64_runs_arm32,
         };
+        let verdict = crash::confirm(&facts, &runtime);
+        if verdict != Verdict::Unconfirmed {
+            return verdict;
+        }
+        // (c) only when (a) and (b) did not confirm: one list of the owner's Pods.
+        let runs_on = self.runs_elsewhere(pod, image, arch).await;
+        let facts = CrashFacts {
+            runs_on: &runs_on,
+            ..facts
+        };
         crash::confirm(&facts, &runtime)
+    }
+
+    /// (c) The architectures of the nodes (other than `arch`) where the crashing Pod's owner's
+    /// other Pods run the same image (by digest) in a ready container: one list of them per
+    /// crash, one page, projected (`cluster::crashes`).
+    async fn runs_elsewhere(&self, pod: &CrashedPod, image: &str, arch: &str) -> Vec<String> {
+        let (Some(digest), Some(selector), Some(nodes)) = (
+            digest_of(image),
+            pod.siblings_selector(),
+            self.nodes.as_ref(),
+        ) else {
+            return Vec::new();
+        };
+        let siblings = match self.reader.pods_selected(&pod.namespace, &selector).await {
+            Ok(siblings) => siblings,
+            Err(e) => {
+                tracing::warn!(namespace = %pod.namespace, selector = %selector, error = %e, "crash watch: could not list the Pod's owner's Pods");
+                return Vec::new();
+            }
+        };
+        let runs_it = |p: &CrashedPod| {
+            p.containers
+                .iter()
+                .any(|c| c.ready && digest_of(&pulled(c)) == Some(digest))
+        };
+        siblings
+            .iter()
+            .filter(|p| p.uid != pod.uid && runs_it(p))
+            .filter_map(|p| nodes.architecture_of(p.node.as_deref()?))
+            .filter(|a| a != arch)
+            .collect()
     }
 
     /// The OS and architecture the image config of the index's entry for linux/`arch` says.

@@ -17,9 +17,9 @@ use crate::common::registry;
 use crate::common::webhook::{self, TestServer};
 
 /// An upper bound on what a test waits for (a hung test's guard, not a timing claim).
-const BOUND: Duration = Duration::from_secs(60);
+pub(super) const BOUND: Duration = Duration::from_secs(60);
 
-fn hosts() -> RegistryHosts {
+pub(super) fn hosts() -> RegistryHosts {
     RegistryHosts {
         basic: registry::basic().host.clone(),
         token: registry::token().host.clone(),
@@ -27,7 +27,7 @@ fn hosts() -> RegistryHosts {
 }
 
 /// `serve` with the crash watch, leading (its own leader channel says so), and the node watch.
-async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
+pub(super) async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();
@@ -55,7 +55,7 @@ async fn until_metric(server: &TestServer, series: &str, value: f64) {
 }
 
 /// The two Events written (on the Pod, core/v1; on its ReplicaSet, events.k8s.io/v1).
-async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) {
+pub(super) async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) {
     assert!(
         api.wait_for_events(BOUND, |e| e.len() >= 2).await,
         "{:#?}",
@@ -124,7 +124,10 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
 
 /// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and
 /// its `imageID` that tag's digest as the registry serves it now; with the tag and the imageID.
-async fn crashing_image(host: &str, repository: &str) -> (FakeApiServer, String, String) {
+pub(super) async fn crashing_image(
+    host: &str,
+    repository: &str,
+) -> (FakeApiServer, String, String) {
     let tag = format!("{host}/{repository}:v1");
     let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
         .unwrap()
@@ -191,7 +194,7 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
 
 /// The next admission of the image (by its tag: the same digest) leaves arm64 out — its index
 /// claims amd64 and arm64 — and says why.
-async fn learned_then_left_out(server: &TestServer, image: &str) {
+pub(super) async fn learned_then_left_out(server: &TestServer, image: &str) {
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "after-the-crash",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},

@@ -8,6 +8,7 @@ mod common;
 
 mod cluster_flags;
 mod crashes;
+mod crashes_learned;
 mod gates;
 mod leader_election;
 mod namespace_policy;
