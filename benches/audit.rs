@@ -344,7 +344,7 @@ fn cluster(host: &str, workloads: usize, node_count: usize) -> Vec<(&'static str
 }
 
 fn json_response(status: u16, body: String) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    common::kube_api::status(hyper::StatusCode::from_u16(status).unwrap(), body)
+    common::kube_fake::status(hyper::StatusCode::from_u16(status).unwrap(), body)
 }
 
 /// One answer of the thin fake: a page of a cluster-wide list, or a namespace's `default`
@@ -379,20 +379,22 @@ fn answer(
     )
 }
 
+/// The generated cluster, a handler on the one fake API server (`common::kube_fake`); the
+/// server lives as long as the bench.
 fn serve(lists: Vec<(&'static str, Served)>) -> u16 {
     let lists = Arc::new(lists);
-    common::serve(
-        Some(common::kube_api::api_tls()),
-        move |req: hyper::Request<hyper::body::Incoming>| {
-            let authorised = common::kube_api::bearer_token(&req).as_deref() == Some("admintoken");
-            let response = if authorised {
-                answer(&lists, req.uri().path(), req.uri().query())
+    let api = common::kube_fake::FakeApi::new()
+        .handler(Arc::new(move |req: &common::kube_fake::Req| {
+            let response = if req.token() == Some("admintoken") {
+                let query = req.has_query.then_some(req.raw_query.as_str());
+                answer(&lists, &req.path, query)
             } else {
-                json_response(401, "{}".into())
+                return common::kube_fake::ready(common::kube_fake::unauthorized());
             };
-            async move { response }
-        },
-    )
+            common::kube_fake::ready(common::kube_fake::full(response))
+        }))
+        .start();
+    api.port
 }
 
 /// Tag-manifest requests tolerable sent for each image, from the registry's access log.
@@ -430,7 +432,7 @@ fn push_images(host: &str) {
 
 /// Runs `tolerable audit -A --json` under GNU time: (peak RSS KiB, wall seconds, report).
 fn run_audit(port: u16, host: &str) -> (u64, f64, Value) {
-    let kubeconfig = common::kube_api::kubeconfig(port, "admintoken");
+    let kubeconfig = common::kube_fake::kubeconfig(port, "admintoken");
     let times = tempfile::NamedTempFile::new().unwrap();
     let started = Instant::now();
     let out = Command::new("/usr/bin/time")

@@ -403,7 +403,7 @@ fn the_fake_pages_and_refuses_as_the_recorded_api_server() {
         let port = api.port;
         let path = path.to_owned();
         common::block_on_own_thread(async move {
-            let client = common::kube_api::client(port, "admintoken");
+            let client = common::kube_fake::client(port, "admintoken");
             let request = http::Request::get(&path).body(Vec::new()).unwrap();
             match client.request_text(request).await {
                 Err(kube::Error::Api(status)) => (status.code, status.message),

@@ -1,17 +1,16 @@
 //! `tolerable check` as an operator runs it, against a fake API server answering only as a real
 //! one was recorded answering (tests/data/kube-api: the MutatingWebhookConfiguration `tolerable`
-//! read, and missing; `check/`: a Pod create through a webhook whose patch the API server
+//! read, and missing; `webhook-wire/`: a Pod create through a webhook whose patch the API server
 //! dropped, and one whose webhook call failed under failurePolicy Fail). Each outcome ends with
 //! its own message and exit status. The "reachable and deciding" answer has no recording yet
 //! (a dry-run Pod create through tolerable itself): `cmd::check`'s unit test covers it.
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 
-use common::kube_api::{api_tls, full, kubeconfig, status};
+use common::kube_fake::{full, kubeconfig, ready, recording, status, FakeApi, Req, Running};
 use hyper::StatusCode;
 
 /// What the fake answers a Pod create with, and whether the webhook configuration exists.
@@ -23,61 +22,45 @@ pub(crate) enum Cluster {
     CallFailed,
 }
 
-fn recording(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The fake API server: a dry-run Pod create in any namespace, the webhook configuration
-/// `tolerable`; anything else 404. Records each request's method, path and query.
-pub(crate) fn start(cluster: Cluster, requests: Arc<Mutex<Vec<String>>>) -> u16 {
-    common::serve(
-        Some(api_tls()),
-        move |req: hyper::Request<hyper::body::Incoming>| {
-            let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-            let query = req.uri().query().unwrap_or("").to_owned();
-            requests
-                .lock()
-                .unwrap()
-                .push(format!("{method} {path}?{query}"));
+/// The fake API server (the one server, `kube_fake`, with this handler): a dry-run Pod create
+/// in any namespace, the webhook configuration `tolerable`; anything else is unrecorded (501).
+/// Records each request's method, path and query.
+pub(crate) fn start(cluster: Cluster, requests: Arc<Mutex<Vec<String>>>) -> Running {
+    FakeApi::new()
+        .handler(Arc::new(move |req: &Req| {
+            let (method, path) = (req.method.as_str(), req.path.as_str());
+            let asked = format!("{method} {path}?{}", req.raw_query);
+            requests.lock().unwrap().push(asked);
             let pods = path.starts_with("/api/v1/namespaces/") && path.ends_with("/pods");
-            let answer = match (method.as_str(), cluster) {
+            let mwc = path.ends_with("/mutatingwebhookconfigurations/tolerable");
+            let answer = match (method, cluster) {
                 ("POST", Cluster::PatchDropped { .. }) if pods => status(
                     StatusCode::CREATED,
-                    recording("check/pod-create-nopatchtype-ignore.body.json"),
+                    recording("webhook-wire/pod-create-nopatchtype-ignore.body.json"),
                 ),
                 ("POST", Cluster::CallFailed) if pods => status(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    recording("check/pod-create-nopatchtype.body.json"),
+                    recording("webhook-wire/pod-create-nopatchtype.body.json"),
                 ),
-                ("GET", Cluster::PatchDropped { registered: false })
-                    if path.ends_with("/mutatingwebhookconfigurations/tolerable") =>
-                {
-                    status(
-                        StatusCode::NOT_FOUND,
-                        recording("mwc-missing-get-404.body.json"),
-                    )
-                }
-                ("GET", _) if path.ends_with("/mutatingwebhookconfigurations/tolerable") => {
-                    status(StatusCode::OK, recording("mwc-tolerable-get.body.json"))
-                }
-                _ => status(
+                ("GET", Cluster::PatchDropped { registered: false }) if mwc => status(
                     StatusCode::NOT_FOUND,
                     recording("mwc-missing-get-404.body.json"),
                 ),
+                ("GET", _) if mwc => {
+                    status(StatusCode::OK, recording("mwc-tolerable-get.body.json"))
+                }
+                _ => return None,
             };
-            async move { full(answer) }
-        },
-    )
+            ready(full(answer))
+        }))
+        .start()
 }
 
 /// `tolerable check -n team-a` against `cluster`: its output and the requests it made.
 fn check(cluster: Cluster) -> (Output, Vec<String>) {
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let port = start(cluster, requests.clone());
-    let config = kubeconfig(port, "admintoken");
+    let api = start(cluster, requests.clone());
+    let config = kubeconfig(api.port, "admintoken");
     let home = tempfile::tempdir().unwrap();
     let out = common::cli::isolated(home.path(), "1s")
         .args(["check", "-n", "team-a", "--kubeconfig"])

@@ -173,11 +173,11 @@ fn the_readmes_offline_example_prints_its_samples() {
 #[test]
 fn check_prints_the_install_pages_unreachable_sample() {
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let port = super::check::start(
+    let api = super::check::start(
         super::check::Cluster::PatchDropped { registered: true },
         requests,
     );
-    let kubeconfig = common::kube_api::kubeconfig(port, "admintoken");
+    let kubeconfig = common::kube_fake::kubeconfig(api.port, "admintoken");
     let home = tempfile::tempdir().unwrap();
     let out = common::cli::isolated(home.path(), "1s")
         .env("KUBECONFIG", kubeconfig.path())

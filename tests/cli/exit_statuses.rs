@@ -157,7 +157,7 @@ fn nodes(seen: &mut Seen, home: &Path) {
         basic: "127.0.0.1:1".into(),
         token: "127.0.0.1:1".into(),
     });
-    let kubeconfig = common::kube_api::kubeconfig(api.port, "admintoken");
+    let kubeconfig = common::kube_fake::kubeconfig(api.port, "admintoken");
     let run = |args: &[&str], policy: bool| {
         let mut command = tolerable(home);
         command
@@ -208,7 +208,7 @@ fn gates(seen: &mut Seen, home: &Path) {
     let mut pod = common::gates_api::recorded_json("pod-create-gated.request.json");
     pod["metadata"]["namespace"] = serde_json::json!("default");
     api.create("default", pod).unwrap();
-    let kubeconfig = common::kube_api::kubeconfig(api.port, "admintoken");
+    let kubeconfig = common::kube_fake::kubeconfig(api.port, "admintoken");
     let run = |args: &[&str], kubeconfig: &Path| {
         let mut command = tolerable(home);
         command.args(args).arg("--kubeconfig").arg(kubeconfig);
@@ -416,8 +416,8 @@ async fn serve(seen: &mut Seen) {
 fn check(seen: &mut Seen, home: &Path) {
     use crate::check::{start, Cluster};
     let requests = std::sync::Arc::default();
-    let port = start(Cluster::PatchDropped { registered: true }, requests);
-    let kubeconfig = common::kube_api::kubeconfig(port, "admintoken");
+    let api = start(Cluster::PatchDropped { registered: true }, requests);
+    let kubeconfig = common::kube_fake::kubeconfig(api.port, "admintoken");
     let run = |config: &Path| {
         let mut command = tolerable(home);
         command.args(["check", "--kubeconfig"]).arg(config);

@@ -457,7 +457,8 @@ fn unread_pull_secrets_are_named() {
 /// reads them: an image behind htpasswd opens with the namespace's `regcred`.
 #[test]
 fn pull_secrets_from_the_cluster_with_a_kubeconfig() {
-    use common::kube_api::{kubeconfig, FakeApiServer, RegistryHosts};
+    use common::kube_api::{FakeApiServer, RegistryHosts};
+    use common::kube_fake::kubeconfig;
     let api = FakeApiServer::start(RegistryHosts {
         basic: registry::basic().host.clone(),
         token: registry::token().host.clone(),

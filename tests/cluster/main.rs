@@ -9,6 +9,7 @@ mod common;
 mod cluster_flags;
 mod crashes;
 mod crashes_learned;
+mod fake_api;
 mod gates;
 mod leader_election;
 mod namespace_policy;

@@ -403,7 +403,7 @@ fn review_takes_namespace_policy_from_the_input_and_the_command_line() {
 #[test]
 fn review_with_a_kubeconfig_reads_the_namespaces() {
     use common::cli::{json_report, tolerable, workload};
-    use common::kube_api::kubeconfig;
+    use common::kube_fake::kubeconfig;
     let api = NamespaceApi::start();
     let config = kubeconfig(api.port, "admintoken");
     let file = tempfile::NamedTempFile::new().unwrap();

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
-use super::kube_api::unrecorded_status;
+use super::kube_fake::unrecorded_status;
 
 /// The recorded exchange `note` of `tests/data/kube-api/crashes/exchanges.json`.
 fn recorded(note_starts: &str) -> super::recorded::Exchange {

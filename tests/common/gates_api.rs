@@ -1,4 +1,4 @@
-//! A thin fake API server for the scheduling gates: Pods (created by the test, or POSTed; GET;
+//! The scheduling gates' cluster, a handler on the one fake API server (`kube_fake`): Pods (created by the test, or POSTed; GET;
 //! list and watch with a `labelSelector`; JSON Patch) and Events (POST), answering in the
 //! shapes a real kube-apiserver v1.36 answered (`tests/data/kube-api/gates/`, README inside)
 //! and refusing what it refused:
@@ -20,35 +20,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
-use hyper::{Method, Response, StatusCode};
+use hyper::{Method, Response};
 use serde_json::{json, Value};
 
 use super::events_api::Events;
-use super::kube_api::{api_tls, bearer_token, query, status, unrecorded_status};
-use super::lease_api::{LeaseHandler, TOKENS};
+use super::kube_fake::{json as answer, status_value, unrecorded_status};
+use super::kube_fake::{Body, FakeApi, Handler, Req, Running};
+use super::lease_api::TOKENS;
 use super::selector::Selector;
 
-/// Where Leases are, when this fake also serves them ([`GatesApiServer::start_with_leases`]).
-const LEASES: &str = "/apis/coordination.k8s.io/";
-
-type Body = UnsyncBoxBody<Bytes, Infallible>;
 type Key = (String, String);
 
 /// A recorded exchange's file in `tests/data/kube-api/gates/`.
 pub fn recording(name: &str) -> String {
-    std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/kube-api/gates")
-            .join(name),
-    )
-    .unwrap_or_else(|e| panic!("{name}: {e}"))
+    super::kube_fake::recording(&format!("gates/{name}"))
 }
 
 pub fn recorded_json(name: &str) -> Value {
-    serde_json::from_str(&recording(name)).unwrap()
+    super::kube_fake::recorded_json(&format!("gates/{name}"))
 }
 
 /// One change of a Pod: its resourceVersion, before and after (`None`: absent).
@@ -76,17 +67,8 @@ struct State {
 
 pub struct GatesApiServer {
     pub port: u16,
+    api: Running,
     state: Arc<State>,
-}
-
-/// A Status answer as the real server sends it.
-fn status_value(code: u16, reason: &str, message: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-           "message": message, "reason": reason, "code": code})
-}
-
-fn answer(code: u16, body: &Value) -> Response<Body> {
-    status(StatusCode::from_u16(code).unwrap(), body.to_string()).map(|b| b.boxed_unsync())
 }
 
 /// A recorded 422 for Pod `name`, its names put in.
@@ -305,6 +287,7 @@ impl State {
                     409,
                     "AlreadyExists",
                     &format!("pods \"{name}\" already exists"),
+                    None,
                 ),
             ));
         }
@@ -324,7 +307,7 @@ impl State {
         match pods.get(&(namespace.to_owned(), name.to_owned())) {
             Some(pod) => answer(200, pod),
             None => {
-                let mut body = status_value(404, "NotFound", &format!("pods \"{name}\" not found"));
+                let mut body = status_value(404, "NotFound", &format!("pods \"{name}\" not found"), None);
                 body["details"] = json!({"name": name, "kind": "pods"});
                 answer(404, &body)
             }
@@ -353,10 +336,10 @@ impl State {
         let mut pods = self.pods.lock().unwrap();
         let Some(old) = pods.get(key).cloned() else {
             let message = format!("pods \"{}\" not found", key.1);
-            return (404, status_value(404, "NotFound", &message));
+            return (404, status_value(404, "NotFound", &message, None));
         };
         let Ok(patch) = serde_json::from_value::<json_patch::Patch>(ops.clone()) else {
-            return (400, status_value(400, "BadRequest", "not a JSON Patch"));
+            return (400, status_value(400, "BadRequest", "not a JSON Patch", None));
         };
         let mut new = old.clone();
         if json_patch::patch(&mut new, &patch).is_err() {
@@ -479,52 +462,25 @@ fn watch(state: Arc<State>, selector: Option<String>, from: u64) -> Response<Bod
     response
 }
 
-/// Leases to the Lease fake when this one serves them; the rest here.
-async fn route(
-    state: Arc<State>,
-    leases: Option<LeaseHandler>,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> Response<Body> {
-    match leases.filter(|_| req.uri().path().starts_with(LEASES)) {
-        Some(leases) => leases(req).await,
-        None => route_pods(state, req).await,
-    }
-}
-
 /// The test's own token, or one of the Lease fake's replicas.
-fn authorized(req: &hyper::Request<hyper::body::Incoming>) -> bool {
-    let token = bearer_token(req).unwrap_or_default();
-    token == "admintoken" || TOKENS.contains(&token.as_str())
+fn authorized(req: &Req) -> bool {
+    let token = req.token().unwrap_or_default();
+    token == "admintoken" || TOKENS.contains(&token)
 }
 
-async fn route_pods(
-    state: Arc<State>,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> Response<Body> {
+async fn route_pods(state: Arc<State>, req: Req) -> Response<Body> {
     if !authorized(&req) {
-        return answer(401, &status_value(401, "Unauthorized", "Unauthorized"));
+        return answer(401, &status_value(401, "Unauthorized", "Unauthorized", None));
     }
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let q = query(req.uri().query().unwrap_or(""));
-    let content_type = req
-        .headers()
-        .get("content-type")
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let (method, path, q) = (&req.method, req.path.as_str(), &req.query);
+    let content_type = req.header("content-type");
+    let body = &req.body;
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let selector = q.get("labelSelector").map(String::as_str);
     if let Some(Err(why)) = selector.map(Selector::parse) {
-        return answer(400, &status_value(400, "BadRequest", &why));
+        return answer(400, &status_value(400, "BadRequest", &why, None));
     }
-    match (&method, &parts[..]) {
+    match (method, &parts[..]) {
         (&Method::GET, ["api", "v1", "pods"])
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") =>
         {
@@ -538,7 +494,7 @@ async fn route_pods(
         (&Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => list(&state, Some(ns), selector),
         (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => state.get(ns, name),
         (&Method::POST, ["api", "v1", "namespaces", ns, "pods"]) => {
-            let pod: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let pod: Value = serde_json::from_slice(body).unwrap_or_default();
             match state.create(ns, pod) {
                 Ok(pod) => answer(201, &pod),
                 Err((code, body)) => answer(code, &body),
@@ -553,14 +509,14 @@ async fn route_pods(
             )
         }
         (&Method::PATCH, ["api", "v1", "namespaces", ns, "pods", name]) => {
-            let ops: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let ops: Value = serde_json::from_slice(body).unwrap_or_default();
             let (code, body) = state.patch(&(ns.to_string(), name.to_string()), &ops);
             answer(code, &body)
         }
         (&Method::POST, ["api", "v1", "namespaces", _, "events"]) => {
             let (code, body) = state
                 .events
-                .answer("POST", &path, &body)
+                .answer("POST", path, body)
                 .expect("an Events path");
             if code == 201 {
                 state.changed.notify_waiters();
@@ -578,21 +534,29 @@ impl GatesApiServer {
 
     /// Also serving Leases, as `leases` answers them: one API for replicas that gate and elect
     /// (each through [`GatesApiServer::client_as`] one of the Lease fake's tokens).
-    pub fn start_with_leases(leases: LeaseHandler) -> Self {
+    pub fn start_with_leases(leases: Handler) -> Self {
         Self::start_with(Some(leases))
     }
 
-    fn start_with(leases: Option<LeaseHandler>) -> Self {
-        super::init();
+    fn start_with(leases: Option<Handler>) -> Self {
         let state = Arc::new(State {
             rv: AtomicU64::new(200),
             ..State::default()
         });
         let shared = state.clone();
-        let port = super::serve(Some(api_tls()), move |req| {
-            route(shared.clone(), leases.clone(), req)
+        let pods: Handler = Arc::new(move |req: &Req| {
+            Some(Box::pin(route_pods(shared.clone(), req.clone())))
         });
-        Self { port, state }
+        let api = leases
+            .into_iter()
+            .fold(FakeApi::new(), FakeApi::handler)
+            .handler(pods)
+            .start();
+        Self {
+            port: api.port,
+            api,
+            state,
+        }
     }
 
     /// A real `kube` client for this server.
@@ -602,7 +566,7 @@ impl GatesApiServer {
 
     /// A client authenticating as `token` (`admintoken`, or one of the Lease fake's replicas).
     pub fn client_as(&self, token: &str) -> kube::Client {
-        super::kube_api::client(self.port, token)
+        self.api.client(token)
     }
 
     /// Creates a Pod as the API server would (after admission).

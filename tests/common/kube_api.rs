@@ -1,5 +1,5 @@
-//! A thin fake of the Kubernetes API server (there is no kube-apiserver binary here): HTTPS on
-//! 127.0.0.1 serving the GET responses recorded from a real kube-apiserver v1.24 in
+//! The cluster of most tests, a handler on the one fake API server (`kube_fake`), serving the
+//! GET responses recorded from a real kube-apiserver v1.24 in
 //! `tests/data/kube-api/` (namespace `team-a`: secrets `regcred`, `legacy`, `broken-shape`;
 //! service accounts `default`, `builder`, `multi`). The only change made to a recording: the
 //! registry hosts inside the recorded pull secrets point at this run's test registries.
@@ -13,21 +13,18 @@
 //! Tokens: `admintoken` may read everything, `teamatoken` only in namespace team-a (as a
 //! RoleBinding there grants), `nobodytoken` nothing (403), any other gets 401.
 
-use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::Full;
 use hyper::{Response, StatusCode};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::certs;
+use super::kube_fake::{full, recording, status, unrecorded, FakeApi, Req, Running};
+// What `crashes_api` and `events_api` still import from here (they move once `heal` is merged).
+pub use super::kube_fake::{query, unrecorded_status, Body};
 use super::crashes_api::Crashes;
 use super::events_api::Events;
 use super::node_api::Nodes;
@@ -42,14 +39,8 @@ pub struct RegistryHosts {
 
 pub struct FakeApiServer {
     pub port: u16,
-    requests: Arc<Mutex<Vec<String>>>,
+    api: Running,
     state: Arc<State>,
-}
-
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
-    body.map(|b| b.boxed_unsync())
 }
 
 /// The cluster's mutable part: Nodes (`node_api`) and whether the webhook is registered.
@@ -97,13 +88,6 @@ fn cluster_scoped_refusal(
     }
 }
 
-pub fn recording(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// The recorded Secret with its docker config pointed at this run's registries.
 fn secret(name: &str, hosts: &RegistryHosts) -> String {
     let mut secret: serde_json::Value =
@@ -117,73 +101,6 @@ fn secret(name: &str, hosts: &RegistryHosts) -> String {
         *value = serde_json::Value::String(engine.encode(moved));
     }
     secret.to_string()
-}
-
-/// A request's query parameters, percent-decoded, as the API server reads them.
-pub fn query(query: &str) -> std::collections::BTreeMap<String, String> {
-    url_pairs(query).collect()
-}
-
-fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    query.split('&').filter(|p| !p.is_empty()).map(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        let decode = |s: &str| {
-            let s = s.replace('+', " ");
-            let mut out = Vec::new();
-            let bytes = s.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() {
-                if bytes[i] == b'%' && i + 2 < bytes.len() {
-                    if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                }
-                out.push(bytes[i]);
-                i += 1;
-            }
-            String::from_utf8_lossy(&out).into_owned()
-        };
-        (decode(k), decode(v))
-    })
-}
-
-/// The API server's 400 Status, with `message`.
-pub fn bad_request(message: &str) -> Response<Full<Bytes>> {
-    status(
-        StatusCode::BAD_REQUEST,
-        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": message, "reason": "BadRequest", "code": 400})
-        .to_string(),
-    )
-}
-
-/// The answer to a request no recording covers: a fake refuses it (501, `NotImplemented`)
-/// rather than invent what a real server would say, so a test that depends on it fails and
-/// says which recording is missing.
-pub fn unrecorded(what: &str) -> Response<Full<Bytes>> {
-    status(
-        StatusCode::NOT_IMPLEMENTED,
-        unrecorded_status(what).to_string(),
-    )
-}
-
-/// The body of [`unrecorded`].
-pub fn unrecorded_status(what: &str) -> serde_json::Value {
-    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-           "message": format!("no recording covers {what}; the fake refuses it rather than invent an answer"),
-           "reason": "NotImplemented", "code": 501})
-}
-
-/// A JSON response, as the API server sends every answer.
-pub fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = code;
-    response
-        .headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    response
 }
 
 fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Full<Bytes>> {
@@ -240,26 +157,12 @@ fn answer(path: &str, token: Option<&str>, hosts: &RegistryHosts) -> Response<Fu
 
 /// One request: Nodes to `node_api`, the webhook configuration, the recorded Secrets and
 /// ServiceAccounts; anything else is unrecorded.
-async fn route(
-    state: Arc<State>,
-    hosts: Arc<RegistryHosts>,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> Response<Body> {
-    let token = bearer_token(&req);
-    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let query = req.uri().query().unwrap_or("").to_owned();
-    let content_type = req
-        .headers()
-        .get("content-type")
-        .and_then(|c| c.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+async fn route(state: Arc<State>, hosts: Arc<RegistryHosts>, req: Req) -> Response<Body> {
+    let token = req.token().map(str::to_owned);
+    let (method, path) = (req.method.clone(), req.path.clone());
+    let query = req.raw_query.clone();
+    let content_type = req.header("content-type").to_owned();
+    let body = req.body;
     let mwc = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/";
     let node = path.strip_prefix("/api/v1/nodes/");
     let verb = match (&method, node, query.contains("watch=")) {
@@ -325,41 +228,6 @@ fn webhook_configuration(state: &State, name: &str) -> Response<Full<Bytes>> {
     }
 }
 
-/// A kubeconfig for an API server on 127.0.0.1:`port` with `token`, as `kubectl config view
-/// --raw` writes one.
-pub fn kubeconfig(port: u16, token: &str) -> tempfile::NamedTempFile {
-    let ca = base64::engine::general_purpose::STANDARD.encode(&certs::ca().ca_pem);
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: admin\ncurrent-context: fake\n"
-    );
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    file
-}
-
-/// The bearer token a client sent, as the API server's token authenticator reads it.
-pub fn bearer_token<B>(req: &hyper::Request<B>) -> Option<String> {
-    let header = req.headers().get("authorization")?.to_str().ok()?;
-    Some(header.strip_prefix("Bearer ")?.to_owned())
-}
-
-/// TLS as an API server serves it: a certificate for 127.0.0.1 from the test CA, HTTP/1.1.
-pub fn api_tls() -> tokio_rustls::TlsAcceptor {
-    let leaf = certs::ca().leaf(&["127.0.0.1", "localhost"]);
-    let chain = vec![CertificateDer::from_pem_slice(leaf.cert_pem.as_bytes()).unwrap()];
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .unwrap();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tokio_rustls::TlsAcceptor::from(Arc::new(tls))
-}
-
 impl FakeApiServer {
     pub fn start(hosts: RegistryHosts) -> Self {
         Self::start_with(hosts, Duration::ZERO)
@@ -395,23 +263,17 @@ impl FakeApiServer {
     }
 
     fn start_state(hosts: RegistryHosts, state: State) -> Self {
-        super::init();
-        let acceptor = api_tls();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
         let hosts = Arc::new(hosts);
         let state = Arc::new(state);
         let shared = state.clone();
-        let port = super::serve(
-            Some(acceptor),
-            move |req: hyper::Request<hyper::body::Incoming>| {
-                seen.lock().unwrap().push(req.uri().path().to_owned());
-                route(shared.clone(), hosts.clone(), req)
-            },
-        );
+        let api = FakeApi::new()
+            .handler(Arc::new(move |req: &Req| {
+                Some(Box::pin(route(shared.clone(), hosts.clone(), req.clone())))
+            }))
+            .start();
         Self {
-            port,
-            requests,
+            port: api.port,
+            api,
             state,
         }
     }
@@ -454,24 +316,11 @@ impl FakeApiServer {
 
     /// A real `kube` client for this server, authenticating with `token`.
     pub fn client(&self, token: &str) -> kube::Client {
-        client(self.port, token)
+        self.api.client(token)
     }
 
     /// Paths requested so far.
     pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
+        self.api.requests()
     }
-}
-
-/// A real `kube` client for a fake on `port`, authenticating with `token`.
-pub fn client(port: u16, token: &str) -> kube::Client {
-    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
-    config.root_cert = Some(vec![CertificateDer::from_pem_slice(
-        certs::ca().ca_pem.as_bytes(),
-    )
-    .unwrap()
-    .to_vec()]);
-    config.auth_info.token = Some(token.to_owned().into());
-    config.default_namespace = "team-a".into();
-    kube::Client::try_from(config).unwrap()
 }

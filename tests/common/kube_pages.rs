@@ -29,20 +29,12 @@ pub enum Refused {
     BadRequest(String),
 }
 
-fn unescape(value: &str) -> String {
-    value
-        .replace("%3D", "=")
-        .replace("%3d", "=")
-        .replace("%2C", ",")
-        .replace("%2c", ",")
-        .replace("%21", "!")
-}
-
 impl ListQuery {
     pub fn parse(query: &str) -> Result<Self, Refused> {
         let mut asked = Self::default();
-        for (key, value) in query.split('&').filter_map(|p| p.split_once('=')) {
-            match key {
+        for (key, value) in super::kube_fake::query_pairs(query) {
+            let value = value.as_str();
+            match key.as_str() {
                 "limit" => {
                     let limit: i64 = value.parse().map_err(|_| {
                         Refused::BadRequest(format!("limit: invalid value {value:?}"))
@@ -53,7 +45,7 @@ impl ListQuery {
                 "continue" => asked.continue_token = Some(value.to_owned()),
                 "resourceVersion" => asked.resource_version = Some(value.to_owned()),
                 "labelSelector" => {
-                    asked.selector = unescape(value)
+                    asked.selector = value
                         .split(',')
                         .filter_map(|pair| {
                             let (k, v) = pair.split_once('=')?;

@@ -1,5 +1,5 @@
-//! A thin fake of the API server's Leases (`coordination.k8s.io/v1`) for the leader election,
-//! over HTTPS on 127.0.0.1, answering as a real kube-apiserver v1.36.3 answered the exchanges
+//! Leases (`coordination.k8s.io/v1`) for the leader election, a handler on the one fake API
+//! server (`kube_fake`; [`LeaseApiServer::handler`] plugs it into another fake's), answering as a real kube-apiserver v1.36.3 answered the exchanges
 //! recorded in `tests/data/kube-api/leases/exchanges.json` (replayed one by one by
 //! `the_fake_lease_api_answers_every_recorded_exchange_as_recorded` in `tests/cluster/leader_election.rs`):
 //! - `GET` of a Lease: 200, or 404 NotFound when there is none;
@@ -11,7 +11,7 @@
 //! - `PATCH` with `application/merge-patch+json`: applied with no precondition (200);
 //! - `DELETE`: a `Status` of `Success` naming the deleted Lease's uid.
 //!
-//! What no recording covers is refused with [`kube_api::unrecorded`] (501) instead of invented:
+//! What no recording covers is refused with [`kube_fake::unrecorded`] (501) instead of invented:
 //! an invalid spec, a create carrying a resourceVersion, an update of a missing Lease with one,
 //! other patch types, a list, a body that is not a Lease of the URL's namespace.
 //! Tokens: [`TOKENS`]; any other gets the recorded 401; a token the test refused
@@ -23,20 +23,13 @@
 //! resourceVersion exactly one wins, as etcd's compare-and-swap makes it on the real server.
 
 use std::collections::{BTreeMap, HashSet};
-use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::BodyExt as _;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{self, api_tls, bearer_token, full, status};
-
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+use super::kube_fake::{self, full, status, status_value, Body, FakeApi, Handler, Req, Running};
 
 /// The tokens this fake knows (any other is a 401).
 pub const TOKENS: [&str; 3] = ["replica-a", "replica-b", "replica-c"];
@@ -57,37 +50,20 @@ struct State {
     writes: Vec<Write>,
 }
 
-/// See [`LeaseApiServer::handler`].
-pub type LeaseHandler = Arc<
-    dyn Fn(
-            hyper::Request<hyper::body::Incoming>,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response<Body>> + Send>>
-        + Send
-        + Sync,
->;
-
 pub struct LeaseApiServer {
     pub port: u16,
+    api: Running,
     state: Arc<Mutex<State>>,
     refused: Arc<Mutex<HashSet<String>>>,
     hung: Arc<Mutex<HashSet<String>>>,
     requests: Arc<AtomicUsize>,
 }
 
-fn recording(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// A `Status` refusal about Lease `name`, shaped as the recorded ones (`details` names the
 /// resource `leases`, not the kind).
 fn refusal(code: StatusCode, reason: &str, message: String, name: &str) -> Response<Body> {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason,
-        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
-        "code": code.as_u16()});
+    let details = json!({"name": name, "group": "coordination.k8s.io", "kind": "leases"});
+    let body = status_value(code.as_u16(), reason, &message, Some(details));
     full(status(code, body.to_string()))
 }
 
@@ -103,12 +79,10 @@ fn resource_version_required(name: &str) -> Response<Body> {
     let message = format!(
         "leases.coordination.k8s.io \"{name}\" is invalid: metadata.resourceVersion: {why}"
     );
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": "Invalid",
-        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases",
-                    "causes": [{"reason": "FieldValueInvalid", "message": why,
-                                "field": "metadata.resourceVersion"}]},
-        "code": 422});
+    let details = json!({"name": name, "group": "coordination.k8s.io", "kind": "leases",
+        "causes": [{"reason": "FieldValueInvalid", "message": why,
+                    "field": "metadata.resourceVersion"}]});
+    let body = status_value(422, "Invalid", &message, Some(details));
     full(status(code, body.to_string()))
 }
 
@@ -120,7 +94,7 @@ fn malformed_resource_version(sent: &str) -> Response<Body> {
 }
 
 fn unrecorded(what: String) -> Response<Body> {
-    full(kube_api::unrecorded(&what))
+    full(kube_fake::unrecorded(&what))
 }
 
 fn ok(code: StatusCode, lease: &Value) -> Response<Body> {
@@ -256,7 +230,7 @@ impl State {
     fn update(&mut self, namespace: &str, name: &str, lease: Value, token: &str) -> Response<Body> {
         let body_name = lease["metadata"]["name"].as_str().unwrap_or("");
         if body_name != name {
-            return full(kube_api::bad_request(&format!(
+            return full(kube_fake::bad_request(&format!(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
@@ -320,14 +294,6 @@ impl State {
     }
 }
 
-/// The recorded 401 for a token the server does not know.
-fn unauthorized() -> Response<Body> {
-    full(status(
-        StatusCode::UNAUTHORIZED,
-        recording("secret-regcred-get-401.body.json"),
-    ))
-}
-
 /// A 403 for `token`, as RBAC without the Lease Role answers (the recorded 403s' shape).
 fn forbidden(method: &Method, token: &str, namespace: &str, name: Option<&str>) -> Response<Body> {
     let verb = match *method {
@@ -349,20 +315,19 @@ fn forbidden(method: &Method, token: &str, namespace: &str, name: Option<&str>) 
 /// Who may ask: the caller's token, namespace and Lease name, or the answer to a caller that
 /// may not.
 fn authorize(
-    req: &hyper::Request<hyper::body::Incoming>,
+    req: &Req,
     refused: &Mutex<HashSet<String>>,
 ) -> Result<(String, String, Option<String>), Box<Response<Body>>> {
-    let token = bearer_token(req).unwrap_or_default();
+    let token = req.token().unwrap_or_default().to_owned();
     if !TOKENS.contains(&token.as_str()) {
-        return Err(Box::new(unauthorized()));
+        return Err(Box::new(kube_fake::unauthorized()));
     }
-    let path = req.uri().path();
-    let Some((namespace, name)) = lease_path(path) else {
-        return Err(Box::new(unrecorded(format!("{} {path}", req.method()))));
+    let Some((namespace, name)) = lease_path(&req.path) else {
+        return Err(Box::new(unrecorded(req.what())));
     };
     if refused.lock().unwrap().contains(&token) {
         return Err(Box::new(forbidden(
-            req.method(),
+            &req.method,
             &token,
             &namespace,
             name.as_deref(),
@@ -375,26 +340,19 @@ async fn answer(
     state: Arc<Mutex<State>>,
     refused: Arc<Mutex<HashSet<String>>>,
     hung: Arc<Mutex<HashSet<String>>>,
-    req: hyper::Request<hyper::body::Incoming>,
+    req: Req,
 ) -> Response<Body> {
-    let token = bearer_token(&req).unwrap_or_default();
-    if hung.lock().unwrap().contains(&token) {
+    if hung.lock().unwrap().contains(req.token().unwrap_or_default()) {
         std::future::pending::<()>().await;
     }
     let (token, namespace, name) = match authorize(&req, &refused) {
         Ok(caller) => caller,
         Err(answer) => return *answer,
     };
-    let method = req.method().clone();
-    let merge_patch = req
-        .headers()
-        .get("content-type")
-        .is_some_and(|c| c.as_bytes() == b"application/merge-patch+json");
-    let what = format!("{method} {}", req.uri());
-    let body = match req.into_body().collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(e) => return full(kube_api::bad_request(&e.to_string())),
-    };
+    let method = req.method.clone();
+    let merge_patch = req.header("content-type") == "application/merge-patch+json";
+    let what = format!("{method} {}?{}", req.path, req.raw_query);
+    let body = req.body;
     let mut state = state.lock().unwrap();
     let (ns, token) = (namespace.as_str(), token.as_str());
     match (method, name.as_deref()) {
@@ -418,25 +376,38 @@ async fn answer(
     }
 }
 
+/// The Leases' answers: requests for another path are not theirs.
+fn handler(
+    state: Arc<Mutex<State>>,
+    refused: Arc<Mutex<HashSet<String>>>,
+    hung: Arc<Mutex<HashSet<String>>>,
+) -> Handler {
+    Arc::new(move |req| {
+        lease_path(&req.path)?;
+        let (state, refused, hung) = (state.clone(), refused.clone(), hung.clone());
+        Some(Box::pin(answer(state, refused, hung, req.clone())))
+    })
+}
+
 impl LeaseApiServer {
     pub fn start() -> Self {
-        super::init();
         let state = Arc::new(Mutex::new(State::default()));
         let refused = Arc::new(Mutex::new(HashSet::new()));
         let hung = Arc::new(Mutex::new(HashSet::new()));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (s, r, h, n) = (
-            state.clone(),
-            refused.clone(),
-            hung.clone(),
+        let (leases, n) = (
+            handler(state.clone(), refused.clone(), hung.clone()),
             requests.clone(),
         );
-        let port = super::serve(Some(api_tls()), move |req| {
-            n.fetch_add(1, Ordering::SeqCst);
-            answer(s.clone(), r.clone(), h.clone(), req)
-        });
+        let api = FakeApi::new()
+            .handler(Arc::new(move |req| {
+                n.fetch_add(1, Ordering::SeqCst);
+                leases(req)
+            }))
+            .start();
         Self {
-            port,
+            port: api.port,
+            api,
             state,
             refused,
             hung,
@@ -444,16 +415,15 @@ impl LeaseApiServer {
         }
     }
 
-    /// This server's answer to one request, for a fake that also serves Leases (the gates fake,
-    /// for replicas that gate and elect through one API).
-    pub fn handler(&self) -> LeaseHandler {
-        let (state, refused, hung) = (self.state.clone(), self.refused.clone(), self.hung.clone());
-        Arc::new(move |req| Box::pin(answer(state.clone(), refused.clone(), hung.clone(), req)))
+    /// This server's answer to the requests for Leases, for a fake that also serves them (the
+    /// gates fake, for replicas that gate and elect through one API).
+    pub fn handler(&self) -> Handler {
+        handler(self.state.clone(), self.refused.clone(), self.hung.clone())
     }
 
     /// A real `kube` client for this server, authenticating as `token` (one of [`TOKENS`]).
     pub fn client(&self, token: &str) -> kube::Client {
-        super::kube_api::client(self.port, token)
+        self.api.client(token)
     }
 
     /// From now on, every request with `token` is refused (403), as RBAC without the Lease

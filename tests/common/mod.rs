@@ -25,6 +25,7 @@ pub mod fixtures;
 pub mod gates_api;
 pub mod hostile;
 pub mod kube_api;
+pub mod kube_fake;
 pub mod kube_pages;
 pub mod lease_api;
 pub mod namespaces_api;

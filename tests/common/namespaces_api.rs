@@ -1,4 +1,4 @@
-//! A thin fake API server for Namespaces, serving the responses recorded from a real
+//! Namespaces, a handler on the one fake API server (`kube_fake`), serving the responses recorded from a real
 //! kube-apiserver v1.36 in `tests/data/kube-api/namespaces/` (`team-a` labelled
 //! `tolerable.io/enforce=false`, `batch` annotated `tolerable.io/preferred-architecture=arm64=80,
 //! amd64=20`, `team-b` labelled `tolerable.io/skip=true`, and the API server's own four):
@@ -19,27 +19,24 @@
 //!   `admintoken` may read; any other token is a 401.
 
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{self, api_tls, bearer_token, full, status};
-
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+use super::kube_fake::{self, full, status, Answer, Body, FakeApi, Req, Running};
 
 /// The recorded list's resourceVersion: watches must start from it.
 const LIST_RV: &str = "213";
 
 pub struct NamespaceApi {
     pub port: u16,
+    api: Running,
     state: Arc<State>,
 }
 
@@ -65,15 +62,12 @@ struct State {
 }
 
 fn recording(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api/namespaces")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    kube_fake::recording(&format!("namespaces/{name}"))
 }
 
 /// The API server's 400 Status, with `message`.
 fn bad_request(message: &str) -> Response<Body> {
-    full(kube_api::bad_request(message))
+    full(kube_fake::bad_request(message))
 }
 
 impl State {
@@ -88,7 +82,7 @@ impl State {
     }
 
     fn answer(&self, token: Option<&str>, query: &str, accept: &str) -> Response<Body> {
-        let query = kube_api::query(query);
+        let query = kube_fake::query(query);
         let param = |key: &str| query.get(key).map(String::as_str);
         match token {
             Some("admintoken") if !self.revoked.load(Ordering::SeqCst) => {}
@@ -100,10 +94,7 @@ impl State {
                 ));
             }
             _ => {
-                return full(status(
-                    StatusCode::UNAUTHORIZED,
-                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.into(),
-                ))
+                return kube_fake::unauthorized()
             }
         }
         if let Some(limit) = param("limit") {
@@ -125,13 +116,13 @@ impl State {
             return full(status(StatusCode::OK, body));
         }
         if !accept.contains("as=PartialObjectMetadata") {
-            return full(kube_api::unrecorded("a full-object Namespace watch"));
+            return full(kube_fake::unrecorded("a full-object Namespace watch"));
         }
         let list_rv: u64 = LIST_RV.parse().unwrap();
         let from = match param("resourceVersion").map(str::parse::<u64>) {
             Some(Ok(rv)) if rv >= list_rv => rv,
             _ => {
-                return full(kube_api::unrecorded(
+                return full(kube_fake::unrecorded(
                     "a Namespace watch from before the list",
                 ))
             }
@@ -183,27 +174,22 @@ fn line_rv(line: &str) -> u64 {
     rv.and_then(|rv| rv.parse().ok()).unwrap_or_default()
 }
 
-/// The 404 the API server answers for a path it does not serve.
-const NOT_FOUND: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
-
-/// One request: a held list waits for its permit first.
-async fn handle(
-    state: Arc<State>,
-    method: hyper::Method,
-    path: String,
-    query: String,
-    token: Option<String>,
-    accept: String,
-) -> Response<Body> {
-    if method != hyper::Method::GET || path != "/api/v1/namespaces" {
-        return full(status(StatusCode::NOT_FOUND, NOT_FOUND.into()));
+/// One request: a held list waits for its permit first; another path than the Namespaces'
+/// is the one server's (unrecorded).
+fn handle(state: Arc<State>, req: &Req) -> Option<Answer> {
+    let accept = req.header("accept").to_owned();
+    let path_and_query = format!("{}?{}", req.path, req.raw_query);
+    state.requests.lock().unwrap().push((path_and_query, accept.clone()));
+    if req.method != hyper::Method::GET || req.path != "/api/v1/namespaces" {
+        return None;
     }
-    let watch = kube_api::query(&query).get("watch").cloned();
-    let is_list = !matches!(watch.as_deref(), Some("true" | "1"));
-    if let (Some(gate), true) = (&state.list_gate, is_list) {
-        gate.acquire().await.unwrap().forget();
-    }
-    state.answer(token.as_deref(), &query, &accept)
+    let (query, token, is_list) = (req.raw_query.clone(), req.token().map(str::to_owned), !req.is_watch());
+    Some(Box::pin(async move {
+        if let (Some(gate), true) = (&state.list_gate, is_list) {
+            gate.acquire().await.unwrap().forget();
+        }
+        state.answer(token.as_deref(), &query, &accept)
+    }))
 }
 
 impl NamespaceApi {
@@ -244,29 +230,14 @@ impl NamespaceApi {
             revoked: std::sync::atomic::AtomicBool::new(false),
         });
         let shared = state.clone();
-        let port = super::serve(
-            Some(api_tls()),
-            move |req: hyper::Request<hyper::body::Incoming>| {
-                let state = shared.clone();
-                let token = bearer_token(&req);
-                let path = req.uri().path().to_owned();
-                let query = req.uri().query().unwrap_or("").to_owned();
-                let accept = req
-                    .headers()
-                    .get("accept")
-                    .and_then(|a| a.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                let method = req.method().clone();
-                state
-                    .requests
-                    .lock()
-                    .unwrap()
-                    .push((format!("{path}?{query}"), accept.clone()));
-                handle(state, method, path, query, token, accept)
-            },
-        );
-        Self { port, state }
+        let api = FakeApi::new()
+            .handler(Arc::new(move |req: &Req| handle(shared.clone(), req)))
+            .start();
+        Self {
+            port: api.port,
+            api,
+            state,
+        }
     }
 
     /// Sends the next `n` recorded watch events (BOOKMARK included) on the first watch.
@@ -313,7 +284,7 @@ impl NamespaceApi {
 
     /// A real `kube` client for this server, authenticating with `token`.
     pub fn client(&self, token: &str) -> kube::Client {
-        super::kube_api::client(self.port, token)
+        self.api.client(token)
     }
 
     /// Every request so far: the path and query, and the Accept header.

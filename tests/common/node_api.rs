@@ -16,7 +16,7 @@
 //! - `GET /api/v1/nodes/NAME` and JSON Patches on it (a failed `test` is the recorded 422).
 //!
 //! Anything else (another query parameter, another patch type, `dryRun`) is refused as
-//! unrecorded ([`super::kube_api::unrecorded`]). What the fake does not hold: history before the
+//! unrecorded ([`super::kube_fake::unrecorded`]). What the fake does not hold: history before the
 //! seed (the recorded watch from resourceVersion 1 replays the cluster's whole history; here it
 //! is the 410 a real server gives once its watch cache has moved on, `node-watch-too-old-rv`).
 
@@ -27,17 +27,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{recording, status, unrecorded};
+use super::kube_fake::{full, recording, status, unrecorded, Body};
 use super::kube_pages;
 use super::selector::Selector;
-
-type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// One change of a Node: its resourceVersion, before and after (`None`: absent).
 #[derive(Clone)]
@@ -220,7 +217,7 @@ impl Nodes {
         query: &str,
         body: &[u8],
     ) -> Response<Full<Bytes>> {
-        let pairs = super::kube_api::query(query);
+        let pairs = super::kube_fake::query(query);
         if content_type != "application/json-patch+json" || !pairs.is_empty() {
             return unrecorded(&format!("a {content_type} patch of a Node with ?{query}"));
         }
@@ -242,13 +239,13 @@ impl Nodes {
 
     /// `GET /api/v1/nodes?…`: a list or a watch.
     pub async fn list_or_watch(self: &Arc<Self>, query: &str) -> Response<Body> {
-        let q = super::kube_api::query(query);
+        let q = super::kube_fake::query(query);
         if let Some(unknown) = q.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return full(unrecorded(&format!("the Node list parameter {unknown}")));
         }
         let selector = match Selector::parse(q.get("labelSelector").map_or("", String::as_str)) {
             Ok(selector) => selector,
-            Err(why) => return full(super::kube_api::bad_request(&why)),
+            Err(why) => return full(super::kube_fake::bad_request(&why)),
         };
         if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
             return self.watch(&q, selector);
@@ -284,7 +281,7 @@ impl Nodes {
                 }
                 Ok(token) => (token.revision, Some(token.after)),
                 Err(kube_pages::Refused::BadRequest(why)) => {
-                    return super::kube_api::bad_request(&why)
+                    return super::kube_fake::bad_request(&why)
                 }
             },
         };
@@ -298,10 +295,6 @@ impl Nodes {
         let body = kube_pages::list_body("NodeList", "v1", revision, &page);
         status(StatusCode::OK, body)
     }
-}
-
-pub fn full(body: Response<Full<Bytes>>) -> Response<Body> {
-    body.map(|b| b.boxed_unsync())
 }
 
 /// Where a watch starts, from its `resourceVersion`.

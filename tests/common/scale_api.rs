@@ -1,4 +1,4 @@
-//! A thin fake API server for a large cluster: `n` Nodes shaped exactly like the recorded EKS
+//! A large cluster, a handler on the one fake API server (`kube_fake`): `n` Nodes shaped exactly like the recorded EKS
 //! Node in `tests/data/kube-api/scale/` (about 18 KB of JSON each: 15 labels, a kubelet status
 //! with 50 images, managed fields), with names, addresses and IDs varied as
 //! `make_nodes.py` does, served as a real kube-apiserver v1.36 serves them to kube-runtime's
@@ -7,8 +7,8 @@
 //! streams whole Nodes again for every change the test makes (kubelet heartbeats, labels,
 //! taints), each event as a real watch line — a watcher that falls a whole buffer behind has its
 //! watch ended, never an event skipped; the recorded Namespaces, for the namespace watch the
-//! shipped config runs; and one recorded pull secret (`team-a/regcred`). Nothing else is served
-//! (404).
+//! shipped config runs; and one recorded pull secret (`team-a/regcred`), every other Secret and
+//! ServiceAccount the recorded 404. Anything else is the one server's 501.
 //!
 //! Nodes are generated on the fly from the recording, so the fake holds no copy of the
 //! cluster: a 15,000-Node list costs this process one page at a time.
@@ -20,15 +20,12 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::kube_api::{self, api_tls, bearer_token, full, query, status};
-
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+use super::kube_fake::{self, full, recording, status, Answer, Body, FakeApi, Req, Running};
 
 /// What the test changed on one Node since it was created.
 #[derive(Clone, Default)]
@@ -51,6 +48,7 @@ struct State {
 
 pub struct ScaleApiServer {
     pub port: u16,
+    api: Running,
     state: Arc<State>,
 }
 
@@ -197,7 +195,7 @@ impl State {
 
 /// The API server's 400 Status, with `message`.
 fn bad_request(message: &str) -> Response<Body> {
-    full(kube_api::bad_request(message))
+    full(kube_fake::bad_request(message))
 }
 
 async fn nodes(state: Arc<State>, query: BTreeMap<String, String>) -> Response<Body> {
@@ -239,10 +237,7 @@ fn namespaces(query: &BTreeMap<String, String>, metadata_only: bool) -> Response
             true => "namespace-list-metadata.body.json",
             false => "namespace-list.body.json",
         };
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/kube-api/namespaces")
-            .join(name);
-        Full::new(Bytes::from(std::fs::read(path).unwrap())).boxed_unsync()
+        Full::new(Bytes::from(recording(&format!("namespaces/{name}")))).boxed_unsync()
     };
     let mut response = Response::new(body);
     response
@@ -256,12 +251,39 @@ fn namespaces(query: &BTreeMap<String, String>, metadata_only: bool) -> Response
 /// Secret and ServiceAccount is a 404, as for a ServiceAccount the controller has not made yet.
 const REGCRED_PATH: &str = "/api/v1/namespaces/team-a/secrets/regcred";
 
-fn recorded_regcred() -> String {
-    std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/kube-api/secret-regcred-get.body.json"),
-    )
-    .unwrap()
+/// `GET` of Secret or ServiceAccount `name`: the recorded one for [`REGCRED_PATH`], else the
+/// recorded 404.
+fn secret_or_account(path: &str) -> Option<Response<Body>> {
+    if path == REGCRED_PATH {
+        let body = recording("secret-regcred-get.body.json");
+        return Some(full(status(StatusCode::OK, body)));
+    }
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let (file, name) = match rest.split('/').collect::<Vec<_>>()[..] {
+        [_, "secrets", name] => ("secret-missing-get-404.body.json", name),
+        [_, "serviceaccounts", name] => ("sa-missing-get-404.body.json", name),
+        _ => return None,
+    };
+    let body = recording(file).replace("missing", name);
+    Some(full(status(StatusCode::NOT_FOUND, body)))
+}
+
+/// One request: only `admintoken` may read (the recorded 401 else).
+fn route(state: &Arc<State>, req: &Req) -> Option<Answer> {
+    if req.token() != Some("admintoken") {
+        return kube_fake::ready(kube_fake::unauthorized());
+    }
+    if req.method != hyper::Method::GET {
+        return None;
+    }
+    match req.path.as_str() {
+        "/api/v1/nodes" => Some(Box::pin(nodes(state.clone(), req.query.clone()))),
+        "/api/v1/namespaces" => {
+            let metadata_only = req.header("accept").contains("as=PartialObjectMetadataList");
+            kube_fake::ready(namespaces(&req.query, metadata_only))
+        }
+        path => kube_fake::ready(secret_or_account(path)?),
+    }
 }
 
 /// A watch: every change the test makes from now on, one line each, until the test ends.
@@ -292,14 +314,7 @@ impl ScaleApiServer {
     /// not read yet (the real server's per-watcher buffer) before it is ended.
     pub fn start_with_watch_buffer(count: usize, arm: usize, buffer: usize) -> Self {
         super::init();
-        let recorded: Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/data/kube-api/scale/node-list-limit-2.body.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        let recorded = kube_fake::recorded_json("scale/node-list-limit-2.body.json");
         let state = Arc::new(State {
             template: recorded["items"][0].clone(),
             count,
@@ -311,50 +326,24 @@ impl ScaleApiServer {
             lists: AtomicUsize::new(0),
         });
         let shared = state.clone();
-        let port = super::serve(
-            Some(api_tls()),
-            move |req: hyper::Request<hyper::body::Incoming>| {
-                let state = shared.clone();
-                let admin = bearer_token(&req).as_deref() == Some("admintoken");
-                let path = req.uri().path().to_owned();
-                let query = query(req.uri().query().unwrap_or(""));
-                let get = req.method() == hyper::Method::GET;
-                let metadata_only = req
-                    .headers()
-                    .get("accept")
-                    .and_then(|a| a.to_str().ok())
-                    .is_some_and(|a| a.contains("as=PartialObjectMetadataList"));
-                async move {
-                    match (admin, get, path.as_str()) {
-                    (false, _, _) => full(status(StatusCode::UNAUTHORIZED, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}).to_string())),
-                    (true, true, "/api/v1/nodes") => nodes(state, query).await,
-                    (true, true, "/api/v1/namespaces") => namespaces(&query, metadata_only),
-                    (true, true, REGCRED_PATH) => full(status(StatusCode::OK, recorded_regcred())),
-                    _ => full(status(StatusCode::NOT_FOUND, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404}).to_string())),
-                }
-                }
-            },
-        );
-        Self { port, state }
+        let api = FakeApi::new()
+            .handler(Arc::new(move |req: &Req| route(&shared, req)))
+            .start();
+        Self {
+            port: api.port,
+            api,
+            state,
+        }
     }
 
     /// A real `kube` client for this server.
     pub fn client(&self) -> kube::Client {
-        use rustls::pki_types::pem::PemObject as _;
-        let mut config =
-            kube::Config::new(format!("https://127.0.0.1:{}", self.port).parse().unwrap());
-        config.root_cert = Some(vec![rustls::pki_types::CertificateDer::from_pem_slice(
-            super::certs::ca().ca_pem.as_bytes(),
-        )
-        .unwrap()
-        .to_vec()]);
-        config.auth_info.token = Some("admintoken".to_owned().into());
-        kube::Client::try_from(config).unwrap()
+        self.api.client("admintoken")
     }
 
     /// A kubeconfig file for `tolerable serve`.
     pub fn kubeconfig(&self) -> tempfile::NamedTempFile {
-        super::kube_api::kubeconfig(self.port, "admintoken")
+        super::kube_fake::kubeconfig(self.port, "admintoken")
     }
 
     /// Watches opened so far.

@@ -1,10 +1,10 @@
-//! A thin fake of the Kubernetes API server for `tolerable audit`: HTTPS on 127.0.0.1 serving the
+//! `tolerable audit`'s cluster, a handler on the one fake API server (`kube_fake`), serving the
 //! 23 exchanges recorded from a real kube-apiserver v1.26 in `tests/data/kube-api/workloads/`
 //! (a mixed cluster: amd64, arm64 and s390x nodes; Deployments, a StatefulSet, a DaemonSet with a
 //! crash-looping Pod on s390x, Jobs, a CronJob, a bare Pod). The recorded image host
 //! `registry.test:5000` is replaced by this run's test registry; nothing else is changed.
 //!
-//! - A request that was recorded (path and query exactly as kube-core writes them) gets the
+//! - A request that was recorded (path and parsed query pairs, [`kube_fake::request_key`]) gets the
 //!   recorded status and body: the lists, the four real pages of `?&limit=3` with their real
 //!   continue tokens, the GETs by name, the 404, the 400 for a malformed token.
 //! - A list request no recording answers (another namespace, another `limit`, a selector) is
@@ -17,16 +17,15 @@
 //!   body for the recorded malformed token), a continue token with a `resourceVersion` (400),
 //!   a token whose revision was compacted (410 Expired, the recorded body; see
 //!   [`WorkloadsApi::expire_continue_tokens`]), `nobodytoken` (the recorded 403), any other
-//!   token (401), an unknown path (404).
+//!   token (the recorded 401), an unknown path (404).
 //! - Namespaces (`GET /api/v1/namespaces`, which audit lists for their policy): the Namespaces
 //!   recorded with the same names (`team-a`, `team-b`, `batch`) in
 //!   `tests/data/kube-api/namespaces/` — metadata only when asked with the metadata Accept
 //!   header, else whole — and that recording's 403 for `nobodytoken`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -34,7 +33,7 @@ use hyper::{Response, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::kube_api::{self, bad_request, status as respond};
+use super::kube_fake::{self, bad_request, request_key, status as respond, Req, Running};
 use super::kube_pages::{self, Continue, ListQuery, Refused};
 
 /// The recorded lists' revision (every recorded list says `"resourceVersion":"301"`).
@@ -42,13 +41,13 @@ const RECORDED_REVISION: i64 = 301;
 
 pub struct WorkloadsApi {
     pub port: u16,
-    requests: Arc<Mutex<Vec<String>>>,
+    api: Running,
     state: Arc<State>,
 }
 
 struct State {
     registry_host: String,
-    /// path and query → (status, body), the `admintoken` exchanges but the 410.
+    /// [`request_key`] → (status, body), the `admintoken` exchanges but the 410.
     recorded: HashMap<String, (u16, String)>,
     /// etcd's current revision, moved on by a compaction.
     revision: AtomicI64,
@@ -58,34 +57,21 @@ struct State {
     expire_next: AtomicUsize,
 }
 
-fn folder() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/kube-api/workloads")
-}
-
 fn recording(name: &str, registry_host: &str) -> String {
-    let path = folder().join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .replace("registry.test:5000", registry_host)
+    kube_fake::recording(&format!("workloads/{name}")).replace("registry.test:5000", registry_host)
 }
 
-/// The recorded `admintoken` exchanges by path and query (`index.json`), but the 410: its
-/// request is page 2's, answered so only after a compaction.
+/// The recorded `admintoken` exchanges (`index.json`), but the 410: its request is page 2's,
+/// answered so only after a compaction.
 fn recorded_exchanges(registry_host: &str) -> HashMap<String, (u16, String)> {
-    let index: Value = serde_json::from_str(&recording("index.json", "")).unwrap();
-    index
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["request_headers"]["Authorization"] == "Bearer admintoken")
-        .filter(|e| e["status"] != 410)
+    kube_fake::exchanges("workloads")
+        .into_iter()
+        .filter(|e| e.token.as_deref() == Some("admintoken") && e.status != 410)
         .map(|e| {
-            let body = recording(e["body_file"].as_str().unwrap(), registry_host);
-            let status = u16::try_from(e["status"].as_u64().unwrap()).unwrap();
-            (
-                e["path_and_query"].as_str().unwrap().to_owned(),
-                (status, body),
-            )
+            let body = String::from_utf8(e.body.to_vec()).unwrap();
+            let body = body.replace("registry.test:5000", registry_host);
+            let (path, query) = e.path_and_query.split_once('?').unwrap_or((&e.path_and_query, ""));
+            (request_key(path, query), (e.status, body))
         })
         .collect()
 }
@@ -179,8 +165,8 @@ fn service_account(namespace: &str, name: &str, host: &str) -> Response<Full<Byt
 }
 
 impl State {
-    fn recorded(&self, path_and_query: &str) -> Option<Response<Full<Bytes>>> {
-        let (status, body) = self.recorded.get(path_and_query)?;
+    fn recorded(&self, path: &str, query: &str) -> Option<Response<Full<Bytes>>> {
+        let (status, body) = self.recorded.get(&request_key(path, query))?;
         Some(respond(
             StatusCode::from_u16(*status).unwrap(),
             body.clone(),
@@ -221,10 +207,9 @@ impl State {
             Ok(asked) => asked,
             Err(Refused::BadRequest(why)) => return bad_request(&why),
         };
-        let path_and_query = format!("{path}?{query}");
-        if let Some((400, _)) = self.recorded.get(&path_and_query) {
+        if let Some((400, _)) = self.recorded.get(&request_key(path, query)) {
             // The recorded refusal, in the API server's own words.
-            return self.recorded(&path_and_query).unwrap();
+            return self.recorded(path, query).unwrap();
         }
         let revision = match asked.continue_token.as_deref().map(|t| self.go_on(t)) {
             Some(Err(refused)) => return *refused,
@@ -233,7 +218,7 @@ impl State {
         };
         let now = self.revision.load(Ordering::SeqCst);
         if now == RECORDED_REVISION {
-            if let Some(recorded) = self.recorded(&path_and_query) {
+            if let Some(recorded) = self.recorded(path, query) {
                 return recorded;
             }
         }
@@ -251,7 +236,7 @@ impl State {
                 .split('&')
                 .find(|p| p.starts_with("labelSelector="))
                 .map_or(String::new(), |p| format!("&{p}"));
-            if let Some(recorded) = self.recorded(&format!("{path}?{selector}")) {
+            if let Some(recorded) = self.recorded(path, &selector) {
                 return recorded;
             }
         }
@@ -274,56 +259,47 @@ impl State {
                     recording("deployment-list-403.body.json", host),
                 )
             }
-            _ => return respond(StatusCode::UNAUTHORIZED, "{}".into()),
+            _ => return respond(StatusCode::UNAUTHORIZED, kube_fake::recording(UNAUTHORIZED)),
         }
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let (namespace, rest) = match parts[..] {
             ["api", "v1", "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
             ["apis", _, _, "namespaces", ns, ref rest @ ..] => (Some(ns), rest),
             ["api", "v1", ref rest @ ..] | ["apis", _, _, ref rest @ ..] => (None, rest),
-            _ => return self.recorded(path).unwrap_or_else(|| not_found(path)),
+            _ => return self.recorded(path, "").unwrap_or_else(|| not_found(path)),
         };
         match (namespace, rest, query) {
             (namespace, [plural], Some(query)) => self.list(path, plural, namespace, query),
             (Some(ns), ["serviceaccounts", name], None) => service_account(ns, name, host),
             (Some(_), ["secrets", name], None) => not_found(&format!("secrets \"{name}\"")),
             (_, [plural, name], None) => self
-                .recorded(path)
+                .recorded(path, "")
                 .unwrap_or_else(|| not_found(&format!("{plural} \"{name}\""))),
             _ => not_found(path),
         }
     }
 }
 
+/// The recorded 401 (the top-level recording's: the workloads were not recorded with a token
+/// the server did not know).
+const UNAUTHORIZED: &str = "secret-regcred-get-401.body.json";
+
 /// The recorded Namespace list (metadata only when asked so), or its 403.
-fn namespaces(
-    accept: Option<&hyper::header::HeaderValue>,
-    token: Option<&str>,
-) -> Response<Full<Bytes>> {
-    let read = |name: &str| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/kube-api/namespaces")
-            .join(name);
-        std::fs::read_to_string(path).unwrap()
-    };
-    let metadata = accept
-        .and_then(|a| a.to_str().ok())
-        .is_some_and(|a| a.contains("as=PartialObjectMetadataList"));
-    match token {
+fn namespaces(req: &Req) -> Response<Full<Bytes>> {
+    let read = |name: &str| kube_fake::recording(&format!("namespaces/{name}"));
+    let metadata = req.header("accept").contains("as=PartialObjectMetadataList");
+    match req.token() {
         Some("admintoken") if metadata => {
             respond(StatusCode::OK, read("namespace-list-metadata.body.json"))
         }
         Some("admintoken") => respond(StatusCode::OK, read("namespace-list.body.json")),
         Some("nobodytoken") => respond(StatusCode::FORBIDDEN, read("namespace-list-403.body.json")),
-        _ => respond(StatusCode::UNAUTHORIZED, "{}".into()),
+        _ => respond(StatusCode::UNAUTHORIZED, kube_fake::recording(UNAUTHORIZED)),
     }
 }
 
 impl WorkloadsApi {
     pub fn start(registry_host: &str) -> Self {
-        super::init();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
         let state = Arc::new(State {
             registry_host: registry_host.to_owned(),
             recorded: recorded_exchanges(registry_host),
@@ -332,40 +308,33 @@ impl WorkloadsApi {
             expire_next: AtomicUsize::new(0),
         });
         let serving = state.clone();
-        let port = super::serve(
-            Some(kube_api::api_tls()),
-            move |req: hyper::Request<hyper::body::Incoming>| {
-                let path = req.uri().path().to_owned();
-                let query = req.uri().query().map(str::to_owned);
-                seen.lock()
-                    .unwrap()
-                    .push(format!("{path}?{}", query.as_deref().unwrap_or("")));
-                let token = kube_api::bearer_token(&req);
-                let state = serving.clone();
-                let accept = req.headers().get("accept").cloned();
-                async move {
-                    if path == "/api/v1/namespaces" {
-                        return namespaces(accept.as_ref(), token.as_deref());
+        let api = kube_fake::FakeApi::new()
+            .handler(Arc::new(move |req: &Req| {
+                let answer = match req.path.as_str() {
+                    "/api/v1/namespaces" => namespaces(req),
+                    path => {
+                        let query = req.has_query.then_some(req.raw_query.as_str());
+                        serving.answer(path, query, req.token())
                     }
-                    state.answer(&path, query.as_deref(), token.as_deref())
-                }
-            },
-        );
+                };
+                kube_fake::ready(kube_fake::full(answer))
+            }))
+            .start();
         Self {
-            port,
-            requests,
+            port: api.port,
+            api,
             state,
         }
     }
 
     /// A kubeconfig for this server with `token`.
     pub fn kubeconfig(&self, token: &str) -> tempfile::NamedTempFile {
-        kube_api::kubeconfig(self.port, token)
+        kube_fake::kubeconfig(self.port, token)
     }
 
     /// Paths (with queries) requested so far.
     pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
+        self.api.requests_with_query()
     }
 
     /// Each of the next `n` requests with a continue token comes after an etcd compaction
