@@ -235,8 +235,6 @@ pub enum Leadership {
     /// The Lease, when competing (`None`: not competing, and a gate controller, if any, always
     /// releases).
     Elect(Option<LeaderElectionSettings>),
-    /// A receiver given by the caller (the tests' stand-in for the Lease).
-    Given(watch::Receiver<bool>),
 }
 
 impl Leadership {
@@ -250,8 +248,8 @@ impl Leadership {
     }
 
     /// The election, when this replica competes, and the receiver the gate releaser follows:
-    /// the election's, the one given, or (not competing) one that always says "leading", its
-    /// sender living as long as the background tasks.
+    /// the election's, or (not competing) one that always says "leading", its sender living as
+    /// long as the background tasks.
     fn start(
         self,
         kube: Option<&kube::Client>,
@@ -259,14 +257,9 @@ impl Leadership {
         registry: &mut prometheus_client::registry::Registry,
         background: &mut Vec<JoinHandle<()>>,
     ) -> (Option<LeaderElection>, watch::Receiver<bool>) {
-        let (election, leader) = match self {
-            Leadership::Elect(settings) => {
-                let election = compete_for_gates(kube, settings, metrics, registry);
-                let leader = election.as_ref().map(LeaderElection::leader);
-                (election, leader)
-            }
-            Leadership::Given(leader) => (None, Some(leader)),
-        };
+        let Leadership::Elect(settings) = self;
+        let election = compete_for_gates(kube, settings, metrics, registry);
+        let leader = election.as_ref().map(LeaderElection::leader);
         let leader = leader.unwrap_or_else(|| {
             let (always, leader) = watch::channel(true);
             background.push(tokio::spawn(async move { always.closed().await }));

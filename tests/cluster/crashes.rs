@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::sync::watch;
 use tolerable::config::Config;
 
 use crate::common;
@@ -26,8 +25,9 @@ pub(super) fn hosts() -> RegistryHosts {
     }
 }
 
-/// `serve` with the crash watch, leading (its own leader channel says so), and the node watch.
-pub(super) async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
+/// `serve` with the crash watch, leading (not competing for the Lease: what only a leader does,
+/// it does), and the node watch.
+pub(super) async fn watching(api: &FakeApiServer) -> TestServer {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();
@@ -35,10 +35,7 @@ pub(super) async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<
     config.namespace_policy = false;
     config.watch_nodes = true;
     config.crash_watch = true;
-    let (lead, leader) = watch::channel(true);
-    let server =
-        TestServer::start_leading(config, Some(api.client("admintoken")), Some(leader)).await;
-    (server, lead)
+    TestServer::start_configured(config, Some(api.client("admintoken"))).await
 }
 
 /// Waits (at most [`BOUND`]) until the server's metrics show `series` at `value`.
@@ -80,7 +77,7 @@ pub(super) async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) 
 #[tokio::test]
 async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
     let api = FakeApiServer::start_with_crashes(hosts(), Crashes::recorded());
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, owner) = pod_and_owner_events(&api).await;
     assert_eq!(pod["apiVersion"], "v1");
     assert_eq!(pod["involvedObject"]["name"], "web-7d9c6b8f5-abcde");
@@ -148,7 +145,7 @@ pub(super) async fn crashing_image(
 async fn a_crash_on_an_architecture_the_index_lacks_is_flagged() {
     let registry = registry::plain();
     let (api, _, _) = crashing_image(&registry.host, "fixtures/s390x-docker").await;
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture");
     let message = pod["message"].as_str().unwrap();
@@ -173,7 +170,7 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
         .push("crashes/mislabelled", "mislabelled", "v1")
         .await;
     let (api, tag, image_id) = crashing_image(&registry.host, "crashes/mislabelled").await;
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, owner) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture");
     let message = pod["message"].as_str().unwrap();
@@ -230,7 +227,7 @@ pub(super) async fn learned_then_left_out(server: &TestServer, image: &str) {
 async fn a_consistent_index_leaves_the_crash_unconfirmed() {
     let registry = registry::plain();
     let (api, _, _) = crashing_image(&registry.host, "fixtures/arm64-oci").await;
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "ExecFormatError");
     let message = pod["message"].as_str().unwrap();
@@ -252,7 +249,7 @@ async fn a_consistent_index_leaves_the_crash_unconfirmed() {
 #[tokio::test]
 async fn without_the_text_the_previous_log_is_read_and_nothing_said() {
     let api = FakeApiServer::start_with_crashes(hosts(), Crashes::recorded().without_message());
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let log = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde/log";
     let deadline = Instant::now() + BOUND;
     while !api.requests().iter().any(|p| p == log) {
@@ -281,9 +278,8 @@ async fn a_replica_that_does_not_lead_reads_and_writes_nothing() {
     config.read_pull_secrets = false;
     config.namespace_policy = false;
     config.crash_watch = true;
-    let (_lead, leader) = watch::channel(false);
-    let _server =
-        TestServer::start_leading(config, Some(api.client("admintoken")), Some(leader)).await;
+    // Another replica holds the Lease (the real election, on the fake's Leases).
+    let (_server, _holder) = TestServer::start_following(config, api.client("admintoken")).await;
     // The Events were listed (and a watch opened after the list): by then a leader would have
     // queued the Pod's read.
     let deadline = Instant::now() + BOUND;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::sync::watch;
+use tolerable::cluster::lease::LeaderElection;
 use tolerable::config::Config;
 
 use super::crashes::{
@@ -20,12 +20,13 @@ use crate::common::registry;
 use crate::common::webhook::{self, TestServer};
 
 /// A `serve` replica with the crash watch, the node watch and the shared cache on `redis`,
-/// leading as `leads` says.
+/// leading as `leads` says: leading, it does not compete for the Lease; not leading, another
+/// replica (the election returned) holds the Lease on the fake.
 async fn replica(
     api: &FakeApiServer,
     redis: &RedisServer,
     leads: bool,
-) -> (TestServer, watch::Sender<bool>) {
+) -> (TestServer, Option<LeaderElection>) {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();
@@ -34,10 +35,12 @@ async fn replica(
     config.namespace_policy = false;
     config.watch_nodes = true;
     config.crash_watch = true;
-    let (lead, leader) = watch::channel(leads);
-    let server =
-        TestServer::start_leading(config, Some(api.client("admintoken")), Some(leader)).await;
-    (server, lead)
+    let client = api.client("admintoken");
+    if leads {
+        return (TestServer::start_configured(config, Some(client)).await, None);
+    }
+    let (server, holder) = TestServer::start_following(config, client).await;
+    (server, Some(holder))
 }
 
 /// An admission of `image` on `server`: its warnings.
@@ -115,7 +118,7 @@ async fn the_same_image_ready_on_another_architecture_confirms_the_crash() {
     let image_id = format!("{}/fixtures/multiarch-oci@{digest}", registry.host);
     let crashes = Crashes::with_image(&tag, &image_id).running_elsewhere();
     let api = FakeApiServer::start_with_crashes(hosts(), crashes);
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, owner) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture", "{pod:#}");
     let message = pod["message"].as_str().unwrap();
@@ -141,7 +144,7 @@ async fn the_same_image_ready_on_another_architecture_confirms_the_crash() {
 async fn no_other_pod_running_the_image_leaves_the_crash_unconfirmed() {
     let registry = registry::plain();
     let (api, tag, _) = crashing_image(&registry.host, "fixtures/multiarch-oci").await;
-    let (server, _lead) = watching(&api).await;
+    let server = watching(&api).await;
     let (pod, _) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "ExecFormatError", "{pod:#}");
     assert!(api

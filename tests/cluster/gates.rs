@@ -487,17 +487,6 @@ async fn images_without_a_common_architecture_stay_gated_as_unrunnable() {
     }
 }
 
-/// The Lease settings of a replica that gates: short, so a hand-over takes a fraction of a
-/// second.
-fn election(identity: &str) -> tolerable::cluster::lease::LeaderElectionSettings {
-    tolerable::cluster::lease::LeaderElectionSettings {
-        lease_duration: Duration::from_secs(3),
-        renew_deadline: Duration::from_secs(2),
-        retry_period: Duration::from_millis(200),
-        ..tolerable::cluster::lease::LeaderElectionSettings::new("tolerable-system", identity)
-    }
-}
-
 /// A replica that does not lead (another holds the Lease, through the same API: the real
 /// election against the Lease fake) sends no patch; once the leader hands the Lease over, it
 /// releases the Pod, once.
@@ -507,19 +496,8 @@ async fn no_patch_while_not_the_leader() {
     let api = GatesApiServer::start_with_leases(leases.handler());
     let proxy = FaultProxy::start(&registry::plain().host);
     proxy.set(Fault::Status(503));
-    let leader = tolerable::cluster::lease::LeaderElection::start(
-        api.client_as("replica-a"),
-        election("replica-a"),
-        Default::default(),
-    );
-    let mut leading = leader.leader();
-    tokio::time::timeout(WAIT, leading.wait_for(|leads| *leads))
-        .await
-        .expect("replica-a never led")
-        .unwrap();
     let config = gate_config(&proxy.host, WAIT * 4);
-    let client = Some(api.client_as("replica-b"));
-    let server = TestServer::start_electing(config, client, election("replica-b")).await;
+    let (server, leader) = TestServer::start_following(config, api.client()).await;
     let image = format!("{}/fixtures/arm64-oci:v1", proxy.host);
     admit_and_create(&server, &api, "waits", &[image]).await;
     proxy.set(Fault::None);
@@ -538,7 +516,7 @@ async fn no_patch_while_not_the_leader() {
     // refused ones too, since the start) and the Pod is still gated.
     assert!(api.patches().is_empty(), "{:?}", api.patches());
     assert!(!released(&api, "waits"));
-    assert!(!*server.leader.as_ref().unwrap().borrow(), "replica-b leads");
+    assert!(!*server.leader.as_ref().unwrap().borrow(), "the follower leads");
     leader.shutdown().await;
     assert!(
         api.wait_for(WAIT, |api| released(api, "waits")).await,
@@ -693,7 +671,8 @@ async fn two_replicas_one_releaser_and_the_other_takes_over() {
     for identity in ["replica-a", "replica-b"] {
         let config = gate_config(&proxy.host, WAIT * 4);
         let client = Some(api.client_as(identity));
-        replicas.push(TestServer::start_electing(config, client, election(identity)).await);
+        let election = webhook::short_election(identity);
+        replicas.push(TestServer::start_electing(config, client, election).await);
     }
     let leading = |replicas: &[TestServer]| -> Vec<usize> {
         (0..replicas.len())

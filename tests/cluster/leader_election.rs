@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::lease_api::LeaseApiServer;
+use common::webhook::TestServer;
 use common::recorded::Ids;
 use common::until;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -19,8 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
-use tokio::sync::{oneshot, watch};
-use tolerable::app::{Leadership, Webhook};
+use tokio::sync::watch;
 use tolerable::cluster::lease::{LeaderElection, LeaderElectionSettings};
 
 const NAMESPACE: &str = "tolerable";
@@ -540,13 +540,10 @@ async fn a_leader_whose_requests_hang_steps_down_at_its_deadline() {
     transitions.never_two(&api);
 }
 
-/// The config `serve` runs with here: HTTPS on a free port with the test CA's certificate,
-/// `/metrics` on it, nothing read from the API but the Lease.
-fn serve_config(volume: &common::webhook::SecretVolume) -> tolerable::config::Config {
+/// The config `serve` runs with here (the test server puts HTTPS with the test CA's
+/// certificate on a free port, `/metrics` on it): nothing read from the API but the Lease.
+fn serve_config() -> tolerable::config::Config {
     let mut config = tolerable::config::Config::load(None, Vec::new()).unwrap();
-    config.tls_files = Some((volume.cert_path(), volume.key_path()));
-    config.listen_addr = "127.0.0.1:0".parse().unwrap();
-    config.metrics_addr = None;
     config.read_pull_secrets = false;
     config.watch_nodes = false;
     config
@@ -557,54 +554,27 @@ fn serve_config(volume: &common::webhook::SecretVolume) -> tolerable::config::Co
 /// SIGTERM) it stops leading and clears the Lease's holder.
 #[tokio::test]
 async fn serve_leads_says_so_and_gives_the_lease_up_when_it_shuts_down() {
-    common::init();
     let api = LeaseApiServer::start();
-    let leaf = common::certs::ca().leaf(&["localhost", "127.0.0.1"]);
-    let volume = common::webhook::SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
-    let config = serve_config(&volume);
-    let client = api.client("replica-b");
-    let leadership = Leadership::of_replica(&config, Some(&client));
-    let idle = Webhook::build(&config, Some(client), false, leadership)
-        .await
-        .unwrap();
-    assert!(idle.leader().is_none());
+    let idle = TestServer::start_as_serve(serve_config(), Some(api.client("replica-b"))).await;
+    assert!(idle.leader.is_none());
 
     let election = settings("replica-a", Duration::from_secs(60));
-    let webhook = Webhook::build(
-        &config,
-        Some(api.client("replica-a")),
-        false,
-        Leadership::Elect(Some(election)),
-    )
-    .await
-    .unwrap();
-    let leader = webhook.leader().expect("competing for the Lease");
-    let port = webhook.local_addr().unwrap().port();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let serving = tokio::spawn(webhook.serve(async {
-        let _ = stopped.await;
-    }));
+    let client = Some(api.client("replica-a"));
+    let mut server = TestServer::start_electing(serve_config(), client, election).await;
+    let leader = server.leader.clone().expect("competing for the Lease");
     until("serve to lead", || leads(&leader)).await;
     assert_eq!(
         api.writes()[0].token,
         "replica-a",
         "only the competing server asked"
     );
-    let metrics = common::webhook::client()
-        .get(format!("https://localhost:{port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::webhook::metrics_text(&server).await;
     assert_eq!(
         common::webhook::metric_value(&metrics, "tolerable_gate_leader"),
         Some(1.0),
         "{metrics}"
     );
-    stop.send(()).unwrap();
-    serving.await.unwrap();
+    server.shutdown().await;
     assert!(!leads(&leader));
     let lease = api.lease(NAMESPACE, LEASE).unwrap();
     assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");

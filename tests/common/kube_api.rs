@@ -10,6 +10,7 @@
 //! recorded 422, a missing Node the recorded 404).
 //! Events (`POST`, core/v1 and events.k8s.io/v1) as `events_api` answers them (v1.36's
 //! recordings in `tests/data/kube-api/crashes/`), for `admintoken` only.
+//! Leases as `lease_api` answers them ([`FakeApiServer::leases`]), for a replica that elects.
 //! Tokens: `admintoken` may read everything, `teamatoken` only in namespace team-a (as a
 //! RoleBinding there grants), `nobodytoken` nothing (403), any other gets 401.
 
@@ -23,6 +24,7 @@ use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
 use super::kube_fake::{full, recording, status, unrecorded, FakeApi, Req, Running};
+use super::lease_api::Leases;
 // What `crashes_api` and `events_api` still import from here (they move once `heal` is merged).
 pub use super::kube_fake::{query, unrecorded_status, Body};
 use super::crashes_api::Crashes;
@@ -41,6 +43,8 @@ pub struct FakeApiServer {
     pub port: u16,
     api: Running,
     state: Arc<State>,
+    /// The Leases (`lease_api`), for a replica that elects its leader here.
+    pub leases: Leases,
 }
 
 /// The cluster's mutable part: Nodes (`node_api`) and whether the webhook is registered.
@@ -266,7 +270,9 @@ impl FakeApiServer {
         let hosts = Arc::new(hosts);
         let state = Arc::new(state);
         let shared = state.clone();
+        let leases = Leases::default();
         let api = FakeApi::new()
+            .handler(leases.handler())
             .handler(Arc::new(move |req: &Req| {
                 Some(Box::pin(route(shared.clone(), hosts.clone(), req.clone())))
             }))
@@ -275,6 +281,7 @@ impl FakeApiServer {
             port: api.port,
             api,
             state,
+            leases,
         }
     }
 

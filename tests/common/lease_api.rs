@@ -14,9 +14,10 @@
 //! What no recording covers is refused with [`kube_fake::unrecorded`] (501) instead of invented:
 //! an invalid spec, a create carrying a resourceVersion, an update of a missing Lease with one,
 //! other patch types, a list, a body that is not a Lease of the URL's namespace.
-//! Tokens: [`TOKENS`]; any other gets the recorded 401; a token the test refused
-//! ([`LeaseApiServer::refuse`]) gets 403 in the shape of the recorded 403s; a token the test cut
-//! off ([`LeaseApiServer::hang`]) is read and never answered, as behind a network partition.
+//! Tokens: [`TOKENS`] and `admintoken` (system:masters); any other gets the recorded 401; a
+//! token the test refused ([`Leases::refuse`]) gets 403 in the shape of the recorded 403s; a
+//! token the test cut off ([`Leases::hang`]) is read and never answered, as behind a network
+//! partition. [`Leases::handler`] serves them on any fake (the gates fake, `kube_api`'s).
 //! The real server writes `managedFields` (manager `unknown`); this fake writes none.
 //!
 //! Every write is applied under one lock, so of two racing updates with the same
@@ -50,13 +51,28 @@ struct State {
     writes: Vec<Write>,
 }
 
-pub struct LeaseApiServer {
-    pub port: u16,
-    api: Running,
+/// The Leases of one fake API server: what is stored, and how each token is treated.
+#[derive(Clone, Default)]
+pub struct Leases {
     state: Arc<Mutex<State>>,
     refused: Arc<Mutex<HashSet<String>>>,
     hung: Arc<Mutex<HashSet<String>>>,
     requests: Arc<AtomicUsize>,
+}
+
+/// A fake API server serving only [`Leases`] (their methods through `Deref`).
+pub struct LeaseApiServer {
+    pub port: u16,
+    api: Running,
+    leases: Leases,
+}
+
+impl std::ops::Deref for LeaseApiServer {
+    type Target = Leases;
+
+    fn deref(&self) -> &Leases {
+        &self.leases
+    }
 }
 
 /// A `Status` refusal about Lease `name`, shaped as the recorded ones (`details` names the
@@ -319,7 +335,8 @@ fn authorize(
     refused: &Mutex<HashSet<String>>,
 ) -> Result<(String, String, Option<String>), Box<Response<Body>>> {
     let token = req.token().unwrap_or_default().to_owned();
-    if !TOKENS.contains(&token.as_str()) {
+    // `admintoken` is in system:masters, as in the recordings: it may use Leases too.
+    if !TOKENS.contains(&token.as_str()) && token != "admintoken" {
         return Err(Box::new(kube_fake::unauthorized()));
     }
     let Some((namespace, name)) = lease_path(&req.path) else {
@@ -376,56 +393,18 @@ async fn answer(
     }
 }
 
-/// The Leases' answers: requests for another path are not theirs.
-fn handler(
-    state: Arc<Mutex<State>>,
-    refused: Arc<Mutex<HashSet<String>>>,
-    hung: Arc<Mutex<HashSet<String>>>,
-) -> Handler {
-    Arc::new(move |req| {
-        lease_path(&req.path)?;
-        let (state, refused, hung) = (state.clone(), refused.clone(), hung.clone());
-        Some(Box::pin(answer(state, refused, hung, req.clone())))
-    })
-}
-
-impl LeaseApiServer {
-    pub fn start() -> Self {
-        let state = Arc::new(Mutex::new(State::default()));
-        let refused = Arc::new(Mutex::new(HashSet::new()));
-        let hung = Arc::new(Mutex::new(HashSet::new()));
-        let requests = Arc::new(AtomicUsize::new(0));
-        let (leases, n) = (
-            handler(state.clone(), refused.clone(), hung.clone()),
-            requests.clone(),
-        );
-        let api = FakeApi::new()
-            .handler(Arc::new(move |req| {
-                n.fetch_add(1, Ordering::SeqCst);
-                leases(req)
-            }))
-            .start();
-        Self {
-            port: api.port,
-            api,
-            state,
-            refused,
-            hung,
-            requests,
-        }
-    }
-
-    /// This server's answer to the requests for Leases, for a fake that also serves them (the
-    /// gates fake, for replicas that gate and elect through one API).
+impl Leases {
+    /// The Leases' answers, for the one server a test starts (requests for another path are
+    /// not theirs); each request counted.
     pub fn handler(&self) -> Handler {
-        handler(self.state.clone(), self.refused.clone(), self.hung.clone())
+        let me = self.clone();
+        Arc::new(move |req| {
+            me.requests.fetch_add(1, Ordering::SeqCst);
+            lease_path(&req.path)?;
+            let (state, refused, hung) = (me.state.clone(), me.refused.clone(), me.hung.clone());
+            Some(Box::pin(answer(state, refused, hung, req.clone())))
+        })
     }
-
-    /// A real `kube` client for this server, authenticating as `token` (one of [`TOKENS`]).
-    pub fn client(&self, token: &str) -> kube::Client {
-        self.api.client(token)
-    }
-
     /// From now on, every request with `token` is refused (403), as RBAC without the Lease
     /// Role would; `false` lets it through again.
     pub fn refuse(&self, token: &str, refused: bool) {
@@ -459,5 +438,22 @@ impl LeaseApiServer {
     /// Requests answered so far (refused ones included).
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+}
+
+impl LeaseApiServer {
+    pub fn start() -> Self {
+        let leases = Leases::default();
+        let api = FakeApi::new().handler(leases.handler()).start();
+        Self {
+            port: api.port,
+            api,
+            leases,
+        }
+    }
+
+    /// A real `kube` client for this server, authenticating as `token` (one of [`TOKENS`]).
+    pub fn client(&self, token: &str) -> kube::Client {
+        self.api.client(token)
     }
 }

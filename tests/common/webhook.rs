@@ -158,21 +158,23 @@ impl TestServer {
 
     /// The server `config` describes (its policy, resolver, credentials and credential
     /// plugins), on 127.0.0.1 with the test CA's certificate, `/metrics` on the webhook port.
+    /// It does not compete for the Lease (most fakes serve none): what only a leader does (the
+    /// gate releaser, the crash watch) it always does, as a replica that need not elect.
     pub async fn start_configured(
         config: tolerable::config::Config,
         kube: Option<kube::Client>,
     ) -> Self {
-        Self::start_leading(config, kube, None).await
+        Self::start_led(config, kube, Leadership::Elect(None)).await
     }
 
-    /// [`TestServer::start_configured`]; with `leader`, the gate controller releases Pods only
-    /// while it says true (else always: the test server does not compete for the Lease).
-    pub async fn start_leading(
+    /// [`TestServer::start_configured`], competing for the Lease as `serve` decides from
+    /// `config` ([`Leadership::of_replica`]: where it gates, with a cluster).
+    pub async fn start_as_serve(
         config: tolerable::config::Config,
         kube: Option<kube::Client>,
-        leader: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Self {
-        Self::start_led(config, kube, Led::Given(leader)).await
+        let leadership = Leadership::of_replica(&config, kube.as_ref());
+        Self::start_led(config, kube, leadership).await
     }
 
     /// [`TestServer::start_configured`], competing for the gate releasers' Lease as `election`
@@ -182,13 +184,34 @@ impl TestServer {
         kube: Option<kube::Client>,
         election: tolerable::cluster::lease::LeaderElectionSettings,
     ) -> Self {
-        Self::start_led(config, kube, Led::Elect(election)).await
+        Self::start_led(config, kube, Leadership::Elect(Some(election))).await
+    }
+
+    /// [`TestServer::start_configured`] as a replica that does not lead: another replica (the
+    /// returned election, identity `holder`) takes the Lease first through `kube` and keeps
+    /// it while it lives; this one competes (identity `follower`) through the same API, whose
+    /// fake must serve Leases (`lease_api::Leases`).
+    pub async fn start_following(
+        config: tolerable::config::Config,
+        kube: kube::Client,
+    ) -> (Self, tolerable::cluster::lease::LeaderElection) {
+        let holder = tolerable::cluster::lease::LeaderElection::start(
+            kube.clone(),
+            short_election("holder"),
+            Default::default(),
+        );
+        let mut leads = holder.leader();
+        let led = leads.wait_for(|leads| *leads);
+        let give_up = std::time::Duration::from_secs(30);
+        tokio::time::timeout(give_up, led).await.expect("the holder never led").unwrap();
+        let server = Self::start_led(config, Some(kube), Leadership::Elect(Some(short_election("follower")))).await;
+        (server, holder)
     }
 
     async fn start_led(
         mut config: tolerable::config::Config,
         kube: Option<kube::Client>,
-        led: Led,
+        leadership: Leadership,
     ) -> Self {
         super::init();
         let leaf = certs::ca().leaf(&["localhost", "127.0.0.1"]);
@@ -196,12 +219,6 @@ impl TestServer {
         config.tls_files = Some((volume.cert_path(), volume.key_path()));
         config.listen_addr = "127.0.0.1:0".parse().unwrap();
         config.metrics_addr = None;
-        let leadership = match led {
-            Led::Given(Some(leader)) => Leadership::Given(leader),
-            // Most fakes serve no Lease: not competing, the releaser always runs.
-            Led::Given(None) => Leadership::Elect(None),
-            Led::Elect(election) => Leadership::Elect(Some(election)),
-        };
         let webhook = Webhook::build(&config, kube, false, leadership)
             .await
             .unwrap();
@@ -245,12 +262,6 @@ impl TestServer {
             let _ = tx.send(());
         }
     }
-}
-
-/// Who says whether a test server's gate releaser runs.
-enum Led {
-    Given(Option<tokio::sync::watch::Receiver<bool>>),
-    Elect(tolerable::cluster::lease::LeaderElectionSettings),
 }
 
 impl Drop for TestServer {
@@ -318,6 +329,17 @@ pub fn warnings(response: &serde_json::Value) -> Vec<String> {
         .flatten()
         .map(|w| w.as_str().unwrap().to_owned())
         .collect()
+}
+
+/// Lease settings for test replicas in namespace `tolerable`: renewed every 200 ms, so a
+/// hand-over takes a fraction of a second; a Lease not renewed is another's after 3 s.
+pub fn short_election(identity: &str) -> tolerable::cluster::lease::LeaderElectionSettings {
+    tolerable::cluster::lease::LeaderElectionSettings {
+        lease_duration: std::time::Duration::from_secs(3),
+        renew_deadline: std::time::Duration::from_secs(2),
+        retry_period: std::time::Duration::from_millis(200),
+        ..tolerable::cluster::lease::LeaderElectionSettings::new("tolerable", identity)
+    }
 }
 
 /// The server's `/metrics` text.
