@@ -13,7 +13,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -200,10 +200,9 @@ impl Server {
     /// up in the plain-http registry at `registry_host`, tags re-checked every 5 s.
     fn start(addr: SocketAddr, volume: &SecretVolume, registry_host: &str) -> Self {
         Self(
-            Command::new(env!("CARGO_BIN_EXE_tolerable"))
+            // The certificate is the volume's (rotated under load), not the one `prepare` writes.
+            common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), volume.dir.path(), addr)
                 .arg("serve")
-                .env_clear()
-                .env("TOLERABLE_SERVER__LISTEN_ADDR", addr.to_string())
                 .env("TOLERABLE_TLS__CERT_PATH", volume.cert_path())
                 .env("TOLERABLE_TLS__KEY_PATH", volume.key_path())
                 .env("TOLERABLE_REGISTRY__INSECURE", registry_host)

@@ -8,7 +8,7 @@
 use crate::common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,15 +131,10 @@ impl Served {
     /// `ulimit` is the shell's option and value for the open-files limit.
     async fn start_with_ulimit(ulimit: &str, env: &[(&str, &str)]) -> Self {
         common::init();
-        let dir = tempfile::tempdir().unwrap();
-        let leaf = common::certs::ca().leaf(&["localhost"]);
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        std::fs::write(&cert, &leaf.cert_pem).unwrap();
-        std::fs::write(&key, &leaf.key_pem).unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port())
-            .parse()
-            .unwrap();
-        let mut command = Command::new("sh");
+        let (dir, addr) = common::process::prepare();
+        // The shell sets the limit, then becomes `serve` (its certificate, address and nothing
+        // else from this process's environment, as `process::serve_command` gives any serve).
+        let mut command = common::process::serve_command("/bin/sh", dir.path(), addr);
         command
             .arg("-c")
             .arg(format!(
@@ -148,10 +143,6 @@ impl Served {
                 std::env::var("ABUSE_SERVE_BIN")
                     .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
             ))
-            .current_dir(dir.path())
-            .env("TOLERABLE_SERVER__LISTEN_ADDR", addr.to_string())
-            .env("TOLERABLE_TLS__CERT_PATH", &cert)
-            .env("TOLERABLE_TLS__KEY_PATH", &key)
             .env("TOLERABLE_CREDENTIALS__READ_PULL_SECRETS", "false")
             .env("TOLERABLE_NODES__WATCH", "false")
             .env("TOLERABLE_SERVER__WORKER_THREADS", "1")
