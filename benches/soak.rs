@@ -201,18 +201,22 @@ impl Server {
     fn start(addr: SocketAddr, volume: &SecretVolume, registry_host: &str) -> Self {
         Self(
             // The certificate is the volume's (rotated under load), not the one `prepare` writes.
-            common::process::serve_command(env!("CARGO_BIN_EXE_tolerable"), volume.dir.path(), addr)
-                .arg("serve")
-                .env("TOLERABLE_TLS__CERT_PATH", volume.cert_path())
-                .env("TOLERABLE_TLS__KEY_PATH", volume.key_path())
-                .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
-                .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
-                .env("TOLERABLE_CACHE__TAG_TTL", "5s")
-                .env("TOLERABLE_LOG__LEVEL", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
+            common::process::serve_command(
+                env!("CARGO_BIN_EXE_tolerable"),
+                volume.dir.path(),
+                addr,
+            )
+            .arg("serve")
+            .env("TOLERABLE_TLS__CERT_PATH", volume.cert_path())
+            .env("TOLERABLE_TLS__KEY_PATH", volume.key_path())
+            .env("TOLERABLE_REGISTRY__INSECURE", registry_host)
+            .env("TOLERABLE_POLICY__SUPPORTED_ARCHITECTURES", "arm64,s390x")
+            .env("TOLERABLE_CACHE__TAG_TTL", "5s")
+            .env("TOLERABLE_LOG__LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
         )
     }
 }

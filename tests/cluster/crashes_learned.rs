@@ -37,7 +37,10 @@ async fn replica(
     config.crash_watch = true;
     let client = api.client("admintoken");
     if leads {
-        return (TestServer::start_configured(config, Some(client)).await, None);
+        return (
+            TestServer::start_configured(config, Some(client)).await,
+            None,
+        );
     }
     let (server, holder) = TestServer::start_following(config, client).await;
     (server, Some(holder))

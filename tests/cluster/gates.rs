@@ -516,7 +516,10 @@ async fn no_patch_while_not_the_leader() {
     // refused ones too, since the start) and the Pod is still gated.
     assert!(api.patches().is_empty(), "{:?}", api.patches());
     assert!(!released(&api, "waits"));
-    assert!(!*server.leader.as_ref().unwrap().borrow(), "the follower leads");
+    assert!(
+        !*server.leader.as_ref().unwrap().borrow(),
+        "the follower leads"
+    );
     leader.shutdown().await;
     assert!(
         api.wait_for(WAIT, |api| released(api, "waits")).await,

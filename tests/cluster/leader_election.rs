@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::lease_api::LeaseApiServer;
-use common::webhook::TestServer;
 use common::recorded::Ids;
 use common::until;
+use common::webhook::TestServer;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};

@@ -434,7 +434,9 @@ async fn diverging(api: &FakeApiServer, name: &str, entry: &Value) {
 async fn the_node_fake_answers_every_recorded_exchange_as_recorded() {
     let api = FakeApiServer::start(hosts());
     let index: Vec<Value> = serde_json::from_str(&kube_api_file("index.json")).unwrap();
-    let nodes = index.iter().filter(|e| e["name"].as_str().unwrap().starts_with("node-"));
+    let nodes = index
+        .iter()
+        .filter(|e| e["name"].as_str().unwrap().starts_with("node-"));
     assert_eq!(
         nodes.count(),
         NODE_EXCHANGES.len(),

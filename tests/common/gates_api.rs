@@ -307,7 +307,8 @@ impl State {
         match pods.get(&(namespace.to_owned(), name.to_owned())) {
             Some(pod) => answer(200, pod),
             None => {
-                let mut body = status_value(404, "NotFound", &format!("pods \"{name}\" not found"), None);
+                let mut body =
+                    status_value(404, "NotFound", &format!("pods \"{name}\" not found"), None);
                 body["details"] = json!({"name": name, "kind": "pods"});
                 answer(404, &body)
             }
@@ -339,7 +340,10 @@ impl State {
             return (404, status_value(404, "NotFound", &message, None));
         };
         let Ok(patch) = serde_json::from_value::<json_patch::Patch>(ops.clone()) else {
-            return (400, status_value(400, "BadRequest", "not a JSON Patch", None));
+            return (
+                400,
+                status_value(400, "BadRequest", "not a JSON Patch", None),
+            );
         };
         let mut new = old.clone();
         if json_patch::patch(&mut new, &patch).is_err() {
@@ -470,7 +474,10 @@ fn authorized(req: &Req) -> bool {
 
 async fn route_pods(state: Arc<State>, req: Req) -> Response<Body> {
     if !authorized(&req) {
-        return answer(401, &status_value(401, "Unauthorized", "Unauthorized", None));
+        return answer(
+            401,
+            &status_value(401, "Unauthorized", "Unauthorized", None),
+        );
     }
     let (method, path, q) = (&req.method, req.path.as_str(), &req.query);
     let content_type = req.header("content-type");
@@ -544,9 +551,8 @@ impl GatesApiServer {
             ..State::default()
         });
         let shared = state.clone();
-        let pods: Handler = Arc::new(move |req: &Req| {
-            Some(Box::pin(route_pods(shared.clone(), req.clone())))
-        });
+        let pods: Handler =
+            Arc::new(move |req: &Req| Some(Box::pin(route_pods(shared.clone(), req.clone()))));
         let api = leases
             .into_iter()
             .fold(FakeApi::new(), FakeApi::handler)

@@ -26,9 +26,9 @@ use hyper::{Response, StatusCode};
 use super::kube_fake::{full, recording, status, unrecorded, FakeApi, Req, Running};
 use super::lease_api::Leases;
 // What `crashes_api` and `events_api` still import from here (they move once `heal` is merged).
-pub use super::kube_fake::{query, unrecorded_status, Body};
 use super::crashes_api::Crashes;
 use super::events_api::Events;
+pub use super::kube_fake::{query, unrecorded_status, Body};
 use super::node_api::Nodes;
 
 /// Registry hosts in the recordings → this run's.

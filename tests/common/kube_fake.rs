@@ -151,7 +151,10 @@ pub fn status(code: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 /// [`status`] of a JSON value, as a [`Body`].
 pub fn json(code: u16, body: &Value) -> Response<Body> {
-    full(status(StatusCode::from_u16(code).unwrap(), body.to_string()))
+    full(status(
+        StatusCode::from_u16(code).unwrap(),
+        body.to_string(),
+    ))
 }
 
 /// The API server's `Status` refusal: `code`, `reason`, `message`, and `details` when given.
@@ -247,7 +250,10 @@ impl Exchange {
             && self.path() == req.path
             && self.query() == asked
             && self.token.as_deref().is_none_or(|t| req.token() == Some(t))
-            && self.request_body.as_ref().is_none_or(|b| body().as_ref() == Some(b))
+            && self
+                .request_body
+                .as_ref()
+                .is_none_or(|b| body().as_ref() == Some(b))
     }
 
     /// The recorded answer: status, `Content-Type`, framing and body as recorded.
@@ -288,10 +294,9 @@ pub fn exchanges(folder: &str) -> Vec<Exchange> {
 
 /// `index.json`: the recorder's facts about each exchange, bodies in files beside it.
 fn indexed(dir: &Path) -> Vec<Exchange> {
-    let index: Vec<Value> = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("index.json")).expect("index.json"),
-    )
-    .unwrap();
+    let index: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).expect("index.json"))
+            .unwrap();
     let read = |file: &Value| -> Option<Vec<u8>> {
         let path = dir.join(file.as_str()?);
         Some(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
@@ -446,7 +451,11 @@ async fn read(req: hyper::Request<hyper::body::Incoming>) -> Req {
         query: query(&raw_query),
         raw_query,
         headers: parts.headers,
-        body: body.collect().await.map(|b| b.to_bytes()).unwrap_or_default(),
+        body: body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default(),
     }
 }
 

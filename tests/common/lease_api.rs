@@ -359,7 +359,11 @@ async fn answer(
     hung: Arc<Mutex<HashSet<String>>>,
     req: Req,
 ) -> Response<Body> {
-    if hung.lock().unwrap().contains(req.token().unwrap_or_default()) {
+    if hung
+        .lock()
+        .unwrap()
+        .contains(req.token().unwrap_or_default())
+    {
         std::future::pending::<()>().await;
     }
     let (token, namespace, name) = match authorize(&req, &refused) {

@@ -93,9 +93,7 @@ impl State {
                     recording("namespace-list-403.body.json"),
                 ));
             }
-            _ => {
-                return kube_fake::unauthorized()
-            }
+            _ => return kube_fake::unauthorized(),
         }
         if let Some(limit) = param("limit") {
             if !limit.parse::<u32>().is_ok_and(|l| l > 0) {
@@ -179,11 +177,19 @@ fn line_rv(line: &str) -> u64 {
 fn handle(state: Arc<State>, req: &Req) -> Option<Answer> {
     let accept = req.header("accept").to_owned();
     let path_and_query = format!("{}?{}", req.path, req.raw_query);
-    state.requests.lock().unwrap().push((path_and_query, accept.clone()));
+    state
+        .requests
+        .lock()
+        .unwrap()
+        .push((path_and_query, accept.clone()));
     if req.method != hyper::Method::GET || req.path != "/api/v1/namespaces" {
         return None;
     }
-    let (query, token, is_list) = (req.raw_query.clone(), req.token().map(str::to_owned), !req.is_watch());
+    let (query, token, is_list) = (
+        req.raw_query.clone(),
+        req.token().map(str::to_owned),
+        !req.is_watch(),
+    );
     Some(Box::pin(async move {
         if let (Some(gate), true) = (&state.list_gate, is_list) {
             gate.acquire().await.unwrap().forget();

@@ -279,7 +279,9 @@ fn route(state: &Arc<State>, req: &Req) -> Option<Answer> {
     match req.path.as_str() {
         "/api/v1/nodes" => Some(Box::pin(nodes(state.clone(), req.query.clone()))),
         "/api/v1/namespaces" => {
-            let metadata_only = req.header("accept").contains("as=PartialObjectMetadataList");
+            let metadata_only = req
+                .header("accept")
+                .contains("as=PartialObjectMetadataList");
             kube_fake::ready(namespaces(&req.query, metadata_only))
         }
         path => kube_fake::ready(secret_or_account(path)?),

@@ -203,8 +203,16 @@ impl TestServer {
         let mut leads = holder.leader();
         let led = leads.wait_for(|leads| *leads);
         let give_up = std::time::Duration::from_secs(30);
-        tokio::time::timeout(give_up, led).await.expect("the holder never led").unwrap();
-        let server = Self::start_led(config, Some(kube), Leadership::Elect(Some(short_election("follower")))).await;
+        tokio::time::timeout(give_up, led)
+            .await
+            .expect("the holder never led")
+            .unwrap();
+        let server = Self::start_led(
+            config,
+            Some(kube),
+            Leadership::Elect(Some(short_election("follower"))),
+        )
+        .await;
         (server, holder)
     }
 

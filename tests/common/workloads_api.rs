@@ -70,7 +70,10 @@ fn recorded_exchanges(registry_host: &str) -> HashMap<String, (u16, String)> {
         .map(|e| {
             let body = String::from_utf8(e.body.to_vec()).unwrap();
             let body = body.replace("registry.test:5000", registry_host);
-            let (path, query) = e.path_and_query.split_once('?').unwrap_or((&e.path_and_query, ""));
+            let (path, query) = e
+                .path_and_query
+                .split_once('?')
+                .unwrap_or((&e.path_and_query, ""));
             (request_key(path, query), (e.status, body))
         })
         .collect()
@@ -287,7 +290,9 @@ const UNAUTHORIZED: &str = "secret-regcred-get-401.body.json";
 /// The recorded Namespace list (metadata only when asked so), or its 403.
 fn namespaces(req: &Req) -> Response<Full<Bytes>> {
     let read = |name: &str| kube_fake::recording(&format!("namespaces/{name}"));
-    let metadata = req.header("accept").contains("as=PartialObjectMetadataList");
+    let metadata = req
+        .header("accept")
+        .contains("as=PartialObjectMetadataList");
     match req.token() {
         Some("admintoken") if metadata => {
             respond(StatusCode::OK, read("namespace-list-metadata.body.json"))
