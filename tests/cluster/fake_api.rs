@@ -10,13 +10,28 @@ use crate::common;
 use common::kube_fake::{exchanges, Exchange, FakeApi};
 
 /// What came back for one request: status, `Content-Type`, chunked or not, warnings, body.
-#[derive(Debug, PartialEq)]
+#[derive(PartialEq)]
 struct Seen {
     status: u16,
     content_type: Option<String>,
     chunked: bool,
     warnings: Vec<String>,
     body: Bytes,
+}
+
+/// The body's length and its start: a whole watch would drown the difference.
+impl std::fmt::Debug for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let start = &self.body[..self.body.len().min(160)];
+        f.debug_struct("Seen")
+            .field("status", &self.status)
+            .field("content_type", &self.content_type)
+            .field("chunked", &self.chunked)
+            .field("warnings", &self.warnings)
+            .field("body_len", &self.body.len())
+            .field("body_start", &String::from_utf8_lossy(start))
+            .finish()
+    }
 }
 
 async fn send(port: u16, exchange: &Exchange) -> Seen {

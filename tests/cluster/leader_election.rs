@@ -11,6 +11,7 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::kube_fake::Exchange;
 use common::lease_api::LeaseApiServer;
 use common::recorded::Ids;
 use common::until;
@@ -252,8 +253,8 @@ fn micro_time(lease: &Value, field: &str) -> Timestamp {
 }
 
 /// The recorded request with the fake's resourceVersion in place of the recorded one.
-fn as_sent_to_the_fake(request: &common::recorded::Request, ids: &Ids) -> Option<Value> {
-    let mut body = request.body.clone()?;
+fn as_sent_to_the_fake(exchange: &Exchange, ids: &Ids) -> Option<Value> {
+    let mut body = exchange.request_body.clone()?;
     if let Some(Value::String(rv)) = body.pointer_mut("/metadata/resourceVersion") {
         *rv = ids.fake(rv);
     }
@@ -288,23 +289,23 @@ async fn the_fake_lease_api_answers_every_recorded_exchange_as_recorded() {
     let server = LeaseApiServer::start();
     let client = server.client("replica-a");
     let mut ids = Ids::default();
-    let exchanges = common::recorded::exchanges("leases");
+    let exchanges = common::kube_fake::exchanges("leases");
     assert_eq!(exchanges.len(), 15, "every recorded exchange");
     for (i, exchange) in exchanges.iter().enumerate() {
-        let request = &exchange.request;
-        let body = as_sent_to_the_fake(request, &ids);
-        let content_type = request.content_type.as_deref();
+        let body = as_sent_to_the_fake(exchange, &ids);
+        let content_type = exchange.request_content_type.as_deref();
         let (code, answer) = common::recorded::send(
             &client,
-            &request.method,
-            &request.path,
+            &exchange.method,
+            &exchange.path_and_query,
             content_type,
             body.as_ref(),
         )
         .await;
-        let note = format!("exchange {i} ({})", exchange.note);
-        assert_eq!(code, exchange.response.status, "{note}: {answer}");
-        let (fake, recorded) = aligned(answer, &exchange.response.body, &mut ids);
+        let note = format!("exchange {i} ({})", exchange.name);
+        assert_eq!(code, exchange.status, "{note}: {answer}");
+        let want: Value = serde_json::from_slice(&exchange.body).unwrap_or(Value::Null);
+        let (fake, recorded) = aligned(answer, &want, &mut ids);
         assert_eq!(fake, recorded, "{note}");
     }
 }

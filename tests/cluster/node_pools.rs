@@ -6,6 +6,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::kube_api::{FakeApiServer, RegistryHosts};
+use common::kube_fake::Exchange;
 use common::registry;
 use common::webhook::{self, TestServer};
 use serde_json::{json, Value};
@@ -356,32 +357,27 @@ fn kube_api_file(name: &str) -> String {
 /// Sends recorded exchange `entry` (of `index.json`), `path` in place of its own if given.
 async fn send_recorded(
     api: &FakeApiServer,
-    entry: &Value,
+    entry: &Exchange,
     path: Option<&str>,
 ) -> (u16, Vec<Value>) {
-    let token = entry["request_headers"]["Authorization"].as_str().unwrap();
-    let client = api.client(token.trim_start_matches("Bearer "));
-    let body = entry["request_body_file"]
-        .as_str()
-        .map(|f| serde_json::from_str::<Value>(&kube_api_file(f)).unwrap());
-    let content_type = entry["request_headers"]["Content-Type"].as_str();
-    let method = entry["method"].as_str().unwrap();
-    let path = path.unwrap_or_else(|| entry["path_and_query"].as_str().unwrap());
+    let client = api.client(entry.token.as_deref().unwrap());
+    let content_type = entry.request_content_type.as_deref();
+    let path = path.unwrap_or(&entry.path_and_query);
+    let body = entry.request_body.as_ref();
     let (code, bytes) =
-        common::recorded::send_raw(&client, method, path, content_type, body.as_ref()).await;
+        common::recorded::send_raw(&client, &entry.method, path, content_type, body).await;
     (code, common::recorded::json_lines(&bytes))
 }
 
 /// What the fake answers where the recording needs state it cannot reach: the recorded 410
 /// shapes for a watch older than its seed and a continue token older than its seed, and the
 /// recorded taint appended by the JSON Patch once its `test` names amd-1's resourceVersion now.
-async fn diverging(api: &FakeApiServer, name: &str, entry: &Value) {
+async fn diverging(api: &FakeApiServer, name: &str, entry: &Exchange) {
     let recorded = |f: &str| common::recorded::json_lines(kube_api_file(f).as_bytes());
     match name {
         "node-watch-rv-1-replay" | "node-watch-too-old-rv" => {
-            let path = entry["path_and_query"]
-                .as_str()
-                .unwrap()
+            let path = entry
+                .path_and_query
                 .replace("resourceVersion=218", "resourceVersion=1");
             let (code, lines) = send_recorded(api, entry, Some(&path)).await;
             let mut want = recorded("node-watch-too-old-rv.body.jsonl");
@@ -402,9 +398,7 @@ async fn diverging(api: &FakeApiServer, name: &str, entry: &Value) {
             );
         }
         _ => {
-            let mut ops: Value =
-                serde_json::from_str(&kube_api_file(entry["request_body_file"].as_str().unwrap()))
-                    .unwrap();
+            let mut ops = entry.request_body.clone().unwrap();
             ops[0]["value"] = api.node("amd-1")["metadata"]["resourceVersion"].clone();
             let client = api.client("admintoken");
             let json_patch = Some("application/json-patch+json");
@@ -417,7 +411,7 @@ async fn diverging(api: &FakeApiServer, name: &str, entry: &Value) {
             )
             .await;
             assert_eq!(code, 200, "{node}");
-            let want = recorded(entry["body_file"].as_str().unwrap()).remove(0);
+            let want = common::recorded::json_lines(&entry.body).remove(0);
             assert_eq!(
                 node["spec"]["taints"].as_array().unwrap().last(),
                 want["spec"]["taints"].as_array().unwrap().last()
@@ -433,10 +427,8 @@ async fn diverging(api: &FakeApiServer, name: &str, entry: &Value) {
 #[tokio::test]
 async fn the_node_fake_answers_every_recorded_exchange_as_recorded() {
     let api = FakeApiServer::start(hosts());
-    let index: Vec<Value> = serde_json::from_str(&kube_api_file("index.json")).unwrap();
-    let nodes = index
-        .iter()
-        .filter(|e| e["name"].as_str().unwrap().starts_with("node-"));
+    let index = common::kube_fake::exchanges("");
+    let nodes = index.iter().filter(|e| e.name.starts_with("node-"));
     assert_eq!(
         nodes.count(),
         NODE_EXCHANGES.len(),
@@ -445,15 +437,13 @@ async fn the_node_fake_answers_every_recorded_exchange_as_recorded() {
     for (name, expect) in NODE_EXCHANGES {
         let entry = index
             .iter()
-            .find(|e| e["name"] == name)
+            .find(|e| e.name == name)
             .unwrap_or_else(|| panic!("{name}"));
         match expect {
             Expect::AsRecorded => {
                 let (code, lines) = send_recorded(&api, entry, None).await;
-                let want = common::recorded::json_lines(
-                    kube_api_file(entry["body_file"].as_str().unwrap()).as_bytes(),
-                );
-                assert_eq!(code, entry["status"], "{name}: {lines:?}");
+                let want = common::recorded::json_lines(&entry.body);
+                assert_eq!(code, entry.status, "{name}: {lines:?}");
                 assert_eq!(lines, want, "{name}");
             }
             Expect::Refused => {

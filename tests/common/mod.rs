@@ -3,12 +3,14 @@
 //! written for the tests, each described in its module: a token service (`token`), hostile
 //! registries and a fault proxy for what a real registry cannot be made to do (`fake`,
 //! `hostile`, `fault_proxy`: hang, send garbage, serve documents built to cost work, misbehave
-//! on purpose), and thin fakes of the Kubernetes API server (`kube_api`: recorded pull
-//! secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s recorded lists, paged
-//! as recorded; `scale_api`: many Nodes generated from one recorded Node, for scale;
-//! `lease_api`: Leases for the leader election, with the real server's refusals;
+//! on purpose), and the one fake of the Kubernetes API server (`kube_fake`: recorded exchanges
+//! replayed as recorded, 501 for the rest) with the handlers a test plugs into it (`kube_api`:
+//! recorded pull secrets, Nodes with emulated PATCH and watch; `workloads_api`: `audit`'s
+//! recorded lists, paged as recorded; `scale_api`: many Nodes generated from one recorded Node,
+//! for scale; `lease_api`: Leases for the leader election, with the real server's refusals;
 //! `namespaces_api`: the recorded Namespace list and metadata watch, and the 403; `gates_api`:
-//! Pods and Events as a v1.36 server treats gated Pods). `captured_log`: a test's own log.
+//! Pods and Events as a v1.36 server treats gated Pods). The webhook under test: `webhook`
+//! (in process) or `process` (its own process). `captured_log`: a test's own log.
 //! `doc_samples`: the sample outputs of README.md and docs/install.md, which tests compare.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
