@@ -59,15 +59,6 @@ impl Webhook {
         manage_node_taints: bool,
         leadership: Leadership,
     ) -> anyhow::Result<Self> {
-        Self::build_led(config, kube, manage_node_taints, leadership).await
-    }
-
-    async fn build_led(
-        config: &Config,
-        kube: Option<kube::Client>,
-        manage_node_taints: bool,
-        leadership: Leadership,
-    ) -> anyhow::Result<Self> {
         let mut metrics_registry = prometheus_client::registry::Registry::default();
         let metrics = Arc::new(Metrics::register(&mut metrics_registry));
         // Listen first: a second `serve` in the same directory must fail on its port before it
@@ -230,21 +221,28 @@ async fn listeners(config: &Config) -> anyhow::Result<(TcpListener, Option<TcpLi
     Ok((listener, metrics_listener))
 }
 
-/// Who says whether this replica releases gated Pods.
-pub enum Leadership {
-    /// The Lease, when competing (`None`: not competing, and a gate controller, if any, always
-    /// releases).
-    Elect(Option<LeaderElectionSettings>),
-}
+/// Whether this replica competes for the gate releasers' Lease, and with which settings: not
+/// competing, what only a leader does (the gate releaser, the crash watch) it always does.
+pub struct Leadership(Option<LeaderElectionSettings>);
 
 impl Leadership {
     /// `serve`'s: competing for the Lease as this replica where gated Pods are released (see
     /// [`elects_a_leader`]) and a cluster is read; else not competing.
     pub fn of_replica(config: &Config, kube: Option<&kube::Client>) -> Self {
-        Leadership::Elect(
+        Self(
             kube.filter(|_| elects_a_leader(config))
                 .map(LeaderElectionSettings::for_replica),
         )
+    }
+
+    /// Competing for the Lease `settings` names (a replica's own timings or identity).
+    pub fn compete(settings: LeaderElectionSettings) -> Self {
+        Self(Some(settings))
+    }
+
+    /// Not competing: where nothing gates Pods, or one replica runs alone.
+    pub fn alone() -> Self {
+        Self(None)
     }
 
     /// The election, when this replica competes, and the receiver the gate releaser follows:
@@ -257,7 +255,7 @@ impl Leadership {
         registry: &mut prometheus_client::registry::Registry,
         background: &mut Vec<JoinHandle<()>>,
     ) -> (Option<LeaderElection>, watch::Receiver<bool>) {
-        let Leadership::Elect(settings) = self;
+        let Leadership(settings) = self;
         let election = compete_for_gates(kube, settings, metrics, registry);
         let leader = election.as_ref().map(LeaderElection::leader);
         let leader = leader.unwrap_or_else(|| {

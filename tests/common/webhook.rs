@@ -164,7 +164,7 @@ impl TestServer {
         config: tolerable::config::Config,
         kube: Option<kube::Client>,
     ) -> Self {
-        Self::start_led(config, kube, Leadership::Elect(None)).await
+        Self::start_led(config, kube, Leadership::alone()).await
     }
 
     /// [`TestServer::start_configured`], competing for the Lease as `serve` decides from
@@ -184,7 +184,7 @@ impl TestServer {
         kube: Option<kube::Client>,
         election: tolerable::cluster::lease::LeaderElectionSettings,
     ) -> Self {
-        Self::start_led(config, kube, Leadership::Elect(Some(election))).await
+        Self::start_led(config, kube, Leadership::compete(election)).await
     }
 
     /// [`TestServer::start_configured`] as a replica that does not lead: another replica (the
@@ -210,7 +210,7 @@ impl TestServer {
         let server = Self::start_led(
             config,
             Some(kube),
-            Leadership::Elect(Some(short_election("follower"))),
+            Leadership::compete(short_election("follower")),
         )
         .await;
         (server, holder)
