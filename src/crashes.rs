@@ -28,9 +28,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use self::queue::FairQueue;
 use crate::cluster::crashes::{
     watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod,
 };
@@ -45,6 +46,7 @@ use crate::mutate::Policy;
 use crate::registry::{CredentialStore, Resolver};
 
 mod learned;
+mod queue;
 pub mod shared;
 
 pub(crate) use learned::Learned;
@@ -54,8 +56,9 @@ pub use learned::{MAX_LEARNED, MAX_PER_NAMESPACE, REFRESH_EVERY};
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Pods and containers remembered for that.
 const MAX_REMEMBERED: usize = 4096;
-/// BackOffs waiting to be looked at; past this, new ones wait for the next BackOff.
-const QUEUE: usize = 64;
+/// Crashes looked at per second at most, however many Pods crash-loop: each look reads a Pod
+/// (and perhaps its log) from the API server.
+const LOOKS_PER_SECOND: u64 = 20;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
 
@@ -80,9 +83,9 @@ pub(crate) fn start(
     metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    let (queue, queued) = mpsc::channel(QUEUE);
+    let queue = Arc::new(FairQueue::default());
     let stream = watch_back_offs(client.clone());
-    let watch = tokio::spawn(follow(stream, queue, leader));
+    let watch = tokio::spawn(follow(stream, queue.clone(), leader));
     let looker = Looker {
         reader: CrashReader::new(client),
         recorder,
@@ -93,14 +96,15 @@ pub(crate) fn start(
         metrics,
         learned,
     };
-    vec![watch, tokio::spawn(look_at_each(looker, queued))]
+    vec![watch, tokio::spawn(look_at_each(looker, queue))]
 }
 
 /// Takes the BackOff Events into a keyed store; each new one, while leader and not seen for
-/// its Pod and container within the window, is queued (a full queue skips it).
+/// its Pod and container within the window, is queued — when its namespace has room in the
+/// fair queue; else it is not remembered as seen, and its next BackOff tries again.
 async fn follow(
     stream: impl futures_util::Stream<Item = BackOffSeen>,
-    queue: mpsc::Sender<BackOff>,
+    queue: Arc<FairQueue<BackOff>>,
     leader: watch::Receiver<bool>,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -125,15 +129,20 @@ async fn follow(
                 back_off.pod_uid,
                 back_off.container.as_deref().unwrap_or("")
             );
-            if seen.allow(&pod_key, Instant::now()) {
-                let _ = queue.try_send((*back_off).clone());
+            if queue.has_room(&back_off.namespace) && seen.allow(&pod_key, Instant::now()) {
+                queue.push(&back_off.namespace, (*back_off).clone());
             }
         }
     }
 }
 
-async fn look_at_each(looker: Looker, mut queued: mpsc::Receiver<BackOff>) {
-    while let Some(back_off) = queued.recv().await {
+/// Looks at the queued crashes in turns by namespace, at most [`LOOKS_PER_SECOND`].
+async fn look_at_each(looker: Looker, queue: Arc<FairQueue<BackOff>>) {
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / LOOKS_PER_SECOND as u32);
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let back_off = queue.pop().await;
+        pace.tick().await;
         looker.look_at(&back_off).await;
     }
 }
