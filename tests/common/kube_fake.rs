@@ -331,7 +331,9 @@ fn indexed(dir: &Path) -> Vec<Exchange> {
 }
 
 /// `exchanges.json`: request and answer in one file, the body as JSON (no headers were kept:
-/// every answer of the real server is `application/json`, the README's "Response headers").
+/// every answer of the real server is `application/json`, the README's "Response headers"; a
+/// watch's events, recorded as an array, are sent as a watch sends them, one line a chunk; the
+/// rest whole, with a `Content-Length`, since the framing was not kept).
 fn listed(dir: &Path) -> Vec<Exchange> {
     let path = dir.join("exchanges.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -339,20 +341,27 @@ fn listed(dir: &Path) -> Vec<Exchange> {
     list.iter()
         .map(|e| {
             let (request, response) = (&e["request"], &e["response"]);
-            let body = match &response["body"] {
-                Value::Null => Bytes::new(),
-                body => Bytes::from(body.to_string()),
+            let path = request["path"].as_str().unwrap();
+            let asked = query(path.split_once('?').map_or("", |q| q.1));
+            let watch = matches!(asked.get("watch").map(String::as_str), Some("1" | "true"));
+            let (chunked, body) = match &response["body"] {
+                Value::Null => (false, Bytes::new()),
+                Value::Array(events) if watch => {
+                    let lines: String = events.iter().map(|e| format!("{e}\n")).collect();
+                    (true, Bytes::from(lines))
+                }
+                body => (false, Bytes::from(body.to_string())),
             };
             Exchange {
                 name: e["note"].as_str().unwrap_or_default().to_owned(),
                 method: request["method"].as_str().unwrap().to_owned(),
-                path_and_query: request["path"].as_str().unwrap().to_owned(),
+                path_and_query: path.to_owned(),
                 token: None,
                 request_content_type: request["content_type"].as_str().map(str::to_owned),
                 request_body: Some(request["body"].clone()).filter(|b| !b.is_null()),
                 status: response["status"].as_u64().unwrap() as u16,
                 content_type: Some("application/json".into()),
-                chunked: false,
+                chunked,
                 warnings: Vec::new(),
                 body,
             }

@@ -4,19 +4,18 @@
 //! be compared with the recorded one field for field.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// One recorded exchange, in the form of `tests/data/kube-api/leases/exchanges.json`.
-#[derive(Debug, serde::Deserialize)]
+/// One recorded exchange of an `exchanges.json` folder (`crashes/`), as JSON values.
+#[derive(Debug)]
 pub struct Exchange {
     pub note: String,
     pub request: Request,
     pub response: Answer,
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug)]
 pub struct Request {
     pub method: String,
     pub path: String,
@@ -24,20 +23,34 @@ pub struct Request {
     pub body: Option<Value>,
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug)]
 pub struct Answer {
     pub status: u16,
     pub body: Value,
 }
 
-/// The exchanges recorded in `tests/data/kube-api/FOLDER/exchanges.json`, in order.
+/// The exchanges recorded in `tests/data/kube-api/FOLDER/exchanges.json`, in order, as read by
+/// the one fake's loader (`kube_fake::exchanges`).
 pub fn exchanges(folder: &str) -> Vec<Exchange> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/kube-api")
-        .join(folder)
-        .join("exchanges.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    super::kube_fake::exchanges(folder)
+        .into_iter()
+        .map(|e| Exchange {
+            note: e.name,
+            request: Request {
+                method: e.method,
+                path: e.path_and_query,
+                content_type: e.request_content_type,
+                body: e.request_body,
+            },
+            response: Answer {
+                status: e.status,
+                body: match e.chunked {
+                    true => Value::Array(json_lines(&e.body)),
+                    false => serde_json::from_slice(&e.body).unwrap_or(Value::Null),
+                },
+            },
+        })
+        .collect()
 }
 
 /// Sends one request as `kube` would and returns the status and the body as JSON (`Null` for
