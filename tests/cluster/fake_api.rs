@@ -122,3 +122,34 @@ async fn the_fake_api_server_matches_query_pairs_in_any_order() {
     };
     assert_eq!(send(api.port, &reordered).await, recorded(&exchange));
 }
+
+/// A handler is asked before the recordings and passes on what is not its own: here it keeps
+/// `/version` (answering what no recording says), and the recorded Node list is still served
+/// as recorded.
+#[tokio::test]
+async fn the_fake_api_server_asks_its_handlers_before_the_recordings() {
+    let api = FakeApi::new()
+        .recorded("")
+        .handler(std::sync::Arc::new(|req: &common::kube_fake::Req| {
+            let version = serde_json::json!({"gitVersion": "v0.0.0-handler"});
+            let answer = (req.path == "/version").then(|| common::kube_fake::json(200, &version));
+            answer.and_then(common::kube_fake::ready)
+        }))
+        .start();
+    let recorded_list = exchanges("")
+        .into_iter()
+        .find(|e| e.name == "node-list")
+        .unwrap();
+    assert_eq!(
+        send(api.port, &recorded_list).await,
+        recorded(&recorded_list)
+    );
+    let version = Exchange {
+        name: "version".into(),
+        path_and_query: "/version".into(),
+        ..recorded_list.clone()
+    };
+    let seen = send(api.port, &version).await;
+    assert_eq!(seen.status, 200);
+    assert_eq!(&seen.body[..], br#"{"gitVersion":"v0.0.0-handler"}"#);
+}
