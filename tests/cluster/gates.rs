@@ -492,8 +492,7 @@ async fn images_without_a_common_architecture_stay_gated_as_unrunnable() {
 /// releases the Pod, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_patch_while_not_the_leader() {
-    let leases = common::lease_api::LeaseApiServer::start();
-    let api = GatesApiServer::start_with_leases(leases.handler());
+    let api = GatesApiServer::start();
     let proxy = FaultProxy::start(&registry::plain().host);
     proxy.set(Fault::Status(503));
     let config = gate_config(&proxy.host, WAIT * 4);
@@ -660,7 +659,7 @@ fn serve_refuses_to_gate_without_a_cluster() {
 }
 
 /// Two replicas that gate, electing their releaser through the Lease on the same API as the
-/// Pods (the Lease fake's answers routed by the gates fake), as `serve` runs them: exactly one
+/// Pods (the gates fake serves `lease_api`'s Leases too), as `serve` runs them: exactly one
 /// leads; a Pod gated through either is released once (one JSON Patch, no second release that
 /// its `test` would refuse); the leader shut down, the other takes the Lease over and releases
 /// the next gated Pod.
@@ -668,8 +667,7 @@ fn serve_refuses_to_gate_without_a_cluster() {
 async fn two_replicas_one_releaser_and_the_other_takes_over() {
     let proxy = FaultProxy::start(&registry::plain().host);
     proxy.set(Fault::Status(503));
-    let leases = common::lease_api::LeaseApiServer::start();
-    let api = GatesApiServer::start_with_leases(leases.handler());
+    let api = GatesApiServer::start();
     let mut replicas = Vec::new();
     for identity in ["replica-a", "replica-b"] {
         let config = gate_config(&proxy.host, WAIT * 4);

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use super::events_api::Events;
 use super::kube_fake::{json as answer, status_value, unrecorded_status};
 use super::kube_fake::{Body, FakeApi, Handler, Req, Running};
-use super::lease_api::TOKENS;
+use super::lease_api::{Leases, TOKENS};
 use super::selector::Selector;
 
 type Key = (String, String);
@@ -69,6 +69,8 @@ pub struct GatesApiServer {
     pub port: u16,
     api: Running,
     state: Arc<State>,
+    /// The Leases the replicas elect their releaser on.
+    pub leases: Leases,
 }
 
 /// A recorded 422 for Pod `name`, its names put in.
@@ -535,17 +537,10 @@ async fn route_pods(state: Arc<State>, req: Req) -> Response<Body> {
 }
 
 impl GatesApiServer {
+    /// The Pods and Events, and Leases (`lease_api`): one API for replicas that gate and elect
+    /// (each through [`GatesApiServer::client_as`] `admintoken` or one of the Lease fake's
+    /// tokens).
     pub fn start() -> Self {
-        Self::start_with(None)
-    }
-
-    /// Also serving Leases, as `leases` answers them: one API for replicas that gate and elect
-    /// (each through [`GatesApiServer::client_as`] one of the Lease fake's tokens).
-    pub fn start_with_leases(leases: Handler) -> Self {
-        Self::start_with(Some(leases))
-    }
-
-    fn start_with(leases: Option<Handler>) -> Self {
         let state = Arc::new(State {
             rv: AtomicU64::new(200),
             ..State::default()
@@ -553,15 +548,16 @@ impl GatesApiServer {
         let shared = state.clone();
         let pods: Handler =
             Arc::new(move |req: &Req| Some(Box::pin(route_pods(shared.clone(), req.clone()))));
-        let api = leases
-            .into_iter()
-            .fold(FakeApi::new(), FakeApi::handler)
+        let leases = Leases::default();
+        let api = FakeApi::new()
+            .handler(leases.handler())
             .handler(pods)
             .start();
         Self {
             port: api.port,
             api,
             state,
+            leases,
         }
     }
 
