@@ -9,6 +9,7 @@ pub mod decision;
 pub mod explain;
 pub mod facts;
 pub mod gate;
+pub mod heal;
 pub mod knobs;
 pub mod namespace_policy;
 pub mod node_labels;
