@@ -445,6 +445,7 @@ fn start_events(
     if config.crash_watch {
         let learned = crate::crashes::Learned::default();
         engine = engine.with_learned(learned.clone());
+        let heal = config.crash_heal.then(|| crash_placement(&engine));
         background.extend(crate::crashes::start(
             client.clone(),
             (recorder.clone(), nodes.clone(), learned),
@@ -452,9 +453,24 @@ fn start_events(
             &config.policy,
             metrics.clone(),
             leader,
+            heal,
         ));
     }
     Ok((engine, config.events_on_admission.then_some(recorder)))
+}
+
+/// `[crashes] heal`: where a crashed Pod's images would go now, decided by `engine` (which
+/// leaves out what the crash watch learned).
+fn crash_placement(engine: &Engine) -> crate::crashes::Placement {
+    let engine = engine.clone();
+    Arc::new(move |namespace: String, images: Vec<String>| {
+        let engine = engine.clone();
+        Box::pin(async move {
+            engine
+                .placement_now(&namespace, &images, crate::crashes::PLACEMENT_BUDGET)
+                .await
+        })
+    })
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated

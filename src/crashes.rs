@@ -16,9 +16,19 @@
 //! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
 //! warning.
 //!
+//! With `[crashes] heal`, the Pod of a wrong-architecture crash (confirmed, or on an
+//! architecture its index lacks) is deleted — with a uid precondition, never its replacement —
+//! when its controller recreates it elsewhere: a ReplicaSet, StatefulSet, Job or
+//! ReplicationController (never a bare or a DaemonSet's Pod), no local data
+//! ([`heal::may_heal`]), and the engine's decision for its images now leaves the node's
+//! architecture out ([`Placement`]); at most once per Pod, one per controller per
+//! [`HEAL_OWNER_WINDOW`], [`HEALS_PER_WINDOW`] in all. What was done is said in the same Events
+//! (one per object per window: a second Event on the Pod would be dropped) and counted in
+//! `tolerable_crash_heals_total`.
+//!
 //! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
 //! without it a consistent index is "unconfirmed"; learning is not shared through the shared
-//! cache nor listed or forgotten by a command; nothing is healed or labelled.
+//! cache nor listed or forgotten by a command; nothing is labelled.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,13 +38,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::cluster::crashes::{
-    watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod,
+    watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod, Deleted,
 };
 use crate::cluster::events::{PerObject, Recorder, Regarding, Warning};
 use crate::cluster::nodes::NodeWatch;
 use crate::cluster::watch::{Keyed, Took};
 use crate::metrics::Metrics;
 use crate::mutate::crash::{self, CrashFacts, Termination, Verdict};
+use crate::mutate::heal::{self, Held};
 use crate::mutate::platform::NodeRuntime;
 use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
@@ -48,11 +59,20 @@ const MAX_REMEMBERED: usize = 4096;
 const QUEUE: usize = 64;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
+/// The decision on where a crashed Pod's images would go now (`[crashes] heal`), at most.
+pub(crate) const PLACEMENT_BUDGET: Duration = Duration::from_secs(10);
 
 /// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
 pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// Digests remembered at most (the oldest forgotten first).
 const MAX_LEARNED: usize = 1024;
+
+/// `[crashes] heal`: at most one Pod of a controller deleted in this window, so the Pods it
+/// recreates get the time to start (and, were the decision wrong again, a controller's Pods
+/// are not deleted one after another).
+pub(crate) const HEAL_OWNER_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// And at most this many Pods deleted in all in that window.
+pub(crate) const HEALS_PER_WINDOW: usize = 20;
 
 /// What the crash watch learned: digests that do not run on architectures their index claims
 /// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
@@ -105,6 +125,66 @@ impl Learned {
     }
 }
 
+/// Where a Pod's images (by digest) would be placed now in its namespace: the architectures
+/// the engine's decision leaves them (the learned ones left out), or `None` when it cannot
+/// decide. Built in `app.rs` from the engine (which knows [`Learned`]: this module cannot name
+/// the engine).
+pub(crate) type Placement = Arc<
+    dyn Fn(String, Vec<String>) -> futures_util::future::BoxFuture<'static, Option<Vec<String>>>
+        + Send
+        + Sync,
+>;
+
+/// `[crashes] heal`: where the Pods would go now, and the limits on deleting them.
+struct Heal {
+    placement: Placement,
+    limits: std::sync::Mutex<HealLimits>,
+}
+
+/// At most once per Pod (by uid, remembered as long as what is learned), one Pod per
+/// controller per [`HEAL_OWNER_WINDOW`], [`HEALS_PER_WINDOW`] in all in that window.
+struct HealLimits {
+    pods: PerObject,
+    owners: PerObject,
+    recent: std::collections::VecDeque<Instant>,
+}
+
+impl HealLimits {
+    fn new() -> Self {
+        Self {
+            pods: PerObject::new(LEARNED_TTL, MAX_REMEMBERED),
+            owners: PerObject::new(HEAL_OWNER_WINDOW, MAX_REMEMBERED),
+            recent: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Whether the Pod `pod_uid` of the controller `owner_uid` may be deleted at `now`
+    /// (counted if so).
+    fn allow(&mut self, pod_uid: &str, owner_uid: &str, now: Instant) -> Result<(), Held> {
+        while let Some(at) = self.recent.front() {
+            if now.saturating_duration_since(*at) < HEAL_OWNER_WINDOW {
+                break;
+            }
+            self.recent.pop_front();
+        }
+        let window_minutes = HEAL_OWNER_WINDOW.as_secs() / 60;
+        if self.recent.len() >= HEALS_PER_WINDOW {
+            return Err(Held::TooManyHeals {
+                at_most: HEALS_PER_WINDOW,
+                window_minutes,
+            });
+        }
+        if !self.pods.allow(pod_uid, now) {
+            return Err(Held::HealedBefore);
+        }
+        if !self.owners.allow(owner_uid, now) {
+            return Err(Held::OwnerHealedRecently { window_minutes });
+        }
+        self.recent.push_back(now);
+        Ok(())
+    }
+}
+
 /// What looking at a crash needs.
 struct Looker {
     reader: CrashReader,
@@ -115,9 +195,12 @@ struct Looker {
     arm64_runs_arm32: bool,
     metrics: Arc<Metrics>,
     learned: Learned,
+    heal: Option<Heal>,
 }
 
-/// Starts the watch (every replica) and the looker (while `leader`).
+/// Starts the watch (every replica) and the looker (while `leader`); with `heal`
+/// (`[crashes] heal`), Pods of wrong-architecture crashes are deleted for their controllers
+/// to recreate where `heal` places them.
 pub(crate) fn start(
     client: kube::Client,
     (recorder, nodes, learned): (Recorder, Option<NodeWatch>, Learned),
@@ -125,6 +208,7 @@ pub(crate) fn start(
     policy: &Policy,
     metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
+    heal: Option<Placement>,
 ) -> Vec<JoinHandle<()>> {
     let (queue, queued) = mpsc::channel(QUEUE);
     let stream = watch_back_offs(client.clone());
@@ -138,6 +222,10 @@ pub(crate) fn start(
         arm64_runs_arm32: policy.arm64_runs_arm32,
         metrics,
         learned,
+        heal: heal.map(|placement| Heal {
+            placement,
+            limits: std::sync::Mutex::new(HealLimits::new()),
+        }),
     };
     vec![watch, tokio::spawn(look_at_each(looker, queued))]
 }
@@ -239,7 +327,7 @@ impl Looker {
         } else {
             self.confirm(&image, &arch, claimed.as_deref()).await
         };
-        let note = crash::describe(
+        let mut note = crash::describe(
             &container.name,
             &image,
             (&node, &arch),
@@ -251,7 +339,55 @@ impl Looker {
         {
             self.learned.learn(digest, arch, Instant::now());
         }
+        let flagged = matches!(
+            verdict,
+            Verdict::WrongArchitecture { .. } | Verdict::NotAmongPlatforms { .. }
+        );
+        if let (Some(heal), true) = (&self.heal, flagged) {
+            note = format!("{note}; {}", self.heal(heal, pod, &arch).await);
+        }
         self.report(pod, &arch, &verdict, note);
+    }
+
+    /// Deletes the Pod of a wrong-architecture crash on an `arch` node when its controller
+    /// recreates it elsewhere (see [`heal::may_heal`]), within the limits; what was done, in the
+    /// Event's words, and counted.
+    async fn heal(&self, heal: &Heal, pod: &CrashedPod, arch: &str) -> String {
+        let done = self.try_heal(heal, pod, arch).await;
+        let label = done.as_ref().map_or_else(Held::label, |_| "deleted");
+        self.metrics.events.healed(label);
+        match done {
+            Ok(note) => note,
+            Err(held) => heal::not_healed(&held.describe()),
+        }
+    }
+
+    async fn try_heal(&self, heal: &Heal, pod: &CrashedPod, arch: &str) -> Result<String, Held> {
+        let owner = pod
+            .owner
+            .as_ref()
+            .map(|(api_version, kind, ..)| heal::Owner { api_version, kind });
+        heal::may_heal(owner, &pod.volumes)?;
+        let images = pod.containers.iter().map(pulled).collect();
+        let placed = (heal.placement)(pod.namespace.clone(), images).await;
+        heal::places_elsewhere(arch, placed.as_deref())?;
+        let (_, kind, name, owner_uid) = pod.owner.as_ref().ok_or(Held::NoController)?;
+        heal.limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .allow(&pod.uid, owner_uid, Instant::now())?;
+        match self
+            .reader
+            .delete(&pod.namespace, &pod.name, &pod.uid)
+            .await
+        {
+            Ok(Deleted::Deleted) => Ok(heal::healed(kind, name, &placed.unwrap_or_default())),
+            Ok(Deleted::Gone) => Err(Held::Gone),
+            Err(e) => {
+                tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "crash watch: could not delete the Pod to heal");
+                Err(Held::Failed)
+            }
+        }
     }
 
     async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
@@ -346,4 +482,47 @@ fn pulled(container: &ContainerEnd) -> String {
         id.contains("@sha256:").then(|| id.to_owned())
     });
     by_digest.unwrap_or_else(|| container.image.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once per Pod, one Pod per controller per window, [`HEALS_PER_WINDOW`] in all in that
+    /// window; a controller's next Pod after the window.
+    #[test]
+    fn heals_are_limited_per_pod_per_controller_and_in_all() {
+        let mut limits = HealLimits::new();
+        let start = Instant::now();
+        assert_eq!(limits.allow("pod-1", "rs-1", start), Ok(()));
+        assert_eq!(
+            limits.allow("pod-1", "rs-2", start),
+            Err(Held::HealedBefore)
+        );
+        assert!(matches!(
+            limits.allow("pod-2", "rs-1", start),
+            Err(Held::OwnerHealedRecently { window_minutes: 10 })
+        ));
+        let later = start + HEAL_OWNER_WINDOW;
+        assert_eq!(limits.allow("pod-3", "rs-1", later), Ok(()));
+        // The Pod healed before stays healed past the window.
+        assert_eq!(
+            limits.allow("pod-1", "rs-9", later),
+            Err(Held::HealedBefore)
+        );
+        for n in 1..HEALS_PER_WINDOW {
+            let owner = format!("owner-{n}");
+            assert_eq!(
+                limits.allow(&format!("p-{n}"), &owner, later),
+                Ok(()),
+                "{n}"
+            );
+        }
+        assert!(matches!(
+            limits.allow("one-more", "another", later),
+            Err(Held::TooManyHeals { .. })
+        ));
+        let after = later + HEAL_OWNER_WINDOW;
+        assert_eq!(limits.allow("one-more", "another", after), Ok(()));
+    }
 }

@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, LogParams};
+use kube::api::{Api, DeleteParams, LogParams, Preconditions};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt as _;
 use serde::Deserialize;
+
+use crate::mutate::heal::{Volume, VolumeKind};
 
 /// Watch pages.
 const LIST_PAGE: u32 = 500;
@@ -164,6 +166,8 @@ pub(crate) struct CrashedPod {
     /// Its `ownerReferences` entry with `controller: true`: (apiVersion, kind, name, uid).
     pub(crate) owner: Option<(String, String, String, String)>,
     pub(crate) containers: Vec<ContainerEnd>,
+    /// `spec.volumes`, each as what deleting the Pod would lose (`[crashes] heal`).
+    pub(crate) volumes: Vec<Volume>,
 }
 
 /// A container's status as the crash watch reads it.
@@ -205,6 +209,24 @@ mod pod_wire {
     #[serde(rename_all = "camelCase")]
     pub(super) struct Spec {
         pub(super) node_name: Option<String>,
+        #[serde(default)]
+        pub(super) volumes: Vec<Volume>,
+    }
+
+    /// A volume: its name and which source it has (only an emptyDir's medium is read).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Volume {
+        pub(super) name: String,
+        pub(super) empty_dir: Option<EmptyDir>,
+        pub(super) host_path: Option<serde::de::IgnoredAny>,
+        pub(super) persistent_volume_claim: Option<serde::de::IgnoredAny>,
+        pub(super) ephemeral: Option<serde::de::IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct EmptyDir {
+        pub(super) medium: Option<String>,
     }
 
     #[derive(Default, Deserialize)]
@@ -274,8 +296,24 @@ impl From<pod_wire::Pod> for CrashedPod {
             node: pod.spec.node_name,
             owner,
             containers,
+            volumes: pod.spec.volumes.into_iter().map(volume).collect(),
         }
     }
+}
+
+fn volume(v: pod_wire::Volume) -> Volume {
+    let kind = if let Some(empty_dir) = v.empty_dir {
+        VolumeKind::EmptyDir(empty_dir.medium)
+    } else if v.host_path.is_some() {
+        VolumeKind::HostPath
+    } else if v.persistent_volume_claim.is_some() {
+        VolumeKind::PersistentVolumeClaim
+    } else if v.ephemeral.is_some() {
+        VolumeKind::Ephemeral
+    } else {
+        VolumeKind::Other
+    };
+    Volume { name: v.name, kind }
 }
 
 fn run_seconds(started: Option<&Time>, finished: Option<&Time>) -> Option<i64> {
@@ -326,6 +364,41 @@ impl CrashReader {
         };
         api.logs(pod, &params).await
     }
+
+    /// Deletes the Pod `namespace/name` if it is still the one of `uid` (a `uid` precondition,
+    /// as recorded: never its replacement of the same name).
+    pub(crate) async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Deleted, kube::Error> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            // The uid in the precondition no longer matches: the Pod was replaced.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Deleted::Gone),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a delete with a uid precondition did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// Deleted (gracefully: the kubelet finishes it).
+    Deleted,
+    /// Gone already, or replaced by a Pod of the same name (409 on the precondition): nothing
+    /// more to do.
+    Gone,
 }
 
 /// The Pod read through `kube`'s typed `get`, deserialized into [`CrashedPod`] only.

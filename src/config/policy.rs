@@ -130,6 +130,22 @@ pub(super) struct EventsSection {
 pub(super) struct CrashesSection {
     /// Watch the kubelets' BackOff Events for wrong-architecture crashes (`crate::crashes`).
     pub(super) watch: bool,
+    /// Delete the Pods of wrong-architecture crashes for their controllers to recreate
+    /// elsewhere (`crate::crashes`, with `watch`).
+    pub(super) heal: bool,
+}
+
+impl CrashesSection {
+    /// `heal`, which acts on what `watch` finds.
+    pub(super) fn heal(&self) -> Result<bool, ConfigError> {
+        if self.heal && !self.watch {
+            return Err(ConfigError::key(
+                "crashes.heal",
+                "heals what the crash watch finds: set `crashes.watch = true` too".to_owned(),
+            ));
+        }
+        Ok(self.heal)
+    }
 }
 
 /// A taint's effect a toleration matches; empty: every effect.
@@ -1037,6 +1053,23 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
             "tolerable_exec_format_crashes_total. One replica looks (the gate releasers' Lease). Needs",
             "RBAC: list and watch on events, get on pods and pods/log, create on events",
             "(kustomize/components/crash-watch).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    },
+    KeyDoc {
+        key: "heal",
+        meaning: "with `watch`: delete the Pod of a wrong-architecture crash (with a uid precondition: never its replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or ReplicationController, never a bare Pod or a DaemonSet's; no emptyDir on the node's disk, hostPath or claim (maybe a local volume) — and the decision for its images now leaves the node's architecture out; at most once per Pod, one Pod per controller per 10 minutes, 20 in all per 10 minutes; said in the crash's Events and counted in `tolerable_crash_heals_total` (needs `delete` on `pods`: `kustomize/components/crash-heal`, the chart's `config.crashes.heal`)",
+        about: &[
+            "With watch: delete the Pod of a wrong-architecture crash (with a uid precondition, never its",
+            "replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or",
+            "ReplicationController, never a bare Pod or a DaemonSet's Pod; no emptyDir on the node's",
+            "disk, hostPath or claim (it may be a local volume) — and the decision for its images now",
+            "leaves the node's architecture out. At most once per Pod, one Pod per controller per 10",
+            "minutes, 20 in all per 10 minutes; said in the crash's Events, counted in",
+            "tolerable_crash_heals_total. Needs RBAC: delete on pods (kustomize/components/crash-heal).",
         ],
         example: None,
         inline: None,

@@ -17,7 +17,7 @@ use crate::common::registry;
 use crate::common::webhook::{self, TestServer};
 
 /// An upper bound on what a test waits for (a hung test's guard, not a timing claim).
-const BOUND: Duration = Duration::from_secs(60);
+pub(crate) const BOUND: Duration = Duration::from_secs(60);
 
 fn hosts() -> RegistryHosts {
     RegistryHosts {
@@ -28,6 +28,14 @@ fn hosts() -> RegistryHosts {
 
 /// `serve` with the crash watch, leading (its own leader channel says so), and the node watch.
 async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
+    watching_with(api, |_| {}).await
+}
+
+/// [`watching`], the config changed by `change` first (`[crashes] heal` on, …).
+pub(crate) async fn watching_with(
+    api: &FakeApiServer,
+    change: impl FnOnce(&mut Config),
+) -> (TestServer, watch::Sender<bool>) {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();
@@ -35,6 +43,7 @@ async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
     config.namespace_policy = false;
     config.watch_nodes = true;
     config.crash_watch = true;
+    change(&mut config);
     let (lead, leader) = watch::channel(true);
     let server =
         TestServer::start_leading(config, Some(api.client("admintoken")), Some(leader)).await;
@@ -42,7 +51,7 @@ async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
 }
 
 /// Waits (at most [`BOUND`]) until the server's metrics show `series` at `value`.
-async fn until_metric(server: &TestServer, series: &str, value: f64) {
+pub(crate) async fn until_metric(server: &TestServer, series: &str, value: f64) {
     let deadline = Instant::now() + BOUND;
     loop {
         let text = webhook::metrics_text(server).await;
@@ -124,7 +133,19 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
 
 /// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and
 /// its `imageID` that tag's digest as the registry serves it now; with the tag and the imageID.
-async fn crashing_image(host: &str, repository: &str) -> (FakeApiServer, String, String) {
+pub(crate) async fn crashing_image(
+    host: &str,
+    repository: &str,
+) -> (FakeApiServer, String, String) {
+    crashing_image_with(host, repository, |c| c).await
+}
+
+/// [`crashing_image`], the recorded crash changed by `change` (the heal tests' Pods).
+pub(crate) async fn crashing_image_with(
+    host: &str,
+    repository: &str,
+    change: impl FnOnce(Crashes) -> Crashes,
+) -> (FakeApiServer, String, String) {
     let tag = format!("{host}/{repository}:v1");
     let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
         .unwrap()
@@ -134,7 +155,8 @@ async fn crashing_image(host: &str, repository: &str) -> (FakeApiServer, String,
         .digest
         .clone();
     let image_id = format!("{host}/{repository}@{digest}");
-    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let crashes = change(Crashes::with_image(&tag, &image_id));
+    let api = FakeApiServer::start_with_crashes(hosts(), crashes);
     (api, tag, image_id)
 }
 

@@ -7,6 +7,7 @@
 mod common;
 
 mod cluster_flags;
+mod crash_heal;
 mod crashes;
 mod gates;
 mod leader_election;

@@ -12,12 +12,22 @@
 //!   `timeoutSeconds=3` watch did);
 //! - `GET …/shop/pods/web-7d9c6b8f5-abcde`: the recorded Pod;
 //! - `GET …/log?container=web&previous=true&tailLines=20` (and a `limitBytes`): the recorded
-//!   500 (no kubelet).
+//!   500 (no kubelet);
+//! - `DELETE …/shop/pods/web-7d9c6b8f5-abcde` with a `uid` precondition: the Pod's recorded uid
+//!   is the recorded 200 (the Pod, graceful), the recorded other uid (`00000000-…`) the
+//!   recorded 409; each delete's body kept for the test. The recorded bodies also name
+//!   `apiVersion: v1, kind: DeleteOptions`, which `kube` leaves out (the API server takes a
+//!   DeleteOptions body without them the same): only the preconditions are compared, and a
+//!   body with any other option is unrecorded (501).
 //!
 //! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
 //! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
 //! the container's image and `imageID` at a test registry's image, or leave the termination
-//! message out.
+//! message out; and, for the heal tests, the Pod's controller owner may be left out or be a
+//! DaemonSet (`apps/v1`, named `web`), a `hostPath` volume may be added to its spec, and the
+//! Pod may be the one that was replaced: its uid (in the Pod and in the Events naming it) the
+//! recorded 409's precondition uid, `00000000-0000-0000-0000-000000000000`, which the recorded
+//! record no longer holds.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -34,6 +44,9 @@ use super::recorded::{exchanges, Exchange};
 /// The node the recorded Pod is on here.
 pub const NODE: &str = "arm-1";
 const POD_PATH: &str = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde";
+/// The recorded Pod's uid, and the one the recorded 409 was asked with.
+pub const POD_UID: &str = "26be13ca-16c0-4b8b-9e31-07601681d14b";
+const REPLACED_UID: &str = "00000000-0000-0000-0000-000000000000";
 /// The fields a core/v1 Event selector may name (the README's list).
 const SELECTABLE: &[&str] = &[
     "reason",
@@ -54,6 +67,25 @@ pub struct Crashes {
     image: Option<(String, String)>,
     /// The termination message left out.
     no_message: bool,
+    /// The Pod's changes for the heal tests.
+    changed: PodChanges,
+    /// The bodies of the DELETEs received.
+    deletes: std::sync::Mutex<Vec<Value>>,
+}
+
+/// How the Pod differs from the recorded one (the heal tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodChanges {
+    #[default]
+    None,
+    /// No `ownerReferences`: a bare Pod.
+    Bare,
+    /// Its controller a DaemonSet.
+    DaemonSet,
+    /// A `hostPath` volume in its spec.
+    HostPath,
+    /// The Pod that was replaced (its uid the recorded 409's).
+    Replaced,
 }
 
 impl Crashes {
@@ -62,7 +94,20 @@ impl Crashes {
             recorded: exchanges("crashes"),
             image: None,
             no_message: false,
+            changed: PodChanges::None,
+            deletes: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// This crash, its Pod changed as `changed` says.
+    pub fn changed(mut self, changed: PodChanges) -> Self {
+        self.changed = changed;
+        self
+    }
+
+    /// The bodies of the DELETEs received so far.
+    pub fn deletes(&self) -> Vec<Value> {
+        self.deletes.lock().unwrap().clone()
     }
 
     /// The recorded crash, its container's image `image` pulled as `image_id`.
@@ -79,13 +124,45 @@ impl Crashes {
         self
     }
 
-    fn body(&self, note: &str) -> (u16, Value) {
-        let e = self
-            .recorded
+    fn exchange(&self, note: &str) -> &Exchange {
+        self.recorded
             .iter()
             .find(|e| e.note.starts_with(note))
-            .unwrap_or_else(|| panic!("no recorded exchange {note:?}"));
-        (e.response.status, e.response.body.clone())
+            .unwrap_or_else(|| panic!("no recorded exchange {note:?}"))
+    }
+
+    /// A recorded answer; the Pod that was replaced has the other uid wherever it is named.
+    fn body(&self, note: &str) -> (u16, Value) {
+        let e = self.exchange(note);
+        let mut body = e.response.body.clone();
+        if self.changed == PodChanges::Replaced {
+            let text = body.to_string().replace(POD_UID, REPLACED_UID);
+            body = serde_json::from_str(&text).unwrap();
+        }
+        (e.response.status, body)
+    }
+
+    /// `DELETE` of the recorded Pod: the recorded answer to the same `uid` precondition.
+    pub fn delete(&self, path: &str, body: &[u8]) -> Option<Response<Body>> {
+        if path != POD_PATH {
+            return None;
+        }
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        self.deletes.lock().unwrap().push(asked.clone());
+        let others = asked.as_object().map_or(1, |o| {
+            o.keys()
+                .filter(|k| !["apiVersion", "kind", "preconditions"].contains(&k.as_str()))
+                .count()
+        });
+        let recorded = self.recorded.iter().find(|e| {
+            e.request.method == "DELETE"
+                && e.request.body.as_ref().map(|b| &b["preconditions"])
+                    == Some(&asked["preconditions"])
+        });
+        Some(match (recorded, others) {
+            (Some(e), 0) => json_answer(e.response.status, &e.response.body),
+            _ => json_answer(501, &unrecorded_status(&format!("a delete with {asked}"))),
+        })
     }
 
     /// The answer to a GET this fake serves (`None`: not one of its paths).
@@ -127,6 +204,7 @@ impl Crashes {
             pod["status"]["containerStatuses"][0]["image"] = json!(image);
             pod["status"]["containerStatuses"][0]["imageID"] = json!(image_id);
         }
+        change_pod(&mut pod, self.changed);
         if self.no_message {
             let status = &mut pod["status"]["containerStatuses"][0];
             status["lastState"]["terminated"]
@@ -199,6 +277,27 @@ impl Crashes {
             .headers_mut()
             .insert("content-type", "application/json".parse().unwrap());
         response
+    }
+}
+
+fn change_pod(pod: &mut Value, changed: PodChanges) {
+    match changed {
+        PodChanges::None | PodChanges::Replaced => {}
+        PodChanges::Bare => {
+            pod["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ownerReferences");
+        }
+        PodChanges::DaemonSet => {
+            let owner = &mut pod["metadata"]["ownerReferences"][0];
+            owner["kind"] = json!("DaemonSet");
+            owner["name"] = json!("web");
+        }
+        PodChanges::HostPath => {
+            pod["spec"]["volumes"] =
+                json!([{"name": "data", "hostPath": {"path": "/var/lib/web", "type": ""}}]);
+        }
     }
 }
 

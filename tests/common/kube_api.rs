@@ -278,17 +278,8 @@ async fn route(
             return full(refused);
         }
     }
-    if let Some(crashes) = state
-        .crashes
-        .as_ref()
-        .filter(|_| method == hyper::Method::GET)
-    {
-        if let Some(answer) = crashes.answer(&path, &query) {
-            if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "get", "pods") {
-                return full(refused);
-            }
-            return answer;
-        }
+    if let Some(answer) = crash_answer(&state, (&method, &path, &query, &body), token.as_deref()) {
+        return answer;
     }
     if let Some((code, answer)) = state.events.answer(method.as_str(), &path, &body) {
         if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "create", "events") {
@@ -310,6 +301,25 @@ async fn route(
         }
         (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
         _ => full(unrecorded(&format!("{method} {path}"))),
+    }
+}
+
+/// The recorded crash's reads (GET) and the crashed Pod's deletes (`crashes_api`), when the
+/// fake serves them and `token` may.
+fn crash_answer(
+    state: &State,
+    (method, path, query, body): (&hyper::Method, &str, &str, &[u8]),
+    token: Option<&str>,
+) -> Option<Response<Body>> {
+    let crashes = state.crashes.as_ref()?;
+    let (answer, verb) = match *method {
+        hyper::Method::GET => (crashes.answer(path, query)?, "get"),
+        hyper::Method::DELETE => (crashes.delete(path, body)?, "delete"),
+        _ => return None,
+    };
+    match cluster_scoped_refusal(token, verb, "pods") {
+        Some(refused) => Some(full(refused)),
+        None => Some(answer),
     }
 }
 
@@ -455,6 +465,15 @@ impl FakeApiServer {
     /// A real `kube` client for this server, authenticating with `token`.
     pub fn client(&self, token: &str) -> kube::Client {
         client(self.port, token)
+    }
+
+    /// The bodies of the crashed Pod's DELETEs so far (`crashes_api`).
+    pub fn crash_deletes(&self) -> Vec<serde_json::Value> {
+        self.state
+            .crashes
+            .as_ref()
+            .map(Crashes::deletes)
+            .unwrap_or_default()
     }
 
     /// Paths requested so far.

@@ -1015,6 +1015,10 @@ fn rbac_variants_match_kustomize() {
             "kustomize/overlays/crash-watch",
             json!({"config": {"crashes": {"watch": true}}}),
         ),
+        (
+            "kustomize/overlays/crash-heal",
+            json!({"config": {"crashes": {"watch": true, "heal": true}}}),
+        ),
     ] {
         let kustomize = tools::documents(&tools::render(overlay));
         let chart = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
@@ -1032,6 +1036,7 @@ fn rbac_variants_match_kustomize() {
         assert_eq!(config.namespace_policy, granted("tolerable-namespaces"));
         assert_eq!(config.events_on_admission, granted("tolerable-events"));
         assert_eq!(config.crash_watch, granted("tolerable-crash-watch"));
+        assert_eq!(config.crash_heal, granted("tolerable-crash-heal"));
     }
 }
 

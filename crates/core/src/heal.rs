@@ -47,6 +47,17 @@ pub enum Held {
     /// The decision for the Pod's images now would not place it elsewhere: the node's
     /// architecture is still among them, none is left, or they could not be looked up.
     NotElsewhere,
+    /// This Pod was deleted to heal before (at most once per Pod).
+    HealedBefore,
+    /// Another Pod of the same controller was deleted to heal within the window (at most one
+    /// per controller per window: its new Pods must get the time to start).
+    OwnerHealedRecently { window_minutes: u64 },
+    /// As many Pods as allowed in all were deleted to heal within the window.
+    TooManyHeals { at_most: usize, window_minutes: u64 },
+    /// Replaced by a Pod of the same name, or gone, before the delete.
+    Gone,
+    /// The API server refused the delete, or did not answer.
+    Failed,
 }
 
 /// The controllers that recreate a deleted Pod, anywhere their selector allows: by API group
@@ -117,9 +128,7 @@ impl Held {
     pub fn describe(&self) -> String {
         match self {
             Self::NoController => "it has no controller to recreate it".to_owned(),
-            Self::DaemonSet => {
-                "a DaemonSet's Pod is recreated on the same node".to_owned()
-            }
+            Self::DaemonSet => "a DaemonSet's Pod is recreated on the same node".to_owned(),
             Self::UnknownController(kind) => {
                 format!("its controller, a {kind}, is not one known to recreate it elsewhere")
             }
@@ -129,9 +138,38 @@ impl Held {
             Self::NotElsewhere => {
                 "the decision for its images would not place it elsewhere".to_owned()
             }
+            Self::HealedBefore => "it was deleted before".to_owned(),
+            Self::OwnerHealedRecently { window_minutes } => {
+                format!("another Pod of its controller was deleted within {window_minutes} minutes")
+            }
+            Self::TooManyHeals {
+                at_most,
+                window_minutes,
+            } => format!("{at_most} Pods were deleted within {window_minutes} minutes"),
+            Self::Gone => "it was gone or replaced already".to_owned(),
+            Self::Failed => "the delete failed".to_owned(),
+        }
+    }
+
+    /// The metric's label: `held` (the rules), `limited` (the rate limits), `gone`, `failed`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NoController
+            | Self::DaemonSet
+            | Self::UnknownController(_)
+            | Self::LocalData { .. }
+            | Self::NotElsewhere => "held",
+            Self::HealedBefore | Self::OwnerHealedRecently { .. } | Self::TooManyHeals { .. } => {
+                "limited"
+            }
+            Self::Gone => "gone",
+            Self::Failed => "failed",
         }
     }
 }
+
+/// The metric's labels, in its order: deleted, and each [`Held::label`].
+pub const LABELS: [&str; 5] = ["deleted", "held", "limited", "gone", "failed"];
 
 /// The Event's words for a Pod deleted to heal: who recreates it and where its images go now.
 pub fn healed(owner_kind: &str, owner_name: &str, archs: &[String]) -> String {
@@ -215,11 +253,7 @@ mod tests {
     fn healed_only_when_the_decision_moves_the_pod() {
         let archs = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
         assert_eq!(places_elsewhere("arm64", Some(&archs(&["amd64"]))), Ok(()));
-        for common in [
-            Some(archs(&["amd64", "arm64"])),
-            Some(archs(&[])),
-            None,
-        ] {
+        for common in [Some(archs(&["amd64", "arm64"])), Some(archs(&[])), None] {
             assert_eq!(
                 places_elsewhere("arm64", common.as_deref()),
                 Err(Held::NotElsewhere),
