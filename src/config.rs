@@ -358,9 +358,10 @@ impl Config {
         )?;
         let (credential_providers, credential_provider_warnings) =
             sections.credentials.validate()?;
-        let policy = sections
+        let mut policy = sections
             .policy
             .validate(&sections.tolerations, &sections.architecture_tolerations)?;
+        policy.fallback_to_logs_on_error = sections.crashes.fallback_to_logs_on_error;
         let credentials = sections.credentials;
         let gate_timeout = sections.policy.gate_timeout()?;
         let kinds = sections.workloads.validate()?;

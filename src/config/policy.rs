@@ -133,6 +133,9 @@ pub(super) struct CrashesSection {
     /// Delete the Pods of wrong-architecture crashes for their controllers to recreate
     /// elsewhere (`crate::crashes`, with `watch`).
     pub(super) heal: bool,
+    /// At admission, `terminationMessagePolicy: FallbackToLogsOnError` on containers that set
+    /// none (`mutate::logs_on_error`).
+    pub(super) fallback_to_logs_on_error: bool,
 }
 
 impl CrashesSection {
@@ -381,6 +384,8 @@ impl PolicySection {
             arm64_runs_arm32: self.arm64_runs_arm32,
             node_variants: validate_node_variants(&self.node_variants)?,
             pin_digests: self.pin_digests,
+            // `[crashes] fallback_to_logs_on_error`, set by `Config::validate`.
+            fallback_to_logs_on_error: false,
         })
     }
 }
@@ -1070,6 +1075,25 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
             "leaves the node's architecture out. At most once per Pod, one Pod per controller per 10",
             "minutes, 20 in all per 10 minutes; said in the crash's Events, counted in",
             "tolerable_crash_heals_total. Needs RBAC: delete on pods (kustomize/components/crash-heal).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    },
+    KeyDoc {
+        key: "fallback_to_logs_on_error",
+        meaning: "at admission, init containers and containers whose `terminationMessagePolicy` is the default get `FallbackToLogsOnError` in the patch of a Pod tolerable places or gates (a Pod left unchanged, skipped or denied gets nothing): a container that fails then has its log's last lines in its status, where the crash watch reads a runtime's exec format error without reading logs. The API server writes `File` into every container that sets no policy before a webhook sees it, so `File` counts as the default too (its termination-message file is still read first); `FallbackToLogsOnError` is kept. This shows up to 80 lines / 2 KiB of a failing container's log to whoever can read the Pod (`get` on `pods`), not only those who may read `pods/log`",
+        about: &[
+            "At admission, init containers and containers whose terminationMessagePolicy is the default",
+            "get FallbackToLogsOnError in the patch of a Pod tolerable places or gates (a Pod left",
+            "unchanged, skipped or denied gets nothing): a container that fails then has its log's last",
+            "lines in its status, where the crash watch reads a runtime's exec format error without",
+            "reading logs. The API server writes File into every container that sets no policy before a",
+            "webhook sees it, so File counts as the default too (its termination-message file is still",
+            "read first). This shows up to 80 lines / 2 KiB of a failing container's log to whoever can",
+            "read the Pod (get on pods), not only to those who may read pods/log: keep it off where logs",
+            "may hold secrets.",
         ],
         example: None,
         inline: None,
