@@ -339,6 +339,10 @@ impl Looker {
         {
             self.learned.learn(digest, arch, Instant::now());
         }
+        let mark = crash::mark(&verdict, &container.name, &image, &arch);
+        if let Err(e) = self.reader.mark(pod, &mark).await {
+            tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "crash watch: could not annotate the Pod");
+        }
         let flagged = matches!(
             verdict,
             Verdict::WrongArchitecture { .. } | Verdict::NotAmongPlatforms { .. }

@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, LogParams, Preconditions};
+use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt as _;
 use serde::Deserialize;
+use serde_json::json;
 
+use crate::mutate::crash::CRASH_ANNOTATION;
 use crate::mutate::heal::{Volume, VolumeKind};
 
 /// Watch pages.
@@ -165,6 +167,8 @@ pub(crate) struct CrashedPod {
     pub(crate) node: Option<String>,
     /// Its `ownerReferences` entry with `controller: true`: (apiVersion, kind, name, uid).
     pub(crate) owner: Option<(String, String, String, String)>,
+    /// Whether it has an annotations map (the mark is added into it, or as a new one).
+    pub(crate) has_annotations: bool,
     pub(crate) containers: Vec<ContainerEnd>,
     /// `spec.volumes`, each as what deleting the Pod would lose (`[crashes] heal`).
     pub(crate) volumes: Vec<Volume>,
@@ -203,6 +207,7 @@ mod pod_wire {
         pub(super) uid: Option<String>,
         #[serde(default)]
         pub(super) owner_references: Vec<OwnerReference>,
+        pub(super) annotations: Option<serde::de::IgnoredAny>,
     }
 
     #[derive(Default, Deserialize)]
@@ -295,6 +300,7 @@ impl From<pod_wire::Pod> for CrashedPod {
             uid: m.uid.unwrap_or_default(),
             node: pod.spec.node_name,
             owner,
+            has_annotations: m.annotations.is_some(),
             containers,
             volumes: pod.spec.volumes.into_iter().map(volume).collect(),
         }
@@ -363,6 +369,30 @@ impl CrashReader {
             ..LogParams::default()
         };
         api.logs(pod, &params).await
+    }
+
+    /// Marks `pod` with the crash annotation's `value`: one JSON Patch (as the gate controller
+    /// patches Pods, `tests/data/kube-api/gates/`), guarded by a `test` of its uid so that a
+    /// Pod of the same name made since is never marked.
+    pub(crate) async fn mark(&self, pod: &CrashedPod, value: &str) -> Result<(), kube::Error> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace);
+        let add = if pod.has_annotations {
+            let key = crate::mutate::patch::pointer_token(CRASH_ANNOTATION);
+            json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": value})
+        } else {
+            json!({"op": "add", "path": "/metadata/annotations", "value": {CRASH_ANNOTATION: value}})
+        };
+        let ops = json!([{"op": "test", "path": "/metadata/uid", "value": pod.uid}, add]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(ops).expect("a JSON Patch of known operations");
+        api.patch(
+            &pod.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Deletes the Pod `namespace/name` if it is still the one of `uid` (a `uid` precondition,

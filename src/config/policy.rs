@@ -1046,7 +1046,7 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
     intro: "",
     keys: &[KeyDoc {
         key: "watch",
-        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms or the index's entry for it is an image of another, else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner and in `tolerable_exec_format_crashes_total`; one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
+        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms or the index's entry for it is an image of another, else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner, in the Pod's annotation `tolerable.io/crash` and in `tolerable_exec_format_crashes_total`; one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `patch` on `pods`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
         about: &[
             "The crash-signal watch: watch the kubelets' BackOff Warning Events (never all Pods), read each",
             "backing-off Pod once per container every 10 minutes, and when a container's last run ended",
@@ -1054,10 +1054,10 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
             "node's architecture not among the image's platforms, or the index's entry for it an image of",
             "another architecture (then learned: admissions of that digest leave the architecture out);",
             "else \"not shown to be the architecture\" (an entrypoint without a shebang prints the same) —",
-            "in a Warning Event on the Pod and its controller owner and in",
-            "tolerable_exec_format_crashes_total. One replica looks (the gate releasers' Lease). Needs",
-            "RBAC: list and watch on events, get on pods and pods/log, create on events",
-            "(kustomize/components/crash-watch).",
+            "in a Warning Event on the Pod and its controller owner, in the Pod's annotation",
+            "tolerable.io/crash and in tolerable_exec_format_crashes_total. One replica looks (the gate",
+            "releasers' Lease). Needs RBAC: list and watch on events, get on pods and pods/log, patch on",
+            "pods, create on events (kustomize/components/crash-watch).",
         ],
         example: None,
         inline: None,

@@ -85,7 +85,7 @@ async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) {
 /// The recorded crash as it is (runc's text, exit 255, a ~0 s run) on an arm64 node, its image
 /// on a registry no test reaches: an exec format error, not shown to be the architecture (the
 /// index cannot be read) — Evented on the Pod and its ReplicaSet, counted as unconfirmed, the
-/// Pod read once however many BackOffs name it.
+/// Pod read (and marked) once however many BackOffs name it.
 #[tokio::test]
 async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
     let api = FakeApiServer::start_with_crashes(hosts(), Crashes::recorded());
@@ -123,12 +123,19 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
         1.0,
     )
     .await;
-    let pod_reads = api
+    let pod_requests = api
         .requests()
         .iter()
         .filter(|p| p.as_str() == "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde")
         .count();
-    assert_eq!(pod_reads, 1);
+    // One read, and the mark's one patch (unconfirmed: `exec-format-error`).
+    let marks = api.crash_patches();
+    assert_eq!((pod_requests, marks.len()), (2, 1), "{marks:#?}");
+    let mark = marks[0][1]["value"]["tolerable.io/crash"].as_str().unwrap();
+    assert!(
+        mark.starts_with("exec-format-error; container=web"),
+        "{mark}"
+    );
 }
 
 /// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and

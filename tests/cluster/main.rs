@@ -7,7 +7,7 @@
 mod common;
 
 mod cluster_flags;
-mod crash_heal;
+mod crash_actions;
 mod crashes;
 mod gates;
 mod leader_election;

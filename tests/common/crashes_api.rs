@@ -18,7 +18,13 @@
 //!   recorded 409; each delete's body kept for the test. The recorded bodies also name
 //!   `apiVersion: v1, kind: DeleteOptions`, which `kube` leaves out (the API server takes a
 //!   DeleteOptions body without them the same): only the preconditions are compared, and a
-//!   body with any other option is unrecorded (501).
+//!   body with any other option is unrecorded (501);
+//! - `PATCH …/shop/pods/web-7d9c6b8f5-abcde`, a JSON Patch that tests the Pod's uid and adds
+//!   the annotation `tolerable.io/crash` (the crash watch's mark): applied to the Pod as served
+//!   and answered 200 with the patched Pod; any other patch is unrecorded (501). **Not
+//!   recorded**: no Pod metadata patch was recorded on this crash; the answer follows the
+//!   recorded JSON Patches on Pods in `tests/data/kube-api/gates/` (`pod-patch-*`: 200 with
+//!   the patched Pod; a failed `test` is a 422 there, which this fake does not produce).
 //!
 //! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
 //! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
@@ -71,6 +77,8 @@ pub struct Crashes {
     changed: PodChanges,
     /// The bodies of the DELETEs received.
     deletes: std::sync::Mutex<Vec<Value>>,
+    /// The JSON Patches received.
+    patches: std::sync::Mutex<Vec<Value>>,
 }
 
 /// How the Pod differs from the recorded one (the heal tests).
@@ -96,7 +104,53 @@ impl Crashes {
             no_message: false,
             changed: PodChanges::None,
             deletes: std::sync::Mutex::new(Vec::new()),
+            patches: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The JSON Patches received so far.
+    pub fn patches(&self) -> Vec<Value> {
+        self.patches.lock().unwrap().clone()
+    }
+
+    /// `PATCH` of the Pod: the crash watch's mark (see the module's doc), applied.
+    pub fn patch(&self, path: &str, content_type: &str, body: &[u8]) -> Option<Response<Body>> {
+        if path != POD_PATH {
+            return None;
+        }
+        let ops: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        self.patches.lock().unwrap().push(ops.clone());
+        let (code, mut pod) = self.pod();
+        let uid = pod["metadata"]["uid"].clone();
+        let marks = |op: &Value| {
+            op["op"] == "add"
+                && match op["path"].as_str() {
+                    Some("/metadata/annotations") => {
+                        op["value"]
+                            .as_object()
+                            .is_some_and(|m| m.len() == 1 && m["tolerable.io/crash"].is_string())
+                            && pod["metadata"].get("annotations").is_none()
+                    }
+                    Some("/metadata/annotations/tolerable.io~1crash") => {
+                        op["value"].is_string() && pod["metadata"]["annotations"].is_object()
+                    }
+                    _ => false,
+                }
+        };
+        let tests_uid = json!({"op": "test", "path": "/metadata/uid", "value": uid});
+        let shaped = content_type == "application/json-patch+json"
+            && ops
+                .as_array()
+                .is_some_and(|o| o.len() == 2 && o[0] == tests_uid && marks(&o[1]));
+        if !shaped {
+            return Some(json_answer(
+                501,
+                &unrecorded_status(&format!("a patch {ops}")),
+            ));
+        }
+        let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        Some(json_answer(code, &pod))
     }
 
     /// This crash, its Pod changed as `changed` says.

@@ -278,7 +278,13 @@ async fn route(
             return full(refused);
         }
     }
-    if let Some(answer) = crash_answer(&state, (&method, &path, &query, &body), token.as_deref()) {
+    let asked = (
+        &method,
+        path.as_str(),
+        query.as_str(),
+        content_type.as_str(),
+    );
+    if let Some(answer) = crash_answer(&state, asked, &body, token.as_deref()) {
         return answer;
     }
     if let Some((code, answer)) = state.events.answer(method.as_str(), &path, &body) {
@@ -308,13 +314,15 @@ async fn route(
 /// fake serves them and `token` may.
 fn crash_answer(
     state: &State,
-    (method, path, query, body): (&hyper::Method, &str, &str, &[u8]),
+    (method, path, query, content_type): (&hyper::Method, &str, &str, &str),
+    body: &[u8],
     token: Option<&str>,
 ) -> Option<Response<Body>> {
     let crashes = state.crashes.as_ref()?;
     let (answer, verb) = match *method {
         hyper::Method::GET => (crashes.answer(path, query)?, "get"),
         hyper::Method::DELETE => (crashes.delete(path, body)?, "delete"),
+        hyper::Method::PATCH => (crashes.patch(path, content_type, body)?, "patch"),
         _ => return None,
     };
     match cluster_scoped_refusal(token, verb, "pods") {
@@ -473,6 +481,15 @@ impl FakeApiServer {
             .crashes
             .as_ref()
             .map(Crashes::deletes)
+            .unwrap_or_default()
+    }
+
+    /// The crashed Pod's JSON Patches so far (`crashes_api`).
+    pub fn crash_patches(&self) -> Vec<serde_json::Value> {
+        self.state
+            .crashes
+            .as_ref()
+            .map(Crashes::patches)
             .unwrap_or_default()
     }
 

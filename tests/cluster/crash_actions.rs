@@ -1,8 +1,10 @@
-//! `[crashes] heal` against the fake replaying the recorded crash (`tests/data/kube-api/crashes/`):
-//! a wrong-architecture crash (a mislabelled index, confirmation (b)) whose Pod a ReplicaSet
-//! recreates is deleted once, with the recorded uid precondition; a bare Pod, a DaemonSet's Pod
-//! and a Pod with a hostPath volume are not; a Pod replaced before the delete (the recorded 409)
-//! is left alone. Each asserts the deletes the fake received, the Event's words and the count.
+//! What the crash watch does to a crashed Pod, against the fake replaying the recorded crash
+//! (`tests/data/kube-api/crashes/`): the mark (the `tolerable.io/crash` annotation, one JSON
+//! Patch guarded by the Pod's uid), and `[crashes] heal` — a wrong-architecture crash (a
+//! mislabelled index, confirmation (b)) whose Pod a ReplicaSet recreates is deleted once, with
+//! the recorded uid precondition; a bare Pod, a DaemonSet's Pod and a Pod with a hostPath
+//! volume are not; a Pod replaced before the delete (the recorded 409) is left alone. Each
+//! asserts the patches or deletes the fake received, the Event's words and the count.
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -27,11 +29,16 @@ fn hosts() -> RegistryHosts {
 /// the crash on the arm64 node is a confirmed wrong architecture, learned, and the decision
 /// for its image now is amd64 alone.
 async fn healing(repository: &str, changed: PodChanges) -> Healing {
+    crashing(repository, changed, true).await
+}
+
+/// [`healing`], with `[crashes] heal` as `heal` says.
+async fn crashing(repository: &str, changed: PodChanges, heal: bool) -> Healing {
     let registry = registry::plain();
     let pusher = common::fixtures::Pusher::for_mode(&registry.host, registry.mode);
     pusher.push(repository, "mislabelled", "v1").await;
     let (api, _, _) = crashing_image_with(&registry.host, repository, |c| c.changed(changed)).await;
-    let (server, lead) = watching_with(&api, |config| config.crash_heal = true).await;
+    let (server, lead) = watching_with(&api, |config| config.crash_heal = heal).await;
     (api, server, lead)
 }
 
@@ -52,6 +59,37 @@ async fn healed_as(api: &FakeApiServer, server: &TestServer, result: &str) -> St
     let event = events.iter().find(|e| on_pod(e)).unwrap();
     assert_eq!(event["reason"], "WrongArchitecture", "{event:#}");
     event["message"].as_str().unwrap().to_owned()
+}
+
+/// Without `[crashes] heal`, a wrong-architecture crash's Pod is marked — one JSON Patch that
+/// tests its uid and adds the annotation (the recorded Pod has none) naming the verdict, the
+/// container, the image by digest and the node's architecture — and never deleted.
+#[tokio::test]
+async fn a_wrong_architecture_crash_marks_its_pod() {
+    let (api, _server, _lead) = crashing("mark/mislabelled", PodChanges::None, false).await;
+    let on_pod = |e: &Value| e["involvedObject"]["kind"] == "Pod";
+    assert!(
+        api.wait_for_events(BOUND, |e| e.iter().any(on_pod)).await,
+        "{:#?}",
+        api.events()
+    );
+    let host = &registry::plain().host;
+    let patches = api.crash_patches();
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    let mark = patches[0][1]["value"]["tolerable.io/crash"]
+        .as_str()
+        .unwrap();
+    let head = "wrong-architecture; container=web; image=";
+    assert!(
+        mark.starts_with(&format!("{head}{host}/mark/mislabelled@sha256:")),
+        "{mark}"
+    );
+    assert!(mark.ends_with("; node-arch=arm64"), "{mark}");
+    assert_eq!(
+        patches[0][0],
+        json!({"op": "test", "path": "/metadata/uid", "value": POD_UID})
+    );
+    assert_eq!(api.crash_deletes(), Vec::<Value>::new());
 }
 
 /// A ReplicaSet's Pod: deleted once, with the Pod's uid as the precondition (the recorded 200),
