@@ -2,12 +2,13 @@
 //! kubelets' BackOff Warning Events (`cluster::crashes`, a configuration of the watch
 //! primitive: one projection per Event, the Pod and container it names); while `leader` says
 //! so (the gate releasers' Lease), each new BackOff is looked at once per Pod and container
-//! per [`PER_POD_WINDOW`]: the Pod read, each backing-off container's last termination
+//! per [`PER_POD_WINDOW`], [`LOOKS_PER_SECOND`] at most (a full queue leaves a BackOff for
+//! its next one): the Pod read, each backing-off container's last termination
 //! classified by the core ([`crash::exec_format_error`]: the runtime's text in the termination
 //! message, else the previous log's last lines), then confirmed ([`crash::confirm`]) from the
 //! node's architecture (the node watch) and what the image's index claims (the resolver, by
 //! the digest the kubelet pulled). The verdict goes to a Warning Event on the Pod and on its
-//! controller owner, and to `tolerable_exec_format_crashes_total`.
+//! controller owner, the Pod's annotation, and `tolerable_exec_format_crashes_total`.
 //!
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
 //! only now, on the crash (the resolver's `verify`, as `audit --verify`).
@@ -26,9 +27,12 @@
 //! (one per object per window: a second Event on the Pod would be dropped) and counted in
 //! `tolerable_crash_heals_total`.
 //!
+//! Every verdict marks the Pod: the annotation `tolerable.io/crash` ([`crash::mark`]), by one
+//! JSON Patch that tests the Pod's uid.
+//!
 //! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
 //! without it a consistent index is "unconfirmed"; learning is not shared through the shared
-//! cache nor listed or forgotten by a command; nothing is labelled.
+//! cache nor listed or forgotten by a command.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,8 +59,13 @@ use crate::registry::{CredentialStore, Resolver};
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Pods and containers remembered for that.
 const MAX_REMEMBERED: usize = 4096;
-/// BackOffs waiting to be looked at; past this, new ones wait for the next BackOff.
+/// BackOffs waiting to be looked at; past this, new ones wait for the next BackOff (their
+/// Pod and container are not counted as looked at).
 const QUEUE: usize = 64;
+/// Crashes looked at per second at most: each is a Pod read and at most one log read per
+/// container, so 10,000 Pods crash-looping for other reasons cost the API server at most this
+/// many reads a second (`benches/crashes.rs`).
+pub(crate) const LOOKS_PER_SECOND: u64 = 5;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
 /// The decision on where a crashed Pod's images would go now (`[crashes] heal`), at most.
@@ -259,15 +268,20 @@ async fn follow(
                 back_off.pod_uid,
                 back_off.container.as_deref().unwrap_or("")
             );
-            if seen.allow(&pod_key, Instant::now()) {
+            // Only this task sends: room now is room for the send.
+            if queue.capacity() > 0 && seen.allow(&pod_key, Instant::now()) {
                 let _ = queue.try_send((*back_off).clone());
             }
         }
     }
 }
 
+/// Looks at each queued BackOff, [`LOOKS_PER_SECOND`] at most.
 async fn look_at_each(looker: Looker, mut queued: mpsc::Receiver<BackOff>) {
+    let mut pace = tokio::time::interval(Duration::from_millis(1000 / LOOKS_PER_SECOND));
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while let Some(back_off) = queued.recv().await {
+        pace.tick().await;
         looker.look_at(&back_off).await;
     }
 }
@@ -327,7 +341,7 @@ impl Looker {
         } else {
             self.confirm(&image, &arch, claimed.as_deref()).await
         };
-        let mut note = crash::describe(
+        let note = crash::describe(
             &container.name,
             &image,
             (&node, &arch),
@@ -339,7 +353,21 @@ impl Looker {
         {
             self.learned.learn(digest, arch, Instant::now());
         }
-        let mark = crash::mark(&verdict, &container.name, &image, &arch);
+        let said = (container.name.as_str(), image.as_str(), arch.as_str());
+        let note = self.mark_and_heal(pod, said, &verdict, note).await;
+        self.report(pod, &arch, &verdict, note);
+    }
+
+    /// Marks the Pod with the verdict (`container`, `image`, the node's `arch`) and, with
+    /// `[crashes] heal` and a wrong architecture, heals it: `note` with what healing did.
+    async fn mark_and_heal(
+        &self,
+        pod: &CrashedPod,
+        (container, image, arch): (&str, &str, &str),
+        verdict: &Verdict,
+        note: String,
+    ) -> String {
+        let mark = crash::mark(verdict, container, image, arch);
         if let Err(e) = self.reader.mark(pod, &mark).await {
             tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "crash watch: could not annotate the Pod");
         }
@@ -347,10 +375,10 @@ impl Looker {
             verdict,
             Verdict::WrongArchitecture { .. } | Verdict::NotAmongPlatforms { .. }
         );
-        if let (Some(heal), true) = (&self.heal, flagged) {
-            note = format!("{note}; {}", self.heal(heal, pod, &arch).await);
+        match (&self.heal, flagged) {
+            (Some(heal), true) => format!("{note}; {}", self.heal(heal, pod, arch).await),
+            _ => note,
         }
-        self.report(pod, &arch, &verdict, note);
     }
 
     /// Deletes the Pod of a wrong-architecture crash on an `arch` node when its controller

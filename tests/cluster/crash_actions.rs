@@ -108,11 +108,13 @@ async fn a_replica_sets_pod_of_a_learned_crash_is_deleted_once() {
         api.crash_deletes(),
         vec![json!({"preconditions": {"uid": POD_UID}})]
     );
-    let owner = api
-        .events()
-        .into_iter()
-        .find(|e| e["regarding"]["kind"] == "ReplicaSet")
-        .expect("an Event on the ReplicaSet");
+    let on_owner = |e: &Value| e["regarding"]["kind"] == "ReplicaSet";
+    assert!(
+        api.wait_for_events(BOUND, |e| e.iter().any(on_owner)).await,
+        "{:#?}",
+        api.events()
+    );
+    let owner = api.events().into_iter().find(on_owner).unwrap();
     assert!(
         owner["note"].as_str().unwrap().contains("deleted the Pod"),
         "{owner:#}"
