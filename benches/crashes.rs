@@ -52,11 +52,14 @@ fn spawn(kubeconfig: &std::path::Path, watch: bool) -> ServerProcess {
     ServerProcess { child, addr, dir }
 }
 
-/// Waits (at most 120 s, a hung run's guard) until `done`.
-fn until(what: &str, mut done: impl FnMut() -> bool) {
+/// Waits (at most 120 s, a hung run's guard) until `done`; else fails with `server`'s log.
+fn until(server: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < Duration::from_secs(120), "never {what}");
+        if started.elapsed() > Duration::from_secs(120) {
+            let log = std::fs::read_to_string(server.dir.path().join("stderr.log"));
+            panic!("never {what}; the server's log:\n{}", log.unwrap_or_default());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -69,7 +72,7 @@ fn main() {
     let spawned = Instant::now();
     let server = spawn(kubeconfig.path(), true);
     let pid = server.child.id();
-    until("watching", || api.counts().watches >= 1);
+    until(&server, "watching", || api.counts().watches >= 1);
     let (opened, cpu_open) = (api.counts(), cpu_us(pid));
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(seconds));
