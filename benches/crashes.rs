@@ -3,8 +3,9 @@
 //! against a fake API server (`tests/common/crash_scale_api.rs`, derived from the recorded
 //! crash by name and uid substitution) where `BENCH_PODS` (10,000) Pods crash-loop for other
 //! reasons than the architecture — OOM kills, exit 1 without a message, exit 1 with a
-//! configuration error — each with a kubelet BackOff Event, listed (pages of 500) then every
-//! one sent again on the watch (the kubelets' next BackOffs).
+//! configuration error — each with a kubelet BackOff Event, listed (pages of 500), every one
+//! sent again on the watch at once (the kubelets' next BackOffs), then `BENCH_BACKOFFS_PER_SECOND`
+//! a second (default: the Pods / 300 — each Pod at the kubelet's longest back-off, 5 minutes).
 //!
 //! Measured over `BENCH_SECONDS` (30) after the watch opened: the Pod reads and log reads the
 //! watch made (bounded by `LOOKS_PER_SECOND` = 5 and the queue of 64, whatever the number of
@@ -58,7 +59,10 @@ fn until(server: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
     while !done() {
         if started.elapsed() > Duration::from_secs(120) {
             let log = std::fs::read_to_string(server.dir.path().join("stderr.log"));
-            panic!("never {what}; the server's log:\n{}", log.unwrap_or_default());
+            panic!(
+                "never {what}; the server's log:\n{}",
+                log.unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -67,7 +71,9 @@ fn until(server: &ServerProcess, what: &str, mut done: impl FnMut() -> bool) {
 fn main() {
     let pods = env_number("BENCH_PODS", 10_000) as usize;
     let seconds = env_number("BENCH_SECONDS", 30);
-    let api = CrashScaleApi::start(pods);
+    // Each Pod at the kubelet's longest back-off (5 minutes) backs off again every 5 minutes.
+    let backoffs = env_number("BENCH_BACKOFFS_PER_SECOND", (pods as u64).div_ceil(300));
+    let api = CrashScaleApi::start(pods, backoffs);
     let kubeconfig = api.kubeconfig();
     let spawned = Instant::now();
     let server = spawn(kubeconfig.path(), true);
@@ -95,7 +101,7 @@ fn main() {
         cpu_open as f64 / 1000.0
     );
     println!(
-        "| {secs:.0} s after the watch sent {pods} more BackOffs | {reads} Pod reads ({:.2}/s), {logs} log reads ({:.2}/s) |",
+        "| {secs:.0} s from the watch: {pods} BackOffs at once, then {backoffs}/s | {reads} Pod reads ({:.2}/s), {logs} log reads ({:.2}/s) |",
         reads as f64 / secs,
         logs as f64 / secs
     );

@@ -34,6 +34,10 @@ pub(crate) struct BackOff {
     pub(crate) pod_uid: String,
     /// From `involvedObject.fieldPath` (`spec.containers{web}`), when it names one.
     pub(crate) container: Option<String>,
+    /// The Event's `count`: a kubelet's next BackOff for the same container updates the Event
+    /// (the count goes up) rather than writing a new one; kept so that the update is a change
+    /// the watch reports (a container not looked at yet — its queue was full — gets its turn).
+    pub(crate) count: i32,
 }
 
 /// A core/v1 Event as the watch reads it off the wire: its identity, and the BackOff it says
@@ -57,6 +61,7 @@ mod wire {
         reason: Option<String>,
         #[serde(rename = "type")]
         type_: Option<String>,
+        count: Option<i32>,
     }
 
     #[derive(Deserialize)]
@@ -94,6 +99,7 @@ mod wire {
                     pod,
                     pod_uid: o.uid.unwrap_or_default(),
                     container: o.field_path.as_deref().and_then(super::container_of),
+                    count: e.count.unwrap_or_default(),
                 }),
                 _ => None,
             };

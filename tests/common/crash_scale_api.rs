@@ -9,9 +9,10 @@
 //! (`Error: open /etc/web/config.yaml: no such file or directory`). Served:
 //!
 //! - `GET /api/v1/events?fieldSelector=reason=BackOff…`: the N BackOff Events, paged as
-//!   `kube_pages` pages (the recorded continue-token shape); a watch from the list's revision
-//!   sends each Event once more as MODIFIED (`count` 2: every kubelet's next BackOff), then
-//!   stays open until its `timeoutSeconds`; later watches send nothing;
+//!   `kube_pages` pages (the recorded continue-token shape); the first watch sends each Event
+//!   once more as MODIFIED (`count` 2: every kubelet's next BackOff), then the Events in turn
+//!   at a given rate (the kubelets' later BackOffs) until its `timeoutSeconds`; later watches
+//!   send nothing;
 //! - `GET …/shop/pods/NAME`: Pod `NAME` (404 for another name, in the recorded 404's shape of
 //!   the node fake);
 //! - `GET …/log?…previous=true…`: the recorded 500 (no kubelet);
@@ -49,6 +50,8 @@ struct State {
     /// The recorded 500 of the previous log.
     log_500: (u16, Value),
     leases: LeaseHandler,
+    /// The kubelets' later BackOffs sent on the first watch, a second.
+    backoffs_per_second: u64,
     watched: AtomicBool,
     pod_reads: AtomicUsize,
     log_reads: AtomicUsize,
@@ -130,8 +133,9 @@ fn event(template: &Value, i: usize) -> Value {
 }
 
 impl CrashScaleApi {
-    /// `count` crash-looping Pods and their BackOff Events.
-    pub fn start(count: usize) -> Self {
+    /// `count` crash-looping Pods and their BackOff Events, `backoffs_per_second` of them sent
+    /// again a second once the first watch has sent them all.
+    pub fn start(count: usize, backoffs_per_second: u64) -> Self {
         super::init();
         let (_, pod_template) = recorded("the Pod as the crash watch reads it");
         let (_, list) = recorded("list BackOff Warning Events");
@@ -157,6 +161,7 @@ impl CrashScaleApi {
                 .collect(),
             log_500: recorded("the previous log"),
             leases: leases.handler(),
+            backoffs_per_second,
             watched: AtomicBool::new(false),
             pod_reads: AtomicUsize::new(0),
             log_reads: AtomicUsize::new(0),
@@ -244,36 +249,44 @@ fn list(state: &State, query_text: &str) -> Response<Body> {
     full(status(hyper::StatusCode::OK, body))
 }
 
-/// The first watch: every Event again as MODIFIED, then open until `timeoutSeconds`.
-fn watch(state: &State, q: &std::collections::BTreeMap<String, String>) -> Response<Body> {
+/// The first watch: every Event again as MODIFIED at once (`count` 2), then, until its
+/// `timeoutSeconds`, the kubelets' later BackOffs: the Events in turn, `per_second` a second
+/// (`count` 3, 4, …: a Pod at the kubelet's longest back-off, 5 minutes, backs off again every 5
+/// minutes — 10,000 such Pods make 33 a second). Later watches send nothing new.
+fn watch(state: &Arc<State>, q: &std::collections::BTreeMap<String, String>) -> Response<Body> {
     state.watches.fetch_add(1, Ordering::SeqCst);
     let first = !state.watched.swap(true, Ordering::SeqCst);
-    let lines: Vec<Result<Frame<Bytes>, Infallible>> = match first {
-        true => state
-            .events
-            .iter()
-            .enumerate()
-            .map(|(n, (_, text))| {
-                let mut event: Value = serde_json::from_str(text).unwrap();
-                event["count"] = json!(2);
-                let rv = (REVISION + 1 + n as i64).to_string();
-                event["metadata"]["resourceVersion"] = json!(rv);
-                let line = json!({"type": "MODIFIED", "object": event});
-                Ok(Frame::data(Bytes::from(format!("{line}\n"))))
-            })
-            .collect(),
-        false => Vec::new(),
-    };
     let open_for = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse().ok())
         .unwrap_or(290);
-    let ended = futures_util::stream::once(async move {
-        tokio::time::sleep(Duration::from_secs(open_for)).await;
-        Ok(Frame::data(Bytes::new()))
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(open_for);
+    let burst = if first { state.events.len() } else { 0 };
+    let per_second = if first { state.backoffs_per_second } else { 0 };
+    let state = state.clone();
+    // (the next line's number, the state); each line is the Event `n % N`, sent again.
+    let lines = futures_util::stream::unfold((0usize, state), move |(n, state)| async move {
+        if n >= burst {
+            let pause = match per_second {
+                0 => Duration::from_secs(open_for),
+                rate => Duration::from_secs_f64(1.0 / rate as f64),
+            };
+            tokio::time::sleep_until((tokio::time::Instant::now() + pause).min(deadline)).await;
+            if tokio::time::Instant::now() >= deadline || per_second == 0 {
+                return None;
+            }
+        }
+        let total = state.events.len();
+        let mut event: Value = serde_json::from_str(&state.events[n % total].1).unwrap();
+        event["count"] = json!(2 + n / total);
+        let rv = (REVISION + 1 + n as i64).to_string();
+        event["metadata"]["resourceVersion"] = json!(rv);
+        let line = json!({"type": "MODIFIED", "object": event});
+        let frame: Result<Frame<Bytes>, Infallible> =
+            Ok(Frame::data(Bytes::from(format!("{line}\n"))));
+        Some((frame, (n + 1, state)))
     });
-    let stream = futures_util::StreamExt::chain(futures_util::stream::iter(lines), ended);
-    let mut response = Response::new(StreamBody::new(stream).boxed_unsync());
+    let mut response = Response::new(StreamBody::new(lines).boxed_unsync());
     response
         .headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
