@@ -14,12 +14,17 @@ install: ## install the tolerable binary into ~/.cargo/bin (cargo install), for 
 inspect: ## platforms of images (IMAGES="nginx ghcr.io/org/app:1")
 	$(CARGO) run --release --locked -- inspect $(or $(IMAGES),nginx)
 
-# The files printed from the code (tests/project/generated.rs fails until they are as printed).
-generate: ## rewrite the files generated from the code: the config reference, the chart's config values and schema, docs/cli.md's flags
+# The files printed from the code (tests/project/generated.rs fails until they are as printed),
+# then kustomize/base and the components rendered from the chart, which those values feed
+# (tests/project/kustomize.rs fails until they are as rendered; the Helm engine and pyyaml are
+# the test tools' Python's: `make test-deps`).
+PYTHON ?= $(if $(wildcard .test-tools/bin/python3),.test-tools/bin/python3,python3)
+generate: ## rewrite the files generated from the code: the config reference, the chart's config values and schema, docs/cli.md's flags; then kustomize/ from the chart
 	$(CARGO) build --locked --bin tolerable
 	@for f in $$($(CARGO) run --quiet --locked -- reference --list); do \
 	  $(CARGO) run --quiet --locked -- reference $$f > $$f.generated && mv $$f.generated $$f || { rm -f $$f.generated; exit 1; }; \
 	done
+	$(PYTHON) scripts/kustomize-from-chart.py generate
 
 test: test-deps fmt lint unit ## everything CI runs: install test deps, fmt check, clippy, all tests
 

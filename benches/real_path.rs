@@ -105,6 +105,9 @@ fn bodies(registry_host: &str) -> Bodies {
     let team = r#""namespace":"team-a""#;
     assert_eq!(deciding.matches(team).count(), 2, "request and object");
     let nothing_to_do = deciding.replace(team, r#""namespace":"kube-system""#);
+    // Deciding in `default`: the recorded Namespaces set no policy there (`team-a` is report
+    // only: its answer would be the annotation alone, not the patch a real decision writes).
+    let deciding = deciding.replace(team, r#""namespace":"default""#);
     Bodies {
         deciding: Bytes::from(deciding),
         nothing_to_do: Bytes::from(nothing_to_do),
@@ -145,8 +148,8 @@ fn spawn(kubeconfig: &std::path::Path, registry_host: &str) -> ServerProcess {
 }
 
 /// One request of `kind`, with the API server's request line and headers; checks the answer
-/// is what that kind promises.
-async fn send(sender: &mut SendRequest<Full<Bytes>>, kind: Kind, bodies: &Bodies) {
+/// is what that kind promises; the answer's body.
+async fn send(sender: &mut SendRequest<Full<Bytes>>, kind: Kind, bodies: &Bodies) -> Bytes {
     sender.ready().await.unwrap();
     let builder = hyper::Request::builder().header("host", "tolerable.tolerable.svc:443");
     let request = match kind {
@@ -179,6 +182,38 @@ async fn send(sender: &mut SendRequest<Full<Bytes>>, kind: Kind, bodies: &Bodies
             "{text}"
         ),
     }
+    body
+}
+
+/// What the API server must apply for a deciding answer: the patch's operations and bytes (the
+/// smaller, the less it spends on it, issue 39), and of those the decision annotation's.
+fn describe_patch(answer: &[u8]) -> String {
+    use base64::Engine as _;
+    let review: serde_json::Value = serde_json::from_slice(answer).unwrap();
+    let encoded = review["response"]["patch"].as_str().unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap();
+    let ops: Vec<serde_json::Value> = serde_json::from_slice(&patch).unwrap();
+    let paths: Vec<&str> = ops.iter().map(|op| op["path"].as_str().unwrap()).collect();
+    let annotation = ops
+        .iter()
+        .find(|op| {
+            op["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/metadata/annotations")
+        })
+        .map_or(0, |op| op["value"].to_string().len());
+    if std::env::var_os("BENCH_SHOW_PATCH").is_some() {
+        eprintln!("{}", String::from_utf8_lossy(&patch));
+    }
+    format!(
+        "{} operations ({}), {} bytes of JSON Patch, of which the annotation {annotation}",
+        ops.len(),
+        paths.join(", "),
+        patch.len()
+    )
 }
 
 /// The load generator: a queue of requests due, served by whichever connection is free.
@@ -193,11 +228,14 @@ impl Load {
         let (queue, rx) = tokio::sync::mpsc::unbounded_channel::<Kind>();
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let answered = Arc::new(AtomicU64::new(0));
-        for _ in 0..CONNECTIONS {
+        for connection in 0..CONNECTIONS {
             let mut sender = connect(addr, tls.clone()).await;
             // Warm: the first deciding admission looks the images up and reads the secret.
             for kind in Kind::ALL {
-                send(&mut sender, kind, &bodies).await;
+                let answer = send(&mut sender, kind, &bodies).await;
+                if connection == 1 && kind == Kind::Deciding {
+                    println!("Deciding answer: {}", describe_patch(&answer));
+                }
             }
             let (rx, bodies, answered) = (rx.clone(), bodies.clone(), answered.clone());
             tokio::spawn(async move {

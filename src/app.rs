@@ -441,10 +441,11 @@ fn start_events(
     };
     let (recorder, task) = Recorder::start(client.clone(), Some(metrics.clone()));
     background.push(task);
-    let mut engine = engine;
-    if config.crash_watch {
-        let learned = crate::crashes::Learned::default();
-        engine = engine.with_learned(learned.clone());
+    if let Some(learned) = engine.learned().filter(|_| config.crash_watch) {
+        // The engine's own (the gate controller's clone shares it): what the watch learns,
+        // admissions and releases leave out.
+        let learned = learned.clone();
+        background.extend(learned.refresh());
         let heal = config.crash_heal.then(|| crash_placement(&engine));
         background.extend(crate::crashes::start(
             client.clone(),

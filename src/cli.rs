@@ -42,6 +42,10 @@ pub(crate) enum Command {
     /// Pods held by tolerable's scheduling gate (on_lookup_failure = "gate"): list them, or
     /// release them unchanged (before uninstalling tolerable, or in an emergency).
     Gates(GatesArgs),
+    /// What `serve`'s crash watch learned ([crashes] watch): the image digests that crashed with
+    /// exec format error on an architecture their index claims, which decisions leave out. Read
+    /// from, and forgotten in, the shared cache the config names ([shared_cache] url).
+    Crashes(CrashesArgs),
     /// Whether the API server calls tolerable and gets its decision: a server-side dry run of a
     /// Pod create (nothing is created), and the likely cause when the decision is missing.
     #[command(after_help = exit_help(CHECK_EXIT))]
@@ -122,6 +126,31 @@ pub(crate) enum GatesCommand {
         /// Pods to release, by name.
         #[arg(value_name = "POD")]
         pods: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CrashesArgs {
+    #[command(subcommand)]
+    pub(crate) command: CrashesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CrashesCommand {
+    /// List the digests learned, each architecture it does not run on, the namespace whose
+    /// crash taught it, and when it is forgotten.
+    #[command(after_help = exit_help(CRASHES_LIST_EXIT))]
+    List,
+    /// Forget what was learned of a digest (every architecture, or --arch's): admissions place
+    /// its Pods as its index says again (each replica within seconds).
+    #[command(after_help = exit_help(CRASHES_FORGET_EXIT))]
+    Forget {
+        /// The image digest, as `list` shows it (sha256:…).
+        #[arg(value_name = "DIGEST")]
+        digest: String,
+        /// Only this architecture (default: every one learned for the digest).
+        #[arg(long, value_name = "ARCH")]
+        arch: Option<String>,
     },
 }
 
@@ -419,6 +448,33 @@ pub(crate) const GATES_RELEASE_EXIT: &[ExitStatus] = &[
     GATES_RELEASED,
     GATES_NOT_FOUND,
     COULD_NOT_RUN,
+    READER_STOPPED,
+];
+
+pub(crate) const CRASHES_DONE: ExitStatus = ExitStatus {
+    code: 0,
+    meaning: "done: what was learned is listed (none is not an error), or forgotten",
+};
+pub(crate) const CRASHES_NOTHING_LEARNED: ExitStatus = ExitStatus {
+    code: 1,
+    meaning:
+        "nothing was learned of that digest (or of that architecture for it): nothing forgotten",
+};
+pub(crate) const CRASHES_NOT_SHARED: ExitStatus = ExitStatus {
+    code: 3,
+    meaning: "no shared cache is configured ([shared_cache] url): what the crash watch learned lives in each replica's memory (restart the replicas to forget it)",
+};
+pub(crate) const CRASHES_LIST_EXIT: &[ExitStatus] = &[
+    CRASHES_DONE,
+    COULD_NOT_RUN,
+    CRASHES_NOT_SHARED,
+    READER_STOPPED,
+];
+pub(crate) const CRASHES_FORGET_EXIT: &[ExitStatus] = &[
+    CRASHES_DONE,
+    CRASHES_NOTHING_LEARNED,
+    COULD_NOT_RUN,
+    CRASHES_NOT_SHARED,
     READER_STOPPED,
 ];
 

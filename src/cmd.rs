@@ -2,6 +2,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod check;
+pub(crate) mod crashes;
 pub(crate) mod gates;
 pub(crate) mod inspect;
 pub(crate) mod nodes;
@@ -41,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Review(args) => run_to_end(runtime, review::run(&config, &args, &mut out)),
         Command::Gates(args) => run_to_end(runtime, gates::run(&args, &mut out)),
         Command::Check(args) => run_to_end(runtime, check::run(&args, &mut out)),
+        Command::Crashes(args) => run_to_end(runtime, crashes::run(&config, &args, &mut out)),
         Command::Reference(args) => reference::run(&args, &mut out),
     };
     crate::telemetry::flush();

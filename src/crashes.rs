@@ -11,11 +11,16 @@
 //! controller owner, the Pod's annotation, and `tolerable_exec_format_crashes_total`.
 //!
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
-//! only now, on the crash (the resolver's `verify`, as `audit --verify`).
+//! only now, on the crash (the resolver's `verify`, as `audit --verify`). Confirmation (c), only
+//! when (a) and (b) do not confirm: one list of the crashing Pod's owner's Pods (its labels but
+//! the per-Pod ones, one page of 100, the same projection as the Pod read) and the
+//! architectures of the nodes where one runs the same digest in a ready container.
 //!
-//! A confirmed wrong architecture is learned ([`Learned`]: digest → architectures, in this
-//! replica's memory, with a TTL): admissions of that digest leave the architecture out, with a
-//! warning.
+//! A confirmed wrong architecture is learned ([`Learned`], `learned.rs`: digest →
+//! architectures, with a TTL, bounded in all and per namespace) — in this replica's memory, and
+//! with the shared cache in the shared store (`shared.rs`) that every replica pulls, `review`
+//! and `audit` read and `tolerable crashes list | forget` change: admissions of that digest
+//! leave the architecture out, with a warning.
 //!
 //! With `[crashes] heal`, the Pod of a wrong-architecture crash (confirmed, or on an
 //! architecture its index lacks) is deleted — with a uid precondition, never its replacement —
@@ -30,17 +35,17 @@
 //! Every verdict marks the Pod: the annotation `tolerable.io/crash` ([`crash::mark`]), by one
 //! JSON Patch that tests the Pod's uid.
 //!
-//! Not yet (issue 38): confirmation (c) (the same image running elsewhere) is not gathered —
-//! without it a consistent index is "unconfirmed"; learning is not shared through the shared
-//! cache nor listed or forgotten by a command.
+//! Not yet (issue 38): the decision annotation does not say what was left out (the warning
+//! does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use self::queue::FairQueue;
 use crate::cluster::crashes::{
     watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod, Deleted,
 };
@@ -55,26 +60,25 @@ use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
 use crate::registry::{CredentialStore, Resolver};
 
+mod learned;
+mod queue;
+pub mod shared;
+
+pub(crate) use learned::Learned;
+use learned::LEARNED_TTL;
+pub use learned::{MAX_LEARNED, MAX_PER_NAMESPACE, REFRESH_EVERY};
+
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
 pub(crate) const PER_POD_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Pods and containers remembered for that.
 const MAX_REMEMBERED: usize = 4096;
-/// BackOffs waiting to be looked at; past this, new ones wait for the next BackOff (their
-/// Pod and container are not counted as looked at).
-const QUEUE: usize = 64;
-/// Crashes looked at per second at most: each is a Pod read and at most one log read per
-/// container, so 10,000 Pods crash-looping for other reasons cost the API server at most this
-/// many reads a second (`benches/crashes.rs`).
-pub(crate) const LOOKS_PER_SECOND: u64 = 5;
+/// Crashes looked at per second at most, however many Pods crash-loop: each look reads a Pod
+/// (and perhaps its log) from the API server.
+const LOOKS_PER_SECOND: u64 = 20;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
 /// The decision on where a crashed Pod's images would go now (`[crashes] heal`), at most.
 pub(crate) const PLACEMENT_BUDGET: Duration = Duration::from_secs(10);
-
-/// How long "digest D does not run on architecture A" is kept: a fixed tag gets a new digest.
-pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Digests remembered at most (the oldest forgotten first).
-const MAX_LEARNED: usize = 1024;
 
 /// `[crashes] heal`: at most one Pod of a controller deleted in this window, so the Pods it
 /// recreates get the time to start (and, were the decision wrong again, a controller's Pods
@@ -82,57 +86,6 @@ const MAX_LEARNED: usize = 1024;
 pub(crate) const HEAL_OWNER_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// And at most this many Pods deleted in all in that window.
 pub(crate) const HEALS_PER_WINDOW: usize = 20;
-
-/// What the crash watch learned: digests that do not run on architectures their index claims
-/// (confirmed wrong-architecture crashes), each for [`LEARNED_TTL`], at most [`MAX_LEARNED`]
-/// digests — in this replica's memory. Admissions leave those architectures out.
-#[derive(Clone, Default)]
-pub(crate) struct Learned {
-    inner: Arc<std::sync::Mutex<LearnedMap>>,
-}
-
-#[derive(Default)]
-struct LearnedMap {
-    by_digest: std::collections::HashMap<String, (Vec<String>, Instant)>,
-    order: std::collections::VecDeque<String>,
-}
-
-impl Learned {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LearnedMap> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `digest` does not run on `arch`, as of `now`.
-    pub(crate) fn learn(&self, digest: &str, arch: &str, now: Instant) {
-        let mut map = self.lock();
-        if !map.by_digest.contains_key(digest) {
-            if map.by_digest.len() >= MAX_LEARNED {
-                if let Some(oldest) = map.order.pop_front() {
-                    map.by_digest.remove(&oldest);
-                }
-            }
-            map.order.push_back(digest.to_owned());
-        }
-        let entry = map
-            .by_digest
-            .entry(digest.to_owned())
-            .or_insert_with(|| (Vec::new(), now));
-        entry.1 = now;
-        if !entry.0.iter().any(|a| a == arch) {
-            entry.0.push(arch.to_owned());
-        }
-    }
-
-    /// The architectures `digest` does not run on (none past the TTL).
-    pub(crate) fn does_not_run_on(&self, digest: &str, now: Instant) -> Vec<String> {
-        match self.lock().by_digest.get(digest) {
-            Some((archs, at)) if now.saturating_duration_since(*at) < LEARNED_TTL => archs.clone(),
-            _ => Vec::new(),
-        }
-    }
-}
 
 /// Where a Pod's images (by digest) would be placed now in its namespace: the architectures
 /// the engine's decision leaves them (the learned ones left out), or `None` when it cannot
@@ -219,9 +172,9 @@ pub(crate) fn start(
     leader: watch::Receiver<bool>,
     heal: Option<Placement>,
 ) -> Vec<JoinHandle<()>> {
-    let (queue, queued) = mpsc::channel(QUEUE);
+    let queue = Arc::new(FairQueue::default());
     let stream = watch_back_offs(client.clone());
-    let watch = tokio::spawn(follow(stream, queue, leader));
+    let watch = tokio::spawn(follow(stream, queue.clone(), leader));
     let looker = Looker {
         reader: CrashReader::new(client),
         recorder,
@@ -236,14 +189,15 @@ pub(crate) fn start(
             limits: std::sync::Mutex::new(HealLimits::new()),
         }),
     };
-    vec![watch, tokio::spawn(look_at_each(looker, queued))]
+    vec![watch, tokio::spawn(look_at_each(looker, queue))]
 }
 
 /// Takes the BackOff Events into a keyed store; each new one, while leader and not seen for
-/// its Pod and container within the window, is queued (a full queue skips it).
+/// its Pod and container within the window, is queued — when its namespace has room in the
+/// fair queue; else it is not remembered as seen, and its next BackOff tries again.
 async fn follow(
     stream: impl futures_util::Stream<Item = BackOffSeen>,
-    queue: mpsc::Sender<BackOff>,
+    queue: Arc<FairQueue<BackOff>>,
     leader: watch::Receiver<bool>,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -268,19 +222,19 @@ async fn follow(
                 back_off.pod_uid,
                 back_off.container.as_deref().unwrap_or("")
             );
-            // Only this task sends: room now is room for the send.
-            if queue.capacity() > 0 && seen.allow(&pod_key, Instant::now()) {
-                let _ = queue.try_send((*back_off).clone());
+            if queue.has_room(&back_off.namespace) && seen.allow(&pod_key, Instant::now()) {
+                queue.push(&back_off.namespace, (*back_off).clone());
             }
         }
     }
 }
 
-/// Looks at each queued BackOff, [`LOOKS_PER_SECOND`] at most.
-async fn look_at_each(looker: Looker, mut queued: mpsc::Receiver<BackOff>) {
-    let mut pace = tokio::time::interval(Duration::from_millis(1000 / LOOKS_PER_SECOND));
+/// Looks at the queued crashes in turns by namespace, at most [`LOOKS_PER_SECOND`].
+async fn look_at_each(looker: Looker, queue: Arc<FairQueue<BackOff>>) {
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / LOOKS_PER_SECOND as u32);
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while let Some(back_off) = queued.recv().await {
+    loop {
+        let back_off = queue.pop().await;
         pace.tick().await;
         looker.look_at(&back_off).await;
     }
@@ -339,7 +293,7 @@ impl Looker {
         let verdict = if arch.is_empty() {
             Verdict::Unconfirmed
         } else {
-            self.confirm(&image, &arch, claimed.as_deref()).await
+            self.confirm(pod, &image, &arch, claimed.as_deref()).await
         };
         let note = crash::describe(
             &container.name,
@@ -351,7 +305,9 @@ impl Looker {
         if let (Verdict::WrongArchitecture { arch, .. }, Some(digest)) =
             (&verdict, digest_of(&image))
         {
-            self.learned.learn(digest, arch, Instant::now());
+            self.learned
+                .learn_everywhere(&pod.namespace, digest, arch)
+                .await;
         }
         let said = (container.name.as_str(), image.as_str(), arch.as_str());
         let note = self.mark_and_heal(pod, said, &verdict, note).await;
@@ -422,7 +378,13 @@ impl Looker {
         }
     }
 
-    async fn confirm(&self, image: &str, arch: &str, claimed: Option<&[Platform]>) -> Verdict {
+    async fn confirm(
+        &self,
+        pod: &CrashedPod,
+        image: &str,
+        arch: &str,
+        claimed: Option<&[Platform]>,
+    ) -> Verdict {
         let claims_it = claimed.is_some_and(|c| c.iter().any(|p| is_linux(p, arch)));
         // (b) read only now, on the crash: the image config behind the index's entry.
         let config = match claims_it {
@@ -441,7 +403,48 @@ impl Looker {
             amd64_runs_386: self.amd64_runs_386,
             arm64_runs_arm32: self.arm64_runs_arm32,
         };
+        let verdict = crash::confirm(&facts, &runtime);
+        if verdict != Verdict::Unconfirmed {
+            return verdict;
+        }
+        // (c) only when (a) and (b) did not confirm: one list of the owner's Pods.
+        let runs_on = self.runs_elsewhere(pod, image, arch).await;
+        let facts = CrashFacts {
+            runs_on: &runs_on,
+            ..facts
+        };
         crash::confirm(&facts, &runtime)
+    }
+
+    /// (c) The architectures of the nodes (other than `arch`) where the crashing Pod's owner's
+    /// other Pods run the same image (by digest) in a ready container: one list of them per
+    /// crash, one page, projected (`cluster::crashes`).
+    async fn runs_elsewhere(&self, pod: &CrashedPod, image: &str, arch: &str) -> Vec<String> {
+        let (Some(digest), Some(selector), Some(nodes)) = (
+            digest_of(image),
+            pod.siblings_selector(),
+            self.nodes.as_ref(),
+        ) else {
+            return Vec::new();
+        };
+        let siblings = match self.reader.pods_selected(&pod.namespace, &selector).await {
+            Ok(siblings) => siblings,
+            Err(e) => {
+                tracing::warn!(namespace = %pod.namespace, selector = %selector, error = %e, "crash watch: could not list the Pod's owner's Pods");
+                return Vec::new();
+            }
+        };
+        let runs_it = |p: &CrashedPod| {
+            p.containers
+                .iter()
+                .any(|c| c.ready && digest_of(&pulled(c)) == Some(digest))
+        };
+        siblings
+            .iter()
+            .filter(|p| p.uid != pod.uid && runs_it(p))
+            .filter_map(|p| nodes.architecture_of(p.node.as_deref()?))
+            .filter(|a| a != arch)
+            .collect()
     }
 
     /// The OS and architecture the image config of the index's entry for linux/`arch` says.

@@ -79,6 +79,10 @@ pub(crate) struct PodAnswer {
     pub(crate) facts: ImageFacts,
     /// Why lookups failed (for reports; the webhook drops it).
     pub(crate) lookup_causes: LookupCauses,
+    /// What the crash watch learned of its images' digests, a line each ("learned: D does not
+    /// run on A"), which the decision left out (for `review` and `audit`; the webhook drops it:
+    /// its warning says so).
+    pub(crate) learned: Vec<String>,
 }
 
 /// The engine: gathers a Pod's facts (its pull secrets, its images' platforms within one
@@ -110,15 +114,14 @@ impl Engine {
             cluster: sources.pull_secrets,
             nodes: sources.nodes,
             namespaces: sources.namespaces,
-            learned: None,
+            learned: learned(config, purpose)?,
         })
     }
 
-    /// Leaves out of each decision the architectures the crash watch learned an image's digest
-    /// does not run on.
-    pub(crate) fn with_learned(mut self, learned: crate::crashes::Learned) -> Self {
-        self.learned = Some(learned);
-        self
+    /// What the crash watch learned, which decisions leave out (`serve` with `[crashes] watch`;
+    /// `review` and `audit` with the shared cache).
+    pub(crate) fn learned(&self) -> Option<&crate::crashes::Learned> {
+        self.learned.as_ref()
     }
 
     /// The image resolver (its caches, for the scrape-time gauges).
@@ -182,6 +185,10 @@ impl Engine {
         PodAnswer {
             answer: mutate::answer(pod, &facts, pools.as_deref(), &self.policy),
             shell_warnings,
+            learned: self
+                .learned
+                .as_ref()
+                .map_or_else(Vec::new, |l| learned_notes(l, &facts)),
             facts,
             lookup_causes,
         }
@@ -222,6 +229,7 @@ impl Engine {
             .await;
         let mut warnings = pull.warnings;
         if let Some(learned) = &self.learned {
+            learned.ready().await;
             warnings.extend(leave_out_learned(learned, &mut facts));
         }
         ((facts, causes), warnings)
@@ -343,6 +351,25 @@ pub(crate) enum PodRead {
     Answered(Answer),
 }
 
+/// What the crash watch learned, for `purpose`: `serve` with `[crashes] watch` keeps it (in
+/// memory, and in the shared cache when there is one, refreshed by `crate::crashes`); `review`
+/// and `audit` read the shared cache's once, on their first decision (without a shared cache
+/// it lives only in each replica's memory: nothing to read).
+fn learned(config: &Config, purpose: Purpose) -> anyhow::Result<Option<crate::crashes::Learned>> {
+    use crate::crashes::Learned;
+    let shared = config.resolver.shared_cache.clone();
+    let learned = match (purpose, shared) {
+        (Purpose::Admit, _) if !config.crash_watch => return Ok(None),
+        (Purpose::Admit, None) => Learned::default(),
+        (Purpose::Admit, Some(shared)) => Learned::refreshed(shared).map_err(anyhow::Error::msg)?,
+        (Purpose::Review | Purpose::Audit, None) => return Ok(None),
+        (Purpose::Review | Purpose::Audit, Some(shared)) => {
+            Learned::read_once(shared).map_err(anyhow::Error::msg)?
+        }
+    };
+    Ok(Some(learned))
+}
+
 /// Each fact without the architectures `learned` says its digest does not run on; a warning
 /// for each image changed.
 fn leave_out_learned(learned: &crate::crashes::Learned, facts: &mut ImageFacts) -> Vec<String> {
@@ -360,6 +387,25 @@ fn leave_out_learned(learned: &crate::crashes::Learned, facts: &mut ImageFacts) 
         }
     }
     warnings
+}
+
+/// "learned: D does not run on A (IMAGE crashed …)" for each image whose digest the crash
+/// watch learned something of: what `review` and `audit` report beside the decision.
+fn learned_notes(learned: &crate::crashes::Learned, facts: &ImageFacts) -> Vec<String> {
+    let now = Instant::now();
+    facts
+        .iter()
+        .filter_map(|(image, fact)| {
+            let digest = fact.as_ref().ok()?.digest.as_deref()?;
+            let archs = learned.does_not_run_on(digest, now);
+            (!archs.is_empty()).then(|| {
+                format!(
+                    "learned: {digest} does not run on {} ({image} crashed there with exec format error although its index claims it)",
+                    archs.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// A Pod object being created in `namespace` (else the Pod's own, else `default`), with that
@@ -398,6 +444,7 @@ impl From<Answer> for PodAnswer {
             shell_warnings: Vec::new(),
             facts: ImageFacts::new(),
             lookup_causes: LookupCauses::new(),
+            learned: Vec::new(),
         }
     }
 }

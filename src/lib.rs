@@ -21,7 +21,7 @@ pub mod cli;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
-pub(crate) mod crashes;
+pub mod crashes;
 pub(crate) mod duration;
 pub mod engine;
 #[doc(hidden)]

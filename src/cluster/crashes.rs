@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt as _;
 use serde::Deserialize;
@@ -25,6 +25,18 @@ const LIST_PAGE: u32 = 500;
 pub(crate) const LOG_TAIL_LINES: i64 = 20;
 /// The log bytes read at most.
 const LOG_LIMIT_BYTES: i64 = 2048;
+/// The Pods of a crashing Pod's owner read at most (confirmation (c): one list per crash).
+const OWNER_PODS_LIMIT: u32 = 100;
+/// Labels that differ between the Pods of one owner (a revision, a template generation, a
+/// Pod's own name or index): left out of the selector that finds its siblings.
+const PER_POD_LABELS: &[&str] = &[
+    "pod-template-hash",
+    "controller-revision-hash",
+    "pod-template-generation",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/job-completion-index",
+];
 
 /// What the watch keeps of one BackOff Event: the Pod and the container it is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -175,9 +187,27 @@ pub(crate) struct CrashedPod {
     pub(crate) owner: Option<(String, String, String, String)>,
     /// Whether it has an annotations map (the mark is added into it, or as a new one).
     pub(crate) has_annotations: bool,
+    /// Its labels (the selector of its owner's other Pods).
+    pub(crate) labels: std::collections::BTreeMap<String, String>,
     pub(crate) containers: Vec<ContainerEnd>,
     /// `spec.volumes`, each as what deleting the Pod would lose (`[crashes] heal`).
     pub(crate) volumes: Vec<Volume>,
+}
+
+impl CrashedPod {
+    /// The label selector of its owner's Pods: its labels but those that differ from Pod to
+    /// Pod or revision to revision ([`PER_POD_LABELS`]), so other revisions' Pods are found too
+    /// (their imageID is compared anyway). `None` without a controller owner or labels left.
+    pub(crate) fn siblings_selector(&self) -> Option<String> {
+        self.owner.as_ref()?;
+        let terms: Vec<String> = self
+            .labels
+            .iter()
+            .filter(|(key, _)| !PER_POD_LABELS.contains(&key.as_str()))
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        (!terms.is_empty()).then(|| terms.join(","))
+    }
 }
 
 /// A container's status as the crash watch reads it.
@@ -214,6 +244,8 @@ mod pod_wire {
         #[serde(default)]
         pub(super) owner_references: Vec<OwnerReference>,
         pub(super) annotations: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        pub(super) labels: std::collections::BTreeMap<String, String>,
     }
 
     #[derive(Default, Deserialize)]
@@ -307,6 +339,7 @@ impl From<pod_wire::Pod> for CrashedPod {
             node: pod.spec.node_name,
             owner,
             has_annotations: m.annotations.is_some(),
+            labels: m.labels,
             containers,
             volumes: pod.spec.volumes.into_iter().map(volume).collect(),
         }
@@ -356,6 +389,21 @@ impl CrashReader {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The Pods of `namespace` that `selector` selects (at most [`OWNER_PODS_LIMIT`], one page),
+    /// each read into the same projection as the crashing Pod.
+    pub(crate) async fn pods_selected(
+        &self,
+        namespace: &str,
+        selector: &str,
+    ) -> Result<Vec<CrashedPod>, kube::Error> {
+        let api: Api<PodRead> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default()
+            .labels(selector)
+            .limit(OWNER_PODS_LIMIT);
+        let listed = api.list(&params).await?;
+        Ok(listed.items.into_iter().map(|read| read.0).collect())
     }
 
     /// The previous run's last lines of `container` (bounded), or why not.
@@ -461,6 +509,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_siblings_selector_leaves_out_per_pod_labels() {
+        let labelled = |labels: &[(&str, &str)], owned: bool| CrashedPod {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            owner: owned.then(|| {
+                (
+                    "apps/v1".into(),
+                    "ReplicaSet".into(),
+                    "web-1".into(),
+                    "u".into(),
+                )
+            }),
+            ..CrashedPod::default()
+        };
+        let web = labelled(
+            &[
+                ("app", "web"),
+                ("pod-template-hash", "7d9c6b8f5"),
+                ("tier", "front"),
+            ],
+            true,
+        );
+        assert_eq!(
+            web.siblings_selector().as_deref(),
+            Some("app=web,tier=front")
+        );
+        assert_eq!(labelled(&[("app", "web")], false).siblings_selector(), None);
+        assert_eq!(
+            labelled(&[("pod-template-hash", "1")], true).siblings_selector(),
+            None
+        );
+    }
+
+    #[test]
     fn the_container_is_read_from_the_field_path() {
         assert_eq!(container_of("spec.containers{web}").as_deref(), Some("web"));
         assert_eq!(container_of("spec.initContainers{i}").as_deref(), Some("i"));
@@ -485,6 +569,7 @@ mod tests {
         let pod = read.0;
         assert_eq!(pod.node.as_deref(), Some("n-arm-2"));
         assert_eq!(pod.owner.as_ref().map(|o| o.1.as_str()), Some("ReplicaSet"));
+        assert_eq!(pod.siblings_selector().as_deref(), Some("app=web"));
         let web = &pod.containers[0];
         assert_eq!(
             web.terminated,

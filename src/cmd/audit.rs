@@ -265,6 +265,8 @@ async fn audit(
     let node_agent = (workload.kind == "DaemonSet")
         .then(|| node_agent_gaps(&workload.pod, known.common.as_deref(), running, tainted));
     let (status, mut reasons) = judge(&known);
+    // What the crash watch learned (the shared cache): left out of `known` as at admission.
+    reasons.extend(answered.learned.iter().cloned());
     if let Some(verified) = &verified {
         reasons.extend(verified.mislabelled.iter().cloned());
         reasons.extend(verified.unverified.iter().cloned());

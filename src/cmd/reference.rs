@@ -26,7 +26,7 @@ pub(crate) const FILES: &[&str] = &[
 ];
 
 /// The commands whose synopsis docs/cli.md shows in its own section (a block each).
-const SYNOPSES: &[&str] = &["review", "audit", "inspect", "gates"];
+const SYNOPSES: &[&str] = &["review", "audit", "inspect", "gates", "crashes"];
 
 pub(crate) fn run(args: &ReferenceArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     if args.list {

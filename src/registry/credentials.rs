@@ -162,6 +162,11 @@ impl CredentialStore {
             .push(credential);
     }
 
+    /// No credential for any registry (a Pod without pull secrets).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_registry.is_empty()
+    }
+
     /// The credentials to try for `registry`, in order.
     pub(crate) fn for_registry(&self, registry: &str) -> &[Credential] {
         if self.by_registry.is_empty() {

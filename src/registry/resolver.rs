@@ -60,6 +60,35 @@ pub struct Resolver {
     /// Hosts whose HEAD answers name no digest: their tags are revalidated with a GET.
     no_head_digest: Mutex<HashSet<String>>,
     observer: Option<Arc<dyn RegistryObserver>>,
+    /// Cache keys of images asked for without a Pod's own credentials.
+    known_keys: KnownKeys,
+}
+
+/// The cache key of each image asked for without a Pod's own credentials (no pull secrets:
+/// most Pods), by the image as the Pod names it. Without them the key is a function of the
+/// name alone — the configured credentials and plugins are fixed once lookups start — and
+/// computing it (the reference parsed and normalised, the chain of credential sources, their
+/// fingerprints) was ~8,000 of a warm admission's ~200,000 instructions (BENCHMARKS.md, session
+/// 12); a hit here costs a hash of the name. Bounded: forgotten all at once when full (a Pod
+/// author naming ever new images costs only the recomputation, never memory).
+#[derive(Default)]
+struct KnownKeys(Mutex<std::collections::HashMap<Box<str>, Arc<CacheKey>>>);
+
+impl KnownKeys {
+    const MAX: usize = 4096;
+
+    fn get(&self, image: &str) -> Option<Arc<CacheKey>> {
+        let keys = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        keys.get(image).cloned()
+    }
+
+    fn insert(&self, image: &str, key: &CacheKey) {
+        let mut keys = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if keys.len() >= Self::MAX {
+            keys.clear();
+        }
+        keys.insert(image.into(), Arc::new(key.clone()));
+    }
 }
 
 /// One image as asked for: the reference, the credentials to try in order, and their
@@ -125,6 +154,7 @@ impl Resolver {
             settings,
             credentials,
             observer: None,
+            known_keys: KnownKeys::default(),
         })
     }
 
@@ -190,6 +220,18 @@ impl Resolver {
         namespace: Option<&str>,
     ) -> Result<Arc<ImagePlatforms>, LookupError> {
         let timeout = budget.min(self.settings.lookup_timeout);
+        // The warm path stays small: the registry lookup's future is large (tens of KiB of
+        // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
+        let without_pod_credentials = first.is_empty();
+        if let Some(key) = without_pod_credentials
+            .then(|| self.known_keys.get(image))
+            .flatten()
+        {
+            if let Some(fresh) = self.cache.fresh(&key).await {
+                self.observe(true, &fresh);
+                return fresh;
+            }
+        }
         let reference = ImageReference::parse(image)?;
         let chain = self.chain(&reference, first);
         let key = CacheKey::new(
@@ -199,8 +241,9 @@ impl Resolver {
                 .map(|source| self.fingerprint(source))
                 .collect(),
         );
-        // The warm path stays small: the registry lookup's future is large (tens of KiB of
-        // state for HTTP, TLS and auth), and moving it around costs every admission, hit or miss.
+        if without_pod_credentials {
+            self.known_keys.insert(image, &key);
+        }
         if let Some(fresh) = self.cache.fresh(&key).await {
             self.observe(true, &fresh);
             return fresh;
@@ -566,4 +609,32 @@ fn opened_by(found: Arc<ImagePlatforms>, provenance: Provenance) -> Arc<ImagePla
         }),
         ..(*found).clone()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(image: &str) -> CacheKey {
+        CacheKey::new(&ImageReference::parse(image).unwrap(), vec![1, 2])
+    }
+
+    #[test]
+    fn known_keys_give_back_what_was_kept_and_forget_everything_when_full() {
+        let known = KnownKeys::default();
+        assert!(known.get("app:1").is_none());
+        known.insert("app:1", &key("app:1"));
+        assert_eq!(*known.get("app:1").unwrap(), key("app:1"));
+        assert!(
+            known.get("docker.io/library/app:1").is_none(),
+            "by the name as written"
+        );
+        for i in 2..=KnownKeys::MAX {
+            known.insert(&format!("app:{i}"), &key(&format!("app:{i}")));
+        }
+        assert!(known.get("app:1").is_some(), "still below the bound");
+        known.insert("other:1", &key("other:1"));
+        assert!(known.get("app:1").is_none(), "forgotten at the bound");
+        assert_eq!(*known.get("other:1").unwrap(), key("other:1"));
+    }
 }

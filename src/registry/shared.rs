@@ -123,8 +123,9 @@ impl SharedCacheSettings {
         self.client().map(drop)
     }
 
-    /// The redis client: the URL's address and database, the password, the trusted roots.
-    fn client(&self) -> Result<redis::Client, String> {
+    /// The redis client: the URL's address and database, the password, the trusted roots (also
+    /// the crash watch's learned store, `crate::crashes::shared`).
+    pub(crate) fn client(&self) -> Result<redis::Client, String> {
         let mut info = self
             .url
             .as_str()
@@ -145,6 +146,16 @@ impl SharedCacheSettings {
             ),
         }
         .map_err(|e| format!("{}: {e}", self.url))
+    }
+}
+
+impl SharedCacheSettings {
+    /// `text` without the password, should an error ever repeat it.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.password {
+            Some(password) if !password.is_empty() => text.replace(password.as_str(), "***"),
+            _ => text.to_owned(),
+        }
     }
 }
 

@@ -29,7 +29,7 @@ const IMAGES: &[(&str, &str, &str)] = &[
 ];
 
 /// The fake API server, once per test binary, after the images are pushed.
-fn cluster() -> &'static WorkloadsApi {
+pub(super) fn cluster() -> &'static WorkloadsApi {
     static CLUSTER: std::sync::OnceLock<WorkloadsApi> = std::sync::OnceLock::new();
     CLUSTER.get_or_init(|| {
         let host = registry::plain().host.clone();
@@ -51,7 +51,12 @@ fn audit(api: &WorkloadsApi, token: &str, args: &[&str]) -> Output {
 }
 
 /// [`audit`] with these variables set too.
-fn audit_with(api: &WorkloadsApi, token: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(super) fn audit_with(
+    api: &WorkloadsApi,
+    token: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let kubeconfig = api.kubeconfig(token);
     let host = &registry::plain().host;
     Command::new(env!("CARGO_BIN_EXE_tolerable"))

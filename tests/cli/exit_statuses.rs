@@ -14,7 +14,7 @@ use common::kube_api::{FakeApiServer, RegistryHosts};
 use common::workloads_api::WorkloadsApi;
 
 /// The subcommands with their own help, as run.
-const SUBCOMMANDS: [&[&str]; 10] = [
+const SUBCOMMANDS: [&[&str]; 12] = [
     &["serve"],
     &["review"],
     &["inspect"],
@@ -24,6 +24,8 @@ const SUBCOMMANDS: [&[&str]; 10] = [
     &["nodes", "untaint"],
     &["gates", "list"],
     &["gates", "release"],
+    &["crashes", "list"],
+    &["crashes", "forget"],
     &["check"],
 ];
 
@@ -234,6 +236,48 @@ fn gates(seen: &mut Seen, home: &Path) {
     seen.ended(release, &out, 2, "could not run");
 }
 
+/// `crashes list | forget` with a real redis-server (one digest learned), without a shared
+/// cache, and with one that refuses connections.
+async fn crashes(seen: &mut Seen, home: &Path) {
+    let redis = common::redis::RedisServer::start();
+    let store = tolerable::crashes::shared::SharedLearned::new(redis.settings()).unwrap();
+    let learned = format!("sha256:{}", "c".repeat(64));
+    let day = std::time::Duration::from_secs(86_400);
+    store.learn("shop", &learned, "arm64", day).await.unwrap();
+    let run = |args: &[&str], url: Option<&str>| {
+        let mut command = tolerable(home);
+        command.arg("crashes").args(args);
+        if let Some(url) = url {
+            command.env("TOLERABLE_SHARED_CACHE__URL", url);
+        }
+        command
+    };
+    let (list, forget) = (&["crashes", "list"][..], &["crashes", "forget"][..]);
+    let (up, down) = (Some(redis.url()), Some("redis://127.0.0.1:1/0".to_owned()));
+    for (args, url, code, meaning) in [
+        (&["list"][..], &up, 0, "listed"),
+        (&["list"][..], &None, 3, "no shared cache"),
+        (&["list"][..], &down, 2, "could not run"),
+        (&["forget", "sha256:0"][..], &up, 1, "nothing was learned"),
+        (&["forget", learned.as_str()][..], &up, 0, "forgotten"),
+        (
+            &["forget", learned.as_str()][..],
+            &None,
+            3,
+            "no shared cache",
+        ),
+        (&["forget", learned.as_str()][..], &down, 2, "could not run"),
+    ] {
+        let out = run(args, url.as_deref()).output().unwrap();
+        let which = if args[0] == "list" { list } else { forget };
+        seen.ended(which, &out, code, meaning);
+    }
+    let out = reader_gone(&mut run(&["list"], up.as_deref()));
+    seen.ended(list, &out, 141, "stopped");
+    let out = reader_gone(&mut run(&["forget", "sha256:0"], up.as_deref()));
+    seen.ended(forget, &out, 141, "stopped");
+}
+
 fn inspect(seen: &mut Seen, home: &Path) {
     let registry = &common::registry::plain().host;
     let good = format!("{registry}/fixtures/multiarch-oci:v1");
@@ -401,6 +445,7 @@ async fn every_listed_exit_status_is_returned_and_every_returned_one_listed() {
     inspect(&mut seen, home.path());
     audit(&mut seen, home.path());
     gates(&mut seen, home.path());
+    crashes(&mut seen, home.path()).await;
     check(&mut seen, home.path());
     serve(&mut seen).await;
     seen.all_seen();

@@ -8,6 +8,7 @@ mod common;
 
 mod audit;
 mod check;
+mod crashes;
 mod doc_samples;
 mod exit_statuses;
 mod review_repos;

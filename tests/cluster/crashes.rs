@@ -19,7 +19,7 @@ use crate::common::webhook::{self, TestServer};
 /// An upper bound on what a test waits for (a hung test's guard, not a timing claim).
 pub(crate) const BOUND: Duration = Duration::from_secs(60);
 
-fn hosts() -> RegistryHosts {
+pub(super) fn hosts() -> RegistryHosts {
     RegistryHosts {
         basic: registry::basic().host.clone(),
         token: registry::token().host.clone(),
@@ -27,7 +27,7 @@ fn hosts() -> RegistryHosts {
 }
 
 /// `serve` with the crash watch, leading (its own leader channel says so), and the node watch.
-async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
+pub(crate) async fn watching(api: &FakeApiServer) -> (TestServer, watch::Sender<bool>) {
     watching_with(api, |_| {}).await
 }
 
@@ -64,7 +64,7 @@ pub(crate) async fn until_metric(server: &TestServer, series: &str, value: f64) 
 }
 
 /// The two Events written (on the Pod, core/v1; on its ReplicaSet, events.k8s.io/v1).
-async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) {
+pub(super) async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) {
     assert!(
         api.wait_for_events(BOUND, |e| e.len() >= 2).await,
         "{:#?}",
@@ -220,7 +220,7 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
 
 /// The next admission of the image (by its tag: the same digest) leaves arm64 out — its index
 /// claims amd64 and arm64 — and says why.
-async fn learned_then_left_out(server: &TestServer, image: &str) {
+pub(super) async fn learned_then_left_out(server: &TestServer, image: &str) {
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "after-the-crash",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},

@@ -9,6 +9,7 @@ mod common;
 mod cluster_flags;
 mod crash_actions;
 mod crashes;
+mod crashes_learned;
 mod gates;
 mod leader_election;
 mod namespace_policy;

@@ -25,6 +25,15 @@
 //!   recorded**: no Pod metadata patch was recorded on this crash; the answer follows the
 //!   recorded JSON Patches on Pods in `tests/data/kube-api/gates/` (`pod-patch-*`: 200 with
 //!   the patched Pod; a failed `test` is a 422 there, which this fake does not produce).
+//! - `GET /api/v1/namespaces/shop/pods?&labelSelector=app%3Dweb&limit=N` (the Pods of the
+//!   crashing Pod's owner, confirmation (c)): **NOT RECORDED in this namespace** — composed.
+//!   The request's shape is the recorded `workloads/pod-list-team-a-label-app-web` (kube's
+//!   `?&labelSelector=…`, plus the `&limit=` the `workloads/pod-list-limit-3-*` recordings
+//!   show); the answer is a PodList of the crashing Pod (as recorded here) and, with
+//!   [`Crashes::running_elsewhere`], the two recorded `web` Pods of that workloads list
+//!   (running and ready on amd-1 and amd-2) moved to `shop`: their namespace, labels and
+//!   controller owner made the crashing Pod's, their image and `imageID` the test's. A real
+//!   API server's answer to this list is still to be recorded.
 //!
 //! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
 //! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
@@ -53,6 +62,8 @@ const POD_PATH: &str = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde";
 /// The recorded Pod's uid, and the one the recorded 409 was asked with.
 pub const POD_UID: &str = "26be13ca-16c0-4b8b-9e31-07601681d14b";
 const REPLACED_UID: &str = "00000000-0000-0000-0000-000000000000";
+/// The Pods of the namespace (listed by label: the crashing Pod's owner's).
+const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 /// The fields a core/v1 Event selector may name (the README's list).
 const SELECTABLE: &[&str] = &[
     "reason",
@@ -73,6 +84,8 @@ pub struct Crashes {
     image: Option<(String, String)>,
     /// The termination message left out.
     no_message: bool,
+    /// The recorded `web` Pods running the same image on amd64 nodes (confirmation (c)).
+    elsewhere: bool,
     /// The Pod's changes for the heal tests.
     changed: PodChanges,
     /// The bodies of the DELETEs received.
@@ -105,6 +118,7 @@ impl Crashes {
             changed: PodChanges::None,
             deletes: std::sync::Mutex::new(Vec::new()),
             patches: std::sync::Mutex::new(Vec::new()),
+            elsewhere: false,
         }
     }
 
@@ -178,6 +192,12 @@ impl Crashes {
         self
     }
 
+    /// With the same image running and ready in two other Pods of the owner, on amd64 nodes.
+    pub fn running_elsewhere(mut self) -> Self {
+        self.elsewhere = true;
+        self
+    }
+
     fn exchange(&self, note: &str) -> &Exchange {
         self.recorded
             .iter()
@@ -225,6 +245,7 @@ impl Crashes {
         let answer = match path {
             "/api/v1/events" => return Some(self.events(&q)),
             POD_PATH => self.pod(),
+            PODS_PATH => self.owner_pods(&q, query_text),
             _ if path == format!("{POD_PATH}/log") => {
                 let asked = (q.get("container"), q.get("previous"), q.get("tailLines"));
                 let recorded = (
@@ -267,6 +288,46 @@ impl Crashes {
                 .remove("message");
         }
         (code, pod)
+    }
+
+    /// The crashing Pod's owner's Pods (composed: see the module's comment), when asked as kube
+    /// asks with a label selector of the Pod's labels but its `pod-template-hash`, and a limit.
+    fn owner_pods(
+        &self,
+        q: &std::collections::BTreeMap<String, String>,
+        query_text: &str,
+    ) -> (u16, Value) {
+        let others = q.keys().filter(|k| *k != "labelSelector" && *k != "limit");
+        let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok());
+        let (Some(limit), Some("app=web"), 0) = (
+            limit,
+            q.get("labelSelector").map(String::as_str),
+            others.count(),
+        ) else {
+            return (
+                501,
+                unrecorded_status(&format!("a Pod list with {query_text}")),
+            );
+        };
+        let (_, crashing) = self.pod();
+        let mut items = vec![crashing.clone()];
+        if self.elsewhere {
+            items.extend(recorded_web_pods().into_iter().map(|mut pod| {
+                pod["metadata"]["namespace"] = json!("shop");
+                pod["metadata"]["labels"] = crashing["metadata"]["labels"].clone();
+                pod["metadata"]["ownerReferences"] =
+                    crashing["metadata"]["ownerReferences"].clone();
+                let image = &crashing["status"]["containerStatuses"][0];
+                pod["spec"]["containers"][0]["image"] = image["image"].clone();
+                pod["status"]["containerStatuses"][0]["image"] = image["image"].clone();
+                pod["status"]["containerStatuses"][0]["imageID"] = image["imageID"].clone();
+                pod
+            }));
+        }
+        items.truncate(limit);
+        let list = json!({"kind": "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "601"}, "items": items});
+        (200, list)
     }
 
     fn events(&self, q: &std::collections::BTreeMap<String, String>) -> Response<Body> {
@@ -353,6 +414,16 @@ fn change_pod(pod: &mut Value, changed: PodChanges) {
                 json!([{"name": "data", "hostPath": {"path": "/var/lib/web", "type": ""}}]);
         }
     }
+}
+
+/// The recorded `web` Pods of `workloads/pod-list-team-a-label-app-web` (running, ready).
+fn recorded_web_pods() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/kube-api/workloads/pod-list-team-a-label-app-web.body.json"
+    );
+    let list: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    list["items"].as_array().unwrap().clone()
 }
 
 /// `a=b,c=d` as terms; `Err(field)` for a field the server cannot select on.

@@ -1352,7 +1352,8 @@ fn the_documented_overlay_commands_run_as_written() {
 }
 
 /// The crash-watch component (`kustomize/overlays/crash-watch`): the base plus reading BackOff
-/// Events and the Pods they name (with their log), marking those Pods, writing Events, and the gate releasers'
+/// Events and the Pods they name (with their log), listing their owners' Pods, marking those
+/// Pods, writing Events, and the gate releasers'
 /// Lease in tolerable's own namespace — nothing else.
 #[test]
 fn the_crash_watch_component_grants_what_it_reads_and_writes() {
@@ -1364,6 +1365,7 @@ fn the_crash_watch_component_grants_what_it_reads_and_writes() {
         serde_json::json!([
             {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch", "create"]},
             {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ])

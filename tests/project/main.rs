@@ -12,4 +12,5 @@ mod docs;
 mod generated;
 mod helm;
 mod image_build;
+mod kustomize;
 mod loopback_only;

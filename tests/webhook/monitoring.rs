@@ -562,7 +562,7 @@ async fn open_metrics_when_asked(server: &TestServer) {
 
 /// The fail-open alert reads the API server's metrics for the webhook by the name the shipped
 /// MutatingWebhookConfiguration gives it (kustomize/base's; the chart's is the same, as
-/// tests/project/helm.rs checks), and every query of it names that webhook.
+/// tests/project/kustomize.rs checks), and every query of it names that webhook.
 #[test]
 fn the_fail_open_alert_selects_the_shipped_webhooks_name() {
     let docs = documents(&render(OVERLAY));

@@ -154,18 +154,8 @@ pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
                 .map(|(key, value)| label_requirement(key, value)),
         )
         .collect();
-    let mut node_affinity_added = false;
-    if !requirements.is_empty() {
-        node_affinity_added = add_required(&mut ops, affinity, &requirements);
-    }
-    if !decision.preferred_architectures.is_empty() {
-        add_preferred(
-            &mut ops,
-            affinity,
-            node_affinity_added,
-            &decision.preferred_architectures,
-        );
-    }
+    let preferred = preferred_terms(&decision.preferred_architectures);
+    add_node_affinity(&mut ops, affinity, &requirements, preferred);
     for pin in &decision.pins {
         // `add` on an existing member replaces its value (RFC 6902 4.1).
         ops.push(add(pin.path.clone(), PatchValue::Text(pin.image.clone())));
@@ -241,55 +231,75 @@ fn add_node_selector(
     }
 }
 
-/// `requirements` (`kubernetes.io/arch In (…)`, `match_node_labels`' `key In [value]`) ANDed
-/// into every required term — each into the terms that do not constrain its key yet — or the
-/// term created; whether a new nodeAffinity was added (the preferred terms then go into it).
-fn add_required(
+/// The required `requirements` and the `preferred` terms in the Pod's node affinity. Where the
+/// Pod has no affinity (or no nodeAffinity), both go in one `add` of the whole object: the
+/// fewest operations for the API server to apply (issue 39).
+fn add_node_affinity(
     ops: &mut Vec<Operation>,
     affinity: Option<&Affinity>,
     requirements: &[NodeSelectorRequirement],
-) -> bool {
+    preferred: Vec<PreferredSchedulingTerm>,
+) {
+    if requirements.is_empty() && preferred.is_empty() {
+        return;
+    }
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let required = || NodeSelector {
+    let Some(node_affinity) = node_affinity else {
+        let new = NodeAffinity {
+            required_during_scheduling_ignored_during_execution: (!requirements.is_empty())
+                .then(|| required(requirements)),
+            preferred_during_scheduling_ignored_during_execution: (!preferred.is_empty())
+                .then_some(preferred),
+        };
+        ops.push(match affinity {
+            None => add(
+                "/spec/affinity",
+                PatchValue::Affinity(Affinity {
+                    node_affinity: Some(new),
+                    ..Affinity::default()
+                }),
+            ),
+            Some(_) => add("/spec/affinity/nodeAffinity", PatchValue::NodeAffinity(new)),
+        });
+        return;
+    };
+    if !requirements.is_empty() {
+        add_required(ops, node_affinity, requirements);
+    }
+    if !preferred.is_empty() {
+        add_preferred(ops, node_affinity, preferred);
+    }
+}
+
+/// One term requiring all of `requirements`.
+fn required(requirements: &[NodeSelectorRequirement]) -> NodeSelector {
+    NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
             match_expressions: Some(requirements.to_vec()),
             match_fields: None,
         }],
-    };
+    }
+}
+
+/// `requirements` (`kubernetes.io/arch In (…)`, `match_node_labels`' `key In [value]`) ANDed
+/// into every required term of the Pod's own nodeAffinity — each into the terms that do not
+/// constrain its key yet — or the term created.
+fn add_required(
+    ops: &mut Vec<Operation>,
+    node_affinity: &NodeAffinity,
+    requirements: &[NodeSelectorRequirement],
+) {
     let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
-    if affinity.is_none() {
-        ops.push(add(
-            "/spec/affinity",
-            PatchValue::Affinity(Affinity {
-                node_affinity: Some(NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(required()),
-                    ..NodeAffinity::default()
-                }),
-                ..Affinity::default()
-            }),
-        ));
-        return true;
-    }
-    if node_affinity.is_none() {
-        ops.push(add(
-            "/spec/affinity/nodeAffinity",
-            PatchValue::NodeAffinity(NodeAffinity {
-                required_during_scheduling_ignored_during_execution: Some(required()),
-                ..NodeAffinity::default()
-            }),
-        ));
-        return true;
-    }
-    match node_affinity.and_then(|n| {
-        n.required_during_scheduling_ignored_during_execution
-            .as_ref()
-    }) {
-        None => ops.push(add(base, PatchValue::Required(required()))),
+    match node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+    {
+        None => ops.push(add(base, PatchValue::Required(required(requirements)))),
         // No term at all can match nothing; give it one. The whole selector is
         // replaced: `nodeSelectorTerms` may be absent (the API server validates only
         // after admission), and the selector has no other field to lose.
         Some(r) if r.node_selector_terms.is_empty() => {
-            ops.push(add(base, PatchValue::Required(required())));
+            ops.push(add(base, PatchValue::Required(required(requirements))));
         }
         // AND into every term: terms are OR'd, so a new term would widen, not narrow.
         Some(r) => {
@@ -303,7 +313,6 @@ fn add_required(
             }
         }
     }
-    false
 }
 
 /// The requirements whose key `term` does not constrain yet, ANDed into it: a constraint the
@@ -341,44 +350,26 @@ fn and_into_term(
 }
 
 /// The preferred terms, one per architecture, weighted.
-fn add_preferred(
-    ops: &mut Vec<Operation>,
-    affinity: Option<&Affinity>,
-    node_affinity_added: bool,
-    preferences: &[WeightedArchitecture],
-) {
-    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let preferred: Vec<PreferredSchedulingTerm> = preferences
+fn preferred_terms(preferences: &[WeightedArchitecture]) -> Vec<PreferredSchedulingTerm> {
+    preferences
         .iter()
         .map(|p| PreferredSchedulingTerm {
             weight: p.weight,
             preference: term(arch_requirement(std::slice::from_ref(&p.architecture))),
         })
-        .collect();
+        .collect()
+}
+
+/// The preferred terms appended to the Pod's own nodeAffinity's, or as its list.
+fn add_preferred(
+    ops: &mut Vec<Operation>,
+    node_affinity: &NodeAffinity,
+    preferred: Vec<PreferredSchedulingTerm>,
+) {
     let preferred_path =
         "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution";
-    let node_affinity_with = |preferred: Vec<PreferredSchedulingTerm>| NodeAffinity {
-        preferred_during_scheduling_ignored_during_execution: Some(preferred),
-        ..NodeAffinity::default()
-    };
-    if affinity.is_none() && !node_affinity_added {
-        ops.push(add(
-            "/spec/affinity",
-            PatchValue::Affinity(Affinity {
-                node_affinity: Some(node_affinity_with(preferred)),
-                ..Affinity::default()
-            }),
-        ));
-    } else if node_affinity.is_none() && !node_affinity_added {
-        ops.push(add(
-            "/spec/affinity/nodeAffinity",
-            PatchValue::NodeAffinity(node_affinity_with(preferred)),
-        ));
-    } else if node_affinity
-        .and_then(|n| {
-            n.preferred_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
+    if node_affinity
+        .preferred_during_scheduling_ignored_during_execution
         .is_some()
     {
         ops.extend(preferred.into_iter().map(|term| {

@@ -505,6 +505,33 @@ fn steering_off_adds_only_tolerations() {
     assert!(out.patched["spec"]["affinity"].is_null());
 }
 
+/// The fewest operations for the API server to apply (issue 39): a Pod without affinity gets
+/// its required and preferred terms in one `add`.
+#[test]
+fn a_pod_without_affinity_gets_required_and_preferred_terms_in_one_operation() {
+    let mut p = policy();
+    p.preferred_architectures = vec![WeightedArchitecture {
+        architecture: "arm64".into(),
+        weight: PREFERRED_WEIGHT,
+    }];
+    let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]);
+    let out = run(&pod(&["m:1"], json!({})), &f, &p);
+    let affinity_ops: Vec<_> = out
+        .ops
+        .iter()
+        .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/affinity"))
+        .collect();
+    assert_eq!(affinity_ops.len(), 1, "{affinity_ops:#?}");
+    assert_eq!(affinity_ops[0]["path"], "/spec/affinity");
+    let node_affinity = &out.patched["spec"]["affinity"]["nodeAffinity"];
+    assert_eq!(required_terms(&out.patched).as_array().unwrap().len(), 1);
+    assert_eq!(
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+            ["matchExpressions"][0]["values"],
+        json!(["arm64"])
+    );
+}
+
 #[test]
 fn preferred_architecture_and_the_pods_override() {
     let f = facts(&[("m:1", Ok(&["linux/amd64", "linux/arm64"]))]);

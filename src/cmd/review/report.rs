@@ -49,6 +49,10 @@ pub(super) struct WorkloadReport {
     /// webhook's warnings stay terse).
     #[serde(skip_serializing_if = "LookupCauses::is_empty")]
     causes: LookupCauses,
+    /// What `serve`'s crash watch learned of its images (read from the shared cache), left out
+    /// as the webhook leaves it out: "learned: D does not run on A".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    learned: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,6 +94,7 @@ async fn report_workload(engine: &Engine, workload: Workload, budget: Duration) 
         shell_warnings,
         facts,
         lookup_causes,
+        learned,
     } = pod_answer;
     let images = facts
         .into_iter()
@@ -129,6 +134,7 @@ async fn report_workload(engine: &Engine, workload: Workload, budget: Duration) 
         denied: answer.decision.denial().map(str::to_owned),
         warnings: warnings.collect(),
         causes: lookup_causes,
+        learned,
     };
     if !workload.problems.is_empty() {
         // The manifest itself is wrong: what its valid images are is still shown, but no
@@ -204,6 +210,9 @@ pub(super) fn write(
     for report in reports {
         for warning in report.warnings.iter().chain(&report.denied) {
             writeln!(out, "warning: {}: {warning}", label(report))?;
+        }
+        for learned in &report.learned {
+            writeln!(out, "{}: {learned}", label(report))?;
         }
         // Why a registry could not be reached: on standard error, beside the exit status.
         for (image, cause) in &report.causes {
