@@ -57,6 +57,7 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench review
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench hostile_registry
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench real_path
+	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench crashes
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

@@ -268,8 +268,8 @@ def normalise(docs):
 
 # The components rendered from the chart: each is what the chart's render with these values
 # adds to, removes from and changes in its render with the defaults. monitoring, shared-cache,
-# namespaced-pull-secrets and credential-provider-image are hand-written (their headers say
-# why); tests/project/kustomize.rs holds all of them to the chart.
+# namespaced-pull-secrets, credential-provider-image and crash-heal are hand-written (their
+# headers say why); tests/project/kustomize.rs holds all of them to the chart.
 COMPONENTS = {
     "events": {"config": {"events": {"on_admission": True}}},
     "crash-watch": {"config": {"crashes": {"watch": True}}},

@@ -437,6 +437,7 @@ fn start_events(
         // admissions and releases leave out.
         let learned = learned.clone();
         background.extend(learned.refresh());
+        let heal = config.crash_heal.then(|| crash_placement(&engine));
         background.extend(crate::crashes::start(
             client.clone(),
             (recorder.clone(), nodes.clone(), learned),
@@ -444,9 +445,24 @@ fn start_events(
             &config.policy,
             metrics.clone(),
             leader,
+            heal,
         ));
     }
     Ok((engine, config.events_on_admission.then_some(recorder)))
+}
+
+/// `[crashes] heal`: where a crashed Pod's images would go now, decided by `engine` (which
+/// leaves out what the crash watch learned).
+fn crash_placement(engine: &Engine) -> crate::crashes::Placement {
+    let engine = engine.clone();
+    Arc::new(move |namespace: String, images: Vec<String>| {
+        let engine = engine.clone();
+        Box::pin(async move {
+            engine
+                .placement_now(&namespace, &images, crate::crashes::PLACEMENT_BUDGET)
+                .await
+        })
+    })
 }
 
 /// The gate controller, with `on_lookup_failure = "gate"` and a cluster: the watch of gated

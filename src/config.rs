@@ -246,6 +246,9 @@ pub struct Config {
     pub events_on_admission: bool,
     /// `[crashes] watch`: the crash-signal watch (BackOff Events → wrong-architecture crashes).
     pub crash_watch: bool,
+    /// `[crashes] heal`: the crash watch deletes the Pods of wrong-architecture crashes for
+    /// their controllers to recreate elsewhere.
+    pub crash_heal: bool,
     pub(crate) log_level: String,
     pub(crate) log_format: LogFormat,
     /// Threads answering requests; `None`: one per CPU available to the process (a container's
@@ -355,9 +358,10 @@ impl Config {
         )?;
         let (credential_providers, credential_provider_warnings) =
             sections.credentials.validate()?;
-        let policy = sections
+        let mut policy = sections
             .policy
             .validate(&sections.tolerations, &sections.architecture_tolerations)?;
+        policy.fallback_to_logs_on_error = sections.crashes.fallback_to_logs_on_error;
         let credentials = sections.credentials;
         let gate_timeout = sections.policy.gate_timeout()?;
         let kinds = sections.workloads.validate()?;
@@ -375,6 +379,7 @@ impl Config {
             manage_node_taints: sections.nodes.manage_taints,
             events_on_admission: sections.events.on_admission,
             crash_watch: sections.crashes.watch,
+            crash_heal: sections.crashes.heal()?,
             log_level,
             log_format,
             worker_threads: server.worker_threads,

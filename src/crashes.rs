@@ -2,12 +2,13 @@
 //! kubelets' BackOff Warning Events (`cluster::crashes`, a configuration of the watch
 //! primitive: one projection per Event, the Pod and container it names); while `leader` says
 //! so (the gate releasers' Lease), each new BackOff is looked at once per Pod and container
-//! per [`PER_POD_WINDOW`]: the Pod read, each backing-off container's last termination
+//! per [`PER_POD_WINDOW`], [`LOOKS_PER_SECOND`] at most (a full queue leaves a BackOff for
+//! its next one): the Pod read, each backing-off container's last termination
 //! classified by the core ([`crash::exec_format_error`]: the runtime's text in the termination
 //! message, else the previous log's last lines), then confirmed ([`crash::confirm`]) from the
 //! node's architecture (the node watch) and what the image's index claims (the resolver, by
 //! the digest the kubelet pulled). The verdict goes to a Warning Event on the Pod and on its
-//! controller owner, and to `tolerable_exec_format_crashes_total`.
+//! controller owner, the Pod's annotation, and `tolerable_exec_format_crashes_total`.
 //!
 //! Confirmation (b) reads the image config behind the index's entry for the node's platform,
 //! only now, on the crash (the resolver's `verify`, as `audit --verify`). Confirmation (c), only
@@ -21,8 +22,21 @@
 //! and `audit` read and `tolerable crashes list | forget` change: admissions of that digest
 //! leave the architecture out, with a warning.
 //!
-//! Not yet (issue 38): nothing is healed or labelled; the decision annotation does not say what
-//! was left out (the warning does).
+//! With `[crashes] heal`, the Pod of a wrong-architecture crash (confirmed, or on an
+//! architecture its index lacks) is deleted — with a uid precondition, never its replacement —
+//! when its controller recreates it elsewhere: a ReplicaSet, StatefulSet, Job or
+//! ReplicationController (never a bare or a DaemonSet's Pod), no local data
+//! ([`heal::may_heal`]), and the engine's decision for its images now leaves the node's
+//! architecture out ([`Placement`]); at most once per Pod, one per controller per
+//! [`HEAL_OWNER_WINDOW`], [`HEALS_PER_WINDOW`] in all. What was done is said in the same Events
+//! (one per object per window: a second Event on the Pod would be dropped) and counted in
+//! `tolerable_crash_heals_total`.
+//!
+//! Every verdict marks the Pod: the annotation `tolerable.io/crash` ([`crash::mark`]), by one
+//! JSON Patch that tests the Pod's uid.
+//!
+//! Not yet (issue 38): the decision annotation does not say what was left out (the warning
+//! does).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,13 +47,14 @@ use tokio::task::JoinHandle;
 
 use self::queue::FairQueue;
 use crate::cluster::crashes::{
-    watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod,
+    watch_back_offs, BackOff, BackOffSeen, ContainerEnd, CrashReader, CrashedPod, Deleted,
 };
 use crate::cluster::events::{PerObject, Recorder, Regarding, Warning};
 use crate::cluster::nodes::NodeWatch;
 use crate::cluster::watch::{Keyed, Took};
 use crate::metrics::Metrics;
 use crate::mutate::crash::{self, CrashFacts, Termination, Verdict};
+use crate::mutate::heal::{self, Held};
 use crate::mutate::platform::NodeRuntime;
 use crate::mutate::platform::Platform;
 use crate::mutate::Policy;
@@ -50,6 +65,7 @@ mod queue;
 pub mod shared;
 
 pub(crate) use learned::Learned;
+use learned::LEARNED_TTL;
 pub use learned::{MAX_LEARNED, MAX_PER_NAMESPACE, REFRESH_EVERY};
 
 /// A Pod's container is looked at once in this window, however many BackOffs it has.
@@ -61,6 +77,75 @@ const MAX_REMEMBERED: usize = 4096;
 const LOOKS_PER_SECOND: u64 = 20;
 /// One image's lookup, at most.
 const LOOKUP: Duration = Duration::from_secs(10);
+/// The decision on where a crashed Pod's images would go now (`[crashes] heal`), at most.
+pub(crate) const PLACEMENT_BUDGET: Duration = Duration::from_secs(10);
+
+/// `[crashes] heal`: at most one Pod of a controller deleted in this window, so the Pods it
+/// recreates get the time to start (and, were the decision wrong again, a controller's Pods
+/// are not deleted one after another).
+pub(crate) const HEAL_OWNER_WINDOW: Duration = Duration::from_secs(10 * 60);
+/// And at most this many Pods deleted in all in that window.
+pub(crate) const HEALS_PER_WINDOW: usize = 20;
+
+/// Where a Pod's images (by digest) would be placed now in its namespace: the architectures
+/// the engine's decision leaves them (the learned ones left out), or `None` when it cannot
+/// decide. Built in `app.rs` from the engine (which knows [`Learned`]: this module cannot name
+/// the engine).
+pub(crate) type Placement = Arc<
+    dyn Fn(String, Vec<String>) -> futures_util::future::BoxFuture<'static, Option<Vec<String>>>
+        + Send
+        + Sync,
+>;
+
+/// `[crashes] heal`: where the Pods would go now, and the limits on deleting them.
+struct Heal {
+    placement: Placement,
+    limits: std::sync::Mutex<HealLimits>,
+}
+
+/// At most once per Pod (by uid, remembered as long as what is learned), one Pod per
+/// controller per [`HEAL_OWNER_WINDOW`], [`HEALS_PER_WINDOW`] in all in that window.
+struct HealLimits {
+    pods: PerObject,
+    owners: PerObject,
+    recent: std::collections::VecDeque<Instant>,
+}
+
+impl HealLimits {
+    fn new() -> Self {
+        Self {
+            pods: PerObject::new(LEARNED_TTL, MAX_REMEMBERED),
+            owners: PerObject::new(HEAL_OWNER_WINDOW, MAX_REMEMBERED),
+            recent: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Whether the Pod `pod_uid` of the controller `owner_uid` may be deleted at `now`
+    /// (counted if so).
+    fn allow(&mut self, pod_uid: &str, owner_uid: &str, now: Instant) -> Result<(), Held> {
+        while let Some(at) = self.recent.front() {
+            if now.saturating_duration_since(*at) < HEAL_OWNER_WINDOW {
+                break;
+            }
+            self.recent.pop_front();
+        }
+        let window_minutes = HEAL_OWNER_WINDOW.as_secs() / 60;
+        if self.recent.len() >= HEALS_PER_WINDOW {
+            return Err(Held::TooManyHeals {
+                at_most: HEALS_PER_WINDOW,
+                window_minutes,
+            });
+        }
+        if !self.pods.allow(pod_uid, now) {
+            return Err(Held::HealedBefore);
+        }
+        if !self.owners.allow(owner_uid, now) {
+            return Err(Held::OwnerHealedRecently { window_minutes });
+        }
+        self.recent.push_back(now);
+        Ok(())
+    }
+}
 
 /// What looking at a crash needs.
 struct Looker {
@@ -72,9 +157,12 @@ struct Looker {
     arm64_runs_arm32: bool,
     metrics: Arc<Metrics>,
     learned: Learned,
+    heal: Option<Heal>,
 }
 
-/// Starts the watch (every replica) and the looker (while `leader`).
+/// Starts the watch (every replica) and the looker (while `leader`); with `heal`
+/// (`[crashes] heal`), Pods of wrong-architecture crashes are deleted for their controllers
+/// to recreate where `heal` places them.
 pub(crate) fn start(
     client: kube::Client,
     (recorder, nodes, learned): (Recorder, Option<NodeWatch>, Learned),
@@ -82,6 +170,7 @@ pub(crate) fn start(
     policy: &Policy,
     metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
+    heal: Option<Placement>,
 ) -> Vec<JoinHandle<()>> {
     let queue = Arc::new(FairQueue::default());
     let stream = watch_back_offs(client.clone());
@@ -95,6 +184,10 @@ pub(crate) fn start(
         arm64_runs_arm32: policy.arm64_runs_arm32,
         metrics,
         learned,
+        heal: heal.map(|placement| Heal {
+            placement,
+            limits: std::sync::Mutex::new(HealLimits::new()),
+        }),
     };
     vec![watch, tokio::spawn(look_at_each(looker, queue))]
 }
@@ -216,7 +309,73 @@ impl Looker {
                 .learn_everywhere(&pod.namespace, digest, arch)
                 .await;
         }
+        let said = (container.name.as_str(), image.as_str(), arch.as_str());
+        let note = self.mark_and_heal(pod, said, &verdict, note).await;
         self.report(pod, &arch, &verdict, note);
+    }
+
+    /// Marks the Pod with the verdict (`container`, `image`, the node's `arch`) and, with
+    /// `[crashes] heal` and a wrong architecture, heals it: `note` with what healing did.
+    async fn mark_and_heal(
+        &self,
+        pod: &CrashedPod,
+        (container, image, arch): (&str, &str, &str),
+        verdict: &Verdict,
+        note: String,
+    ) -> String {
+        let mark = crash::mark(verdict, container, image, arch);
+        if let Err(e) = self.reader.mark(pod, &mark).await {
+            tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "crash watch: could not annotate the Pod");
+        }
+        let flagged = matches!(
+            verdict,
+            Verdict::WrongArchitecture { .. } | Verdict::NotAmongPlatforms { .. }
+        );
+        match (&self.heal, flagged) {
+            (Some(heal), true) => format!("{note}; {}", self.heal(heal, pod, arch).await),
+            _ => note,
+        }
+    }
+
+    /// Deletes the Pod of a wrong-architecture crash on an `arch` node when its controller
+    /// recreates it elsewhere (see [`heal::may_heal`]), within the limits; what was done, in the
+    /// Event's words, and counted.
+    async fn heal(&self, heal: &Heal, pod: &CrashedPod, arch: &str) -> String {
+        let done = self.try_heal(heal, pod, arch).await;
+        let label = done.as_ref().map_or_else(Held::label, |_| "deleted");
+        self.metrics.events.healed(label);
+        match done {
+            Ok(note) => note,
+            Err(held) => heal::not_healed(&held.describe()),
+        }
+    }
+
+    async fn try_heal(&self, heal: &Heal, pod: &CrashedPod, arch: &str) -> Result<String, Held> {
+        let owner = pod
+            .owner
+            .as_ref()
+            .map(|(api_version, kind, ..)| heal::Owner { api_version, kind });
+        heal::may_heal(owner, &pod.volumes)?;
+        let images = pod.containers.iter().map(pulled).collect();
+        let placed = (heal.placement)(pod.namespace.clone(), images).await;
+        heal::places_elsewhere(arch, placed.as_deref())?;
+        let (_, kind, name, owner_uid) = pod.owner.as_ref().ok_or(Held::NoController)?;
+        heal.limits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .allow(&pod.uid, owner_uid, Instant::now())?;
+        match self
+            .reader
+            .delete(&pod.namespace, &pod.name, &pod.uid)
+            .await
+        {
+            Ok(Deleted::Deleted) => Ok(heal::healed(kind, name, &placed.unwrap_or_default())),
+            Ok(Deleted::Gone) => Err(Held::Gone),
+            Err(e) => {
+                tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e, "crash watch: could not delete the Pod to heal");
+                Err(Held::Failed)
+            }
+        }
     }
 
     async fn confirm(
@@ -358,4 +517,47 @@ fn pulled(container: &ContainerEnd) -> String {
         id.contains("@sha256:").then(|| id.to_owned())
     });
     by_digest.unwrap_or_else(|| container.image.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once per Pod, one Pod per controller per window, [`HEALS_PER_WINDOW`] in all in that
+    /// window; a controller's next Pod after the window.
+    #[test]
+    fn heals_are_limited_per_pod_per_controller_and_in_all() {
+        let mut limits = HealLimits::new();
+        let start = Instant::now();
+        assert_eq!(limits.allow("pod-1", "rs-1", start), Ok(()));
+        assert_eq!(
+            limits.allow("pod-1", "rs-2", start),
+            Err(Held::HealedBefore)
+        );
+        assert!(matches!(
+            limits.allow("pod-2", "rs-1", start),
+            Err(Held::OwnerHealedRecently { window_minutes: 10 })
+        ));
+        let later = start + HEAL_OWNER_WINDOW;
+        assert_eq!(limits.allow("pod-3", "rs-1", later), Ok(()));
+        // The Pod healed before stays healed past the window.
+        assert_eq!(
+            limits.allow("pod-1", "rs-9", later),
+            Err(Held::HealedBefore)
+        );
+        for n in 1..HEALS_PER_WINDOW {
+            let owner = format!("owner-{n}");
+            assert_eq!(
+                limits.allow(&format!("p-{n}"), &owner, later),
+                Ok(()),
+                "{n}"
+            );
+        }
+        assert!(matches!(
+            limits.allow("one-more", "another", later),
+            Err(Held::TooManyHeals { .. })
+        ));
+        let after = later + HEAL_OWNER_WINDOW;
+        assert_eq!(limits.allow("one-more", "another", after), Ok(()));
+    }
 }

@@ -10,10 +10,14 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, ListParams, LogParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher::{self, watcher, Event as WatchEvent};
 use kube::runtime::WatchStreamExt as _;
 use serde::Deserialize;
+use serde_json::json;
+
+use crate::mutate::crash::CRASH_ANNOTATION;
+use crate::mutate::heal::{Volume, VolumeKind};
 
 /// Watch pages.
 const LIST_PAGE: u32 = 500;
@@ -42,6 +46,10 @@ pub(crate) struct BackOff {
     pub(crate) pod_uid: String,
     /// From `involvedObject.fieldPath` (`spec.containers{web}`), when it names one.
     pub(crate) container: Option<String>,
+    /// The Event's `count`: a kubelet's next BackOff for the same container updates the Event
+    /// (the count goes up) rather than writing a new one; kept so that the update is a change
+    /// the watch reports (a container not looked at yet — its queue was full — gets its turn).
+    pub(crate) count: i32,
 }
 
 /// A core/v1 Event as the watch reads it off the wire: its identity, and the BackOff it says
@@ -65,6 +73,7 @@ mod wire {
         reason: Option<String>,
         #[serde(rename = "type")]
         type_: Option<String>,
+        count: Option<i32>,
     }
 
     #[derive(Deserialize)]
@@ -102,6 +111,7 @@ mod wire {
                     pod,
                     pod_uid: o.uid.unwrap_or_default(),
                     container: o.field_path.as_deref().and_then(super::container_of),
+                    count: e.count.unwrap_or_default(),
                 }),
                 _ => None,
             };
@@ -175,9 +185,13 @@ pub(crate) struct CrashedPod {
     pub(crate) node: Option<String>,
     /// Its `ownerReferences` entry with `controller: true`: (apiVersion, kind, name, uid).
     pub(crate) owner: Option<(String, String, String, String)>,
+    /// Whether it has an annotations map (the mark is added into it, or as a new one).
+    pub(crate) has_annotations: bool,
     /// Its labels (the selector of its owner's other Pods).
     pub(crate) labels: std::collections::BTreeMap<String, String>,
     pub(crate) containers: Vec<ContainerEnd>,
+    /// `spec.volumes`, each as what deleting the Pod would lose (`[crashes] heal`).
+    pub(crate) volumes: Vec<Volume>,
 }
 
 impl CrashedPod {
@@ -229,6 +243,7 @@ mod pod_wire {
         pub(super) uid: Option<String>,
         #[serde(default)]
         pub(super) owner_references: Vec<OwnerReference>,
+        pub(super) annotations: Option<serde::de::IgnoredAny>,
         #[serde(default)]
         pub(super) labels: std::collections::BTreeMap<String, String>,
     }
@@ -237,6 +252,24 @@ mod pod_wire {
     #[serde(rename_all = "camelCase")]
     pub(super) struct Spec {
         pub(super) node_name: Option<String>,
+        #[serde(default)]
+        pub(super) volumes: Vec<Volume>,
+    }
+
+    /// A volume: its name and which source it has (only an emptyDir's medium is read).
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Volume {
+        pub(super) name: String,
+        pub(super) empty_dir: Option<EmptyDir>,
+        pub(super) host_path: Option<serde::de::IgnoredAny>,
+        pub(super) persistent_volume_claim: Option<serde::de::IgnoredAny>,
+        pub(super) ephemeral: Option<serde::de::IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct EmptyDir {
+        pub(super) medium: Option<String>,
     }
 
     #[derive(Default, Deserialize)]
@@ -305,10 +338,27 @@ impl From<pod_wire::Pod> for CrashedPod {
             uid: m.uid.unwrap_or_default(),
             node: pod.spec.node_name,
             owner,
+            has_annotations: m.annotations.is_some(),
             labels: m.labels,
             containers,
+            volumes: pod.spec.volumes.into_iter().map(volume).collect(),
         }
     }
+}
+
+fn volume(v: pod_wire::Volume) -> Volume {
+    let kind = if let Some(empty_dir) = v.empty_dir {
+        VolumeKind::EmptyDir(empty_dir.medium)
+    } else if v.host_path.is_some() {
+        VolumeKind::HostPath
+    } else if v.persistent_volume_claim.is_some() {
+        VolumeKind::PersistentVolumeClaim
+    } else if v.ephemeral.is_some() {
+        VolumeKind::Ephemeral
+    } else {
+        VolumeKind::Other
+    };
+    Volume { name: v.name, kind }
 }
 
 fn run_seconds(started: Option<&Time>, finished: Option<&Time>) -> Option<i64> {
@@ -374,6 +424,65 @@ impl CrashReader {
         };
         api.logs(pod, &params).await
     }
+
+    /// Marks `pod` with the crash annotation's `value`: one JSON Patch (as the gate controller
+    /// patches Pods, `tests/data/kube-api/gates/`), guarded by a `test` of its uid so that a
+    /// Pod of the same name made since is never marked.
+    pub(crate) async fn mark(&self, pod: &CrashedPod, value: &str) -> Result<(), kube::Error> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace);
+        let add = if pod.has_annotations {
+            let key = crate::mutate::patch::pointer_token(CRASH_ANNOTATION);
+            json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": value})
+        } else {
+            json!({"op": "add", "path": "/metadata/annotations", "value": {CRASH_ANNOTATION: value}})
+        };
+        let ops = json!([{"op": "test", "path": "/metadata/uid", "value": pod.uid}, add]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(ops).expect("a JSON Patch of known operations");
+        api.patch(
+            &pod.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the Pod `namespace/name` if it is still the one of `uid` (a `uid` precondition,
+    /// as recorded: never its replacement of the same name).
+    pub(crate) async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Deleted, kube::Error> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            // The uid in the precondition no longer matches: the Pod was replaced.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Deleted::Gone),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a delete with a uid precondition did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// Deleted (gracefully: the kubelet finishes it).
+    Deleted,
+    /// Gone already, or replaced by a Pod of the same name (409 on the precondition): nothing
+    /// more to do.
+    Gone,
 }
 
 /// The Pod read through `kube`'s typed `get`, deserialized into [`CrashedPod`] only.

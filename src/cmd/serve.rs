@@ -20,8 +20,14 @@ pub(crate) async fn run(config: &Config, args: &ServeArgs) -> anyhow::Result<Exi
     let manage_node_taints = config.manage_node_taints || args.manage_node_taints;
     let choice = args.cluster.choice();
     let gates = config.policy.on_lookup_failure == OnLookupFailure::Gate;
-    let reads_cluster =
-        config.read_pull_secrets || config.watch_nodes || manage_node_taints || gates;
+    // Warning Events (`[events] on_admission`, `[crashes] watch`) are written to the cluster
+    // too: without one of the reads above they still need the client.
+    let writes_events = config.events_on_admission || config.crash_watch;
+    let reads_cluster = config.read_pull_secrets
+        || config.watch_nodes
+        || manage_node_taints
+        || gates
+        || writes_events;
     // A cluster the operator named is checked even when nothing is read of it: a typo in a
     // Deployment's arguments shows at once, not when the configuration changes.
     let kube = if reads_cluster || choice.is_explicit() {

@@ -130,6 +130,25 @@ pub(super) struct EventsSection {
 pub(super) struct CrashesSection {
     /// Watch the kubelets' BackOff Events for wrong-architecture crashes (`crate::crashes`).
     pub(super) watch: bool,
+    /// Delete the Pods of wrong-architecture crashes for their controllers to recreate
+    /// elsewhere (`crate::crashes`, with `watch`).
+    pub(super) heal: bool,
+    /// At admission, `terminationMessagePolicy: FallbackToLogsOnError` on containers that set
+    /// none (`mutate::logs_on_error`).
+    pub(super) fallback_to_logs_on_error: bool,
+}
+
+impl CrashesSection {
+    /// `heal`, which acts on what `watch` finds.
+    pub(super) fn heal(&self) -> Result<bool, ConfigError> {
+        if self.heal && !self.watch {
+            return Err(ConfigError::key(
+                "crashes.heal",
+                "heals what the crash watch finds: set `crashes.watch = true` too".to_owned(),
+            ));
+        }
+        Ok(self.heal)
+    }
 }
 
 /// A taint's effect a toleration matches; empty: every effect.
@@ -365,6 +384,8 @@ impl PolicySection {
             arm64_runs_arm32: self.arm64_runs_arm32,
             node_variants: validate_node_variants(&self.node_variants)?,
             pin_digests: self.pin_digests,
+            // `[crashes] fallback_to_logs_on_error`, set by `Config::validate`.
+            fallback_to_logs_on_error: false,
         })
     }
 }
@@ -1025,7 +1046,7 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
     intro: "",
     keys: &[KeyDoc {
         key: "watch",
-        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms, the index's entry for it is an image of another, or the same image runs ready on nodes of another (one list of the owner's Pods by label), else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner and in `tolerable_exec_format_crashes_total`; a wrong architecture is learned (in the shared cache too when `shared_cache.url` is set: every replica, `review` and `audit` see it; `tolerable crashes list | forget`); one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `list` on `pods`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
+        meaning: "the crash-signal watch: the kubelets' BackOff Warning Events watched (never all Pods), each backing-off Pod read once per container every 10 minutes; a container whose last run ended with a runtime's exec format error is reported — wrong architecture when the node's architecture is not among the image's platforms, the index's entry for it is an image of another, or the same image runs ready on nodes of another (one list of the owner's Pods by label), else \"not shown to be the architecture\" — in a Warning Event on the Pod and its controller owner, in the Pod's annotation `tolerable.io/crash` and in `tolerable_exec_format_crashes_total`; a wrong architecture is learned (in the shared cache too when `shared_cache.url` is set: every replica, `review` and `audit` see it; `tolerable crashes list | forget`); one replica looks (the gate releasers' Lease) (needs `list`, `watch` on `events`, `get` on `pods`, `pods/log`, `list`, `patch` on `pods`, `create` on `events`: `kustomize/components/crash-watch`, the chart's `config.crashes.watch`)",
         about: &[
             "The crash-signal watch: watch the kubelets' BackOff Warning Events (never all Pods), read each",
             "backing-off Pod once per container every 10 minutes, and when a container's last run ended",
@@ -1035,10 +1056,46 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
             "list of the owner's Pods) — then learned: admissions of that digest leave the architecture",
             "out, every replica's with shared_cache.url (tolerable crashes list | forget); else \"not",
             "shown to be the architecture\" (an entrypoint without a shebang prints the same) —",
-            "in a Warning Event on the Pod and its controller owner and in",
-            "tolerable_exec_format_crashes_total. One replica looks (the gate releasers' Lease). Needs",
-            "RBAC: list and watch on events, get on pods and pods/log, list on pods, create on events",
-            "(kustomize/components/crash-watch).",
+            "in a Warning Event on the Pod and its controller owner, in the Pod's annotation",
+            "tolerable.io/crash and in tolerable_exec_format_crashes_total. One replica looks (the gate",
+            "releasers' Lease). Needs RBAC: list and watch on events, get on pods and pods/log, list and",
+            "patch on pods, create on events (kustomize/components/crash-watch).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    },
+    KeyDoc {
+        key: "heal",
+        meaning: "with `watch`: delete the Pod of a wrong-architecture crash (with a uid precondition: never its replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or ReplicationController, never a bare Pod or a DaemonSet's; no emptyDir on the node's disk, hostPath or claim (maybe a local volume) — and the decision for its images now leaves the node's architecture out; at most once per Pod, one Pod per controller per 10 minutes, 20 in all per 10 minutes; said in the crash's Events and counted in `tolerable_crash_heals_total` (needs `delete` on `pods`: `kustomize/components/crash-heal`, the chart's `config.crashes.heal`)",
+        about: &[
+            "With watch: delete the Pod of a wrong-architecture crash (with a uid precondition, never its",
+            "replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or",
+            "ReplicationController, never a bare Pod or a DaemonSet's Pod; no emptyDir on the node's",
+            "disk, hostPath or claim (it may be a local volume) — and the decision for its images now",
+            "leaves the node's architecture out. At most once per Pod, one Pod per controller per 10",
+            "minutes, 20 in all per 10 minutes; said in the crash's Events, counted in",
+            "tolerable_crash_heals_total. Needs RBAC: delete on pods (kustomize/components/crash-heal).",
+        ],
+        example: None,
+        inline: None,
+        default_note: None,
+        deployed: false,
+    },
+    KeyDoc {
+        key: "fallback_to_logs_on_error",
+        meaning: "at admission, init containers and containers whose `terminationMessagePolicy` is the default get `FallbackToLogsOnError` in the patch of a Pod tolerable places or gates (a Pod left unchanged, skipped or denied gets nothing): a container that fails then has its log's last lines in its status, where the crash watch reads a runtime's exec format error without reading logs. The API server writes `File` into every container that sets no policy before a webhook sees it, so `File` counts as the default too (its termination-message file is still read first); `FallbackToLogsOnError` is kept. This shows up to 80 lines / 2 KiB of a failing container's log to whoever can read the Pod (`get` on `pods`), not only those who may read `pods/log`",
+        about: &[
+            "At admission, init containers and containers whose terminationMessagePolicy is the default",
+            "get FallbackToLogsOnError in the patch of a Pod tolerable places or gates (a Pod left",
+            "unchanged, skipped or denied gets nothing): a container that fails then has its log's last",
+            "lines in its status, where the crash watch reads a runtime's exec format error without",
+            "reading logs. The API server writes File into every container that sets no policy before a",
+            "webhook sees it, so File counts as the default too (its termination-message file is still",
+            "read first). This shows up to 80 lines / 2 KiB of a failing container's log to whoever can",
+            "read the Pod (get on pods), not only to those who may read pods/log: keep it off where logs",
+            "may hold secrets.",
         ],
         example: None,
         inline: None,

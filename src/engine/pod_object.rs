@@ -191,6 +191,8 @@ struct SpecIn {
 struct ContainerIn {
     name: String,
     image: Option<String>,
+    #[serde(rename = "terminationMessagePolicy")]
+    termination_message_policy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -202,22 +204,26 @@ struct VolumeIn {
 impl SpecIn {
     fn into_parts(self) -> (PodSpecView, PullSecretRefs) {
         let mut images = Vec::new();
+        let mut no_policy = Vec::new();
         for (kind, list) in [
             (SlotKind::InitContainer, self.init_containers),
             (SlotKind::Container, self.containers),
             (SlotKind::EphemeralContainer, self.ephemeral_containers),
         ] {
-            images.extend(
-                list.into_iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(index, c)| ImageSlot {
-                        kind,
-                        name: c.name,
-                        image: c.image,
-                        index,
-                    }),
-            );
+            for (index, c) in list.into_iter().flatten().enumerate() {
+                // Ephemeral containers are added through their own subresource, never created.
+                if crate::mutate::logs_on_error::is_default(c.termination_message_policy.as_deref())
+                    && kind != SlotKind::EphemeralContainer
+                {
+                    no_policy.push((kind, index));
+                }
+                images.push(ImageSlot {
+                    kind,
+                    name: c.name,
+                    image: c.image,
+                    index,
+                });
+            }
         }
         let volumes = self.volumes.into_iter().flatten().enumerate();
         images.extend(volumes.filter_map(|(index, v)| {
@@ -238,6 +244,7 @@ impl SpecIn {
             scheduling_gates: self
                 .scheduling_gates
                 .map(|gates| gates.into_iter().map(|g| g.name).collect()),
+            default_termination_message_policy: no_policy,
         };
         let pull = PullSecretRefs {
             secrets: self

@@ -53,6 +53,7 @@ struct CrashLabels {
 pub(crate) struct EventMetrics {
     events: Family<ResultLabels, Counter>,
     crashes: Family<CrashLabels, Counter>,
+    heals: Family<ResultLabels, Counter>,
 }
 
 impl EventMetrics {
@@ -79,6 +80,14 @@ impl EventMetrics {
             "Containers the crash watch saw fail to start with a runtime's exec format error, by the node's architecture (a Kubernetes architecture name, else other) and verdict: wrong_architecture (confirmed: learn it), not_among_platforms (the node's architecture is not in the image's index), unconfirmed (not shown to be the architecture)",
             metrics.crashes.clone(),
         );
+        for result in crate::mutate::heal::LABELS {
+            let _ = metrics.heals.get_or_create(&ResultLabels { result });
+        }
+        registry.register(
+            "tolerable_crash_heals",
+            "Pods of wrong-architecture crashes the crash watch deleted for their controllers to recreate elsewhere ([crashes] heal), or did not, by result: deleted, held (no controller that recreates it elsewhere, local data, or the decision would not move it), limited (once per Pod, one per controller per 10 minutes, 20 in all per 10 minutes), gone (replaced or gone before the delete), failed",
+            metrics.heals.clone(),
+        );
         registry.register(
             "tolerable_events",
             "Warning Events tolerable wrote or would have written, by result: sent, dropped (the recorder's queue was full), limited (one per object per window), refused (the API server answered 4xx), failed (no answer, or 5xx)",
@@ -100,6 +109,11 @@ impl EventMetrics {
                 verdict,
             })
             .inc();
+    }
+
+    /// One heal's result ([`crate::mutate::heal::LABELS`]).
+    pub(crate) fn healed(&self, result: &'static str) {
+        self.heals.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub(crate) fn count(&self, result: EventResult) {

@@ -16,7 +16,7 @@ use crate::common::registry;
 use crate::common::webhook::{self, TestServer};
 
 /// An upper bound on what a test waits for (a hung test's guard, not a timing claim).
-pub(super) const BOUND: Duration = Duration::from_secs(60);
+pub(crate) const BOUND: Duration = Duration::from_secs(60);
 
 pub(super) fn hosts() -> RegistryHosts {
     RegistryHosts {
@@ -27,7 +27,15 @@ pub(super) fn hosts() -> RegistryHosts {
 
 /// `serve` with the crash watch, leading (not competing for the Lease: what only a leader does,
 /// it does), and the node watch.
-pub(super) async fn watching(api: &FakeApiServer) -> TestServer {
+pub(crate) async fn watching(api: &FakeApiServer) -> TestServer {
+    watching_with(api, |_| {}).await
+}
+
+/// [`watching`], the config changed by `change` first (`[crashes] heal` on, …).
+pub(crate) async fn watching_with(
+    api: &FakeApiServer,
+    change: impl FnOnce(&mut Config),
+) -> TestServer {
     let mut config = Config::load(None, Vec::new()).unwrap();
     config.policy = webhook::policy();
     config.resolver = common::settings();
@@ -35,11 +43,12 @@ pub(super) async fn watching(api: &FakeApiServer) -> TestServer {
     config.namespace_policy = false;
     config.watch_nodes = true;
     config.crash_watch = true;
+    change(&mut config);
     TestServer::start_configured(config, Some(api.client("admintoken"))).await
 }
 
 /// Waits (at most [`BOUND`]) until the server's metrics show `series` at `value`.
-async fn until_metric(server: &TestServer, series: &str, value: f64) {
+pub(crate) async fn until_metric(server: &TestServer, series: &str, value: f64) {
     let deadline = Instant::now() + BOUND;
     loop {
         let text = webhook::metrics_text(server).await;
@@ -73,7 +82,7 @@ pub(super) async fn pod_and_owner_events(api: &FakeApiServer) -> (Value, Value) 
 /// The recorded crash as it is (runc's text, exit 255, a ~0 s run) on an arm64 node, its image
 /// on a registry no test reaches: an exec format error, not shown to be the architecture (the
 /// index cannot be read) — Evented on the Pod and its ReplicaSet, counted as unconfirmed, the
-/// Pod read once however many BackOffs name it.
+/// Pod read (and marked) once however many BackOffs name it.
 #[tokio::test]
 async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
     let api = FakeApiServer::start_with_crashes(hosts(), Crashes::recorded());
@@ -111,19 +120,35 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
         1.0,
     )
     .await;
-    let pod_reads = api
+    let pod_requests = api
         .requests()
         .iter()
         .filter(|p| p.as_str() == "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde")
         .count();
-    assert_eq!(pod_reads, 1);
+    // One read, and the mark's one patch (unconfirmed: `exec-format-error`).
+    let marks = api.crash_patches();
+    assert_eq!((pod_requests, marks.len()), (2, 1), "{marks:#?}");
+    let mark = marks[0][1]["value"]["tolerable.io/crash"].as_str().unwrap();
+    assert!(
+        mark.starts_with("exec-format-error; container=web"),
+        "{mark}"
+    );
 }
 
 /// The fake replaying the recorded crash, its container's image `repository:v1` on `host` and
 /// its `imageID` that tag's digest as the registry serves it now; with the tag and the imageID.
-pub(super) async fn crashing_image(
+pub(crate) async fn crashing_image(
     host: &str,
     repository: &str,
+) -> (FakeApiServer, String, String) {
+    crashing_image_with(host, repository, |c| c).await
+}
+
+/// [`crashing_image`], the recorded crash changed by `change` (the heal tests' Pods).
+pub(crate) async fn crashing_image_with(
+    host: &str,
+    repository: &str,
+    change: impl FnOnce(Crashes) -> Crashes,
 ) -> (FakeApiServer, String, String) {
     let tag = format!("{host}/{repository}:v1");
     let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
@@ -134,7 +159,8 @@ pub(super) async fn crashing_image(
         .digest
         .clone();
     let image_id = format!("{host}/{repository}@{digest}");
-    let api = FakeApiServer::start_with_crashes(hosts(), Crashes::with_image(&tag, &image_id));
+    let crashes = change(Crashes::with_image(&tag, &image_id));
+    let api = FakeApiServer::start_with_crashes(hosts(), crashes);
     (api, tag, image_id)
 }
 

@@ -7,6 +7,7 @@
 mod common;
 
 mod cluster_flags;
+mod crash_actions;
 mod crashes;
 mod crashes_learned;
 mod fake_api;

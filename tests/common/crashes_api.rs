@@ -13,6 +13,18 @@
 //! - `GET …/shop/pods/web-7d9c6b8f5-abcde`: the recorded Pod;
 //! - `GET …/log?container=web&previous=true&tailLines=20` (and a `limitBytes`): the recorded
 //!   500 (no kubelet);
+//! - `DELETE …/shop/pods/web-7d9c6b8f5-abcde` with a `uid` precondition: the Pod's recorded uid
+//!   is the recorded 200 (the Pod, graceful), the recorded other uid (`00000000-…`) the
+//!   recorded 409; each delete's body kept for the test. The recorded bodies also name
+//!   `apiVersion: v1, kind: DeleteOptions`, which `kube` leaves out (the API server takes a
+//!   DeleteOptions body without them the same): only the preconditions are compared, and a
+//!   body with any other option is unrecorded (501);
+//! - `PATCH …/shop/pods/web-7d9c6b8f5-abcde`, a JSON Patch that tests the Pod's uid and adds
+//!   the annotation `tolerable.io/crash` (the crash watch's mark): applied to the Pod as served
+//!   and answered 200 with the patched Pod; any other patch is unrecorded (501). **Not
+//!   recorded**: no Pod metadata patch was recorded on this crash; the answer follows the
+//!   recorded JSON Patches on Pods in `tests/data/kube-api/gates/` (`pod-patch-*`: 200 with
+//!   the patched Pod; a failed `test` is a 422 there, which this fake does not produce).
 //! - `GET /api/v1/namespaces/shop/pods?&labelSelector=app%3Dweb&limit=N` (the Pods of the
 //!   crashing Pod's owner, confirmation (c)): **NOT RECORDED in this namespace** — composed.
 //!   The request's shape is the recorded `workloads/pod-list-team-a-label-app-web` (kube's
@@ -26,7 +38,11 @@
 //! The changes made to the recording: the Pod's `nodeName` is `arm-1` (a Node of the node
 //! fake labelled arm64; the recording's `n-arm-2` has no recorded Node), and a test may point
 //! the container's image and `imageID` at a test registry's image, or leave the termination
-//! message out.
+//! message out; and, for the heal tests, the Pod's controller owner may be left out or be a
+//! DaemonSet (`apps/v1`, named `web`), a `hostPath` volume may be added to its spec, and the
+//! Pod may be the one that was replaced: its uid (in the Pod and in the Events naming it) the
+//! recorded 409's precondition uid, `00000000-0000-0000-0000-000000000000`, which the recorded
+//! record no longer holds.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -37,12 +53,15 @@ use hyper::body::Frame;
 use hyper::Response;
 use serde_json::{json, Value};
 
-use super::kube_api::{query, unrecorded_status, Body};
+use super::kube_fake::{query, unrecorded_status, Body};
 use super::recorded::{exchanges, Exchange};
 
 /// The node the recorded Pod is on here.
 pub const NODE: &str = "arm-1";
 const POD_PATH: &str = "/api/v1/namespaces/shop/pods/web-7d9c6b8f5-abcde";
+/// The recorded Pod's uid, and the one the recorded 409 was asked with.
+pub const POD_UID: &str = "26be13ca-16c0-4b8b-9e31-07601681d14b";
+const REPLACED_UID: &str = "00000000-0000-0000-0000-000000000000";
 /// The Pods of the namespace (listed by label: the crashing Pod's owner's).
 const PODS_PATH: &str = "/api/v1/namespaces/shop/pods";
 /// The fields a core/v1 Event selector may name (the README's list).
@@ -67,6 +86,27 @@ pub struct Crashes {
     no_message: bool,
     /// The recorded `web` Pods running the same image on amd64 nodes (confirmation (c)).
     elsewhere: bool,
+    /// The Pod's changes for the heal tests.
+    changed: PodChanges,
+    /// The bodies of the DELETEs received.
+    deletes: std::sync::Mutex<Vec<Value>>,
+    /// The JSON Patches received.
+    patches: std::sync::Mutex<Vec<Value>>,
+}
+
+/// How the Pod differs from the recorded one (the heal tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodChanges {
+    #[default]
+    None,
+    /// No `ownerReferences`: a bare Pod.
+    Bare,
+    /// Its controller a DaemonSet.
+    DaemonSet,
+    /// A `hostPath` volume in its spec.
+    HostPath,
+    /// The Pod that was replaced (its uid the recorded 409's).
+    Replaced,
 }
 
 impl Crashes {
@@ -75,8 +115,67 @@ impl Crashes {
             recorded: exchanges("crashes"),
             image: None,
             no_message: false,
+            changed: PodChanges::None,
+            deletes: std::sync::Mutex::new(Vec::new()),
+            patches: std::sync::Mutex::new(Vec::new()),
             elsewhere: false,
         }
+    }
+
+    /// The JSON Patches received so far.
+    pub fn patches(&self) -> Vec<Value> {
+        self.patches.lock().unwrap().clone()
+    }
+
+    /// `PATCH` of the Pod: the crash watch's mark (see the module's doc), applied.
+    pub fn patch(&self, path: &str, content_type: &str, body: &[u8]) -> Option<Response<Body>> {
+        if path != POD_PATH {
+            return None;
+        }
+        let ops: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        self.patches.lock().unwrap().push(ops.clone());
+        let (code, mut pod) = self.pod();
+        let uid = pod["metadata"]["uid"].clone();
+        let marks = |op: &Value| {
+            op["op"] == "add"
+                && match op["path"].as_str() {
+                    Some("/metadata/annotations") => {
+                        op["value"]
+                            .as_object()
+                            .is_some_and(|m| m.len() == 1 && m["tolerable.io/crash"].is_string())
+                            && pod["metadata"].get("annotations").is_none()
+                    }
+                    Some("/metadata/annotations/tolerable.io~1crash") => {
+                        op["value"].is_string() && pod["metadata"]["annotations"].is_object()
+                    }
+                    _ => false,
+                }
+        };
+        let tests_uid = json!({"op": "test", "path": "/metadata/uid", "value": uid});
+        let shaped = content_type == "application/json-patch+json"
+            && ops
+                .as_array()
+                .is_some_and(|o| o.len() == 2 && o[0] == tests_uid && marks(&o[1]));
+        if !shaped {
+            return Some(json_answer(
+                501,
+                &unrecorded_status(&format!("a patch {ops}")),
+            ));
+        }
+        let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        Some(json_answer(code, &pod))
+    }
+
+    /// This crash, its Pod changed as `changed` says.
+    pub fn changed(mut self, changed: PodChanges) -> Self {
+        self.changed = changed;
+        self
+    }
+
+    /// The bodies of the DELETEs received so far.
+    pub fn deletes(&self) -> Vec<Value> {
+        self.deletes.lock().unwrap().clone()
     }
 
     /// The recorded crash, its container's image `image` pulled as `image_id`.
@@ -99,13 +198,45 @@ impl Crashes {
         self
     }
 
-    fn body(&self, note: &str) -> (u16, Value) {
-        let e = self
-            .recorded
+    fn exchange(&self, note: &str) -> &Exchange {
+        self.recorded
             .iter()
             .find(|e| e.note.starts_with(note))
-            .unwrap_or_else(|| panic!("no recorded exchange {note:?}"));
-        (e.response.status, e.response.body.clone())
+            .unwrap_or_else(|| panic!("no recorded exchange {note:?}"))
+    }
+
+    /// A recorded answer; the Pod that was replaced has the other uid wherever it is named.
+    fn body(&self, note: &str) -> (u16, Value) {
+        let e = self.exchange(note);
+        let mut body = e.response.body.clone();
+        if self.changed == PodChanges::Replaced {
+            let text = body.to_string().replace(POD_UID, REPLACED_UID);
+            body = serde_json::from_str(&text).unwrap();
+        }
+        (e.response.status, body)
+    }
+
+    /// `DELETE` of the recorded Pod: the recorded answer to the same `uid` precondition.
+    pub fn delete(&self, path: &str, body: &[u8]) -> Option<Response<Body>> {
+        if path != POD_PATH {
+            return None;
+        }
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        self.deletes.lock().unwrap().push(asked.clone());
+        let others = asked.as_object().map_or(1, |o| {
+            o.keys()
+                .filter(|k| !["apiVersion", "kind", "preconditions"].contains(&k.as_str()))
+                .count()
+        });
+        let recorded = self.recorded.iter().find(|e| {
+            e.request.method == "DELETE"
+                && e.request.body.as_ref().map(|b| &b["preconditions"])
+                    == Some(&asked["preconditions"])
+        });
+        Some(match (recorded, others) {
+            (Some(e), 0) => json_answer(e.response.status, &e.response.body),
+            _ => json_answer(501, &unrecorded_status(&format!("a delete with {asked}"))),
+        })
     }
 
     /// The answer to a GET this fake serves (`None`: not one of its paths).
@@ -148,6 +279,7 @@ impl Crashes {
             pod["status"]["containerStatuses"][0]["image"] = json!(image);
             pod["status"]["containerStatuses"][0]["imageID"] = json!(image_id);
         }
+        change_pod(&mut pod, self.changed);
         if self.no_message {
             let status = &mut pod["status"]["containerStatuses"][0];
             status["lastState"]["terminated"]
@@ -260,6 +392,27 @@ impl Crashes {
             .headers_mut()
             .insert("content-type", "application/json".parse().unwrap());
         response
+    }
+}
+
+fn change_pod(pod: &mut Value, changed: PodChanges) {
+    match changed {
+        PodChanges::None | PodChanges::Replaced => {}
+        PodChanges::Bare => {
+            pod["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ownerReferences");
+        }
+        PodChanges::DaemonSet => {
+            let owner = &mut pod["metadata"]["ownerReferences"][0];
+            owner["kind"] = json!("DaemonSet");
+            owner["name"] = json!("web");
+        }
+        PodChanges::HostPath => {
+            pod["spec"]["volumes"] =
+                json!([{"name": "data", "hostPath": {"path": "/var/lib/web", "type": ""}}]);
+        }
     }
 }
 

@@ -23,12 +23,11 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
-use super::kube_fake::{full, recording, status, unrecorded, FakeApi, Req, Running};
-use super::lease_api::Leases;
-// What `crashes_api` and `events_api` still import from here (they move once `heal` is merged).
 use super::crashes_api::Crashes;
 use super::events_api::Events;
-pub use super::kube_fake::{query, unrecorded_status, Body};
+use super::kube_fake::Body;
+use super::kube_fake::{full, recording, status, unrecorded, FakeApi, Req, Running};
+use super::lease_api::Leases;
 use super::node_api::Nodes;
 
 /// Registry hosts in the recordings → this run's.
@@ -185,17 +184,14 @@ async fn route(state: Arc<State>, hosts: Arc<RegistryHosts>, req: Req) -> Respon
             return full(refused);
         }
     }
-    if let Some(crashes) = state
-        .crashes
-        .as_ref()
-        .filter(|_| method == hyper::Method::GET)
-    {
-        if let Some(answer) = crashes.answer(&path, &query) {
-            if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "get", "pods") {
-                return full(refused);
-            }
-            return answer;
-        }
+    let asked = (
+        &method,
+        path.as_str(),
+        query.as_str(),
+        content_type.as_str(),
+    );
+    if let Some(answer) = crash_answer(&state, asked, &body, token.as_deref()) {
+        return answer;
     }
     if let Some((code, answer)) = state.events.answer(method.as_str(), &path, &body) {
         if let Some(refused) = cluster_scoped_refusal(token.as_deref(), "create", "events") {
@@ -217,6 +213,27 @@ async fn route(state: Arc<State>, hosts: Arc<RegistryHosts>, req: Req) -> Respon
         }
         (&hyper::Method::GET, _) => full(answer(&path, token.as_deref(), &hosts)),
         _ => full(unrecorded(&format!("{method} {path}"))),
+    }
+}
+
+/// The recorded crash's reads (GET) and the crashed Pod's deletes (`crashes_api`), when the
+/// fake serves them and `token` may.
+fn crash_answer(
+    state: &State,
+    (method, path, query, content_type): (&hyper::Method, &str, &str, &str),
+    body: &[u8],
+    token: Option<&str>,
+) -> Option<Response<Body>> {
+    let crashes = state.crashes.as_ref()?;
+    let (answer, verb) = match *method {
+        hyper::Method::GET => (crashes.answer(path, query)?, "get"),
+        hyper::Method::DELETE => (crashes.delete(path, body)?, "delete"),
+        hyper::Method::PATCH => (crashes.patch(path, content_type, body)?, "patch"),
+        _ => return None,
+    };
+    match cluster_scoped_refusal(token, verb, "pods") {
+        Some(refused) => Some(full(refused)),
+        None => Some(answer),
     }
 }
 
@@ -324,6 +341,24 @@ impl FakeApiServer {
     /// A real `kube` client for this server, authenticating with `token`.
     pub fn client(&self, token: &str) -> kube::Client {
         self.api.client(token)
+    }
+
+    /// The bodies of the crashed Pod's DELETEs so far (`crashes_api`).
+    pub fn crash_deletes(&self) -> Vec<serde_json::Value> {
+        self.state
+            .crashes
+            .as_ref()
+            .map(Crashes::deletes)
+            .unwrap_or_default()
+    }
+
+    /// The crashed Pod's JSON Patches so far (`crashes_api`).
+    pub fn crash_patches(&self) -> Vec<serde_json::Value> {
+        self.state
+            .crashes
+            .as_ref()
+            .map(Crashes::patches)
+            .unwrap_or_default()
     }
 
     /// Paths requested so far.

@@ -17,6 +17,7 @@
 pub mod captured_log;
 pub mod certs;
 pub mod cli;
+pub mod crash_scale_api;
 pub mod crashes_api;
 pub mod deployed;
 pub mod doc_samples;

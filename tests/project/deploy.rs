@@ -30,6 +30,7 @@ const OVERLAYS: &[&str] = &[
     "kustomize/overlays/daemonsets",
     "kustomize/overlays/events",
     "kustomize/overlays/crash-watch",
+    "kustomize/overlays/crash-heal",
 ];
 
 fn root() -> PathBuf {
@@ -832,7 +833,7 @@ fn the_plugin_image_matches_the_docs_and_the_config_is_valid() {
 
 /// Each feature that needs the API: whether the config enables it, the ClusterRole (and its
 /// binding) named for it, and the rules that role must hold.
-fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 5] {
+fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 6] {
     [
         (
             config.read_pull_secrets,
@@ -858,6 +859,11 @@ fn roles_of_features(config: &Config) -> [(bool, &'static str, Value); 5] {
             config.events_on_admission,
             "tolerable-events",
             serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]),
+        ),
+        (
+            config.crash_heal,
+            "tolerable-crash-heal",
+            serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]),
         ),
     ]
 }
@@ -1346,7 +1352,8 @@ fn the_documented_overlay_commands_run_as_written() {
 }
 
 /// The crash-watch component (`kustomize/overlays/crash-watch`): the base plus reading BackOff
-/// Events and the Pods they name (with their log), listing their owners' Pods, writing Events, and the gate releasers'
+/// Events and the Pods they name (with their log), listing their owners' Pods, marking those
+/// Pods, writing Events, and the gate releasers'
 /// Lease in tolerable's own namespace — nothing else.
 #[test]
 fn the_crash_watch_component_grants_what_it_reads_and_writes() {
@@ -1359,6 +1366,7 @@ fn the_crash_watch_component_grants_what_it_reads_and_writes() {
             {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch", "create"]},
             {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ])
     );
@@ -1368,4 +1376,32 @@ fn the_crash_watch_component_grants_what_it_reads_and_writes() {
         election["rules"][1]["resourceNames"],
         serde_json::json!(["tolerable-gates"])
     );
+}
+
+/// The crash-heal component (`kustomize/overlays/crash-heal`, with crash-watch): the crash
+/// watch's grants plus `delete` on pods — in a ClusterRole of its own, which the crash watch
+/// alone does not have.
+#[test]
+fn the_crash_heal_component_grants_only_deleting_pods() {
+    let docs = documents(&render("kustomize/overlays/crash-heal"));
+    let config = deployed_config(&docs);
+    assert!(config.crash_watch && config.crash_heal);
+    let role = object(&docs, "ClusterRole", "tolerable-crash-heal");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}])
+    );
+    let watch_only = documents(&render("kustomize/overlays/crash-watch"));
+    assert!(!deployed_config(&watch_only).crash_heal);
+    let deletes = |docs: &[Value]| {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+            .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+            .any(|r| {
+                r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.contains(&"delete".into()))
+            })
+    };
+    assert!(!deletes(&watch_only));
 }

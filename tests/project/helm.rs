@@ -838,6 +838,7 @@ fn the_charts_rbac_grants_what_its_config_enables() {
         json!({"config": {"policy": {"on_lookup_failure": "gate"}}}),
         json!({"config": {"events": {"on_admission": true}}}),
         json!({"config": {"crashes": {"watch": true}}}),
+        json!({"config": {"crashes": {"watch": true, "heal": true}}}),
     ] {
         let chart = tools::documents(&render(&values, "tolerable", "tolerable-system").0);
         let config = load_rendered_config(&chart, "tolerable").unwrap();
@@ -853,6 +854,7 @@ fn the_charts_rbac_grants_what_its_config_enables() {
         assert_eq!(config.namespace_policy, granted("tolerable-namespaces"));
         assert_eq!(config.events_on_admission, granted("tolerable-events"));
         assert_eq!(config.crash_watch, granted("tolerable-crash-watch"));
+        assert_eq!(config.crash_heal, granted("tolerable-crash-heal"));
     }
 }
 

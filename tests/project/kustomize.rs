@@ -4,8 +4,8 @@
 //! component, is the chart's render with the matching values, object by object, after the
 //! generator's normalisation (Helm-only labels dropped, kustomize's name suffixes removed, the
 //! config compared as tolerable loads it). The hand-written components (monitoring,
-//! shared-cache, namespaced-pull-secrets, credential-provider-image) are held to the chart the
-//! same way, through their example overlays.
+//! shared-cache, namespaced-pull-secrets, credential-provider-image, crash-heal) are held to the
+//! chart the same way, through their example overlays.
 
 use crate::common;
 
@@ -203,6 +203,10 @@ fn the_hand_written_components_render_what_the_chart_renders() {
                    "image": {"repository": "registry.example.com/platform/tolerable-ecr"},
                    "serviceAccount": {"annotations": {
                        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/tolerable-ecr-read"}}}),
+        ),
+        (
+            "crash-heal",
+            json!({"config": {"crashes": {"watch": true, "heal": true}}}),
         ),
         (
             "no-cluster-access",

@@ -10,6 +10,7 @@ mod abuse;
 mod abuse_lookups;
 mod body_eviction;
 mod faults;
+mod logs_on_error;
 mod malformed_inputs;
 mod monitoring;
 mod owner_events;

@@ -70,6 +70,11 @@ kustomize/components/crash-watch). */}}
 {{- define "tolerable.crashWatch" -}}
 {{- if dig "crashes" "watch" false .Values.config }}true{{ end -}}
 {{- end -}}
+{{/* Whether the crash watch deletes the Pods of wrong-architecture crashes ([crashes] heal,
+kustomize/components/crash-heal). */}}
+{{- define "tolerable.crashHeal" -}}
+{{- if and (include "tolerable.crashWatch" .) (dig "crashes" "heal" false .Values.config) }}true{{ end -}}
+{{- end -}}
 {{/* Whether Pods are gated when their images cannot be looked up (policy.on_lookup_failure =
 "gate"): then serve releases them, one replica elected on a Lease (kustomize/components/gates). */}}
 {{- define "tolerable.gates" -}}

@@ -265,6 +265,24 @@ impl Verdict {
     }
 }
 
+/// The annotation the crash watch marks a crashed Pod with (the verdict, the container, the
+/// image and the node's architecture), where `kubectl get pod -o yaml` and selectors on
+/// annotations-aware tools show it.
+pub const CRASH_ANNOTATION: &str = "tolerable.io/crash";
+
+/// The [`CRASH_ANNOTATION`]'s value: `wrong-architecture` (confirmed, or on an architecture
+/// the index lacks) or `exec-format-error` (not shown to be the architecture), then
+/// `container=…; image=…; node-arch=…`.
+pub fn mark(verdict: &Verdict, container: &str, image: &str, node_arch: &str) -> String {
+    let what = match verdict {
+        Verdict::WrongArchitecture { .. } | Verdict::NotAmongPlatforms { .. } => {
+            "wrong-architecture"
+        }
+        Verdict::Unconfirmed => "exec-format-error",
+    };
+    format!("{what}; container={container}; image={image}; node-arch={node_arch}")
+}
+
 /// `fact` without the platforms of the architectures learned not to run its digest
 /// (`learned`, from crashes), and the warning saying so; `None` when nothing is left out.
 pub fn leave_out(
@@ -446,6 +464,19 @@ mod tests {
         for (facts, expected) in table {
             assert_eq!(confirm(&facts, &RUNTIME), expected, "{facts:?}");
         }
+    }
+
+    #[test]
+    fn the_mark_names_the_verdict_container_image_and_architecture() {
+        let wrong = Verdict::NotAmongPlatforms {
+            arch: "arm64".into(),
+        };
+        assert_eq!(
+            mark(&wrong, "web", "r/web@sha256:ab", "arm64"),
+            "wrong-architecture; container=web; image=r/web@sha256:ab; node-arch=arm64"
+        );
+        assert!(mark(&Verdict::Unconfirmed, "web", "r/web:1", "arm64")
+            .starts_with("exec-format-error; container=web"));
     }
 
     #[test]

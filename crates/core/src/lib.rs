@@ -9,7 +9,9 @@ pub mod decision;
 pub mod explain;
 pub mod facts;
 pub mod gate;
+pub mod heal;
 pub mod knobs;
+pub mod logs_on_error;
 pub mod namespace_policy;
 pub mod node_labels;
 pub mod owner_warning;
@@ -363,11 +365,14 @@ fn answer_object(
         );
         placement.annotation = pod::annotation_update(&request.pod, placement.summary.clone());
     }
-    let patch = match &decision {
+    let mut patch = match &decision {
         Decision::Placed(placement) => patch::operations(&request.pod, placement),
         Decision::Gated { summary, .. } => gate::gate_operations(&request.pod, summary),
         _ => Vec::new(),
     };
+    if policy.fallback_to_logs_on_error && logs_on_error::applies(&decision) {
+        patch.extend(logs_on_error::operations(&request.pod));
+    }
     Answer {
         decision,
         patch,

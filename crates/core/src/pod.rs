@@ -40,6 +40,9 @@ pub struct PodSpecView {
     pub node_name: Option<String>,
     /// `spec.schedulingGates`' names, in order (`None`: no list at all).
     pub scheduling_gates: Option<Vec<String>>,
+    /// The init containers and containers (kind and index) whose `terminationMessagePolicy`
+    /// is the API server's default (`File`, or none) (`[crashes] fallback_to_logs_on_error`).
+    pub default_termination_message_policy: Vec<(SlotKind, usize)>,
 }
 
 /// Where an image is named in a Pod spec.
@@ -81,11 +84,18 @@ impl PodView {
                     index,
                 };
                 let mut images = Vec::new();
+                let mut no_policy = Vec::new();
                 for (i, c) in spec.init_containers.iter().flatten().enumerate() {
                     images.push(slot(SlotKind::InitContainer, &c.name, &c.image, i));
+                    if super::logs_on_error::is_default(c.termination_message_policy.as_deref()) {
+                        no_policy.push((SlotKind::InitContainer, i));
+                    }
                 }
                 for (i, c) in spec.containers.iter().enumerate() {
                     images.push(slot(SlotKind::Container, &c.name, &c.image, i));
+                    if super::logs_on_error::is_default(c.termination_message_policy.as_deref()) {
+                        no_policy.push((SlotKind::Container, i));
+                    }
                 }
                 for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
                     images.push(slot(SlotKind::EphemeralContainer, &c.name, &c.image, i));
@@ -106,6 +116,7 @@ impl PodView {
                         .scheduling_gates
                         .as_ref()
                         .map(|gates| gates.iter().map(|g| g.name.clone()).collect()),
+                    default_termination_message_policy: no_policy,
                 }
             }),
         }

@@ -150,6 +150,10 @@ pub struct Policy {
     /// `[policy] pin_digests`: each image by tag is rewritten to `name:tag@digest` of what the
     /// decision was made on (the Pod's or its Namespace's `tolerable.io/pin-digest` overrides).
     pub pin_digests: bool,
+    /// `[crashes] fallback_to_logs_on_error`: init containers and containers that set no
+    /// `terminationMessagePolicy` get `FallbackToLogsOnError`, so a failed start's last log
+    /// lines (a runtime's exec format error) reach the Pod's status.
+    pub fallback_to_logs_on_error: bool,
 }
 
 impl Policy {
@@ -221,6 +225,7 @@ impl Default for Policy {
             arm64_runs_arm32: false,
             node_variants: BTreeMap::new(),
             pin_digests: false,
+            fallback_to_logs_on_error: false,
         }
     }
 }
