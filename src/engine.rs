@@ -5,6 +5,7 @@
 //! pure function ([`mutate::answer`]). Built once per process by [`Engine::build`] from the
 //! validated config, the [`Purpose`] it decides for and the cluster [`Sources`] the caller has.
 
+pub(crate) mod json_scan;
 mod pod_object;
 mod workload_pod;
 
