@@ -39,24 +39,10 @@ impl<'a> Scanner<'a> {
         &self.text[range]
     }
 
-    fn byte(&self, at: usize) -> Option<u8> {
-        self.text.as_bytes().get(at).copied()
-    }
-
-    fn whitespace(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte(self.pos) {
-            self.pos += 1;
-        }
-    }
-
     /// The next byte after whitespace, not consumed.
     pub(crate) fn peek(&mut self) -> Option<u8> {
-        self.whitespace();
-        self.byte(self.pos)
-    }
-
-    fn eat(&mut self, byte: u8) -> Option<()> {
-        (self.byte(self.pos) == Some(byte)).then(|| self.pos += 1)
+        self.pos = whitespace(self.text.as_bytes(), self.pos);
+        self.text.as_bytes().get(self.pos).copied()
     }
 
     /// Whether only whitespace is left.
@@ -64,136 +50,23 @@ impl<'a> Scanner<'a> {
         (self.peek().is_none()).then_some(())
     }
 
-    /// A string starting at its opening quote; its raw text between the quotes (escapes left
-    /// as they are).
-    fn string(&mut self) -> Option<&'a str> {
-        let bytes = self.text.as_bytes();
-        let start = self.pos + 1;
-        let mut at = start;
-        loop {
-            match *bytes.get(at)? {
-                b'"' => break,
-                b'\\' => {
-                    at += match *bytes.get(at + 1)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
-                        b'u' => {
-                            let hex = bytes.get(at + 2..at + 6)?;
-                            hex.iter().all(u8::is_ascii_hexdigit).then_some(6)?
-                        }
-                        _ => return None,
-                    };
-                }
-                0..=0x1f => return None,
-                _ => at += 1,
-            }
-        }
-        self.pos = at + 1;
-        Some(&self.text[start..at])
-    }
-
-    /// A number as serde_json reads one: `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)? ([eE] [+-]? [0-9]+)?
-    fn number(&mut self) -> Option<()> {
-        let digits = |s: &mut Self| {
-            let first = s.pos;
-            while let Some(b'0'..=b'9') = s.byte(s.pos) {
-                s.pos += 1;
-            }
-            (s.pos > first).then_some(())
-        };
-        let _ = self.eat(b'-');
-        match self.byte(self.pos)? {
-            b'0' => {
-                self.pos += 1;
-                if let Some(b'0'..=b'9') = self.byte(self.pos) {
-                    return None;
-                }
-            }
-            b'1'..=b'9' => digits(self)?,
-            _ => return None,
-        }
-        if self.eat(b'.').is_some() {
-            digits(self)?;
-        }
-        if let Some(b'e' | b'E') = self.byte(self.pos) {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.byte(self.pos) {
-                self.pos += 1;
-            }
-            digits(self)?;
-        }
-        Some(())
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        let end = self.pos + word.len();
-        (self.text.as_bytes().get(self.pos..end)? == word).then(|| self.pos = end)
-    }
-
-    /// An object's key and the colon after it; the key's raw text.
-    fn key(&mut self) -> Option<&'a str> {
-        if self.peek()? != b'"' {
-            return None;
-        }
-        let key = self.string()?;
-        (self.peek()? == b':').then(|| self.pos += 1)?;
-        Some(key)
-    }
-
-    /// Skips one value (and the whitespace before it), checking it; where it was. Iterative,
-    /// with the open objects and arrays as bits of one word: no allocation, no recursion.
+    /// Skips one value (and the whitespace before it), checking it; where it was.
     pub(crate) fn value(&mut self) -> Option<Range<usize>> {
-        self.whitespace();
-        let start = self.pos;
-        // Bit i: whether the open container at depth i + 1 (from the top) is an object.
-        let (mut open, mut depth) = (0u64, 0u32);
-        'value: loop {
-            match self.peek()? {
-                opening @ (b'{' | b'[') => {
-                    let closing = if opening == b'{' { b'}' } else { b']' };
-                    self.pos += 1;
-                    if self.peek()? != closing {
-                        if depth == MAX_DEPTH {
-                            return None;
-                        }
-                        open = open << 1 | u64::from(opening == b'{');
-                        depth += 1;
-                        if opening == b'{' {
-                            self.key()?;
-                        }
-                        continue 'value;
-                    }
-                    self.pos += 1;
-                }
-                b'"' => {
-                    self.string()?;
-                }
-                b'n' => self.literal(b"null")?,
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'-' | b'0'..=b'9' => self.number()?,
-                _ => return None,
-            }
-            // After a value: close every container that ends here, then the next element.
-            while depth > 0 {
-                let object = open & 1 == 1;
-                match self.peek()? {
-                    b',' => {
-                        self.pos += 1;
-                        if object {
-                            self.key()?;
-                        }
-                        continue 'value;
-                    }
-                    b'}' if object => {}
-                    b']' if !object => {}
-                    _ => return None,
-                }
-                self.pos += 1;
-                open >>= 1;
-                depth -= 1;
-            }
-            return Some(start..self.pos);
-        }
+        let bytes = self.text.as_bytes();
+        let start = whitespace(bytes, self.pos);
+        self.pos = skip_value(bytes, start)?;
+        Some(start..self.pos)
+    }
+
+    /// An object's key, the colon and the whitespace after it; the key's raw text (escapes left
+    /// as they are).
+    fn key(&mut self) -> Option<&'a str> {
+        let bytes = self.text.as_bytes();
+        let start = whitespace(bytes, self.pos);
+        self.pos = key_end(bytes, start)?;
+        let quoted = &bytes[start..self.pos];
+        let close = start + quoted.iter().rposition(|&b| b == b'"')?;
+        Some(&self.text[start + 1..close])
     }
 
     /// The members of the object that starts here: `member` is called after each key (its raw
@@ -223,6 +96,173 @@ impl<'a> Scanner<'a> {
             }
         }
     }
+}
+
+// The scan itself works on bytes and positions (kept in registers, not in the scanner): each
+// function takes where something starts and answers where it ends, `None` for text it does not
+// take.
+
+/// Past the whitespace at `at`.
+#[inline(always)]
+fn whitespace(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// The value at `at` (no whitespace before it), checked: just past its end. Iterative, with
+/// the open objects and arrays as bits of one word: no allocation, no recursion.
+fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
+    // Bit i: whether the open container at depth i + 1 (from the innermost) is an object.
+    let (mut open, mut depth) = (0u64, 0u32);
+    'value: loop {
+        match *bytes.get(at)? {
+            b'"' => at = string_end(bytes, at)?,
+            opening @ (b'{' | b'[') => {
+                let object = opening == b'{';
+                at = whitespace(bytes, at + 1);
+                if bytes.get(at) == Some(if object { &b'}' } else { &b']' }) {
+                    at += 1;
+                } else {
+                    if depth == MAX_DEPTH {
+                        return None;
+                    }
+                    open = open << 1 | u64::from(object);
+                    depth += 1;
+                    if object {
+                        at = key_end(bytes, at)?;
+                    }
+                    continue 'value;
+                }
+            }
+            b'n' => at = literal(bytes, at, b"null")?,
+            b't' => at = literal(bytes, at, b"true")?,
+            b'f' => at = literal(bytes, at, b"false")?,
+            b'-' | b'0'..=b'9' => at = number_end(bytes, at)?,
+            _ => return None,
+        }
+        // After a value: close every container that ends here, then on to the next element.
+        while depth > 0 {
+            at = whitespace(bytes, at);
+            let object = open & 1 == 1;
+            match *bytes.get(at)? {
+                b',' => {
+                    at = whitespace(bytes, at + 1);
+                    if object {
+                        at = key_end(bytes, at)?;
+                    }
+                    continue 'value;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return None,
+            }
+            at += 1;
+            open >>= 1;
+            depth -= 1;
+        }
+        return Some(at);
+    }
+}
+
+/// The key at `at` (a string), the colon and whitespace after it: where the value starts.
+#[inline(always)]
+fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let at = whitespace(bytes, string_end(bytes, at)?);
+    (bytes.get(at) == Some(&b':')).then(|| whitespace(bytes, at + 1))
+}
+
+/// The string whose opening quote is at `at`: just past its closing quote.
+#[inline(always)]
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut at = at + 1;
+    loop {
+        // Eight bytes at a time up to the first that may end the run of plain ones.
+        while let Some(chunk) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            let special = special_bytes(word);
+            if special != 0 {
+                at += special.trailing_zeros() as usize / 8;
+                break;
+            }
+            at += 8;
+        }
+        match *bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => {
+                at += match *bytes.get(at + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' => {
+                        let hex = bytes.get(at + 2..at + 6)?;
+                        hex.iter().all(u8::is_ascii_hexdigit).then_some(6)?
+                    }
+                    _ => return None,
+                };
+            }
+            0..=0x1f => return None,
+            _ => at += 1,
+        }
+    }
+}
+
+/// The high bit of each byte of `word` that is `"`, `\\` or a control character (below 0x20),
+/// exact up to the first one (bits above it may be set by a borrow, and are not looked at):
+/// the bytes a string's scan must stop at, eight at a time.
+#[inline(always)]
+fn special_bytes(word: u64) -> u64 {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let zero_in = |w: u64| w.wrapping_sub(ONES) & !w;
+    let control = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = zero_in(word ^ (ONES * u64::from(b'"')));
+    let backslash = zero_in(word ^ (ONES * u64::from(b'\\')));
+    (control | quote | backslash) & HIGH
+}
+
+/// The number at `at`, as serde_json reads one:
+/// `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)? ([eE] [+-]? [0-9]+)?; just past its end.
+fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |mut at: usize| {
+        let first = at;
+        while let Some(b'0'..=b'9') = bytes.get(at) {
+            at += 1;
+        }
+        (at > first).then_some(at)
+    };
+    if bytes.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    match *bytes.get(at)? {
+        b'0' => {
+            at += 1;
+            if let Some(b'0'..=b'9') = bytes.get(at) {
+                return None;
+            }
+        }
+        b'1'..=b'9' => at = digits(at)?,
+        _ => return None,
+    }
+    if bytes.get(at) == Some(&b'.') {
+        at = digits(at + 1)?;
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = bytes.get(at) {
+            at += 1;
+        }
+        at = digits(at)?;
+    }
+    Some(at)
+}
+
+/// `word` at `at`: just past it.
+fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    let end = at + word.len();
+    (bytes.get(at..end)? == word).then_some(end)
 }
 
 /// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been

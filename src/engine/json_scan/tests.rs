@@ -121,6 +121,18 @@ fn what_the_scanner_accepts_serde_json_accepts() {
         "[\"\\\"\"]",
         "",
     ];
+    // Past a string's first eight bytes, where it is scanned eight at a time: a control
+    // character, an escaped quote, an escape, plain bytes and UTF-8, an unterminated string.
+    let long = [
+        "\"abcdefghijk\u{1}lmnop\"",
+        "\"abcdefghijklmnopq\\\"rs\"",
+        "\"abcdefghijklmnop\\q\"",
+        "[\"abcdefghijklmnopqrstuvwxyzé\"]",
+        "\"abcdefghijklmnop",
+    ];
+    for text in long {
+        assert_eq!(scanned(text), serde_skips(text), "{text:?}");
+    }
     for text in edges {
         assert!(
             !scanned(text) || serde_skips(text),
