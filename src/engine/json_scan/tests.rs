@@ -70,70 +70,73 @@ impl Mutations {
     }
 }
 
+/// Texts at the edges of what serde_json takes.
+const EDGES: &[&str] = &[
+    "0",
+    "-0",
+    "01",
+    "-",
+    "1.",
+    "1.5",
+    ".5",
+    "1e5",
+    "1E+5",
+    "1e",
+    "1e+",
+    "-1.5e-7",
+    "00",
+    "nul",
+    "null",
+    "nulll",
+    "true",
+    "false",
+    "fals",
+    "\"\"",
+    "\"\\u00e9\"",
+    "\"\\u00g9\"",
+    "\"\\ud800\"",
+    "\"\\x\"",
+    "\"\t\"",
+    "\"\u{7f}\"",
+    "\"é\"",
+    "[]",
+    "[1,]",
+    "[,1]",
+    "{}",
+    "{,}",
+    "{\"a\":1,}",
+    "{\"a\" : 1 }",
+    "{\"a\"}",
+    "{1:2}",
+    "[1 2]",
+    "{\"a\":1 \"b\":2}",
+    " [ ] ",
+    "[][]",
+    "\"a\"\"b\"",
+    "{\"a\":[{\"b\":[]}]}",
+    "[\"\\\"\"]",
+    "",
+];
+
+/// Past a string's first eight bytes, where it is scanned eight at a time: a control
+/// character, an escaped quote, an escape, plain bytes and UTF-8, an unterminated string.
+const LONG: &[&str] = &[
+    "\"abcdefghijk\u{1}lmnop\"",
+    "\"abcdefghijklmnopq\\\"rs\"",
+    "\"abcdefghijklmnop\\q\"",
+    "[\"abcdefghijklmnopqrstuvwxyzé\"]",
+    "\"abcdefghijklmnop",
+];
+
 /// The one rule the scanner must keep: whatever it accepts, serde_json accepts. Checked on
 /// hand-picked edge cases, every file of the test data and fuzz corpus, each of their
 /// prefixes (for the small ones), and random one-byte mutations of each.
 #[test]
 fn what_the_scanner_accepts_serde_json_accepts() {
-    let edges = [
-        "0",
-        "-0",
-        "01",
-        "-",
-        "1.",
-        "1.5",
-        ".5",
-        "1e5",
-        "1E+5",
-        "1e",
-        "1e+",
-        "-1.5e-7",
-        "00",
-        "nul",
-        "null",
-        "nulll",
-        "true",
-        "false",
-        "fals",
-        "\"\"",
-        "\"\\u00e9\"",
-        "\"\\u00g9\"",
-        "\"\\ud800\"",
-        "\"\\x\"",
-        "\"\t\"",
-        "\"\u{7f}\"",
-        "\"é\"",
-        "[]",
-        "[1,]",
-        "[,1]",
-        "{}",
-        "{,}",
-        "{\"a\":1,}",
-        "{\"a\" : 1 }",
-        "{\"a\"}",
-        "{1:2}",
-        "[1 2]",
-        "{\"a\":1 \"b\":2}",
-        " [ ] ",
-        "[][]",
-        "\"a\"\"b\"",
-        "{\"a\":[{\"b\":[]}]}",
-        "[\"\\\"\"]",
-        "",
-    ];
-    // Past a string's first eight bytes, where it is scanned eight at a time: a control
-    // character, an escaped quote, an escape, plain bytes and UTF-8, an unterminated string.
-    let long = [
-        "\"abcdefghijk\u{1}lmnop\"",
-        "\"abcdefghijklmnopq\\\"rs\"",
-        "\"abcdefghijklmnop\\q\"",
-        "[\"abcdefghijklmnopqrstuvwxyzé\"]",
-        "\"abcdefghijklmnop",
-    ];
-    for text in long {
+    for text in LONG {
         assert_eq!(scanned(text), serde_skips(text), "{text:?}");
     }
-    for text in edges {
+    for text in EDGES {
         assert!(
             !scanned(text) || serde_skips(text),
             "the scanner took {text:?}"
