@@ -6,6 +6,7 @@
 //! validated config, the [`Purpose`] it decides for and the cluster [`Sources`] the caller has.
 
 mod crash_placement;
+pub(crate) mod json_scan;
 mod pod_object;
 mod workload_pod;
 

@@ -65,13 +65,24 @@ pub fn token_response(data: &[u8]) {
 
 /// An AdmissionReview body, answered as the webhook answers it (the same parse, the same pure
 /// answer function) with every image resolved to linux/amd64 and linux/arm64: parsing never
-/// panics, the answer serializes, and the JSON Patch applies cleanly to the object it was made
+/// panics, the scanner's fast read (`engine::json_scan`) reads exactly what serde_json reads
+/// alone, the answer serializes, and the JSON Patch applies cleanly to the object it was made
 /// for (tolerable never corrupts a Pod).
 pub fn admission_review(data: &[u8]) {
-    let Ok(review) = wire::parse(data) else {
+    let read = wire::parse(data);
+    assert_eq!(
+        read,
+        wire::parse_whole(data),
+        "the scanned read and serde_json's differ"
+    );
+    let Ok(review) = read else {
         return;
     };
     let request = review.request.as_ref().expect("parse checks the request");
+    assert!(
+        request.metadata_reads_agree(),
+        "the scanned metadata read and serde_json's differ"
+    );
     let answer = match admission::read_request(request, &policy(), None) {
         PodRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),
         PodRead::Answered(answer) => answer,

@@ -11,6 +11,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::engine::json_scan;
 use crate::engine::PodObject;
 
 /// The AdmissionReview version tolerable speaks (and echoes when asked in it).
@@ -45,7 +46,7 @@ pub(crate) fn cut_warning(warning: &str) -> String {
 }
 
 /// A parsed AdmissionReview; the object stays raw (borrowed from the body) until asked for.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct AdmissionReviewIn<'a> {
     pub(crate) api_version: String,
@@ -54,7 +55,7 @@ pub(crate) struct AdmissionReviewIn<'a> {
     pub(crate) request: Option<AdmissionRequest<'a>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct AdmissionRequest<'a> {
     pub(crate) uid: String,
@@ -65,8 +66,14 @@ pub(crate) struct AdmissionRequest<'a> {
     /// A dry run writes nothing: no Event either.
     #[serde(default)]
     pub(crate) dry_run: Option<bool>,
-    #[serde(borrow)]
-    object: Option<&'a RawValue>,
+    /// The object's JSON text, as it is in the body (`null` reads as none).
+    #[serde(default, borrow, deserialize_with = "raw_text")]
+    object: Option<&'a str>,
+}
+
+/// A value's JSON text, borrowed from the body (serde_json checks it is JSON, building nothing).
+fn raw_text<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<&'de str>, D::Error> {
+    Ok(Option::<&'de RawValue>::deserialize(value)?.map(RawValue::get))
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -93,8 +100,39 @@ pub enum ReviewError {
 /// Parses a request body: the envelope now, the object when [`AdmissionRequest::pod`] asks, so
 /// a bad envelope (HTTP 400) is told from an object that is not a valid Pod (answered,
 /// unchanged, with a warning).
+///
+/// The object is most of a body's bytes, and serde_json, which must see it is JSON (a body that
+/// is not gets a 400), skips it token by token. So the whole body is first checked by
+/// [`json_scan`], which also finds where the object is, and serde_json reads the envelope with
+/// the object cut out (`null` in its place). Whenever the scanner cannot vouch for a body, or
+/// the cut envelope is not an AdmissionReview we answer, serde_json reads the body as it is:
+/// every error, and its message, is serde_json's own.
 pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
+    scanned(text).map_or_else(|| read_envelope(text), Ok)
+}
+
+/// [`parse`]'s fast way: `None` when the scanner cannot vouch for `text` or the envelope is not
+/// one we answer (serde_json then reads it all, and says why).
+fn scanned(text: &str) -> Option<AdmissionReviewIn<'_>> {
+    let span = json_scan::object_span(text)?;
+    let mut envelope = String::with_capacity(text.len() - span.len() + 4);
+    envelope.push_str(&text[..span.start]);
+    envelope.push_str("null");
+    envelope.push_str(&text[span.end..]);
+    let review = read_envelope(&envelope).ok()?;
+    let object = Some(&text[span]).filter(|object| *object != "null");
+    Some(review.with_object(object))
+}
+
+/// [`parse`] by serde_json alone: the text as it is, object and all (its tests compare).
+pub(crate) fn parse_whole(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
+    let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
+    read_envelope(text)
+}
+
+/// An AdmissionReview we answer, read by serde_json from `text`.
+fn read_envelope(text: &str) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     let review: AdmissionReviewIn = serde_json::from_str(text).map_err(|e| {
         if e.is_syntax() || e.is_eof() {
             ReviewError::NotJson(e.to_string())
@@ -120,6 +158,25 @@ pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     Ok(review)
 }
 
+impl AdmissionReviewIn<'_> {
+    /// The same review with `object` as its request's object (read from another text).
+    fn with_object<'b>(self, object: Option<&'b str>) -> AdmissionReviewIn<'b> {
+        AdmissionReviewIn {
+            api_version: self.api_version,
+            kind: self.kind,
+            request: self.request.map(|r| AdmissionRequest {
+                uid: r.uid,
+                kind: r.kind,
+                sub_resource: r.sub_resource,
+                namespace: r.namespace,
+                operation: r.operation,
+                dry_run: r.dry_run,
+                object,
+            }),
+        }
+    }
+}
+
 impl AdmissionRequest<'_> {
     /// Whether tolerable mutates this request: a Pod (not a subresource) being created.
     pub(crate) fn is_pod_create(&self) -> bool {
@@ -141,13 +198,19 @@ impl AdmissionRequest<'_> {
     /// The DaemonSet's Pod template, read as a Pod in the DaemonSet's namespace.
     pub(crate) fn daemon_set_template(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::daemon_set_template(object.get())
+        PodObject::daemon_set_template(object)
     }
 
     /// The Pod in the request (see [`PodObject`]).
     pub(crate) fn pod(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::parse(object.get())
+        PodObject::parse(object)
+    }
+
+    /// Whether the scanner's read of the object's metadata agrees with serde_json's (for the
+    /// fuzz harness).
+    pub(crate) fn metadata_reads_agree(&self) -> bool {
+        self.object.is_none_or(PodObject::metadata_reads_agree)
     }
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
@@ -157,7 +220,7 @@ impl AdmissionRequest<'_> {
     /// JSON. A second `metadata` after the first is therefore not seen.
     pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::metadata_only(object.get())
+        PodObject::metadata_only(object)
     }
 }
 
@@ -322,6 +385,14 @@ mod tests {
             "../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json"
         );
         let review = parse(body.as_bytes()).unwrap();
+        let compact =
+            serde_json::to_string(&serde_json::from_str::<serde_json::Value>(body).unwrap())
+                .unwrap();
+        assert_eq!(scanned(body), Some(parse_whole(body.as_bytes()).unwrap()));
+        assert!(
+            scanned(&compact).is_some(),
+            "the envelope's fast read is taken"
+        );
         let request = review.request.as_ref().unwrap();
         let (metadata, whole) = (request.pod_metadata().unwrap(), request.pod().unwrap());
         assert!(!whole.view.owner_references.is_empty() && whole.view.spec.is_some());
@@ -330,6 +401,39 @@ mod tests {
         assert_eq!(metadata.view.owner_references, whole.view.owner_references);
         assert_eq!(metadata.namespace, whole.namespace);
         assert!(metadata.view.spec.is_none());
+    }
+
+    /// The scanner's way and serde_json's alone read every body alike — the same review, or
+    /// the same error with the same message — and the metadata read of each object read agrees
+    /// with serde_json's: on every AdmissionReview of the test data and the fuzz corpus (the
+    /// malformed ones too), and on random one-byte mutations of each body and of each object.
+    #[test]
+    fn the_scanned_read_is_the_whole_read() {
+        use crate::engine::json_scan::tests::{corpus, Mutations};
+        let mut mutations = Mutations::new();
+        let (mut scanned, mut total) = (0, 0);
+        for text in corpus()
+            .into_iter()
+            .filter(|t| t.contains("AdmissionReview"))
+        {
+            let mut bodies = vec![text.clone()];
+            bodies.extend((0..300).map(|_| mutations.mutate(&text)));
+            for body in bodies {
+                let read = parse(body.as_bytes());
+                assert_eq!(read, parse_whole(body.as_bytes()), "{body}");
+                scanned += usize::from(json_scan::object_span(&body).is_some());
+                total += 1;
+                let Some(object) = read.ok().and_then(|r| r.request?.object) else {
+                    continue;
+                };
+                let mut objects = vec![object.to_owned()];
+                objects.extend((0..20).map(|_| mutations.mutate(object)));
+                for object in objects {
+                    assert!(PodObject::metadata_reads_agree(&object), "{object}");
+                }
+            }
+        }
+        assert!(scanned > total / 4, "{scanned} of {total} scanned");
     }
 
     const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
+use super::json_scan::{Scanner, Step};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -49,12 +50,25 @@ impl PodObject {
     /// the caller has already checked it is JSON. A second `metadata` after the first is
     /// therefore not seen.
     pub(crate) fn metadata_only(json: &str) -> Result<Self, String> {
-        let metadata =
-            metadata_first(json).map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        let metadata = match metadata_scanned(json) {
+            Some(metadata) => metadata,
+            None => {
+                metadata_first(json).map_err(|e| format!("the object is not a valid Pod: {e}"))?
+            }
+        };
         Self::read(PodIn {
             metadata,
             spec: None,
         })
+    }
+
+    /// Whether the scanner's read of a Pod's metadata, when it gives one, is serde_json's (for
+    /// the fuzz harness and the tests).
+    pub(crate) fn metadata_reads_agree(json: &str) -> bool {
+        match metadata_scanned(json) {
+            Some(scanned) => metadata_first(json).is_ok_and(|read| read == scanned),
+            None => true,
+        }
     }
 
     /// A DaemonSet's JSON: its Pod template, read as a Pod in the DaemonSet's namespace.
@@ -160,7 +174,76 @@ fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
     }
 }
 
-#[derive(Deserialize)]
+/// [`metadata_first`]'s answer when it is `Ok`, found by the [`json_scan`] scanner: the members
+/// of `metadata` tolerable reads are read by serde_json, every other one (`managedFields`: most
+/// of a real Pod's metadata) is only skipped, faster than serde_json skips it. `None` when the
+/// scanner cannot say (a key written with escapes, a field twice, a value of the wrong type,
+/// text it does not take): `metadata_first` reads the object then, and says what is wrong.
+fn metadata_scanned(object: &str) -> Option<Option<MetaIn>> {
+    let mut scanner = Scanner::new(object);
+    let mut found = None;
+    scanner.object(|s, key| {
+        if key.contains('\\') {
+            return None;
+        }
+        if key != "metadata" {
+            return s.value().map(|_| Step::Next);
+        }
+        found = Some(match s.peek()? {
+            b'{' => Some(metadata_members(s)?),
+            _ => (s.value().map(|v| s.text(v))? == "null").then_some(None)?,
+        });
+        Some(Step::Stop)
+    })?;
+    if found.is_none() {
+        // Read to its end without a `metadata`: nothing may follow the object.
+        scanner.end()?;
+    }
+    Some(found.flatten())
+}
+
+/// The members of a `metadata` object, as `MetaIn`'s derived reader reads them (see
+/// [`metadata_scanned`]).
+fn metadata_members(scanner: &mut Scanner) -> Option<MetaIn> {
+    fn read<T: serde::de::DeserializeOwned>(slot: &mut Option<T>, text: &str) -> Option<()> {
+        *slot = serde_json::from_str::<Option<T>>(text).ok()?;
+        Some(())
+    }
+    let mut meta = MetaIn {
+        namespace: None,
+        labels: None,
+        annotations: None,
+        owner_references: None,
+    };
+    let mut seen = [false; 4];
+    scanner.object(|s, key| {
+        if key.contains('\\') {
+            return None;
+        }
+        let field = ["namespace", "labels", "annotations", "ownerReferences"]
+            .iter()
+            .position(|name| *name == key);
+        let value = s.value()?;
+        let Some(field) = field else {
+            return Some(Step::Next);
+        };
+        // Twice is an error for the derived reader: it is told there.
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        let text = s.text(value);
+        match field {
+            0 => read(&mut meta.namespace, text)?,
+            1 => read(&mut meta.labels, text)?,
+            2 => read(&mut meta.annotations, text)?,
+            _ => read(&mut meta.owner_references, text)?,
+        }
+        Some(Step::Next)
+    })?;
+    Some(meta)
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct MetaIn {
     namespace: Option<String>,
@@ -274,5 +357,19 @@ mod tests {
         assert_eq!(first(r#"{"kind":"Pod","spec":{}}"#).unwrap(), None);
         assert!(first(r#"{"metadata":{"labels":5}}"#).is_err());
         assert!(first("[1]").is_err());
+    }
+
+    /// The recorded v1.36 Pod's metadata (`managedFields` and all) is read by the scanner, not
+    /// left to serde_json, and read alike.
+    #[test]
+    fn the_recorded_pods_metadata_is_read_by_the_scanner() {
+        let body = include_str!(
+            "../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json"
+        );
+        let review: serde_json::Value = serde_json::from_str(body).unwrap();
+        let object = review["request"]["object"].to_string();
+        let scanned = metadata_scanned(&object).expect("the scanner reads it");
+        assert_eq!(scanned, metadata_first(&object).unwrap());
+        assert!(scanned.is_some_and(|m| m.owner_references.is_some() && m.labels.is_some()));
     }
 }

@@ -1,0 +1,299 @@
+//! A strict JSON scanner for the bytes of an AdmissionReview nobody reads: it checks them and
+//! finds where values end, building nothing, at a fraction of what serde_json spends skipping
+//! them (serde_json skips a value token by token through its generic reader; most of a real
+//! Pod's bytes are `managedFields`, thousands of short tokens). It never decides what a body
+//! means: whenever it answers `None` — text it does not accept, or anything unusual — the caller
+//! reads the text with serde_json, whose answer (and error message) is the one that counts.
+//!
+//! What it accepts is a subset of what serde_json accepts (RFC 8259 as serde_json reads it: no
+//! trailing commas, no leading zeros, no control characters in strings, the escapes `\" \\ \/
+//! \b \f \n \r \t \uXXXX`), nested at most [`MAX_DEPTH`] levels below where a skip starts.
+
+use std::ops::Range;
+
+/// Deeper than this, [`Scanner::value`] gives up (serde_json skips any depth; a real Pod nests
+/// about a dozen levels).
+pub(crate) const MAX_DEPTH: u32 = 64;
+
+/// Whether to go on with the members of an object after one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Next,
+    /// Stop here: the rest of the object is not read, not even checked.
+    Stop,
+}
+
+/// A cursor over JSON text.
+pub(crate) struct Scanner<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        Self { text, pos: 0 }
+    }
+
+    /// The text of `range` (from [`Scanner::value`]).
+    pub(crate) fn text(&self, range: Range<usize>) -> &'a str {
+        &self.text[range]
+    }
+
+    /// The next byte after whitespace, not consumed.
+    pub(crate) fn peek(&mut self) -> Option<u8> {
+        self.pos = whitespace(self.text.as_bytes(), self.pos);
+        self.text.as_bytes().get(self.pos).copied()
+    }
+
+    /// Whether only whitespace is left.
+    pub(crate) fn end(&mut self) -> Option<()> {
+        (self.peek().is_none()).then_some(())
+    }
+
+    /// Skips one value (and the whitespace before it), checking it; where it was.
+    pub(crate) fn value(&mut self) -> Option<Range<usize>> {
+        let bytes = self.text.as_bytes();
+        let start = whitespace(bytes, self.pos);
+        self.pos = skip_value(bytes, start)?;
+        Some(start..self.pos)
+    }
+
+    /// An object's key, the colon and the whitespace after it; the key's raw text (escapes left
+    /// as they are).
+    fn key(&mut self) -> Option<&'a str> {
+        let bytes = self.text.as_bytes();
+        let start = whitespace(bytes, self.pos);
+        self.pos = key_end(bytes, start)?;
+        let quoted = &bytes[start..self.pos];
+        let close = start + quoted.iter().rposition(|&b| b == b'"')?;
+        Some(&self.text[start + 1..close])
+    }
+
+    /// The members of the object that starts here: `member` is called after each key (its raw
+    /// text) and colon, and must consume the value ([`Scanner::value`], or an inner
+    /// [`Scanner::object`]) unless it stops.
+    pub(crate) fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<Step>,
+    ) -> Option<()> {
+        (self.peek()? == b'{').then(|| self.pos += 1)?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.key()?;
+            if member(self, key)? == Step::Stop {
+                return Some(());
+            }
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+// The scan itself works on bytes and positions (kept in registers, not in the scanner): each
+// function takes where something starts and answers where it ends, `None` for text it does not
+// take.
+
+/// Past the whitespace at `at`.
+#[inline(always)]
+fn whitespace(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+/// The value at `at` (no whitespace before it), checked: just past its end. Iterative, with
+/// the open objects and arrays as bits of one word: no allocation, no recursion.
+fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
+    // Bit i: whether the open container at depth i + 1 (from the innermost) is an object.
+    let (mut open, mut depth) = (0u64, 0u32);
+    'value: loop {
+        match *bytes.get(at)? {
+            b'"' => at = string_end(bytes, at)?,
+            opening @ (b'{' | b'[') => {
+                let object = opening == b'{';
+                at = whitespace(bytes, at + 1);
+                if bytes.get(at) == Some(if object { &b'}' } else { &b']' }) {
+                    at += 1;
+                } else {
+                    if depth == MAX_DEPTH {
+                        return None;
+                    }
+                    open = open << 1 | u64::from(object);
+                    depth += 1;
+                    if object {
+                        at = key_end(bytes, at)?;
+                    }
+                    continue 'value;
+                }
+            }
+            b'n' => at = literal(bytes, at, b"null")?,
+            b't' => at = literal(bytes, at, b"true")?,
+            b'f' => at = literal(bytes, at, b"false")?,
+            b'-' | b'0'..=b'9' => at = number_end(bytes, at)?,
+            _ => return None,
+        }
+        // After a value: close every container that ends here, then on to the next element.
+        while depth > 0 {
+            at = whitespace(bytes, at);
+            let object = open & 1 == 1;
+            match *bytes.get(at)? {
+                b',' => {
+                    at = whitespace(bytes, at + 1);
+                    if object {
+                        at = key_end(bytes, at)?;
+                    }
+                    continue 'value;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return None,
+            }
+            at += 1;
+            open >>= 1;
+            depth -= 1;
+        }
+        return Some(at);
+    }
+}
+
+/// The key at `at` (a string), the colon and whitespace after it: where the value starts.
+#[inline(always)]
+fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let at = whitespace(bytes, string_end(bytes, at)?);
+    (bytes.get(at) == Some(&b':')).then(|| whitespace(bytes, at + 1))
+}
+
+/// The string whose opening quote is at `at`: just past its closing quote.
+#[inline(always)]
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut at = at + 1;
+    loop {
+        // Eight bytes at a time up to the first that may end the run of plain ones.
+        while let Some(chunk) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            let special = special_bytes(word);
+            if special != 0 {
+                at += special.trailing_zeros() as usize / 8;
+                break;
+            }
+            at += 8;
+        }
+        match *bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => {
+                at += match *bytes.get(at + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' => {
+                        let hex = bytes.get(at + 2..at + 6)?;
+                        hex.iter().all(u8::is_ascii_hexdigit).then_some(6)?
+                    }
+                    _ => return None,
+                };
+            }
+            0..=0x1f => return None,
+            _ => at += 1,
+        }
+    }
+}
+
+/// The high bit of each byte of `word` that is `"`, `\\` or a control character (below 0x20),
+/// exact up to the first one (bits above it may be set by a borrow, and are not looked at):
+/// the bytes a string's scan must stop at, eight at a time.
+#[inline(always)]
+fn special_bytes(word: u64) -> u64 {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let zero_in = |w: u64| w.wrapping_sub(ONES) & !w;
+    let control = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = zero_in(word ^ (ONES * u64::from(b'"')));
+    let backslash = zero_in(word ^ (ONES * u64::from(b'\\')));
+    (control | quote | backslash) & HIGH
+}
+
+/// The number at `at`, as serde_json reads one:
+/// `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)? ([eE] [+-]? [0-9]+)?; just past its end.
+fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |mut at: usize| {
+        let first = at;
+        while let Some(b'0'..=b'9') = bytes.get(at) {
+            at += 1;
+        }
+        (at > first).then_some(at)
+    };
+    if bytes.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    match *bytes.get(at)? {
+        b'0' => {
+            at += 1;
+            if let Some(b'0'..=b'9') = bytes.get(at) {
+                return None;
+            }
+        }
+        b'1'..=b'9' => at = digits(at)?,
+        _ => return None,
+    }
+    if bytes.get(at) == Some(&b'.') {
+        at = digits(at + 1)?;
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = bytes.get(at) {
+            at += 1;
+        }
+        at = digits(at)?;
+    }
+    Some(at)
+}
+
+/// `word` at `at`: just past it.
+fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    let end = at + word.len();
+    (bytes.get(at..end)? == word).then_some(end)
+}
+
+/// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
+/// checked to be JSON; `None` when it is not JSON this scanner accepts, or has no such object.
+/// Only the first `request` and its first `object` are looked at, by their keys as written (a
+/// key spelled with escapes is not recognised): a second one, or one spelled otherwise, is for
+/// serde_json to find (and refuse as a duplicate).
+pub(crate) fn object_span(body: &str) -> Option<Range<usize>> {
+    let mut scanner = Scanner::new(body);
+    let mut span = None;
+    let mut seen_request = false;
+    scanner.object(|s, key| {
+        if key == "request" && !seen_request && s.peek()? == b'{' {
+            seen_request = true;
+            let mut seen_object = false;
+            s.object(|s, key| {
+                let value = s.value()?;
+                if key == "object" && !seen_object {
+                    seen_object = true;
+                    span = Some(value);
+                }
+                Some(Step::Next)
+            })?;
+        } else {
+            s.value()?;
+        }
+        Some(Step::Next)
+    })?;
+    scanner.end()?;
+    span
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
