@@ -229,10 +229,10 @@ impl Leadership {
     /// `serve`'s: competing for the Lease as this replica where gated Pods are released (see
     /// [`elects_a_leader`]) and a cluster is read; else not competing.
     pub fn of_replica(config: &Config, kube: Option<&kube::Client>) -> Self {
-        Self(
-            kube.filter(|_| elects_a_leader(config))
-                .map(LeaderElectionSettings::for_replica),
-        )
+        match kube.filter(|_| elects_a_leader(config)) {
+            Some(kube) => Self::compete(LeaderElectionSettings::for_replica(kube)),
+            None => Self::alone(),
+        }
     }
 
     /// Competing for the Lease `settings` names (a replica's own timings or identity).
