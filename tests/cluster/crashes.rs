@@ -215,19 +215,26 @@ async fn a_mislabelled_index_is_confirmed_from_the_entrys_image_config() {
     learned_then_left_out(&server, &tag).await;
 }
 
-/// The next admission of the image (by its tag: the same digest) leaves arm64 out — its index
-/// claims amd64 and arm64 — and says why.
-pub(super) async fn learned_then_left_out(server: &TestServer, image: &str) {
+/// An admission of the one-container Pod `name` running `image` in `shop` (allowed): the review
+/// sent and the answer.
+pub(super) async fn admit_in_shop(server: &TestServer, image: &str, name: &str) -> (Value, Value) {
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "after-the-crash",
+        "request": {"uid": name,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": "shop", "operation": "CREATE",
             "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "web-2", "namespace": "shop"},
+                "metadata": {"name": name, "namespace": "shop"},
                 "spec": {"containers": [{"name": "web", "image": image}]}}}});
     let (response, _) = webhook::admit(server, &review, Duration::from_secs(10)).await;
     assert_eq!(response["allowed"], true, "{response}");
+    (review, response)
+}
+
+/// The next admission of the image (by its tag: the same digest) leaves arm64 out — its index
+/// claims amd64 and arm64 — and says why.
+pub(super) async fn learned_then_left_out(server: &TestServer, image: &str) {
+    let (review, response) = admit_in_shop(server, image, "web-2").await;
     let warnings = webhook::warnings(&response);
     assert!(
         warnings.iter().any(|w| w.contains("arm64 left out")),

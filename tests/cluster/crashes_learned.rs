@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tolerable::cluster::lease::LeaderElection;
 use tolerable::config::Config;
 
@@ -48,16 +47,7 @@ async fn replica(
 
 /// An admission of `image` on `server`: its warnings.
 async fn admission_warnings(server: &TestServer, image: &str) -> Vec<String> {
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "replica-two",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "shop", "operation": "CREATE",
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "web-3", "namespace": "shop"},
-                "spec": {"containers": [{"name": "web", "image": image}]}}}});
-    let (response, _) = webhook::admit(server, &review, Duration::from_secs(10)).await;
-    assert_eq!(response["allowed"], true, "{response}");
+    let (_, response) = super::crashes::admit_in_shop(server, image, "web-3").await;
     webhook::warnings(&response)
 }
 
