@@ -11,7 +11,7 @@
 //! three images pointed at the local registry's fixtures).
 //!
 //! Three kinds of request on the same connections, by turns in each of `BENCH_ROUNDS` rounds
-//! (`BENCH_SECONDS` each): deciding (the Pod in `team-a`: a patch), nothing to do (the same
+//! (`BENCH_SECONDS` each): deciding (the Pod in `default`: a patch), nothing to do (the same
 //! Pod in `kube-system`, which the shipped `skip_namespaces` names) and `GET /healthz`. Server
 //! CPU per request = utime + stime from `/proc/PID/stat` over the turn / requests answered;
 //! printed as min / median / max over the rounds, and each round's ratios to `/healthz` in the
