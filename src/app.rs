@@ -455,11 +455,16 @@ fn start_events(
 /// leaves out what the crash watch learned).
 fn crash_placement(engine: &Engine) -> crate::crashes::Placement {
     let engine = engine.clone();
-    Arc::new(move |namespace: String, images: Vec<String>| {
+    Arc::new(move |namespace: String, labels, images: Vec<String>| {
         let engine = engine.clone();
         Box::pin(async move {
             engine
-                .placement_now(&namespace, &images, crate::crashes::PLACEMENT_BUDGET)
+                .placement_now(
+                    &namespace,
+                    &labels,
+                    &images,
+                    crate::crashes::PLACEMENT_BUDGET,
+                )
                 .await
         })
     })

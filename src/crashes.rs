@@ -87,12 +87,17 @@ pub(crate) const HEAL_OWNER_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// And at most this many Pods deleted in all in that window.
 pub(crate) const HEALS_PER_WINDOW: usize = 20;
 
-/// Where a Pod's images (by digest) would be placed now in its namespace: the architectures
+/// Where a Pod with these labels and images (by digest) would be placed now in its namespace
+/// (its labels: a Pod that opts out of tolerable is not moved by it, so never healed): the architectures
 /// the engine's decision leaves them (the learned ones left out), or `None` when it cannot
 /// decide. Built in `app.rs` from the engine (which knows [`Learned`]: this module cannot name
 /// the engine).
 pub(crate) type Placement = Arc<
-    dyn Fn(String, Vec<String>) -> futures_util::future::BoxFuture<'static, Option<Vec<String>>>
+    dyn Fn(
+            String,
+            std::collections::BTreeMap<String, String>,
+            Vec<String>,
+        ) -> futures_util::future::BoxFuture<'static, Option<Vec<String>>>
         + Send
         + Sync,
 >;
@@ -136,12 +141,16 @@ impl HealLimits {
                 window_minutes,
             });
         }
-        if !self.pods.allow(pod_uid, now) {
+        // Each limit is checked before any is counted: a Pod held back by its controller's
+        // window keeps its own one heal for later.
+        if !self.pods.would_allow(pod_uid, now) {
             return Err(Held::HealedBefore);
         }
-        if !self.owners.allow(owner_uid, now) {
+        if !self.owners.would_allow(owner_uid, now) {
             return Err(Held::OwnerHealedRecently { window_minutes });
         }
+        self.pods.allow(pod_uid, now);
+        self.owners.allow(owner_uid, now);
         self.recent.push_back(now);
         Ok(())
     }
@@ -357,7 +366,7 @@ impl Looker {
             .map(|(api_version, kind, ..)| heal::Owner { api_version, kind });
         heal::may_heal(owner, &pod.volumes)?;
         let images = pod.containers.iter().map(pulled).collect();
-        let placed = (heal.placement)(pod.namespace.clone(), images).await;
+        let placed = (heal.placement)(pod.namespace.clone(), pod.labels.clone(), images).await;
         heal::places_elsewhere(arch, placed.as_deref())?;
         let (_, kind, name, owner_uid) = pod.owner.as_ref().ok_or(Held::NoController)?;
         heal.limits
@@ -559,5 +568,7 @@ mod tests {
         ));
         let after = later + HEAL_OWNER_WINDOW;
         assert_eq!(limits.allow("one-more", "another", after), Ok(()));
+        // pod-2, held back only by its controller's window, still has its one heal.
+        assert_eq!(limits.allow("pod-2", "rs-1", after), Ok(()));
     }
 }

@@ -187,6 +187,9 @@ pub(crate) struct CrashedPod {
     pub(crate) owner: Option<(String, String, String, String)>,
     /// Whether it has an annotations map (the mark is added into it, or as a new one).
     pub(crate) has_annotations: bool,
+    /// Its `resourceVersion` as read: a new annotations map is added only if nothing changed
+    /// the Pod since (it would replace annotations written in between).
+    pub(crate) resource_version: Option<String>,
     /// Its labels (the selector of its owner's other Pods).
     pub(crate) labels: std::collections::BTreeMap<String, String>,
     pub(crate) containers: Vec<ContainerEnd>,
@@ -244,6 +247,7 @@ mod pod_wire {
         #[serde(default)]
         pub(super) owner_references: Vec<OwnerReference>,
         pub(super) annotations: Option<serde::de::IgnoredAny>,
+        pub(super) resource_version: Option<String>,
         #[serde(default)]
         pub(super) labels: std::collections::BTreeMap<String, String>,
     }
@@ -339,6 +343,7 @@ impl From<pod_wire::Pod> for CrashedPod {
             node: pod.spec.node_name,
             owner,
             has_annotations: m.annotations.is_some(),
+            resource_version: m.resource_version,
             labels: m.labels,
             containers,
             volumes: pod.spec.volumes.into_iter().map(volume).collect(),
@@ -431,13 +436,23 @@ impl CrashReader {
     pub(crate) async fn mark(&self, pod: &CrashedPod, value: &str) -> Result<(), kube::Error> {
         let api: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace);
-        let add = if pod.has_annotations {
+        let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": pod.uid})];
+        if pod.has_annotations {
             let key = crate::mutate::patch::pointer_token(CRASH_ANNOTATION);
-            json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": value})
+            ops.push(
+                json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": value}),
+            );
         } else {
-            json!({"op": "add", "path": "/metadata/annotations", "value": {CRASH_ANNOTATION: value}})
-        };
-        let ops = json!([{"op": "test", "path": "/metadata/uid", "value": pod.uid}, add]);
+            // A whole new map: only onto the Pod as read, or annotations written since would
+            // be replaced (a changed Pod answers 422 and stays unmarked).
+            let Some(version) = &pod.resource_version else {
+                return Ok(());
+            };
+            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}));
+            ops.push(json!({"op": "add", "path": "/metadata/annotations",
+                "value": {CRASH_ANNOTATION: value}}));
+        }
+        let ops = serde_json::Value::Array(ops);
         let patch: json_patch::Patch =
             serde_json::from_value(ops).expect("a JSON Patch of known operations");
         api.patch(

@@ -197,14 +197,7 @@ impl PerObject {
 
     /// Whether an Event on `key` may be sent at `now` (remembered if so).
     pub(crate) fn allow(&mut self, key: &str, now: Instant) -> bool {
-        // Every entry has the same window, so the expired ones are at the front.
-        while let Some((_, at)) = self.order.front() {
-            if now.saturating_duration_since(*at) < self.window {
-                break;
-            }
-            self.forget_oldest();
-        }
-        if self.last.contains_key(key) {
+        if !self.would_allow(key, now) {
             return false;
         }
         if self.last.len() >= self.capacity {
@@ -213,6 +206,19 @@ impl PerObject {
         self.last.insert(key.to_owned(), now);
         self.order.push_back((key.to_owned(), now));
         true
+    }
+
+    /// Whether `key` may be allowed at `now`, without remembering it: for a caller that must
+    /// pass other limits too before it counts.
+    pub(crate) fn would_allow(&mut self, key: &str, now: Instant) -> bool {
+        // Every entry has the same window, so the expired ones are at the front.
+        while let Some((_, at)) = self.order.front() {
+            if now.saturating_duration_since(*at) < self.window {
+                break;
+            }
+            self.forget_oldest();
+        }
+        !self.last.contains_key(key)
     }
 
     fn forget_oldest(&mut self) {

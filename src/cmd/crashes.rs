@@ -85,7 +85,7 @@ async fn forget(
     }
     writeln!(
         out,
-        "{digest}: forgot {forgotten} architecture(s){what}; every replica places it as its index says again within {}s",
+        "{digest}: forgot {forgotten} architecture(s){what} in the shared cache; every replica places it as its index says again within {}s (an entry a replica could not write to the shared cache stays in its memory until it restarts)",
         crate::crashes::REFRESH_EVERY.as_secs()
     )?;
     Ok(CRASHES_DONE.into())

@@ -1,9 +1,10 @@
 //! The crash watch's queue of BackOffs waiting to be looked at, fair across namespaces: each
-//! namespace holds at most [`PER_NAMESPACE`] of the [`TOTAL`] places, and they are looked at
-//! in turns, a namespace at a time. A tenant whose Pods crash-loop by the thousand (an OOM, a
-//! bad config) then fills only its own share and waits its turn; another namespace's crash is
-//! still looked at within a few turns (a first-come queue let one tenant's BackOffs push every
-//! other namespace's out for the whole window).
+//! namespace holds at most [`PER_NAMESPACE`] of the [`TOTAL`] places, the last [`NEWCOMERS`]
+//! only for namespaces holding none, and they are looked at in turns, a namespace at a time.
+//! A tenant whose Pods crash-loop by the thousand (an OOM, a bad config) then fills only its
+//! own share and waits its turn; another namespace's crash is still looked at within a few
+//! turns (a first-come queue let one tenant's BackOffs push every other namespace's out for
+//! the whole window).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -14,6 +15,9 @@ use tokio::sync::Notify;
 pub(crate) const TOTAL: usize = 64;
 /// Places one namespace may hold.
 pub(crate) const PER_NAMESPACE: usize = 8;
+/// Of [`TOTAL`], the places only a namespace holding none may take: eight namespaces holding
+/// their whole share never shut a ninth out.
+pub(crate) const NEWCOMERS: usize = 16;
 
 /// A bounded queue served round robin by namespace (one producer, one consumer).
 pub(crate) struct FairQueue<T> {
@@ -26,6 +30,15 @@ struct Waiting<T> {
     /// Namespaces with something waiting, in the order of their next turn.
     turns: VecDeque<String>,
     len: usize,
+}
+
+impl<T> Waiting<T> {
+    fn has_room(&self, namespace: &str) -> bool {
+        match self.by_namespace.get(namespace) {
+            Some(queued) => queued.len() < PER_NAMESPACE && self.len < TOTAL - NEWCOMERS,
+            None => self.len < TOTAL,
+        }
+    }
 }
 
 impl<T> Default for FairQueue<T> {
@@ -44,27 +57,19 @@ impl<T> Default for FairQueue<T> {
 impl<T> FairQueue<T> {
     /// Whether `namespace` may queue one more now.
     pub(crate) fn has_room(&self, namespace: &str) -> bool {
-        let waiting = self.lock();
-        waiting.len < TOTAL
-            && waiting
-                .by_namespace
-                .get(namespace)
-                .is_none_or(|queued| queued.len() < PER_NAMESPACE)
+        self.lock().has_room(namespace)
     }
 
     /// Queues `item` for `namespace`; false (and dropped) when there is no room for it.
     pub(crate) fn push(&self, namespace: &str, item: T) -> bool {
         let mut waiting = self.lock();
-        if waiting.len >= TOTAL {
+        if !waiting.has_room(namespace) {
             return false;
         }
         let queued = waiting
             .by_namespace
             .entry(namespace.to_owned())
             .or_default();
-        if queued.len() >= PER_NAMESPACE {
-            return false;
-        }
         queued.push_back(item);
         if queued.len() == 1 {
             waiting.turns.push_back(namespace.to_owned());
@@ -122,6 +127,24 @@ mod tests {
         assert_eq!(&order[..4], &[0, 1000, 1, 1001]);
         assert_eq!(order.len(), PER_NAMESPACE + 2);
         assert!(queue.try_pop().is_none());
+    }
+
+    #[test]
+    fn namespaces_holding_their_whole_share_leave_room_for_others() {
+        let queue = FairQueue::default();
+        for n in 0..(TOTAL - NEWCOMERS) / PER_NAMESPACE {
+            for i in 0..PER_NAMESPACE * 2 {
+                queue.push(&format!("noisy-{n}"), i);
+            }
+        }
+        assert_eq!(queue.lock().len, TOTAL - NEWCOMERS);
+        assert!(!queue.has_room("noisy-0"));
+        assert!(queue.has_room("quiet"));
+        assert!(queue.push("quiet", 1));
+        assert!(
+            !queue.push("quiet", 2),
+            "once it holds one, it is no newcomer"
+        );
     }
 
     #[test]

@@ -11,14 +11,15 @@ use super::{read_pod, Engine, PodObject, PodRead};
 use crate::mutate;
 
 impl Engine {
-    /// The architectures a Pod in `namespace` naming `images` (by digest where known) would be
-    /// placed on now, within `budget`; `None` when it would not be decided on (skipped by its
-    /// Namespace, over the limits) or its images' facts are not all known. The Pod's own knobs
-    /// and pull secrets are not read: its images are looked up anonymously, as the crash watch
-    /// reads the index.
+    /// The architectures a Pod in `namespace` with `labels` naming `images` (by digest where
+    /// known) would be placed on now, within `budget`; `None` when it would not be decided on
+    /// (opted out by its labels, skipped by its Namespace, over the limits) or its images'
+    /// facts are not all known. The Pod's annotations and pull secrets are not read: its images
+    /// are looked up anonymously, as the crash watch reads the index.
     pub(crate) async fn placement_now(
         &self,
         namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
         images: &[String],
         budget: Duration,
     ) -> Option<Vec<String>> {
@@ -28,7 +29,7 @@ impl Engine {
             .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
             .collect();
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "crashed", "namespace": namespace},
+            "metadata": {"name": "crashed", "namespace": namespace, "labels": labels},
             "spec": {"containers": containers}});
         let object = PodObject::from_value(&pod).ok()?;
         let PodRead::Decide(create, pull_secrets) =

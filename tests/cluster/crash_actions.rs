@@ -75,9 +75,11 @@ async fn a_wrong_architecture_crash_marks_its_pod() {
     let host = &registry::plain().host;
     let patches = api.crash_patches();
     assert_eq!(patches.len(), 1, "{patches:#?}");
-    let mark = patches[0][1]["value"]["tolerable.io/crash"]
-        .as_str()
-        .unwrap();
+    // The recorded Pod has no annotations: the map is added after a test of its uid and of
+    // the resourceVersion read (the fake answers no other shape).
+    let ops = patches[0].as_array().unwrap();
+    assert_eq!(ops[1]["path"], "/metadata/resourceVersion", "{ops:#?}");
+    let mark = ops[2]["value"]["tolerable.io/crash"].as_str().unwrap();
     let head = "wrong-architecture; container=web; image=";
     assert!(
         mark.starts_with(&format!("{head}{host}/mark/mislabelled@sha256:")),
@@ -94,7 +96,7 @@ async fn a_wrong_architecture_crash_marks_its_pod() {
 /// A ReplicaSet's Pod: deleted once, with the Pod's uid as the precondition (the recorded 200),
 /// the Pod's Event saying so and where the images go now.
 #[tokio::test]
-async fn a_replica_sets_pod_of_a_learned_crash_is_deleted_once() {
+async fn a_replica_sets_pod_of_a_learned_crash_is_deleted_by_uid_and_said_on_its_owner() {
     let (api, server) = healing("heal/replicaset", PodChanges::None).await;
     let message = healed_as(&api, &server, "deleted").await;
     assert!(

@@ -128,7 +128,7 @@ async fn the_recorded_crash_is_reported_unconfirmed_on_the_pod_and_its_owner() {
     // One read, and the mark's one patch (unconfirmed: `exec-format-error`).
     let marks = api.crash_patches();
     assert_eq!((pod_requests, marks.len()), (2, 1), "{marks:#?}");
-    let mark = marks[0][1]["value"]["tolerable.io/crash"].as_str().unwrap();
+    let mark = marks[0][2]["value"]["tolerable.io/crash"].as_str().unwrap();
     assert!(
         mark.starts_with("exec-format-error; container=web"),
         "{mark}"

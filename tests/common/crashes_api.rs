@@ -152,10 +152,15 @@ impl Crashes {
                 }
         };
         let tests_uid = json!({"op": "test", "path": "/metadata/uid", "value": uid});
+        // A new annotations map comes after a test of the resourceVersion read.
+        let tests_version = json!({"op": "test", "path": "/metadata/resourceVersion",
+            "value": pod["metadata"]["resourceVersion"]});
         let shaped = content_type == "application/json-patch+json"
-            && ops
-                .as_array()
-                .is_some_and(|o| o.len() == 2 && o[0] == tests_uid && marks(&o[1]));
+            && ops.as_array().is_some_and(|o| match o.len() {
+                2 => o[0] == tests_uid && marks(&o[1]) && o[1]["path"] != "/metadata/annotations",
+                3 => o[0] == tests_uid && o[1] == tests_version && marks(&o[2]),
+                _ => false,
+            });
         if !shaped {
             return Some(json_answer(
                 501,
