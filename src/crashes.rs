@@ -24,8 +24,8 @@
 //!
 //! With `[crashes] heal`, the Pod of a wrong-architecture crash (confirmed, or on an
 //! architecture its index lacks) is deleted — with a uid precondition, never its replacement —
-//! when its controller recreates it elsewhere: a ReplicaSet, StatefulSet, Job or
-//! ReplicationController (never a bare or a DaemonSet's Pod), no local data
+//! when its controller recreates it elsewhere: a ReplicaSet, StatefulSet or
+//! ReplicationController (never a bare, a DaemonSet's or a Job's Pod), no local data
 //! ([`heal::may_heal`]), and the engine's decision for its images now leaves the node's
 //! architecture out ([`Placement`]); at most once per Pod, one per controller per
 //! [`HEAL_OWNER_WINDOW`], [`HEALS_PER_WINDOW`] in all. What was done is said in the same Events

@@ -1068,11 +1068,12 @@ pub(super) const CRASHES_DOC: SectionDoc = SectionDoc {
     },
     KeyDoc {
         key: "heal",
-        meaning: "with `watch`: delete the Pod of a wrong-architecture crash (with a uid precondition: never its replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or ReplicationController, never a bare Pod or a DaemonSet's; no emptyDir on the node's disk, hostPath or claim (maybe a local volume) — and the decision for its images now leaves the node's architecture out; at most once per Pod, one Pod per controller per 10 minutes, 20 in all per 10 minutes; said in the crash's Events and counted in `tolerable_crash_heals_total` (needs `delete` on `pods`: `kustomize/components/crash-heal`, the chart's `config.crashes.heal`)",
+        meaning: "with `watch`: delete the Pod of a wrong-architecture crash (with a uid precondition: never its replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet or ReplicationController, never a bare Pod, a DaemonSet's or a Job's (a deleted running Pod counts against its backoffLimit); no emptyDir on the node's disk, hostPath or claim (maybe a local volume) — and the decision for its images now leaves the node's architecture out; at most once per Pod, one Pod per controller per 10 minutes, 20 in all per 10 minutes; said in the crash's Events and counted in `tolerable_crash_heals_total` (needs `delete` on `pods`: `kustomize/components/crash-heal`, the chart's `config.crashes.heal`)",
         about: &[
             "With watch: delete the Pod of a wrong-architecture crash (with a uid precondition, never its",
-            "replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet, Job or",
-            "ReplicationController, never a bare Pod or a DaemonSet's Pod; no emptyDir on the node's",
+            "replacement) when its controller recreates it elsewhere — a ReplicaSet, StatefulSet or",
+            "ReplicationController, never a bare Pod, a DaemonSet's or a Job's Pod (a deleted running",
+            "Pod counts against the Job's backoffLimit); no emptyDir on the node's",
             "disk, hostPath or claim (it may be a local volume) — and the decision for its images now",
             "leaves the node's architecture out. At most once per Pod, one Pod per controller per 10",
             "minutes, 20 in all per 10 minutes; said in the crash's Events, counted in",

@@ -61,11 +61,11 @@ pub enum Held {
 }
 
 /// The controllers that recreate a deleted Pod, anywhere their selector allows: by API group
-/// and kind (the version does not matter).
+/// and kind (the version does not matter). Not a Job: its controller counts a deleted running
+/// Pod as failed, so a heal could spend the Job's `backoffLimit` and fail it.
 const RECREATING: &[(&str, &str)] = &[
     ("apps", "ReplicaSet"),
     ("apps", "StatefulSet"),
-    ("batch", "Job"),
     ("", "ReplicationController"),
 ];
 
@@ -206,7 +206,10 @@ mod tests {
         let table: &[(Option<Owner<'_>>, Result<(), Held>)] = &[
             (Some(RS), Ok(())),
             (owner("apps/v1", "StatefulSet"), Ok(())),
-            (owner("batch/v1", "Job"), Ok(())),
+            (
+                owner("batch/v1", "Job"),
+                Err(Held::UnknownController("Job".into())),
+            ),
             (owner("v1", "ReplicationController"), Ok(())),
             (None, Err(Held::NoController)),
             (owner("apps/v1", "DaemonSet"), Err(Held::DaemonSet)),
