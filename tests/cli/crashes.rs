@@ -151,17 +151,6 @@ async fn the_shared_store_is_bounded_per_namespace_and_in_all() {
     assert_eq!(learned_keys, MAX_LEARNED);
 }
 
-/// The digest `image` (on the plain test registry) has now.
-async fn digest_of(image: &str) -> String {
-    tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(image)
-        .await
-        .unwrap()
-        .digest
-        .clone()
-}
-
 /// `review` with the shared cache reads what the crash watch learned and leaves it out as the
 /// webhook does, reporting it per image; without it the same Pod keeps arm64.
 #[tokio::test]
@@ -169,7 +158,7 @@ async fn review_reports_and_leaves_out_what_was_learned() {
     let redis = RedisServer::start();
     let host = &common::registry::plain().host;
     let image = format!("{host}/fixtures/multiarch-oci:v1");
-    let digest = digest_of(&image).await;
+    let digest = common::digest_of(&image).await;
     let store = SharedLearned::new(redis.settings()).unwrap();
     store.learn("shop", &digest, "arm64", TTL).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -223,7 +212,7 @@ async fn audit_reports_and_leaves_out_what_was_learned() {
     let api = super::audit::cluster();
     let redis = RedisServer::start();
     let host = &common::registry::plain().host;
-    let digest = digest_of(&format!("{host}/team-a/web:1.4")).await;
+    let digest = common::digest_of(&format!("{host}/team-a/web:1.4")).await;
     let store = SharedLearned::new(redis.settings()).unwrap();
     store.learn("team-a", &digest, "arm64", TTL).await.unwrap();
     let url = redis.url();

@@ -151,13 +151,7 @@ pub(crate) async fn crashing_image_with(
     change: impl FnOnce(Crashes) -> Crashes,
 ) -> (FakeApiServer, String, String) {
     let tag = format!("{host}/{repository}:v1");
-    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(&tag)
-        .await
-        .unwrap()
-        .digest
-        .clone();
+    let digest = common::digest_of(&tag).await;
     let image_id = format!("{host}/{repository}@{digest}");
     let crashes = change(Crashes::with_image(&tag, &image_id));
     let api = FakeApiServer::start_with_crashes(hosts(), crashes);

@@ -9,7 +9,8 @@ use tolerable::cluster::lease::LeaderElection;
 use tolerable::config::Config;
 
 use super::crashes::{
-    crashing_image, hosts, learned_then_left_out, pod_and_owner_events, watching, BOUND,
+    crashing_image, crashing_image_with, learned_then_left_out, pod_and_owner_events, watching,
+    BOUND,
 };
 use crate::common;
 use crate::common::crashes_api::Crashes;
@@ -100,17 +101,12 @@ async fn a_crash_learned_by_the_leader_is_left_out_by_another_replica() {
 #[tokio::test]
 async fn the_same_image_ready_on_another_architecture_confirms_the_crash() {
     let registry = registry::plain();
-    let tag = format!("{}/fixtures/multiarch-oci:v1", registry.host);
-    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(&tag)
-        .await
-        .unwrap()
-        .digest
-        .clone();
-    let image_id = format!("{}/fixtures/multiarch-oci@{digest}", registry.host);
-    let crashes = Crashes::with_image(&tag, &image_id).running_elsewhere();
-    let api = FakeApiServer::start_with_crashes(hosts(), crashes);
+    let (api, tag, image_id) = crashing_image_with(
+        &registry.host,
+        "fixtures/multiarch-oci",
+        Crashes::running_elsewhere,
+    )
+    .await;
     let server = watching(&api).await;
     let (pod, owner) = pod_and_owner_events(&api).await;
     assert_eq!(pod["reason"], "WrongArchitecture", "{pod:#}");

@@ -93,6 +93,17 @@ pub fn free_port() -> u16 {
 }
 
 /// Resolver settings for tests: short timeouts, every test registry trusted.
+/// The digest `image` (on a plain test registry) has now, as a lookup with [`settings`] finds it.
+pub async fn digest_of(image: &str) -> String {
+    tolerable::registry::Resolver::new(settings(), Default::default())
+        .unwrap()
+        .resolve(image)
+        .await
+        .unwrap()
+        .digest
+        .clone()
+}
+
 pub fn settings() -> ResolverSettings {
     init();
     ResolverSettings {

@@ -351,6 +351,23 @@ pub fn short_election(identity: &str) -> tolerable::cluster::lease::LeaderElecti
 }
 
 /// The server's `/metrics` text.
+/// Waits until `server` answers `/readyz` with 200 (its watches synced). The 30 s only keep a
+/// server that never becomes ready from hanging the test.
+pub async fn until_ready(server: &TestServer) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        != 200
+    {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn metrics_text(server: &TestServer) -> String {
     client()
         .get(server.url("/metrics"))

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use common::kube_api::{FakeApiServer, RegistryHosts};
 use common::tools::{self, documents, render, root, write_temp};
@@ -421,19 +421,7 @@ async fn ready_server_with_node_watch() -> (TestServer, FakeApiServer) {
     let server =
         TestServer::start_with_cluster(webhook::policy(), settings(), api.client("admintoken"))
             .await;
-    // The 30 s only keep a server that never becomes ready from hanging the test.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while webhook::client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        != 200
-    {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    webhook::until_ready(&server).await;
 
     (server, api)
 }

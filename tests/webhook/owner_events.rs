@@ -33,19 +33,7 @@ async fn server_writing_events(api: &FakeApiServer) -> TestServer {
     config.watch_nodes = true;
     config.events_on_admission = true;
     let server = TestServer::start_configured(config, Some(api.client("admintoken"))).await;
-    // The 30 s only keep a server that never becomes ready from hanging the test.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while webhook::client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        != 200
-    {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    webhook::until_ready(&server).await;
     server
 }
 

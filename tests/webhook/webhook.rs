@@ -116,13 +116,7 @@ async fn dry_run_gets_the_same_answer() {
 #[tokio::test]
 async fn recorded_init_containers_with_no_common_architecture_are_denied_naming_each_image() {
     let registry = registry::plain();
-    let digest = tolerable::registry::Resolver::new(common::settings(), Default::default())
-        .unwrap()
-        .resolve(&format!("{}/fixtures/multiarch-oci:v1", registry.host))
-        .await
-        .unwrap()
-        .digest
-        .clone();
+    let digest = common::digest_of(&format!("{}/fixtures/multiarch-oci:v1", registry.host)).await;
     let text = recorded(
         "pod-create-generatename-initcontainers-digest-affinity.v1.json",
         &registry.host,
