@@ -689,9 +689,10 @@ pub(super) const POLICY_DOC: SectionDoc = SectionDoc {
         },
         KeyDoc {
             key: "skip_namespaces",
-            meaning: "namespaces whose Pods are left alone",
+            meaning: "namespaces whose Pods are left alone (the chart also leaves them out of the webhook's `namespaceSelector`, so the API server never calls tolerable for them; with kustomize add them there too: [what is never sent](how-it-works.md#what-is-never-sent))",
             about: &[
-                "Namespaces whose Pods are left alone.",
+                "Namespaces whose Pods are left alone. The chart also leaves them out of the",
+                "webhook's namespaceSelector (no call at all); with kustomize, add them there too.",
             ],
             example: None,
             inline: None,

@@ -101,6 +101,7 @@ fn switched_values() -> Value {
         "config": {
             "server": {"max_connections": 500, "metrics_addr": "0.0.0.0:9191"},
             "policy": {"supported_architectures": ["arm64", "s390x"],
+                       "skip_namespaces": ["kube-system", "batch"],
                        "preferred_architecture": [{"architecture": "arm64", "weight": 80},
                                                   {"architecture": "amd64", "weight": 20}]},
             "architecture_tolerations": {"arm64": [{"key": "arm64", "value": "true"},
@@ -482,8 +483,9 @@ fn the_values_schema_refuses_typos_and_accepts_umbrella_keys() {
 }
 
 /// The webhook never selects the release's own namespace or kube-system, whatever the values
-/// add; what they add is kept (matchLabels included); names follow the release, and every
-/// object that names another agrees with it.
+/// add, nor the namespaces `skip_namespaces` names (tolerable would leave their Pods alone);
+/// what they add is kept (matchLabels included); names follow the release, and every object
+/// that names another agrees with it.
 #[test]
 fn the_webhook_keeps_its_exclusions_and_objects_agree() {
     let (yaml, notes) = render(&switched_values(), "edge", "infra");
@@ -500,7 +502,7 @@ fn the_webhook_keeps_its_exclusions_and_objects_agree() {
     assert_eq!(
         namespaces["matchExpressions"],
         json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": ["infra", "kube-system", "istio-system"]},
+                "values": ["infra", "kube-system", "istio-system", "batch"]},
                {"key": tolerable::mutate::SKIP_KEY, "operator": "NotIn", "values": ["true"]},
                {"key": "team", "operator": "Exists"}])
     );
@@ -582,7 +584,7 @@ fn the_values_reach_the_pod(docs: &[Value], notes: &str) {
         "{notes}"
     );
     assert!(
-        notes.contains("infra, kube-system, istio-system"),
+        notes.contains("infra, kube-system, istio-system, batch"),
         "{notes}"
     );
 }

@@ -224,3 +224,12 @@ podLabels key among them would silently change or duplicate one. */}}
 {{- $reserved := keys (include "tolerable.labels" . | fromYaml) }}
 {{- toJson (concat $reserved (list "app.kubernetes.io/component" "tolerable.io/skip")) }}
 {{- end -}}
+
+{{/*
+The namespaces the webhook never sends (a JSON array): the release's own and kube-system (tolerable
+never waits on itself, nor the control plane on it), webhook.excludeNamespaces, and
+config.policy.skip_namespaces (tolerable would answer their Pods with nothing: a call saved).
+*/}}
+{{- define "tolerable.excludedNamespaces" -}}
+{{- concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces (dig "policy" "skip_namespaces" (list) .Values.config) | uniq | toJson -}}
+{{- end }}
