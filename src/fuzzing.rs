@@ -80,8 +80,8 @@ pub fn admission_review(data: &[u8]) {
     };
     let request = review.request.as_ref().expect("parse checks the request");
     assert!(
-        request.metadata_reads_agree(),
-        "the scanned metadata read and serde_json's differ"
+        request.scanned_reads_agree(),
+        "the scanned Pod reads and serde_json's differ"
     );
     let answer = match admission::read_request(request, &policy(), None) {
         PodRead::Decide(pod, _) => mutate::answer(&pod, &facts_for(&pod), None, &policy()),

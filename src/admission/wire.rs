@@ -207,10 +207,10 @@ impl AdmissionRequest<'_> {
         PodObject::parse(object)
     }
 
-    /// Whether the scanner's read of the object's metadata agrees with serde_json's (for the
-    /// fuzz harness).
-    pub(crate) fn metadata_reads_agree(&self) -> bool {
-        self.object.is_none_or(PodObject::metadata_reads_agree)
+    /// Whether the scanner's reads of the object (its metadata alone, and the whole Pod) agree
+    /// with serde_json's (for the fuzz harness).
+    pub(crate) fn scanned_reads_agree(&self) -> bool {
+        self.object.is_none_or(PodObject::scanned_reads_agree)
     }
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
@@ -404,8 +404,8 @@ mod tests {
     }
 
     /// The scanner's way and serde_json's alone read every body alike — the same review, or
-    /// the same error with the same message — and the metadata read of each object read agrees
-    /// with serde_json's: on every AdmissionReview of the test data and the fuzz corpus (the
+    /// the same error with the same message — and the Pod reads of each object read (its
+    /// metadata alone, and whole) agree with serde_json's: on every AdmissionReview of the test data and the fuzz corpus (the
     /// malformed ones too), and on random one-byte mutations of each body and of each object.
     #[test]
     fn the_scanned_read_is_the_whole_read() {
@@ -429,7 +429,7 @@ mod tests {
                 let mut objects = vec![object.to_owned()];
                 objects.extend((0..20).map(|_| mutations.mutate(object)));
                 for object in objects {
-                    assert!(PodObject::metadata_reads_agree(&object), "{object}");
+                    assert!(PodObject::scanned_reads_agree(&object), "{object}");
                 }
             }
         }

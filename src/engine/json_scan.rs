@@ -96,6 +96,27 @@ impl<'a> Scanner<'a> {
             }
         }
     }
+
+    /// The elements of the array that starts here: `element` is called before each and must
+    /// consume it, as [`Scanner::object`]'s `member` must.
+    pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        (self.peek()? == b'[').then(|| self.pos += 1)?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
 }
 
 // The scan itself works on bytes and positions (kept in registers, not in the scanner): each

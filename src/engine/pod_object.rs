@@ -31,8 +31,11 @@ impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
     pub(crate) fn parse(json: &str) -> Result<Self, String> {
-        let pod: PodIn = serde_json::from_str(json)
-            .map_err(|e| format!("the object is not a valid Pod: {e}"))?;
+        let pod = match pod_scanned(json) {
+            Some(pod) => pod,
+            None => serde_json::from_str(json)
+                .map_err(|e| format!("the object is not a valid Pod: {e}"))?,
+        };
         Self::read(pod)
     }
 
@@ -62,13 +65,18 @@ impl PodObject {
         })
     }
 
-    /// Whether the scanner's read of a Pod's metadata, when it gives one, is serde_json's (for
-    /// the fuzz harness and the tests).
-    pub(crate) fn metadata_reads_agree(json: &str) -> bool {
-        match metadata_scanned(json) {
+    /// Whether the scanner's reads of a Pod — its metadata alone, and the whole Pod — are
+    /// serde_json's whenever the scanner gives one (for the fuzz harness and the tests).
+    pub(crate) fn scanned_reads_agree(json: &str) -> bool {
+        let metadata = match metadata_scanned(json) {
             Some(scanned) => metadata_first(json).is_ok_and(|read| read == scanned),
             None => true,
-        }
+        };
+        let whole = match pod_scanned(json) {
+            Some(scanned) => serde_json::from_str::<PodIn>(json).is_ok_and(|read| read == scanned),
+            None => true,
+        };
+        metadata && whole
     }
 
     /// A DaemonSet's JSON: its Pod template, read as a Pod in the DaemonSet's namespace.
@@ -120,7 +128,7 @@ struct DaemonSetSpecIn {
     template: Option<PodIn>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct PodIn {
     metadata: Option<MetaIn>,
     spec: Option<SpecIn>,
@@ -252,8 +260,174 @@ struct MetaIn {
     owner_references: Option<Vec<OwnerReference>>,
 }
 
+/// [`PodObject::parse`]'s fast way, found by the [`json_scan`] scanner: what `PodIn`'s derived
+/// reader reads, with the members tolerable reads (labels, images, tolerations, affinity…) read
+/// by serde_json and every other one — `managedFields`, env, probes, resources, `status`: most
+/// of a real Pod's bytes — only skipped. `None` whenever the scanner cannot say (as for
+/// [`metadata_scanned`]): serde_json then reads the object, and says what is wrong.
+fn pod_scanned(object: &str) -> Option<PodIn> {
+    let mut scanner = Scanner::new(object);
+    let mut pod = PodIn {
+        metadata: None,
+        spec: None,
+    };
+    let mut seen = [false; 2];
+    scanner.object(|s, key| {
+        let Some(field) = field_of(&["metadata", "spec"], key)? else {
+            return s.value().map(|_| Step::Next);
+        };
+        // Twice is an error for the derived reader: it is told there.
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        if s.peek()? != b'{' {
+            return null(s).map(|()| Step::Next);
+        }
+        match field {
+            0 => pod.metadata = Some(metadata_members(s)?),
+            _ => pod.spec = Some(spec_members(s)?),
+        }
+        Some(Step::Next)
+    })?;
+    scanner.end()?;
+    Some(pod)
+}
+
+/// Which of `fields` `key` is: `Some(None)` for none of them, `None` for a key written with
+/// escapes (the scanner compares keys as written).
+fn field_of(fields: &[&str], key: &str) -> Option<Option<usize>> {
+    (!key.contains('\\')).then(|| fields.iter().position(|name| *name == key))
+}
+
+/// A `null`, consumed; `None` for any other value.
+fn null(scanner: &mut Scanner) -> Option<()> {
+    let value = scanner.value()?;
+    (scanner.text(value) == "null").then_some(())
+}
+
+/// The next value read by serde_json into `slot`, as a derived reader reads an `Option` field.
+fn read_value<T: serde::de::DeserializeOwned>(
+    scanner: &mut Scanner,
+    slot: &mut Option<T>,
+) -> Option<()> {
+    let value = scanner.value()?;
+    *slot = serde_json::from_str::<Option<T>>(scanner.text(value)).ok()?;
+    Some(())
+}
+
+/// An array of objects (or `null`), each read by `read`.
+fn objects<T>(
+    scanner: &mut Scanner,
+    mut read: impl FnMut(&mut Scanner) -> Option<T>,
+) -> Option<Option<Vec<T>>> {
+    if scanner.peek()? != b'[' {
+        return null(scanner).map(|()| None);
+    }
+    let mut list = Vec::new();
+    scanner.array(|s| {
+        list.push(read(s)?);
+        Some(())
+    })?;
+    Some(Some(list))
+}
+
+/// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
+fn spec_members(scanner: &mut Scanner) -> Option<SpecIn> {
+    const FIELDS: [&str; 12] = [
+        "containers",
+        "initContainers",
+        "ephemeralContainers",
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "os",
+        "nodeName",
+        "schedulingGates",
+        "imagePullSecrets",
+        "serviceAccountName",
+    ];
+    let mut spec = SpecIn::default();
+    let mut seen = [false; FIELDS.len()];
+    scanner.object(|s, key| {
+        let Some(field) = field_of(&FIELDS, key)? else {
+            return s.value().map(|_| Step::Next);
+        };
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        match field {
+            0 => spec.containers = objects(s, container)?,
+            1 => spec.init_containers = objects(s, container)?,
+            2 => spec.ephemeral_containers = objects(s, container)?,
+            3 => spec.volumes = objects(s, volume)?,
+            4 => read_value(s, &mut spec.node_selector)?,
+            5 => read_value(s, &mut spec.tolerations)?,
+            6 => read_value(s, &mut spec.affinity)?,
+            7 => read_value(s, &mut spec.os)?,
+            8 => read_value(s, &mut spec.node_name)?,
+            9 => read_value(s, &mut spec.scheduling_gates)?,
+            10 => read_value(s, &mut spec.image_pull_secrets)?,
+            _ => read_value(s, &mut spec.service_account_name)?,
+        }
+        Some(Step::Next)
+    })?;
+    Some(spec)
+}
+
+/// A container object, as `ContainerIn`'s derived reader reads it (its name is required).
+fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
+    let (mut name, mut image, mut policy) = (None, None, None);
+    let mut seen = [false; 3];
+    scanner.object(|s, key| {
+        let fields = ["name", "image", "terminationMessagePolicy"];
+        let Some(field) = field_of(&fields, key)? else {
+            return s.value().map(|_| Step::Next);
+        };
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        match field {
+            0 => {
+                let value = s.value()?;
+                name = Some(serde_json::from_str::<String>(s.text(value)).ok()?);
+            }
+            1 => read_value(s, &mut image)?,
+            _ => read_value(s, &mut policy)?,
+        }
+        Some(Step::Next)
+    })?;
+    Some(ContainerIn {
+        name: name?,
+        image,
+        termination_message_policy: policy,
+    })
+}
+
+/// A volume object, as `VolumeIn`'s derived reader reads it (its name is required).
+fn volume(scanner: &mut Scanner) -> Option<VolumeIn> {
+    let (mut name, mut image) = (None, None);
+    let mut seen = [false; 2];
+    scanner.object(|s, key| {
+        let Some(field) = field_of(&["name", "image"], key)? else {
+            return s.value().map(|_| Step::Next);
+        };
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        if field == 0 {
+            let value = s.value()?;
+            name = Some(serde_json::from_str::<String>(s.text(value)).ok()?);
+        } else {
+            read_value(s, &mut image)?;
+        }
+        Some(Step::Next)
+    })?;
+    Some(VolumeIn { name: name?, image })
+}
+
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct SpecIn {
     containers: Option<Vec<ContainerIn>>,
@@ -270,7 +444,7 @@ struct SpecIn {
     service_account_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct ContainerIn {
     name: String,
     image: Option<String>,
@@ -278,7 +452,7 @@ struct ContainerIn {
     termination_message_policy: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct VolumeIn {
     name: String,
     image: Option<ImageVolumeSource>,
@@ -359,10 +533,10 @@ mod tests {
         assert!(first("[1]").is_err());
     }
 
-    /// The recorded v1.36 Pod's metadata (`managedFields` and all) is read by the scanner, not
-    /// left to serde_json, and read alike.
+    /// The recorded v1.36 Pod — its metadata (`managedFields` and all) alone, and whole — is
+    /// read by the scanner, not left to serde_json, and read alike.
     #[test]
-    fn the_recorded_pods_metadata_is_read_by_the_scanner() {
+    fn the_recorded_pod_is_read_by_the_scanner() {
         let body = include_str!(
             "../../tests/data/admissionreview/v1.36/pod-create-replicaset-shaped.json"
         );
@@ -371,5 +545,38 @@ mod tests {
         let scanned = metadata_scanned(&object).expect("the scanner reads it");
         assert_eq!(scanned, metadata_first(&object).unwrap());
         assert!(scanned.is_some_and(|m| m.owner_references.is_some() && m.labels.is_some()));
+
+        let whole = pod_scanned(&object).expect("the scanner reads it whole");
+        assert_eq!(whole, serde_json::from_str::<PodIn>(&object).unwrap());
+        let spec = whole.spec.expect("a spec");
+        let containers = spec.containers.expect("containers");
+        assert!(containers.iter().all(|c| c.image.is_some()));
+        assert!(spec.init_containers.is_some() && spec.volumes.is_some());
+        assert!(spec.tolerations.is_some() && spec.service_account_name.is_some());
+    }
+
+    /// What the derived reader refuses (a field twice, a container without a name, a list
+    /// that is not one) the scanner leaves to it; what it takes (`null` for a list, unknown
+    /// members) the scanner reads alike.
+    #[test]
+    fn the_scanner_leaves_what_the_derived_reader_refuses_to_it() {
+        for refused in [
+            r#"{"metadata":{},"spec":{"containers":[{"image":"a"}]}}"#,
+            r#"{"metadata":{},"spec":{"containers":[{"name":"c"}],"containers":[]}}"#,
+            r#"{"metadata":{},"metadata":{}}"#,
+            r#"{"metadata":{},"spec":{"containers":{}}}"#,
+            r#"{"metadata":{},"spec":{"volumes":[{"name":5}]}}"#,
+        ] {
+            assert!(serde_json::from_str::<PodIn>(refused).is_err(), "{refused}");
+            assert_eq!(pod_scanned(refused), None, "{refused}");
+        }
+        for taken in [
+            r#"{"metadata":null,"spec":null}"#,
+            r#"{"kind":"Pod","metadata":{"x":[1,{"y":null}]},"spec":{"containers":null,"dnsPolicy":"x"}}"#,
+            r#"{"spec":{"volumes":[{"name":"v","image":{"reference":"r"}}],"nodeName":null}}"#,
+        ] {
+            let read = serde_json::from_str::<PodIn>(taken).unwrap();
+            assert_eq!(pod_scanned(taken), Some(read), "{taken}");
+        }
     }
 }
