@@ -11,6 +11,11 @@
 
 use std::ops::Range;
 
+mod valid;
+
+#[allow(unused_imports)] // Member, Members: for readers of the Pod over checked text.
+pub(crate) use valid::{Member, Members, ValidJson};
+
 /// Deeper than this, [`Scanner::value`] gives up (serde_json skips any depth; a real Pod nests
 /// about a dozen levels).
 pub(crate) const MAX_DEPTH: u32 = 64;
@@ -266,33 +271,28 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
 }
 
 /// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
-/// checked to be JSON; `None` when it is not JSON this scanner accepts, or has no such object.
-/// Only the first `request` and its first `object` are looked at, by their keys as written (a
+/// checked to be JSON ([`ValidJson::new`]), and the object as checked text; `None` when the
+/// body is not JSON the validator vouches for, or has no such object. Only the first `request`
+/// whose value is an object, and its first `object`, are looked at, by their keys as written (a
 /// key spelled with escapes is not recognised): a second one, or one spelled otherwise, is for
 /// serde_json to find (and refuse as a duplicate).
-pub(crate) fn object_span(body: &str) -> Option<Range<usize>> {
-    let mut scanner = Scanner::new(body);
-    let mut span = None;
-    let mut seen_request = false;
-    scanner.object(|s, key| {
-        if key == "request" && !seen_request && s.peek()? == b'{' {
-            seen_request = true;
-            let mut seen_object = false;
-            s.object(|s, key| {
-                let value = s.value()?;
-                if key == "object" && !seen_object {
-                    seen_object = true;
-                    span = Some(value);
-                }
-                Some(Step::Next)
-            })?;
-        } else {
-            s.value()?;
+pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, ValidJson<'_>)> {
+    let body = ValidJson::new(body)?;
+    let mut members = body.members()?;
+    while let Some((member, request)) = members.next_at() {
+        if member.key != "request" || !member.value.text().starts_with('{') {
+            continue;
         }
-        Some(Step::Next)
-    })?;
-    scanner.end()?;
-    span
+        let mut inner = member.value.members()?;
+        while let Some((member, object)) = inner.next_at() {
+            if member.key == "object" {
+                let span = request.start + object.start..request.start + object.end;
+                return Some((span, member.value));
+            }
+        }
+        return None;
+    }
+    None
 }
 
 #[cfg(test)]
