@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::engine::json_scan;
+use crate::engine::json_scan::{self, ValidJson};
 use crate::engine::PodObject;
 
 /// The AdmissionReview version tolerable speaks (and echoes when asked in it).
@@ -66,14 +66,17 @@ pub(crate) struct AdmissionRequest<'a> {
     /// A dry run writes nothing: no Event either.
     #[serde(default)]
     pub(crate) dry_run: Option<bool>,
-    /// The object's JSON text, as it is in the body (`null` reads as none).
+    /// The object's JSON text, as it is in the body (`null` reads as none): checked, by the
+    /// validator or by serde_json, so code reading it may trust it is JSON.
     #[serde(default, borrow, deserialize_with = "raw_text")]
-    object: Option<&'a str>,
+    object: Option<ValidJson<'a>>,
 }
 
 /// A value's JSON text, borrowed from the body (serde_json checks it is JSON, building nothing).
-fn raw_text<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<&'de str>, D::Error> {
-    Ok(Option::<&'de RawValue>::deserialize(value)?.map(RawValue::get))
+fn raw_text<'de, D: serde::Deserializer<'de>>(
+    value: D,
+) -> Result<Option<ValidJson<'de>>, D::Error> {
+    Ok(Option::<&'de RawValue>::deserialize(value)?.map(ValidJson::from))
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -115,13 +118,13 @@ pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 /// [`parse`]'s fast way: `None` when the scanner cannot vouch for `text` or the envelope is not
 /// one we answer (serde_json then reads it all, and says why).
 fn scanned(text: &str) -> Option<AdmissionReviewIn<'_>> {
-    let span = json_scan::object_span(text)?;
+    let (span, object) = json_scan::object_span(text)?;
     let mut envelope = String::with_capacity(text.len() - span.len() + 4);
     envelope.push_str(&text[..span.start]);
     envelope.push_str("null");
     envelope.push_str(&text[span.end..]);
     let review = read_envelope(&envelope).ok()?;
-    let object = Some(&text[span]).filter(|object| *object != "null");
+    let object = Some(object).filter(|object| object.text() != "null");
     Some(review.with_object(object))
 }
 
@@ -160,7 +163,7 @@ fn read_envelope(text: &str) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 
 impl AdmissionReviewIn<'_> {
     /// The same review with `object` as its request's object (read from another text).
-    fn with_object<'b>(self, object: Option<&'b str>) -> AdmissionReviewIn<'b> {
+    fn with_object<'b>(self, object: Option<ValidJson<'b>>) -> AdmissionReviewIn<'b> {
         AdmissionReviewIn {
             api_version: self.api_version,
             kind: self.kind,
@@ -198,7 +201,7 @@ impl AdmissionRequest<'_> {
     /// The DaemonSet's Pod template, read as a Pod in the DaemonSet's namespace.
     pub(crate) fn daemon_set_template(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::daemon_set_template(object)
+        PodObject::daemon_set_template(object.text())
     }
 
     /// The Pod in the request (see [`PodObject`]).
@@ -210,7 +213,8 @@ impl AdmissionRequest<'_> {
     /// Whether the scanner's reads of the object (its metadata alone, and the whole Pod) agree
     /// with serde_json's (for the fuzz harness).
     pub(crate) fn scanned_reads_agree(&self) -> bool {
-        self.object.is_none_or(PodObject::scanned_reads_agree)
+        self.object
+            .is_none_or(|object| PodObject::scanned_reads_agree(object.text()))
     }
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
@@ -426,8 +430,8 @@ mod tests {
                 let Some(object) = read.ok().and_then(|r| r.request?.object) else {
                     continue;
                 };
-                let mut objects = vec![object.to_owned()];
-                objects.extend((0..20).map(|_| mutations.mutate(object)));
+                let mut objects = vec![object.text().to_owned()];
+                objects.extend((0..20).map(|_| mutations.mutate(object.text())));
                 for object in objects {
                     assert!(PodObject::scanned_reads_agree(&object), "{object}");
                 }

@@ -11,10 +11,16 @@
 
 use std::ops::Range;
 
+mod valid;
+
+pub(crate) use valid::{Member, Members, ValidJson};
+
+#[cfg(test)]
 /// Deeper than this, [`Scanner::value`] gives up (serde_json skips any depth; a real Pod nests
 /// about a dozen levels).
 pub(crate) const MAX_DEPTH: u32 = 64;
 
+#[cfg(test)]
 /// Whether to go on with the members of an object after one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -23,12 +29,14 @@ pub(crate) enum Step {
     Stop,
 }
 
+#[cfg(test)]
 /// A cursor over JSON text.
 pub(crate) struct Scanner<'a> {
     text: &'a str,
     pos: usize,
 }
 
+#[cfg(test)] // The scanner before the validator: the tests' second opinion.
 impl<'a> Scanner<'a> {
     pub(crate) fn new(text: &'a str) -> Self {
         Self { text, pos: 0 }
@@ -96,33 +104,13 @@ impl<'a> Scanner<'a> {
             }
         }
     }
-
-    /// The elements of the array that starts here: `element` is called before each and must
-    /// consume it, as [`Scanner::object`]'s `member` must.
-    pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        (self.peek()? == b'[').then(|| self.pos += 1)?;
-        if self.peek()? == b']' {
-            self.pos += 1;
-            return Some(());
-        }
-        loop {
-            element(self)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
 }
 
 // The scan itself works on bytes and positions (kept in registers, not in the scanner): each
 // function takes where something starts and answers where it ends, `None` for text it does not
 // take.
 
+#[cfg(test)]
 /// Past the whitespace at `at`.
 #[inline(always)]
 fn whitespace(bytes: &[u8], mut at: usize) -> usize {
@@ -132,6 +120,7 @@ fn whitespace(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+#[cfg(test)]
 /// The value at `at` (no whitespace before it), checked: just past its end. Iterative, with
 /// the open objects and arrays as bits of one word: no allocation, no recursion.
 fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
@@ -187,6 +176,7 @@ fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
     }
 }
 
+#[cfg(test)]
 /// The key at `at` (a string), the colon and whitespace after it: where the value starts.
 #[inline(always)]
 fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
@@ -197,6 +187,7 @@ fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
     (bytes.get(at) == Some(&b':')).then(|| whitespace(bytes, at + 1))
 }
 
+#[cfg(test)]
 /// The string whose opening quote is at `at`: just past its closing quote.
 #[inline(always)]
 fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
@@ -287,33 +278,28 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
 }
 
 /// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
-/// checked to be JSON; `None` when it is not JSON this scanner accepts, or has no such object.
-/// Only the first `request` and its first `object` are looked at, by their keys as written (a
+/// checked to be JSON ([`ValidJson::new`]), and the object as checked text; `None` when the
+/// body is not JSON the validator vouches for, or has no such object. Only the first `request`
+/// whose value is an object, and its first `object`, are looked at, by their keys as written (a
 /// key spelled with escapes is not recognised): a second one, or one spelled otherwise, is for
 /// serde_json to find (and refuse as a duplicate).
-pub(crate) fn object_span(body: &str) -> Option<Range<usize>> {
-    let mut scanner = Scanner::new(body);
-    let mut span = None;
-    let mut seen_request = false;
-    scanner.object(|s, key| {
-        if key == "request" && !seen_request && s.peek()? == b'{' {
-            seen_request = true;
-            let mut seen_object = false;
-            s.object(|s, key| {
-                let value = s.value()?;
-                if key == "object" && !seen_object {
-                    seen_object = true;
-                    span = Some(value);
-                }
-                Some(Step::Next)
-            })?;
-        } else {
-            s.value()?;
+pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, ValidJson<'_>)> {
+    let body = ValidJson::new(body)?;
+    let mut members = body.members()?;
+    while let Some((member, request)) = members.next_at() {
+        if member.key != "request" || !member.value.text().starts_with('{') {
+            continue;
         }
-        Some(Step::Next)
-    })?;
-    scanner.end()?;
-    span
+        let mut inner = member.value.members()?;
+        while let Some((member, object)) = inner.next_at() {
+            if member.key == "object" {
+                let span = request.start + object.start..request.start + object.end;
+                return Some((span, member.value));
+            }
+        }
+        return None;
+    }
+    None
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::{Scanner, Step};
+use super::json_scan::{Member, Members, ValidJson};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -30,10 +30,10 @@ pub(crate) struct PodObject {
 impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
-    pub(crate) fn parse(json: &str) -> Result<Self, String> {
-        let pod = match pod_scanned(json) {
+    pub(crate) fn parse(object: ValidJson) -> Result<Self, String> {
+        let pod = match pod_scanned(object) {
             Some(pod) => pod,
-            None => serde_json::from_str(json)
+            None => serde_json::from_str(object.text())
                 .map_err(|e| format!("the object is not a valid Pod: {e}"))?,
         };
         Self::read(pod)
@@ -52,12 +52,11 @@ impl PodObject {
     /// `metadata`: what follows it (spec, status: half a real Pod's bytes) is not even scanned —
     /// the caller has already checked it is JSON. A second `metadata` after the first is
     /// therefore not seen.
-    pub(crate) fn metadata_only(json: &str) -> Result<Self, String> {
-        let metadata = match metadata_scanned(json) {
+    pub(crate) fn metadata_only(object: ValidJson) -> Result<Self, String> {
+        let metadata = match metadata_scanned(object) {
             Some(metadata) => metadata,
-            None => {
-                metadata_first(json).map_err(|e| format!("the object is not a valid Pod: {e}"))?
-            }
+            None => metadata_first(object.text())
+                .map_err(|e| format!("the object is not a valid Pod: {e}"))?,
         };
         Self::read(PodIn {
             metadata,
@@ -68,11 +67,14 @@ impl PodObject {
     /// Whether the scanner's reads of a Pod — its metadata alone, and the whole Pod — are
     /// serde_json's whenever the scanner gives one (for the fuzz harness and the tests).
     pub(crate) fn scanned_reads_agree(json: &str) -> bool {
-        let metadata = match metadata_scanned(json) {
+        let Some(checked) = ValidJson::new(json) else {
+            return true;
+        };
+        let metadata = match metadata_scanned(checked) {
             Some(scanned) => metadata_first(json).is_ok_and(|read| read == scanned),
             None => true,
         };
-        let whole = match pod_scanned(json) {
+        let whole = match pod_scanned(checked) {
             Some(scanned) => serde_json::from_str::<PodIn>(json).is_ok_and(|read| read == scanned),
             None => true,
         };
@@ -182,41 +184,28 @@ fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
     }
 }
 
-/// [`metadata_first`]'s answer when it is `Ok`, found by the [`json_scan`] scanner: the members
+/// [`metadata_first`]'s answer when it is `Ok`, found by walking the checked text: the members
 /// of `metadata` tolerable reads are read by serde_json, every other one (`managedFields`: most
-/// of a real Pod's metadata) is only skipped, faster than serde_json skips it. `None` when the
-/// scanner cannot say (a key written with escapes, a field twice, a value of the wrong type,
-/// text it does not take): `metadata_first` reads the object then, and says what is wrong.
-fn metadata_scanned(object: &str) -> Option<Option<MetaIn>> {
-    let mut scanner = Scanner::new(object);
-    let mut found = None;
-    scanner.object(|s, key| {
-        if key.contains('\\') {
-            return None;
+/// of a real Pod's metadata) is only skipped, without checking it again. `None` when the walk
+/// cannot say (a key written with escapes, a field twice, a value of the wrong type):
+/// `metadata_first` reads the object then, and says what is wrong.
+fn metadata_scanned(object: ValidJson) -> Option<Option<MetaIn>> {
+    for member in object.members()? {
+        if field_of(&["metadata"], member.key)?.is_none() {
+            continue;
         }
-        if key != "metadata" {
-            return s.value().map(|_| Step::Next);
-        }
-        found = Some(match s.peek()? {
-            b'{' => Some(metadata_members(s)?),
-            _ => (s.value().map(|v| s.text(v))? == "null").then_some(None)?,
-        });
-        Some(Step::Stop)
-    })?;
-    if found.is_none() {
-        // Read to its end without a `metadata`: nothing may follow the object.
-        scanner.end()?;
+        // The first `metadata` is the one read, as `metadata_first` stops there.
+        return match member.value.members() {
+            Some(members) => Some(Some(metadata_members(members)?)),
+            None => null(member.value).map(|()| None),
+        };
     }
-    Some(found.flatten())
+    Some(None)
 }
 
 /// The members of a `metadata` object, as `MetaIn`'s derived reader reads them (see
 /// [`metadata_scanned`]).
-fn metadata_members(scanner: &mut Scanner) -> Option<MetaIn> {
-    fn read<T: serde::de::DeserializeOwned>(slot: &mut Option<T>, text: &str) -> Option<()> {
-        *slot = serde_json::from_str::<Option<T>>(text).ok()?;
-        Some(())
-    }
+fn metadata_members(members: Members) -> Option<MetaIn> {
     let mut meta = MetaIn {
         namespace: None,
         labels: None,
@@ -224,115 +213,91 @@ fn metadata_members(scanner: &mut Scanner) -> Option<MetaIn> {
         owner_references: None,
     };
     let mut seen = [false; 4];
-    scanner.object(|s, key| {
-        if key.contains('\\') {
-            return None;
-        }
-        let field = ["namespace", "labels", "annotations", "ownerReferences"]
-            .iter()
-            .position(|name| *name == key);
-        let value = s.value()?;
-        let Some(field) = field else {
-            return Some(Step::Next);
+    let fields = ["namespace", "labels", "annotations", "ownerReferences"];
+    for Member { key, value } in members {
+        let Some(field) = field_of(&fields, key)? else {
+            continue;
         };
         // Twice is an error for the derived reader: it is told there.
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        let text = s.text(value);
         match field {
-            0 => read(&mut meta.namespace, text)?,
-            1 => read(&mut meta.labels, text)?,
-            2 => read(&mut meta.annotations, text)?,
-            _ => read(&mut meta.owner_references, text)?,
+            0 => read_value(value, &mut meta.namespace)?,
+            1 => read_value(value, &mut meta.labels)?,
+            2 => read_value(value, &mut meta.annotations)?,
+            _ => read_value(value, &mut meta.owner_references)?,
         }
-        Some(Step::Next)
-    })?;
+    }
     Some(meta)
 }
 
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-struct MetaIn {
-    namespace: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-    owner_references: Option<Vec<OwnerReference>>,
-}
-
-/// [`PodObject::parse`]'s fast way, found by the [`json_scan`] scanner: what `PodIn`'s derived
-/// reader reads, with the members tolerable reads (labels, images, tolerations, affinity…) read
-/// by serde_json and every other one — `managedFields`, env, probes, resources, `status`: most
-/// of a real Pod's bytes — only skipped. `None` whenever the scanner cannot say (as for
+/// [`PodObject::parse`]'s fast way, walking the checked text: what `PodIn`'s derived reader
+/// reads, with the members tolerable reads (labels, images, tolerations, affinity…) read by
+/// serde_json and every other one — `managedFields`, env, probes, resources, `status`: most of
+/// a real Pod's bytes — only skipped. `None` whenever the walk cannot say (as for
 /// [`metadata_scanned`]): serde_json then reads the object, and says what is wrong.
-fn pod_scanned(object: &str) -> Option<PodIn> {
-    let mut scanner = Scanner::new(object);
+fn pod_scanned(object: ValidJson) -> Option<PodIn> {
     let mut pod = PodIn {
         metadata: None,
         spec: None,
     };
     let mut seen = [false; 2];
-    scanner.object(|s, key| {
+    for Member { key, value } in object.members()? {
         let Some(field) = field_of(&["metadata", "spec"], key)? else {
-            return s.value().map(|_| Step::Next);
+            continue;
         };
-        // Twice is an error for the derived reader: it is told there.
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        if s.peek()? != b'{' {
-            return null(s).map(|()| Step::Next);
+        match (field, value.members()) {
+            (_, None) => null(value)?,
+            (0, Some(members)) => pod.metadata = Some(metadata_members(members)?),
+            (_, Some(members)) => pod.spec = Some(spec_members(members)?),
         }
-        match field {
-            0 => pod.metadata = Some(metadata_members(s)?),
-            _ => pod.spec = Some(spec_members(s)?),
-        }
-        Some(Step::Next)
-    })?;
-    scanner.end()?;
+    }
     Some(pod)
 }
 
 /// Which of `fields` `key` is: `Some(None)` for none of them, `None` for a key written with
-/// escapes (the scanner compares keys as written).
+/// escapes (keys are compared as written).
 fn field_of(fields: &[&str], key: &str) -> Option<Option<usize>> {
     (!key.contains('\\')).then(|| fields.iter().position(|name| *name == key))
 }
 
-/// A `null`, consumed; `None` for any other value.
-fn null(scanner: &mut Scanner) -> Option<()> {
-    let value = scanner.value()?;
-    (scanner.text(value) == "null").then_some(())
+/// `Some` when `value` is `null`.
+fn null(value: ValidJson) -> Option<()> {
+    (value.text() == "null").then_some(())
 }
 
-/// The next value read by serde_json into `slot`, as a derived reader reads an `Option` field.
+/// `value` read by serde_json into `slot`, as a derived reader reads an `Option` field.
 fn read_value<T: serde::de::DeserializeOwned>(
-    scanner: &mut Scanner,
+    value: ValidJson,
     slot: &mut Option<T>,
 ) -> Option<()> {
-    let value = scanner.value()?;
-    *slot = serde_json::from_str::<Option<T>>(scanner.text(value)).ok()?;
+    *slot = serde_json::from_str::<Option<T>>(value.text()).ok()?;
     Some(())
 }
 
+/// A string read by serde_json, as a derived reader reads a required `String` field.
+fn string(value: ValidJson) -> Option<String> {
+    serde_json::from_str(value.text()).ok()
+}
+
 /// An array of objects (or `null`), each read by `read`.
-fn objects<T>(
-    scanner: &mut Scanner,
-    mut read: impl FnMut(&mut Scanner) -> Option<T>,
-) -> Option<Option<Vec<T>>> {
-    if scanner.peek()? != b'[' {
-        return null(scanner).map(|()| None);
-    }
-    let mut list = Vec::new();
-    scanner.array(|s| {
-        list.push(read(s)?);
-        Some(())
-    })?;
-    Some(Some(list))
+fn objects<T>(value: ValidJson, read: impl FnMut(Members) -> Option<T>) -> Option<Option<Vec<T>>> {
+    let Some(elements) = value.elements() else {
+        return null(value).map(|()| None);
+    };
+    let mut read = read;
+    elements
+        .map(|element| read(element.members()?))
+        .collect::<Option<Vec<T>>>()
+        .map(Some)
 }
 
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
-fn spec_members(scanner: &mut Scanner) -> Option<SpecIn> {
+fn spec_members(members: Members) -> Option<SpecIn> {
     const FIELDS: [&str; 12] = [
         "containers",
         "initContainers",
@@ -349,54 +314,49 @@ fn spec_members(scanner: &mut Scanner) -> Option<SpecIn> {
     ];
     let mut spec = SpecIn::default();
     let mut seen = [false; FIELDS.len()];
-    scanner.object(|s, key| {
+    for Member { key, value } in members {
         let Some(field) = field_of(&FIELDS, key)? else {
-            return s.value().map(|_| Step::Next);
+            continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
         match field {
-            0 => spec.containers = objects(s, container)?,
-            1 => spec.init_containers = objects(s, container)?,
-            2 => spec.ephemeral_containers = objects(s, container)?,
-            3 => spec.volumes = objects(s, volume)?,
-            4 => read_value(s, &mut spec.node_selector)?,
-            5 => read_value(s, &mut spec.tolerations)?,
-            6 => read_value(s, &mut spec.affinity)?,
-            7 => read_value(s, &mut spec.os)?,
-            8 => read_value(s, &mut spec.node_name)?,
-            9 => read_value(s, &mut spec.scheduling_gates)?,
-            10 => read_value(s, &mut spec.image_pull_secrets)?,
-            _ => read_value(s, &mut spec.service_account_name)?,
+            0 => spec.containers = objects(value, container)?,
+            1 => spec.init_containers = objects(value, container)?,
+            2 => spec.ephemeral_containers = objects(value, container)?,
+            3 => spec.volumes = objects(value, volume)?,
+            4 => read_value(value, &mut spec.node_selector)?,
+            5 => read_value(value, &mut spec.tolerations)?,
+            6 => read_value(value, &mut spec.affinity)?,
+            7 => read_value(value, &mut spec.os)?,
+            8 => read_value(value, &mut spec.node_name)?,
+            9 => read_value(value, &mut spec.scheduling_gates)?,
+            10 => read_value(value, &mut spec.image_pull_secrets)?,
+            _ => read_value(value, &mut spec.service_account_name)?,
         }
-        Some(Step::Next)
-    })?;
+    }
     Some(spec)
 }
 
 /// A container object, as `ContainerIn`'s derived reader reads it (its name is required).
-fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
+fn container(members: Members) -> Option<ContainerIn> {
     let (mut name, mut image, mut policy) = (None, None, None);
     let mut seen = [false; 3];
-    scanner.object(|s, key| {
-        let fields = ["name", "image", "terminationMessagePolicy"];
+    let fields = ["name", "image", "terminationMessagePolicy"];
+    for Member { key, value } in members {
         let Some(field) = field_of(&fields, key)? else {
-            return s.value().map(|_| Step::Next);
+            continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
         match field {
-            0 => {
-                let value = s.value()?;
-                name = Some(serde_json::from_str::<String>(s.text(value)).ok()?);
-            }
-            1 => read_value(s, &mut image)?,
-            _ => read_value(s, &mut policy)?,
+            0 => name = Some(string(value)?),
+            1 => read_value(value, &mut image)?,
+            _ => read_value(value, &mut policy)?,
         }
-        Some(Step::Next)
-    })?;
+    }
     Some(ContainerIn {
         name: name?,
         image,
@@ -405,25 +365,32 @@ fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
 }
 
 /// A volume object, as `VolumeIn`'s derived reader reads it (its name is required).
-fn volume(scanner: &mut Scanner) -> Option<VolumeIn> {
+fn volume(members: Members) -> Option<VolumeIn> {
     let (mut name, mut image) = (None, None);
     let mut seen = [false; 2];
-    scanner.object(|s, key| {
+    for Member { key, value } in members {
         let Some(field) = field_of(&["name", "image"], key)? else {
-            return s.value().map(|_| Step::Next);
+            continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
         if field == 0 {
-            let value = s.value()?;
-            name = Some(serde_json::from_str::<String>(s.text(value)).ok()?);
+            name = Some(string(value)?);
         } else {
-            read_value(s, &mut image)?;
+            read_value(value, &mut image)?;
         }
-        Some(Step::Next)
-    })?;
+    }
     Some(VolumeIn { name: name?, image })
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct MetaIn {
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
 }
 
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
@@ -542,11 +509,12 @@ mod tests {
         );
         let review: serde_json::Value = serde_json::from_str(body).unwrap();
         let object = review["request"]["object"].to_string();
-        let scanned = metadata_scanned(&object).expect("the scanner reads it");
+        let checked = ValidJson::new(&object).expect("JSON");
+        let scanned = metadata_scanned(checked).expect("the scanner reads it");
         assert_eq!(scanned, metadata_first(&object).unwrap());
         assert!(scanned.is_some_and(|m| m.owner_references.is_some() && m.labels.is_some()));
 
-        let whole = pod_scanned(&object).expect("the scanner reads it whole");
+        let whole = pod_scanned(checked).expect("the scanner reads it whole");
         assert_eq!(whole, serde_json::from_str::<PodIn>(&object).unwrap());
         let spec = whole.spec.expect("a spec");
         let containers = spec.containers.expect("containers");
@@ -568,7 +536,11 @@ mod tests {
             r#"{"metadata":{},"spec":{"volumes":[{"name":5}]}}"#,
         ] {
             assert!(serde_json::from_str::<PodIn>(refused).is_err(), "{refused}");
-            assert_eq!(pod_scanned(refused), None, "{refused}");
+            assert_eq!(
+                pod_scanned(ValidJson::new(refused).unwrap()),
+                None,
+                "{refused}"
+            );
         }
         for taken in [
             r#"{"metadata":null,"spec":null}"#,
@@ -576,7 +548,11 @@ mod tests {
             r#"{"spec":{"volumes":[{"name":"v","image":{"reference":"r"}}],"nodeName":null}}"#,
         ] {
             let read = serde_json::from_str::<PodIn>(taken).unwrap();
-            assert_eq!(pod_scanned(taken), Some(read), "{taken}");
+            assert_eq!(
+                pod_scanned(ValidJson::new(taken).unwrap()),
+                Some(read),
+                "{taken}"
+            );
         }
     }
 }

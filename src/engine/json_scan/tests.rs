@@ -182,14 +182,15 @@ fn the_scanner_takes_every_valid_file_of_the_test_data() {
 #[test]
 fn the_object_span_is_the_request_object_text() {
     let body = r#" {"kind":"AdmissionReview","request": {"uid":"u", "object" : {"a":[1, {}]} ,"x":null}} "#;
-    let span = object_span(body).unwrap();
+    let (span, object) = object_span(body).unwrap();
     assert_eq!(&body[span], r#"{"a":[1, {}]}"#);
+    assert_eq!(object.text(), r#"{"a":[1, {}]}"#);
     assert_eq!(object_span(&body.replace("null", "nul")), None);
     assert_eq!(object_span(&format!("{body}x")), None);
     assert_eq!(object_span(r#"{"request":{"uid":"u"}}"#), None);
     assert_eq!(object_span(r#"{"request":null,"object":{}}"#), None);
     let second = r#"{"request":{"object":1,"object":2}}"#;
-    assert_eq!(&second[object_span(second).unwrap()], "1");
+    assert_eq!(&second[object_span(second).unwrap().0], "1");
 }
 
 /// An object read member by member stops where asked: what follows is not checked.
