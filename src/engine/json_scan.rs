@@ -11,16 +11,10 @@
 
 use std::ops::Range;
 
-mod valid;
-
-pub(crate) use valid::{Member, Members, ValidJson};
-
-#[cfg(test)]
 /// Deeper than this, [`Scanner::value`] gives up (serde_json skips any depth; a real Pod nests
 /// about a dozen levels).
 pub(crate) const MAX_DEPTH: u32 = 64;
 
-#[cfg(test)]
 /// Whether to go on with the members of an object after one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -29,22 +23,15 @@ pub(crate) enum Step {
     Stop,
 }
 
-#[cfg(test)]
 /// A cursor over JSON text.
 pub(crate) struct Scanner<'a> {
     text: &'a str,
     pos: usize,
 }
 
-#[cfg(test)] // The scanner before the validator: the tests' second opinion.
 impl<'a> Scanner<'a> {
     pub(crate) fn new(text: &'a str) -> Self {
         Self { text, pos: 0 }
-    }
-
-    /// The text of `range` (from [`Scanner::value`]).
-    pub(crate) fn text(&self, range: Range<usize>) -> &'a str {
-        &self.text[range]
     }
 
     /// The next byte after whitespace, not consumed.
@@ -110,7 +97,6 @@ impl<'a> Scanner<'a> {
 // function takes where something starts and answers where it ends, `None` for text it does not
 // take.
 
-#[cfg(test)]
 /// Past the whitespace at `at`.
 #[inline(always)]
 fn whitespace(bytes: &[u8], mut at: usize) -> usize {
@@ -120,7 +106,6 @@ fn whitespace(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-#[cfg(test)]
 /// The value at `at` (no whitespace before it), checked: just past its end. Iterative, with
 /// the open objects and arrays as bits of one word: no allocation, no recursion.
 fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
@@ -176,7 +161,6 @@ fn skip_value(bytes: &[u8], mut at: usize) -> Option<usize> {
     }
 }
 
-#[cfg(test)]
 /// The key at `at` (a string), the colon and whitespace after it: where the value starts.
 #[inline(always)]
 fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
@@ -187,7 +171,6 @@ fn key_end(bytes: &[u8], at: usize) -> Option<usize> {
     (bytes.get(at) == Some(&b':')).then(|| whitespace(bytes, at + 1))
 }
 
-#[cfg(test)]
 /// The string whose opening quote is at `at`: just past its closing quote.
 #[inline(always)]
 fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
@@ -277,29 +260,84 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
     (bytes.get(at..end)? == word).then_some(end)
 }
 
-/// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
-/// checked to be JSON ([`ValidJson::new`]), and the object as checked text; `None` when the
-/// body is not JSON the validator vouches for, or has no such object. Only the first `request`
-/// whose value is an object, and its first `object`, are looked at, by their keys as written (a
-/// key spelled with escapes is not recognised): a second one, or one spelled otherwise, is for
-/// serde_json to find (and refuse as a duplicate).
-pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, ValidJson<'_>)> {
-    let body = ValidJson::new(body)?;
-    let mut members = body.members()?;
-    while let Some((member, request)) = members.next_at() {
-        if member.key != "request" || !member.value.text().starts_with('{') {
-            continue;
-        }
-        let mut inner = member.value.members()?;
-        while let Some((member, object)) = inner.next_at() {
-            if member.key == "object" {
-                let span = request.start + object.start..request.start + object.end;
-                return Some((span, member.value));
-            }
-        }
-        return None;
+/// A member of an object the scanner checked: its key as written (escapes left as they are)
+/// and its value's text; for the members [`object_span`] looks into, the value's own members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ScannedMember<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) value: &'a str,
+    /// The value's members when it is an object the scan looked into; `None` otherwise.
+    pub(crate) members: Option<Vec<ScannedMember<'a>>>,
+}
+
+impl<'a> Scanner<'a> {
+    /// The members of the object that starts here, in order (twice if written twice), checked;
+    /// of those whose key is one of `look_into` and whose value is an object, their members too
+    /// (one level: nothing deeper is looked into).
+    fn members(&mut self, look_into: &[&str]) -> Option<Vec<ScannedMember<'a>>> {
+        let mut members = Vec::new();
+        self.object(|s, key| {
+            s.peek()?;
+            let start = s.pos;
+            let inner = if look_into.contains(&key) && s.peek()? == b'{' {
+                Some(s.members(&[])?)
+            } else {
+                s.value()?;
+                None
+            };
+            members.push(ScannedMember {
+                key,
+                value: &s.text[start..s.pos],
+                members: inner,
+            });
+            Some(Step::Next)
+        })?;
+        Some(members)
     }
-    None
+}
+
+/// The members of `request.object` [`object_span`] looks into: a Pod's (a Pod is read from
+/// them without scanning its text again).
+const OBJECT_PARTS: [&str; 2] = ["metadata", "spec"];
+
+/// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
+/// checked to be JSON, and — when the object is a JSON object — its members, with those of its
+/// `metadata` and `spec`, found on the same pass; `None` when the body is not JSON this scanner
+/// accepts, or has no such object. Only the first `request` and its first `object` are looked
+/// at, by their keys as written (a key spelled with escapes is not recognised): a second one,
+/// or one spelled otherwise, is for serde_json to find (and refuse as a duplicate).
+#[allow(clippy::type_complexity)] // A span and the members found in it: named where read.
+pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, Option<Vec<ScannedMember<'_>>>)> {
+    let mut scanner = Scanner::new(body);
+    let mut found = None;
+    let mut seen_request = false;
+    scanner.object(|s, key| {
+        if key == "request" && !seen_request && s.peek()? == b'{' {
+            seen_request = true;
+            let mut seen_object = false;
+            s.object(|s, key| {
+                if key != "object" || seen_object {
+                    return s.value().map(|_| Step::Next);
+                }
+                seen_object = true;
+                let first = s.peek()?;
+                let start = s.pos;
+                let members = if first == b'{' {
+                    Some(s.members(&OBJECT_PARTS)?)
+                } else {
+                    s.value()?;
+                    None
+                };
+                found = Some((start..s.pos, members));
+                Some(Step::Next)
+            })?;
+        } else {
+            s.value()?;
+        }
+        Some(Step::Next)
+    })?;
+    scanner.end()?;
+    found
 }
 
 #[cfg(test)]

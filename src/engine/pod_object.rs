@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::{Member, Members, ValidJson};
+use super::json_scan::ScannedMember;
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -30,10 +30,13 @@ pub(crate) struct PodObject {
 impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
-    pub(crate) fn parse(object: ValidJson) -> Result<Self, String> {
-        let pod = match pod_scanned(object) {
+    /// `scanned`: the object's members, when the scanner found them while checking the body
+    /// ([`object_span`](super::json_scan::object_span)): the Pod is then read from them, without its text being
+    /// gone through again.
+    pub(crate) fn parse(json: &str, scanned: Option<&[ScannedMember]>) -> Result<Self, String> {
+        let pod = match scanned.and_then(pod_scanned) {
             Some(pod) => pod,
-            None => serde_json::from_str(object.text())
+            None => serde_json::from_str(json)
                 .map_err(|e| format!("the object is not a valid Pod: {e}"))?,
         };
         Self::read(pod)
@@ -52,11 +55,15 @@ impl PodObject {
     /// `metadata`: what follows it (spec, status: half a real Pod's bytes) is not even scanned —
     /// the caller has already checked it is JSON. A second `metadata` after the first is
     /// therefore not seen.
-    pub(crate) fn metadata_only(object: ValidJson) -> Result<Self, String> {
-        let metadata = match metadata_scanned(object) {
+    pub(crate) fn metadata_only(
+        json: &str,
+        scanned: Option<&[ScannedMember]>,
+    ) -> Result<Self, String> {
+        let metadata = match scanned.and_then(metadata_scanned) {
             Some(metadata) => metadata,
-            None => metadata_first(object.text())
-                .map_err(|e| format!("the object is not a valid Pod: {e}"))?,
+            None => {
+                metadata_first(json).map_err(|e| format!("the object is not a valid Pod: {e}"))?
+            }
         };
         Self::read(PodIn {
             metadata,
@@ -64,18 +71,18 @@ impl PodObject {
         })
     }
 
-    /// Whether the scanner's reads of a Pod — its metadata alone, and the whole Pod — are
-    /// serde_json's whenever the scanner gives one (for the fuzz harness and the tests).
-    pub(crate) fn scanned_reads_agree(json: &str) -> bool {
-        let Some(checked) = ValidJson::new(json) else {
+    /// Whether the reads of a Pod from its `scanned` members — its metadata alone, and the
+    /// whole Pod — are serde_json's whenever they give one (for the fuzz harness and the tests).
+    pub(crate) fn scanned_reads_agree(json: &str, scanned: Option<&[ScannedMember]>) -> bool {
+        let Some(scanned) = scanned else {
             return true;
         };
-        let metadata = match metadata_scanned(checked) {
-            Some(scanned) => metadata_first(json).is_ok_and(|read| read == scanned),
+        let metadata = match metadata_scanned(scanned) {
+            Some(found) => metadata_first(json).is_ok_and(|read| read == found),
             None => true,
         };
-        let whole = match pod_scanned(checked) {
-            Some(scanned) => serde_json::from_str::<PodIn>(json).is_ok_and(|read| read == scanned),
+        let whole = match pod_scanned(scanned) {
+            Some(found) => serde_json::from_str::<PodIn>(json).is_ok_and(|read| read == found),
             None => true,
         };
         metadata && whole
@@ -184,18 +191,18 @@ fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
     }
 }
 
-/// [`metadata_first`]'s answer when it is `Ok`, found by walking the checked text: the members
-/// of `metadata` tolerable reads are read by serde_json, every other one (`managedFields`: most
-/// of a real Pod's metadata) is only skipped, without checking it again. `None` when the walk
-/// cannot say (a key written with escapes, a field twice, a value of the wrong type):
+/// [`metadata_first`]'s answer when it is `Ok`, from the object's members the scanner found:
+/// the members of `metadata` tolerable reads are read by serde_json, every other one
+/// (`managedFields`: most of a real Pod's metadata) was only checked by the scanner. `None`
+/// when they cannot say (a key written with escapes, a field twice, a value of the wrong type):
 /// `metadata_first` reads the object then, and says what is wrong.
-fn metadata_scanned(object: ValidJson) -> Option<Option<MetaIn>> {
-    for member in object.members()? {
+fn metadata_scanned(object: &[ScannedMember]) -> Option<Option<MetaIn>> {
+    for member in object {
         if field_of(&["metadata"], member.key)?.is_none() {
             continue;
         }
         // The first `metadata` is the one read, as `metadata_first` stops there.
-        return match member.value.members() {
+        return match &member.members {
             Some(members) => Some(Some(metadata_members(members)?)),
             None => null(member.value).map(|()| None),
         };
@@ -205,7 +212,7 @@ fn metadata_scanned(object: ValidJson) -> Option<Option<MetaIn>> {
 
 /// The members of a `metadata` object, as `MetaIn`'s derived reader reads them (see
 /// [`metadata_scanned`]).
-fn metadata_members(members: Members) -> Option<MetaIn> {
+fn metadata_members(members: &[ScannedMember]) -> Option<MetaIn> {
     let mut meta = MetaIn {
         namespace: None,
         labels: None,
@@ -214,14 +221,15 @@ fn metadata_members(members: Members) -> Option<MetaIn> {
     };
     let mut seen = [false; 4];
     let fields = ["namespace", "labels", "annotations", "ownerReferences"];
-    for Member { key, value } in members {
-        let Some(field) = field_of(&fields, key)? else {
+    for member in members {
+        let Some(field) = field_of(&fields, member.key)? else {
             continue;
         };
         // Twice is an error for the derived reader: it is told there.
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
+        let value = member.value;
         match field {
             0 => read_value(value, &mut meta.namespace)?,
             1 => read_value(value, &mut meta.labels)?,
@@ -232,26 +240,27 @@ fn metadata_members(members: Members) -> Option<MetaIn> {
     Some(meta)
 }
 
-/// [`PodObject::parse`]'s fast way, walking the checked text: what `PodIn`'s derived reader
-/// reads, with the members tolerable reads (labels, images, tolerations, affinity…) read by
-/// serde_json and every other one — `managedFields`, env, probes, resources, `status`: most of
-/// a real Pod's bytes — only skipped. `None` whenever the walk cannot say (as for
-/// [`metadata_scanned`]): serde_json then reads the object, and says what is wrong.
-fn pod_scanned(object: ValidJson) -> Option<PodIn> {
+/// [`PodObject::parse`]'s fast way, from the object's members the scanner found: what
+/// `PodIn`'s derived reader reads, with the members tolerable reads (labels, containers,
+/// tolerations, affinity…) read by serde_json and every other one — `managedFields`, `status`:
+/// most of a real Pod's bytes — only checked by the scanner. `None` whenever they cannot say
+/// (as for [`metadata_scanned`]): serde_json then reads the object, and says what is wrong.
+fn pod_scanned(object: &[ScannedMember]) -> Option<PodIn> {
     let mut pod = PodIn {
         metadata: None,
         spec: None,
     };
     let mut seen = [false; 2];
-    for Member { key, value } in object.members()? {
-        let Some(field) = field_of(&["metadata", "spec"], key)? else {
+    for member in object {
+        let Some(field) = field_of(&["metadata", "spec"], member.key)? else {
             continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        match (field, value.members()) {
-            (_, None) => null(value)?,
+        match (field, &member.members) {
+            // Not an object: `null`, or a wrong type the derived reader names.
+            (_, None) => null(member.value)?,
             (0, Some(members)) => pod.metadata = Some(metadata_members(members)?),
             (_, Some(members)) => pod.spec = Some(spec_members(members)?),
         }
@@ -266,38 +275,18 @@ fn field_of(fields: &[&str], key: &str) -> Option<Option<usize>> {
 }
 
 /// `Some` when `value` is `null`.
-fn null(value: ValidJson) -> Option<()> {
-    (value.text() == "null").then_some(())
+fn null(value: &str) -> Option<()> {
+    (value == "null").then_some(())
 }
 
 /// `value` read by serde_json into `slot`, as a derived reader reads an `Option` field.
-fn read_value<T: serde::de::DeserializeOwned>(
-    value: ValidJson,
-    slot: &mut Option<T>,
-) -> Option<()> {
-    *slot = serde_json::from_str::<Option<T>>(value.text()).ok()?;
+fn read_value<T: serde::de::DeserializeOwned>(value: &str, slot: &mut Option<T>) -> Option<()> {
+    *slot = serde_json::from_str::<Option<T>>(value).ok()?;
     Some(())
 }
 
-/// A string read by serde_json, as a derived reader reads a required `String` field.
-fn string(value: ValidJson) -> Option<String> {
-    serde_json::from_str(value.text()).ok()
-}
-
-/// An array of objects (or `null`), each read by `read`.
-fn objects<T>(value: ValidJson, read: impl FnMut(Members) -> Option<T>) -> Option<Option<Vec<T>>> {
-    let Some(elements) = value.elements() else {
-        return null(value).map(|()| None);
-    };
-    let mut read = read;
-    elements
-        .map(|element| read(element.members()?))
-        .collect::<Option<Vec<T>>>()
-        .map(Some)
-}
-
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
-fn spec_members(members: Members) -> Option<SpecIn> {
+fn spec_members(members: &[ScannedMember]) -> Option<SpecIn> {
     const FIELDS: [&str; 12] = [
         "containers",
         "initContainers",
@@ -314,18 +303,19 @@ fn spec_members(members: Members) -> Option<SpecIn> {
     ];
     let mut spec = SpecIn::default();
     let mut seen = [false; FIELDS.len()];
-    for Member { key, value } in members {
-        let Some(field) = field_of(&FIELDS, key)? else {
+    for member in members {
+        let Some(field) = field_of(&FIELDS, member.key)? else {
             continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
+        let value = member.value;
         match field {
-            0 => spec.containers = objects(value, container)?,
-            1 => spec.init_containers = objects(value, container)?,
-            2 => spec.ephemeral_containers = objects(value, container)?,
-            3 => spec.volumes = objects(value, volume)?,
+            0 => read_value(value, &mut spec.containers)?,
+            1 => read_value(value, &mut spec.init_containers)?,
+            2 => read_value(value, &mut spec.ephemeral_containers)?,
+            3 => read_value(value, &mut spec.volumes)?,
             4 => read_value(value, &mut spec.node_selector)?,
             5 => read_value(value, &mut spec.tolerations)?,
             6 => read_value(value, &mut spec.affinity)?,
@@ -337,51 +327,6 @@ fn spec_members(members: Members) -> Option<SpecIn> {
         }
     }
     Some(spec)
-}
-
-/// A container object, as `ContainerIn`'s derived reader reads it (its name is required).
-fn container(members: Members) -> Option<ContainerIn> {
-    let (mut name, mut image, mut policy) = (None, None, None);
-    let mut seen = [false; 3];
-    let fields = ["name", "image", "terminationMessagePolicy"];
-    for Member { key, value } in members {
-        let Some(field) = field_of(&fields, key)? else {
-            continue;
-        };
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
-        match field {
-            0 => name = Some(string(value)?),
-            1 => read_value(value, &mut image)?,
-            _ => read_value(value, &mut policy)?,
-        }
-    }
-    Some(ContainerIn {
-        name: name?,
-        image,
-        termination_message_policy: policy,
-    })
-}
-
-/// A volume object, as `VolumeIn`'s derived reader reads it (its name is required).
-fn volume(members: Members) -> Option<VolumeIn> {
-    let (mut name, mut image) = (None, None);
-    let mut seen = [false; 2];
-    for Member { key, value } in members {
-        let Some(field) = field_of(&["name", "image"], key)? else {
-            continue;
-        };
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
-        if field == 0 {
-            name = Some(string(value)?);
-        } else {
-            read_value(value, &mut image)?;
-        }
-    }
-    Some(VolumeIn { name: name?, image })
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -486,6 +431,7 @@ impl SpecIn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::json_scan;
 
     /// What follows the first `metadata` is not read (not even a second one), and a Pod
     /// without metadata, or with metadata of the wrong shape, is told.
@@ -500,6 +446,16 @@ mod tests {
         assert!(first("[1]").is_err());
     }
 
+    /// `object` as the object of an AdmissionReview's request.
+    fn in_review(object: &str) -> String {
+        format!(r#"{{"request":{{"object":{object}}}}}"#)
+    }
+
+    /// The object's members the scanner finds in `body`.
+    fn found(body: &str) -> Vec<ScannedMember<'_>> {
+        json_scan::object_span(body).unwrap().1.unwrap()
+    }
+
     /// The recorded v1.36 Pod — its metadata (`managedFields` and all) alone, and whole — is
     /// read by the scanner, not left to serde_json, and read alike.
     #[test]
@@ -509,12 +465,13 @@ mod tests {
         );
         let review: serde_json::Value = serde_json::from_str(body).unwrap();
         let object = review["request"]["object"].to_string();
-        let checked = ValidJson::new(&object).expect("JSON");
-        let scanned = metadata_scanned(checked).expect("the scanner reads it");
+        let body = in_review(&object);
+        let found = found(&body);
+        let scanned = metadata_scanned(&found).expect("the scanner reads it");
         assert_eq!(scanned, metadata_first(&object).unwrap());
         assert!(scanned.is_some_and(|m| m.owner_references.is_some() && m.labels.is_some()));
 
-        let whole = pod_scanned(checked).expect("the scanner reads it whole");
+        let whole = pod_scanned(&found).expect("the scanner reads it whole");
         assert_eq!(whole, serde_json::from_str::<PodIn>(&object).unwrap());
         let spec = whole.spec.expect("a spec");
         let containers = spec.containers.expect("containers");
@@ -536,11 +493,8 @@ mod tests {
             r#"{"metadata":{},"spec":{"volumes":[{"name":5}]}}"#,
         ] {
             assert!(serde_json::from_str::<PodIn>(refused).is_err(), "{refused}");
-            assert_eq!(
-                pod_scanned(ValidJson::new(refused).unwrap()),
-                None,
-                "{refused}"
-            );
+            let body = in_review(refused);
+            assert_eq!(pod_scanned(&found(&body)), None, "{refused}");
         }
         for taken in [
             r#"{"metadata":null,"spec":null}"#,
@@ -548,11 +502,8 @@ mod tests {
             r#"{"spec":{"volumes":[{"name":"v","image":{"reference":"r"}}],"nodeName":null}}"#,
         ] {
             let read = serde_json::from_str::<PodIn>(taken).unwrap();
-            assert_eq!(
-                pod_scanned(ValidJson::new(taken).unwrap()),
-                Some(read),
-                "{taken}"
-            );
+            let body = in_review(taken);
+            assert_eq!(pod_scanned(&found(&body)), Some(read), "{taken}");
         }
     }
 }
