@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::engine::json_scan::{self, ScannedMember};
+use crate::engine::json_scan::{self, Scanned};
 use crate::engine::PodObject;
 
 /// The AdmissionReview version tolerable speaks (and echoes when asked in it).
@@ -74,11 +74,11 @@ pub(crate) struct AdmissionRequest<'a> {
     scanned: Found<'a>,
 }
 
-/// What the scanner found of the object: its members (and those of its `metadata` and `spec`),
+/// The object as the scanner found it while checking the body (looked into as a Pod is read),
 /// so the Pod is read without going through its text again. Not part of what the review says:
 /// two reviews are equal whatever their scans found.
 #[derive(Debug, Default)]
-struct Found<'a>(Option<Vec<ScannedMember<'a>>>);
+struct Found<'a>(Option<Scanned<'a>>);
 
 impl PartialEq for Found<'_> {
     fn eq(&self, _: &Self) -> bool {
@@ -130,14 +130,14 @@ pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 /// [`parse`]'s fast way: `None` when the scanner cannot vouch for `text` or the envelope is not
 /// one we answer (serde_json then reads it all, and says why).
 fn scanned(text: &str) -> Option<AdmissionReviewIn<'_>> {
-    let (span, members) = json_scan::object_span(text)?;
+    let (span, scanned) = json_scan::object_span(text)?;
     let mut envelope = String::with_capacity(text.len() - span.len() + 4);
     envelope.push_str(&text[..span.start]);
     envelope.push_str("null");
     envelope.push_str(&text[span.end..]);
     let review = read_envelope(&envelope).ok()?;
     let object = Some(&text[span]).filter(|object| *object != "null");
-    Some(review.with_object(object, members))
+    Some(review.with_object(object, scanned))
 }
 
 /// [`parse`] by serde_json alone: the text as it is, object and all (its tests compare).
@@ -174,12 +174,12 @@ fn read_envelope(text: &str) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 }
 
 impl AdmissionReviewIn<'_> {
-    /// The same review with `object` as its request's object (read from another text), and
-    /// the members the scanner found in it.
+    /// The same review with `object` as its request's object (read from another text), as the
+    /// scanner found it.
     fn with_object<'b>(
         self,
         object: Option<&'b str>,
-        members: Option<Vec<ScannedMember<'b>>>,
+        scanned: Scanned<'b>,
     ) -> AdmissionReviewIn<'b> {
         AdmissionReviewIn {
             api_version: self.api_version,
@@ -192,7 +192,7 @@ impl AdmissionReviewIn<'_> {
                 operation: r.operation,
                 dry_run: r.dry_run,
                 object,
-                scanned: Found(members),
+                scanned: Found(Some(scanned)),
             }),
         }
     }
@@ -225,13 +225,13 @@ impl AdmissionRequest<'_> {
     /// The Pod in the request (see [`PodObject`]).
     pub(crate) fn pod(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::parse(object, self.scanned.0.as_deref())
+        PodObject::parse(object, self.scanned.0.as_ref())
     }
 
     /// Whether the reads of the object from what the scanner found (its metadata alone, and
     /// the whole Pod) agree with serde_json's (for the fuzz harness).
     pub(crate) fn scanned_reads_agree(&self) -> bool {
-        let scanned = self.scanned.0.as_deref();
+        let scanned = self.scanned.0.as_ref();
         self.object
             .is_none_or(|object| PodObject::scanned_reads_agree(object, scanned))
     }
@@ -243,7 +243,7 @@ impl AdmissionRequest<'_> {
     /// JSON. A second `metadata` after the first is therefore not seen.
     pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
-        PodObject::metadata_only(object, self.scanned.0.as_deref())
+        PodObject::metadata_only(object, self.scanned.0.as_ref())
     }
 }
 
@@ -457,7 +457,7 @@ mod tests {
                         continue;
                     };
                     assert!(
-                        PodObject::scanned_reads_agree(&object, found.as_deref()),
+                        PodObject::scanned_reads_agree(&object, Some(&found)),
                         "{object}"
                     );
                 }

@@ -260,54 +260,133 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
     (bytes.get(at..end)? == word).then_some(end)
 }
 
-/// A member of an object the scanner checked: its key as written (escapes left as they are)
-/// and its value's text; for the members [`object_span`] looks into, the value's own members.
+/// A value the scanner checked: its text and, where the scan looked into it ([`Look`]), its
+/// members or elements, each a checked value of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ScannedMember<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) value: &'a str,
-    /// The value's members when it is an object the scan looked into; `None` otherwise.
-    pub(crate) members: Option<Vec<ScannedMember<'a>>>,
+pub(crate) struct Scanned<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) inner: Inner<'a>,
 }
 
-impl<'a> Scanner<'a> {
-    /// The members of the object that starts here, in order (twice if written twice), checked;
-    /// of those whose key is one of `look_into` and whose value is an object, their members too
-    /// (one level: nothing deeper is looked into).
-    fn members(&mut self, look_into: &[&str]) -> Option<Vec<ScannedMember<'a>>> {
-        let mut members = Vec::new();
-        self.object(|s, key| {
-            s.peek()?;
-            let start = s.pos;
-            let inner = if look_into.contains(&key) && s.peek()? == b'{' {
-                Some(s.members(&[])?)
-            } else {
-                s.value()?;
-                None
-            };
-            members.push(ScannedMember {
-                key,
-                value: &s.text[start..s.pos],
-                members: inner,
-            });
-            Some(Step::Next)
-        })?;
-        Some(members)
+/// What the scan found inside a value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Inner<'a> {
+    /// Not looked into, or not of the kind looked for (`null`, a string, …).
+    Unread,
+    /// An object's members in order (twice if written twice), keys as written (escapes left as
+    /// they are).
+    Members(Vec<(&'a str, Scanned<'a>)>),
+    /// An array's elements in order.
+    Elements(Vec<Scanned<'a>>),
+}
+
+impl<'a> Scanned<'a> {
+    /// The members, when the value is an object the scan looked into.
+    pub(crate) fn members(&self) -> Option<&[(&'a str, Scanned<'a>)]> {
+        match &self.inner {
+            Inner::Members(members) => Some(members),
+            _ => None,
+        }
+    }
+
+    /// The elements, when the value is an array the scan looked into.
+    pub(crate) fn elements(&self) -> Option<&[Scanned<'a>]> {
+        match &self.inner {
+            Inner::Elements(elements) => Some(elements),
+            _ => None,
+        }
     }
 }
 
-/// The members of `request.object` [`object_span`] looks into: a Pod's (a Pod is read from
-/// them without scanning its text again).
-const OBJECT_PARTS: [&str; 2] = ["metadata", "spec"];
+/// Where a scan looks into a value (everything else is only checked and skipped).
+pub(crate) enum Look {
+    Nothing,
+    /// An object's members; into those named, as said.
+    Members(&'static [(&'static str, Look)]),
+    /// An array's elements, each as said.
+    Elements(&'static Look),
+}
+
+/// What a Pod is read from ([`object_span`] looks into `request.object` so): its members, those
+/// of its `metadata` and `spec`, and those of each of its containers.
+const POD: Look = {
+    const CONTAINERS: Look = Look::Elements(&Look::Members(&[]));
+    Look::Members(&[
+        ("metadata", Look::Members(&[])),
+        (
+            "spec",
+            Look::Members(&[
+                ("containers", CONTAINERS),
+                ("initContainers", CONTAINERS),
+                ("ephemeralContainers", CONTAINERS),
+            ]),
+        ),
+    ])
+};
+
+impl<'a> Scanner<'a> {
+    /// The value that starts here (after whitespace), checked, and looked into as `look` says.
+    fn scan(&mut self, look: &Look) -> Option<Scanned<'a>> {
+        let first = self.peek()?;
+        let start = self.pos;
+        let inner = match (look, first) {
+            (Look::Members(named), b'{') => {
+                let mut members = Vec::new();
+                self.object(|s, key| {
+                    let below = named.iter().find(|(name, _)| *name == key);
+                    members.push((key, s.scan(below.map_or(&Look::Nothing, |(_, l)| l))?));
+                    Some(Step::Next)
+                })?;
+                Inner::Members(members)
+            }
+            (Look::Elements(each), b'[') => {
+                let mut elements = Vec::new();
+                self.array(|s| {
+                    elements.push(s.scan(each)?);
+                    Some(())
+                })?;
+                Inner::Elements(elements)
+            }
+            _ => {
+                self.value()?;
+                Inner::Unread
+            }
+        };
+        Some(Scanned {
+            text: &self.text[start..self.pos],
+            inner,
+        })
+    }
+
+    /// The elements of the array that starts here: `element` is called before each and must
+    /// consume it, as [`Scanner::object`]'s `member` must.
+    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        (self.peek()? == b'[').then(|| self.pos += 1)?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+}
 
 /// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
-/// checked to be JSON, and — when the object is a JSON object — its members, with those of its
-/// `metadata` and `spec`, found on the same pass; `None` when the body is not JSON this scanner
+/// checked to be JSON, and the object as scanned on the same pass: looked into as a Pod is read
+/// ([`POD`]), so it is never gone through again. `None` when the body is not JSON this scanner
 /// accepts, or has no such object. Only the first `request` and its first `object` are looked
 /// at, by their keys as written (a key spelled with escapes is not recognised): a second one,
 /// or one spelled otherwise, is for serde_json to find (and refuse as a duplicate).
-#[allow(clippy::type_complexity)] // A span and the members found in it: named where read.
-pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, Option<Vec<ScannedMember<'_>>>)> {
+pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, Scanned<'_>)> {
     let mut scanner = Scanner::new(body);
     let mut found = None;
     let mut seen_request = false;
@@ -320,15 +399,8 @@ pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, Option<Vec<Scanne
                     return s.value().map(|_| Step::Next);
                 }
                 seen_object = true;
-                let first = s.peek()?;
-                let start = s.pos;
-                let members = if first == b'{' {
-                    Some(s.members(&OBJECT_PARTS)?)
-                } else {
-                    s.value()?;
-                    None
-                };
-                found = Some((start..s.pos, members));
+                let object = s.scan(&POD)?;
+                found = Some((s.pos - object.text.len()..s.pos, object));
                 Some(Step::Next)
             })?;
         } else {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::ScannedMember;
+use super::json_scan::Scanned;
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -30,10 +30,10 @@ pub(crate) struct PodObject {
 impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
-    /// `scanned`: the object's members, when the scanner found them while checking the body
-    /// ([`object_span`](super::json_scan::object_span)): the Pod is then read from them, without its text being
-    /// gone through again.
-    pub(crate) fn parse(json: &str, scanned: Option<&[ScannedMember]>) -> Result<Self, String> {
+    /// `scanned`: the object as the scanner found it while checking the body
+    /// ([`object_span`](super::json_scan::object_span)): the Pod is then read from what it
+    /// found, without its text being gone through again.
+    pub(crate) fn parse(json: &str, scanned: Option<&Scanned>) -> Result<Self, String> {
         let pod = match scanned.and_then(pod_scanned) {
             Some(pod) => pod,
             None => serde_json::from_str(json)
@@ -55,10 +55,7 @@ impl PodObject {
     /// `metadata`: what follows it (spec, status: half a real Pod's bytes) is not even scanned —
     /// the caller has already checked it is JSON. A second `metadata` after the first is
     /// therefore not seen.
-    pub(crate) fn metadata_only(
-        json: &str,
-        scanned: Option<&[ScannedMember]>,
-    ) -> Result<Self, String> {
+    pub(crate) fn metadata_only(json: &str, scanned: Option<&Scanned>) -> Result<Self, String> {
         let metadata = match scanned.and_then(metadata_scanned) {
             Some(metadata) => metadata,
             None => {
@@ -73,7 +70,7 @@ impl PodObject {
 
     /// Whether the reads of a Pod from its `scanned` members — its metadata alone, and the
     /// whole Pod — are serde_json's whenever they give one (for the fuzz harness and the tests).
-    pub(crate) fn scanned_reads_agree(json: &str, scanned: Option<&[ScannedMember]>) -> bool {
+    pub(crate) fn scanned_reads_agree(json: &str, scanned: Option<&Scanned>) -> bool {
         let Some(scanned) = scanned else {
             return true;
         };
@@ -196,15 +193,15 @@ fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
 /// (`managedFields`: most of a real Pod's metadata) was only checked by the scanner. `None`
 /// when they cannot say (a key written with escapes, a field twice, a value of the wrong type):
 /// `metadata_first` reads the object then, and says what is wrong.
-fn metadata_scanned(object: &[ScannedMember]) -> Option<Option<MetaIn>> {
-    for member in object {
-        if field_of(&["metadata"], member.key)?.is_none() {
+fn metadata_scanned(object: &Scanned) -> Option<Option<MetaIn>> {
+    for (key, value) in object.members()? {
+        if field_of(&["metadata"], key)?.is_none() {
             continue;
         }
         // The first `metadata` is the one read, as `metadata_first` stops there.
-        return match &member.members {
+        return match value.members() {
             Some(members) => Some(Some(metadata_members(members)?)),
-            None => null(member.value).map(|()| None),
+            None => null(value).map(|()| None),
         };
     }
     Some(None)
@@ -212,7 +209,7 @@ fn metadata_scanned(object: &[ScannedMember]) -> Option<Option<MetaIn>> {
 
 /// The members of a `metadata` object, as `MetaIn`'s derived reader reads them (see
 /// [`metadata_scanned`]).
-fn metadata_members(members: &[ScannedMember]) -> Option<MetaIn> {
+fn metadata_members(members: &[(&str, Scanned)]) -> Option<MetaIn> {
     let mut meta = MetaIn {
         namespace: None,
         labels: None,
@@ -221,15 +218,14 @@ fn metadata_members(members: &[ScannedMember]) -> Option<MetaIn> {
     };
     let mut seen = [false; 4];
     let fields = ["namespace", "labels", "annotations", "ownerReferences"];
-    for member in members {
-        let Some(field) = field_of(&fields, member.key)? else {
+    for (key, value) in members {
+        let Some(field) = field_of(&fields, key)? else {
             continue;
         };
         // Twice is an error for the derived reader: it is told there.
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        let value = member.value;
         match field {
             0 => read_value(value, &mut meta.namespace)?,
             1 => read_value(value, &mut meta.labels)?,
@@ -245,22 +241,22 @@ fn metadata_members(members: &[ScannedMember]) -> Option<MetaIn> {
 /// tolerations, affinity…) read by serde_json and every other one — `managedFields`, `status`:
 /// most of a real Pod's bytes — only checked by the scanner. `None` whenever they cannot say
 /// (as for [`metadata_scanned`]): serde_json then reads the object, and says what is wrong.
-fn pod_scanned(object: &[ScannedMember]) -> Option<PodIn> {
+fn pod_scanned(object: &Scanned) -> Option<PodIn> {
     let mut pod = PodIn {
         metadata: None,
         spec: None,
     };
     let mut seen = [false; 2];
-    for member in object {
-        let Some(field) = field_of(&["metadata", "spec"], member.key)? else {
+    for (key, value) in object.members()? {
+        let Some(field) = field_of(&["metadata", "spec"], key)? else {
             continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        match (field, &member.members) {
+        match (field, value.members()) {
             // Not an object: `null`, or a wrong type the derived reader names.
-            (_, None) => null(member.value)?,
+            (_, None) => null(value)?,
             (0, Some(members)) => pod.metadata = Some(metadata_members(members)?),
             (_, Some(members)) => pod.spec = Some(spec_members(members)?),
         }
@@ -275,18 +271,52 @@ fn field_of(fields: &[&str], key: &str) -> Option<Option<usize>> {
 }
 
 /// `Some` when `value` is `null`.
-fn null(value: &str) -> Option<()> {
-    (value == "null").then_some(())
+fn null(value: &Scanned) -> Option<()> {
+    (value.text == "null").then_some(())
 }
 
 /// `value` read by serde_json into `slot`, as a derived reader reads an `Option` field.
-fn read_value<T: serde::de::DeserializeOwned>(value: &str, slot: &mut Option<T>) -> Option<()> {
-    *slot = serde_json::from_str::<Option<T>>(value).ok()?;
+fn read_value<T: serde::de::DeserializeOwned>(value: &Scanned, slot: &mut Option<T>) -> Option<()> {
+    *slot = serde_json::from_str::<Option<T>>(value.text).ok()?;
     Some(())
 }
 
+/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read.
+fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
+    let Some(elements) = value.elements() else {
+        return null(value).map(|()| None);
+    };
+    let list = elements.iter().map(|element| container(element.members()?));
+    list.collect::<Option<Vec<_>>>().map(Some)
+}
+
+/// A container object, as `ContainerIn`'s derived reader reads it (its name is required).
+fn container(members: &[(&str, Scanned)]) -> Option<ContainerIn> {
+    let (mut name, mut image, mut policy) = (None, None, None);
+    let mut seen = [false; 3];
+    let fields = ["name", "image", "terminationMessagePolicy"];
+    for (key, value) in members {
+        let Some(field) = field_of(&fields, key)? else {
+            continue;
+        };
+        if std::mem::replace(&mut seen[field], true) {
+            return None;
+        }
+        match field {
+            0 => name = Some(serde_json::from_str::<String>(value.text).ok()?),
+            1 => read_value(value, &mut image)?,
+            _ => read_value(value, &mut policy)?,
+        }
+    }
+    Some(ContainerIn {
+        name: name?,
+        image,
+        termination_message_policy: policy,
+    })
+}
+
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
-fn spec_members(members: &[ScannedMember]) -> Option<SpecIn> {
+fn spec_members(members: &[(&str, Scanned)]) -> Option<SpecIn> {
     const FIELDS: [&str; 12] = [
         "containers",
         "initContainers",
@@ -303,18 +333,17 @@ fn spec_members(members: &[ScannedMember]) -> Option<SpecIn> {
     ];
     let mut spec = SpecIn::default();
     let mut seen = [false; FIELDS.len()];
-    for member in members {
-        let Some(field) = field_of(&FIELDS, member.key)? else {
+    for (key, value) in members {
+        let Some(field) = field_of(&FIELDS, key)? else {
             continue;
         };
         if std::mem::replace(&mut seen[field], true) {
             return None;
         }
-        let value = member.value;
         match field {
-            0 => read_value(value, &mut spec.containers)?,
-            1 => read_value(value, &mut spec.init_containers)?,
-            2 => read_value(value, &mut spec.ephemeral_containers)?,
+            0 => spec.containers = containers(value)?,
+            1 => spec.init_containers = containers(value)?,
+            2 => spec.ephemeral_containers = containers(value)?,
             3 => read_value(value, &mut spec.volumes)?,
             4 => read_value(value, &mut spec.node_selector)?,
             5 => read_value(value, &mut spec.tolerations)?,
@@ -452,8 +481,8 @@ mod tests {
     }
 
     /// The object's members the scanner finds in `body`.
-    fn found(body: &str) -> Vec<ScannedMember<'_>> {
-        json_scan::object_span(body).unwrap().1.unwrap()
+    fn found(body: &str) -> Scanned<'_> {
+        json_scan::object_span(body).unwrap().1
     }
 
     /// The recorded v1.36 Pod — its metadata (`managedFields` and all) alone, and whole — is

@@ -182,44 +182,44 @@ fn the_scanner_takes_every_valid_file_of_the_test_data() {
 #[test]
 fn the_object_span_is_the_request_object_text() {
     let body = r#" {"kind":"AdmissionReview","request": {"uid":"u", "object" : {"a":[1, {}]} ,"x":null}} "#;
-    let (span, members) = object_span(body).unwrap();
+    let (span, object) = object_span(body).unwrap();
     assert_eq!(&body[span], r#"{"a":[1, {}]}"#);
-    let member = |key, value, members| ScannedMember {
-        key,
-        value,
-        members,
+    let unread = |text| Scanned {
+        text,
+        inner: Inner::Unread,
     };
-    assert_eq!(members, Some(vec![member("a", "[1, {}]", None)]));
+    assert_eq!(object.members(), Some(&[("a", unread("[1, {}]"))][..]));
     assert_eq!(object_span(&body.replace("null", "nul")), None);
     assert_eq!(object_span(&format!("{body}x")), None);
     assert_eq!(object_span(r#"{"request":{"uid":"u"}}"#), None);
     assert_eq!(object_span(r#"{"request":null,"object":{}}"#), None);
     let second = r#"{"request":{"object":1,"object":2}}"#;
     assert_eq!(&second[object_span(second).unwrap().0], "1");
-    // The members of `metadata` and `spec` are found too (one level), each member as written.
-    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"x":{"y":1}},"metadata":null}}}"#;
-    let members = object_span(pod).unwrap().1.unwrap();
+
+    // Looked into as a Pod is read: metadata's and spec's members, each container's; nothing
+    // deeper, and nothing of a kind not looked for (`null` containers, a second `metadata`).
+    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","env":[]}],"initContainers":null,"x":{"y":1}},"metadata":null}}}"#;
+    let object = object_span(pod).unwrap().1;
+    let members = object.members().unwrap();
+    let keys: Vec<&str> = members.iter().map(|(key, _)| *key).collect();
+    assert_eq!(keys, ["kind", "metadata", "spec", "metadata"]);
+    assert_eq!(members[0].1, unread(r#""Pod""#));
     assert_eq!(
-        members,
-        vec![
-            member("kind", r#""Pod""#, None),
-            member(
-                "metadata",
-                r#"{"labels":{"a":"b"}}"#,
-                Some(vec![member("labels", r#"{"a":"b"}"#, None)])
-            ),
-            member(
-                "spec",
-                r#"{"x":{"y":1}}"#,
-                Some(vec![member("x", r#"{"y":1}"#, None)])
-            ),
-            member("metadata", "null", None),
-        ]
+        members[1].1.members(),
+        Some(&[("labels", unread(r#"{"a":"b"}"#))][..])
     );
+    let spec = members[2].1.members().unwrap();
+    let container = &spec[0].1.elements().unwrap()[0];
+    assert_eq!(container.text, r#"{"name":"c","env":[]}"#);
     assert_eq!(
-        object_span(r#"{"request":{"object":null}}"#).unwrap().1,
-        None
+        container.members(),
+        Some(&[("name", unread(r#""c""#)), ("env", unread("[]"))][..])
     );
+    assert_eq!(spec[1].1, unread("null"));
+    assert_eq!(spec[2].1, unread(r#"{"y":1}"#));
+    assert_eq!(members[3].1, unread("null"));
+    let null = object_span(r#"{"request":{"object":null}}"#).unwrap().1;
+    assert_eq!(null, unread("null"));
 }
 
 /// An object read member by member stops where asked: what follows is not checked.
