@@ -307,22 +307,22 @@ pub(crate) enum Look {
     Elements(&'static Look),
 }
 
-/// What a Pod is read from ([`object_span`] looks into `request.object` so): its members, those
-/// of its `metadata` and `spec`, and those of each of its containers.
-const POD: Look = {
-    const CONTAINERS: Look = Look::Elements(&Look::Members(&[]));
-    Look::Members(&[
-        ("metadata", Look::Members(&[])),
-        (
-            "spec",
-            Look::Members(&[
-                ("containers", CONTAINERS),
-                ("initContainers", CONTAINERS),
-                ("ephemeralContainers", CONTAINERS),
-            ]),
-        ),
-    ])
-};
+/// How [`object_span`] looks into `request.object`, as a Pod is read: its members, and those of
+/// its `metadata` and `spec` (a Pod's containers are looked into only when it is decided on:
+/// [`scan`] them then).
+const POD: Look = Look::Members(&[
+    ("metadata", Look::Members(&[])),
+    ("spec", Look::Members(&[])),
+]);
+
+/// `text` scanned as one JSON value, looked into as `look` says; `None` when it is not JSON
+/// this scanner accepts.
+pub(crate) fn scan<'a>(text: &'a str, look: &Look) -> Option<Scanned<'a>> {
+    let mut scanner = Scanner::new(text);
+    let scanned = scanner.scan(look)?;
+    scanner.end()?;
+    Some(scanned)
+}
 
 impl<'a> Scanner<'a> {
     /// The value that starts here (after whitespace), checked, and looked into as `look` says.

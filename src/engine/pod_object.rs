@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::Scanned;
+use super::json_scan::{self, Look, Scanned};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -281,11 +281,16 @@ fn read_value<T: serde::de::DeserializeOwned>(value: &Scanned, slot: &mut Option
     Some(())
 }
 
-/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read.
+/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read: scanned again for
+/// its containers' members (only the lists of a Pod being decided on are: a few kilobytes of
+/// env and probes, which serde_json would skip token by token).
 fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
-    let Some(elements) = value.elements() else {
-        return null(value).map(|()| None);
-    };
+    const CONTAINERS: Look = Look::Elements(&Look::Members(&[]));
+    if value.text == "null" {
+        return Some(None);
+    }
+    let list = json_scan::scan(value.text, &CONTAINERS)?;
+    let elements = list.elements()?;
     let list = elements.iter().map(|element| container(element.members()?));
     list.collect::<Option<Vec<_>>>().map(Some)
 }
@@ -460,7 +465,6 @@ impl SpecIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::json_scan;
 
     /// What follows the first `metadata` is not read (not even a second one), and a Pod
     /// without metadata, or with metadata of the wrong shape, is told.

@@ -196,9 +196,9 @@ fn the_object_span_is_the_request_object_text() {
     let second = r#"{"request":{"object":1,"object":2}}"#;
     assert_eq!(&second[object_span(second).unwrap().0], "1");
 
-    // Looked into as a Pod is read: metadata's and spec's members, each container's; nothing
-    // deeper, and nothing of a kind not looked for (`null` containers, a second `metadata`).
-    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","env":[]}],"initContainers":null,"x":{"y":1}},"metadata":null}}}"#;
+    // Looked into as a Pod is read: metadata's and spec's members; nothing deeper, and
+    // nothing of a kind not looked for (a second `metadata` that is `null`).
+    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","env":[]}],"x":{"y":1}},"metadata":null}}}"#;
     let object = object_span(pod).unwrap().1;
     let members = object.members().unwrap();
     let keys: Vec<&str> = members.iter().map(|(key, _)| *key).collect();
@@ -209,15 +209,21 @@ fn the_object_span_is_the_request_object_text() {
         Some(&[("labels", unread(r#"{"a":"b"}"#))][..])
     );
     let spec = members[2].1.members().unwrap();
-    let container = &spec[0].1.elements().unwrap()[0];
-    assert_eq!(container.text, r#"{"name":"c","env":[]}"#);
+    let containers = r#"[{"name":"c","env":[]}]"#;
+    assert_eq!(spec[0], ("containers", unread(containers)));
+    assert_eq!(spec[1], ("x", unread(r#"{"y":1}"#)));
+    assert_eq!(members[3].1, unread("null"));
+
+    // A list scanned for its elements' members.
+    let each = Look::Elements(&Look::Members(&[]));
+    let list = scan(containers, &each).unwrap();
+    let container = &list.elements().unwrap()[0];
     assert_eq!(
         container.members(),
         Some(&[("name", unread(r#""c""#)), ("env", unread("[]"))][..])
     );
-    assert_eq!(spec[1].1, unread("null"));
-    assert_eq!(spec[2].1, unread(r#"{"y":1}"#));
-    assert_eq!(members[3].1, unread("null"));
+    assert_eq!(scan("null", &each).unwrap(), unread("null"));
+    assert_eq!(scan("[1] x", &each), None);
     let null = object_span(r#"{"request":{"object":null}}"#).unwrap().1;
     assert_eq!(null, unread("null"));
 }
