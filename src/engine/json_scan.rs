@@ -261,7 +261,7 @@ fn literal(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
 }
 
 /// A value the scanner checked: its text and, where the scan looked into it ([`Look`]), its
-/// members or elements, each a checked value of its own.
+/// members, each a checked value of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Scanned<'a> {
     pub(crate) text: &'a str,
@@ -276,8 +276,6 @@ pub(crate) enum Inner<'a> {
     /// An object's members in order (twice if written twice), keys as written (escapes left as
     /// they are).
     Members(Vec<(&'a str, Scanned<'a>)>),
-    /// An array's elements in order.
-    Elements(Vec<Scanned<'a>>),
 }
 
 impl<'a> Scanned<'a> {
@@ -288,14 +286,6 @@ impl<'a> Scanned<'a> {
             _ => None,
         }
     }
-
-    /// The elements, when the value is an array the scan looked into.
-    pub(crate) fn elements(&self) -> Option<&[Scanned<'a>]> {
-        match &self.inner {
-            Inner::Elements(elements) => Some(elements),
-            _ => None,
-        }
-    }
 }
 
 /// Where a scan looks into a value (everything else is only checked and skipped).
@@ -303,26 +293,14 @@ pub(crate) enum Look {
     Nothing,
     /// An object's members; into those named, as said.
     Members(&'static [(&'static str, Look)]),
-    /// An array's elements, each as said.
-    Elements(&'static Look),
 }
 
 /// How [`object_span`] looks into `request.object`, as a Pod is read: its members, and those of
-/// its `metadata` and `spec` (a Pod's containers are looked into only when it is decided on:
-/// [`scan`] them then).
+/// its `metadata` and `spec`.
 const POD: Look = Look::Members(&[
     ("metadata", Look::Members(&[])),
     ("spec", Look::Members(&[])),
 ]);
-
-/// `text` scanned as one JSON value, looked into as `look` says; `None` when it is not JSON
-/// this scanner accepts.
-pub(crate) fn scan<'a>(text: &'a str, look: &Look) -> Option<Scanned<'a>> {
-    let mut scanner = Scanner::new(text);
-    let scanned = scanner.scan(look)?;
-    scanner.end()?;
-    Some(scanned)
-}
 
 impl<'a> Scanner<'a> {
     /// The value that starts here (after whitespace), checked, and looked into as `look` says.
@@ -339,14 +317,6 @@ impl<'a> Scanner<'a> {
                 })?;
                 Inner::Members(members)
             }
-            (Look::Elements(each), b'[') => {
-                let mut elements = Vec::new();
-                self.array(|s| {
-                    elements.push(s.scan(each)?);
-                    Some(())
-                })?;
-                Inner::Elements(elements)
-            }
             _ => {
                 self.value()?;
                 Inner::Unread
@@ -356,27 +326,6 @@ impl<'a> Scanner<'a> {
             text: &self.text[start..self.pos],
             inner,
         })
-    }
-
-    /// The elements of the array that starts here: `element` is called before each and must
-    /// consume it, as [`Scanner::object`]'s `member` must.
-    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        (self.peek()? == b'[').then(|| self.pos += 1)?;
-        if self.peek()? == b']' {
-            self.pos += 1;
-            return Some(());
-        }
-        loop {
-            element(self)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
     }
 }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::{self, Look, Scanned};
+use super::json_scan::Scanned;
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -281,45 +281,6 @@ fn read_value<T: serde::de::DeserializeOwned>(value: &Scanned, slot: &mut Option
     Some(())
 }
 
-/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read: scanned again for
-/// its containers' members (only the lists of a Pod being decided on are: a few kilobytes of
-/// env and probes, which serde_json would skip token by token).
-fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
-    const CONTAINERS: Look = Look::Elements(&Look::Members(&[]));
-    if value.text == "null" {
-        return Some(None);
-    }
-    let list = json_scan::scan(value.text, &CONTAINERS)?;
-    let elements = list.elements()?;
-    let list = elements.iter().map(|element| container(element.members()?));
-    list.collect::<Option<Vec<_>>>().map(Some)
-}
-
-/// A container object, as `ContainerIn`'s derived reader reads it (its name is required).
-fn container(members: &[(&str, Scanned)]) -> Option<ContainerIn> {
-    let (mut name, mut image, mut policy) = (None, None, None);
-    let mut seen = [false; 3];
-    let fields = ["name", "image", "terminationMessagePolicy"];
-    for (key, value) in members {
-        let Some(field) = field_of(&fields, key)? else {
-            continue;
-        };
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
-        match field {
-            0 => name = Some(serde_json::from_str::<String>(value.text).ok()?),
-            1 => read_value(value, &mut image)?,
-            _ => read_value(value, &mut policy)?,
-        }
-    }
-    Some(ContainerIn {
-        name: name?,
-        image,
-        termination_message_policy: policy,
-    })
-}
-
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
 fn spec_members(members: &[(&str, Scanned)]) -> Option<SpecIn> {
     const FIELDS: [&str; 12] = [
@@ -346,9 +307,11 @@ fn spec_members(members: &[(&str, Scanned)]) -> Option<SpecIn> {
             return None;
         }
         match field {
-            0 => spec.containers = containers(value)?,
-            1 => spec.init_containers = containers(value)?,
-            2 => spec.ephemeral_containers = containers(value)?,
+            // Read by serde_json: scanning them for their members measured no cheaper (a
+            // container's env and probes are most of what is skipped either way).
+            0 => read_value(value, &mut spec.containers)?,
+            1 => read_value(value, &mut spec.init_containers)?,
+            2 => read_value(value, &mut spec.ephemeral_containers)?,
             3 => read_value(value, &mut spec.volumes)?,
             4 => read_value(value, &mut spec.node_selector)?,
             5 => read_value(value, &mut spec.tolerations)?,
@@ -486,7 +449,7 @@ mod tests {
 
     /// The object's members the scanner finds in `body`.
     fn found(body: &str) -> Scanned<'_> {
-        json_scan::object_span(body).unwrap().1
+        crate::engine::json_scan::object_span(body).unwrap().1
     }
 
     /// The recorded v1.36 Pod — its metadata (`managedFields` and all) alone, and whole — is
