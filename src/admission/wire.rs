@@ -117,11 +117,11 @@ pub enum ReviewError {
 /// unchanged, with a warning).
 ///
 /// The object is most of a body's bytes, and serde_json, which must see it is JSON (a body that
-/// is not gets a 400), skips it token by token. So the whole body is first checked by
-/// [`json_scan`], which also finds where the object is, and serde_json reads the envelope with
-/// the object cut out (`null` in its place). Whenever the scanner cannot vouch for a body, or
-/// the cut envelope is not an AdmissionReview we answer, serde_json reads the body as it is:
-/// every error, and its message, is serde_json's own.
+/// is not gets a 400), skips it token by token. So the whole body is checked by one pass of
+/// [`json_scan`], which also notes where the review's, the request's and the object's members
+/// are; the envelope's fields are read from those (serde_json reads each), and the Pod later
+/// too. Whenever the scanner cannot vouch for a body, or the envelope is not one we answer,
+/// serde_json reads the body as it is: every error, and its message, is serde_json's own.
 pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     let text = std::str::from_utf8(body).map_err(|_| ReviewError::NotJson("not UTF-8".into()))?;
     scanned(text).map_or_else(|| read_envelope(text), Ok)
@@ -130,14 +130,62 @@ pub(crate) fn parse(body: &[u8]) -> Result<AdmissionReviewIn<'_>, ReviewError> {
 /// [`parse`]'s fast way: `None` when the scanner cannot vouch for `text` or the envelope is not
 /// one we answer (serde_json then reads it all, and says why).
 fn scanned(text: &str) -> Option<AdmissionReviewIn<'_>> {
-    let (span, scanned) = json_scan::object_span(text)?;
-    let mut envelope = String::with_capacity(text.len() - span.len() + 4);
-    envelope.push_str(&text[..span.start]);
-    envelope.push_str("null");
-    envelope.push_str(&text[span.end..]);
-    let review = read_envelope(&envelope).ok()?;
-    let object = Some(&text[span]).filter(|object| *object != "null");
-    Some(review.with_object(object, scanned))
+    let review = json_scan::review(text)?;
+    let (mut api_version, mut kind, mut request) = (None, None, None);
+    let fields = ["apiVersion", "kind", "request"];
+    json_scan::read_fields(review.into_members()?, &fields, |field, value| {
+        match field {
+            0 => api_version = Some(value.read()??),
+            1 => kind = Some(value.read()??),
+            _ if value.is_null() => {}
+            _ => request = Some(request_scanned(value)?),
+        }
+        Some(())
+    })?;
+    let review = AdmissionReviewIn {
+        api_version: api_version?,
+        kind: kind?,
+        request,
+    };
+    answerable(review).ok()
+}
+
+/// A request read from its members as its derived reader reads it (see [`scanned`]), with the
+/// object as the scanner found it.
+fn request_scanned(request: Scanned<'_>) -> Option<AdmissionRequest<'_>> {
+    const FIELDS: [&str; 7] = [
+        "uid",
+        "kind",
+        "subResource",
+        "namespace",
+        "operation",
+        "dryRun",
+        "object",
+    ];
+    let (mut uid, mut kind, mut sub_resource, mut namespace) = (None, None, None, None);
+    let (mut operation, mut dry_run, mut object) = (None, None, None);
+    json_scan::read_fields(request.into_members()?, &FIELDS, |field, value| {
+        match field {
+            0 => uid = Some(value.read()??),
+            1 => kind = Some(value.read()??),
+            2 => sub_resource = value.read()?,
+            3 => namespace = value.read()?,
+            4 => operation = Some(value.read()??),
+            5 => dry_run = value.read()?,
+            _ => object = Some(value).filter(|object| !object.is_null()),
+        }
+        Some(())
+    })?;
+    Some(AdmissionRequest {
+        uid: uid?,
+        kind: kind?,
+        sub_resource,
+        namespace,
+        operation: operation?,
+        dry_run,
+        object: object.as_ref().map(|object| object.text),
+        scanned: Found(object),
+    })
 }
 
 /// [`parse`] by serde_json alone: the text as it is, object and all (its tests compare).
@@ -155,6 +203,11 @@ fn read_envelope(text: &str) -> Result<AdmissionReviewIn<'_>, ReviewError> {
             ReviewError::NotAdmissionReview(e.to_string())
         }
     })?;
+    answerable(review)
+}
+
+/// `review` when it is an AdmissionReview we answer.
+fn answerable(review: AdmissionReviewIn<'_>) -> Result<AdmissionReviewIn<'_>, ReviewError> {
     if review.kind != "AdmissionReview" {
         return Err(ReviewError::NotAdmissionReview(format!(
             "kind is {:?}, not AdmissionReview",
@@ -171,31 +224,6 @@ fn read_envelope(text: &str) -> Result<AdmissionReviewIn<'_>, ReviewError> {
         return Err(ReviewError::NoRequest);
     }
     Ok(review)
-}
-
-impl AdmissionReviewIn<'_> {
-    /// The same review with `object` as its request's object (read from another text), as the
-    /// scanner found it.
-    fn with_object<'b>(
-        self,
-        object: Option<&'b str>,
-        scanned: Scanned<'b>,
-    ) -> AdmissionReviewIn<'b> {
-        AdmissionReviewIn {
-            api_version: self.api_version,
-            kind: self.kind,
-            request: self.request.map(|r| AdmissionRequest {
-                uid: r.uid,
-                kind: r.kind,
-                sub_resource: r.sub_resource,
-                namespace: r.namespace,
-                operation: r.operation,
-                dry_run: r.dry_run,
-                object,
-                scanned: Found(Some(scanned)),
-            }),
-        }
-    }
 }
 
 impl AdmissionRequest<'_> {
@@ -238,9 +266,8 @@ impl AdmissionRequest<'_> {
 
     /// The Pod in the request, its metadata only: the spec (and all else) skipped unread, so
     /// `view.spec` is `None` and there are no pull secrets. For a Pod left alone whatever its
-    /// spec says. The read stops at the end of `metadata`: what follows it (spec, status: half a
-    /// real Pod's bytes) is not even scanned — the envelope's read has already checked it is
-    /// JSON. A second `metadata` after the first is therefore not seen.
+    /// spec says. The first `metadata` is the one read (the body's one scan has checked all of
+    /// it is JSON): a second `metadata` after it is not seen.
     pub(crate) fn pod_metadata(&self) -> Result<PodObject, String> {
         let object = self.object.ok_or("the request has no object")?;
         PodObject::metadata_only(object, self.scanned.0.as_ref())
@@ -428,8 +455,9 @@ mod tests {
 
     /// The scanner's way and serde_json's alone read every body alike — the same review, or
     /// the same error with the same message — and the Pod reads of each object read from what
-    /// the scanner found (its metadata alone, and whole) agree with serde_json's: on every AdmissionReview of the test data and the fuzz corpus (the
-    /// malformed ones too), and on random one-byte mutations of each body and of each object.
+    /// the scanner found (its metadata alone, and whole) agree with serde_json's: on every
+    /// AdmissionReview of the test data and the fuzz corpus (the malformed ones too), and on
+    /// random one-byte mutations of each body and of each object.
     #[test]
     fn the_scanned_read_is_the_whole_read() {
         use crate::engine::json_scan::tests::{corpus, Mutations};
@@ -444,8 +472,15 @@ mod tests {
             for body in bodies {
                 let read = parse(body.as_bytes());
                 assert_eq!(read, parse_whole(body.as_bytes()), "{body}");
-                scanned += usize::from(json_scan::object_span(&body).is_some());
+                let checked = json_scan::review(&body).is_some();
                 total += 1;
+                if let Ok(Some(request)) = read.as_ref().map(|r| r.request.as_ref()) {
+                    // The scan's finds are kept only from a body it checked, with the request
+                    // they were found in, and the reads from them agree with serde_json's.
+                    assert!(checked || request.scanned.0.is_none(), "{body}");
+                    scanned += usize::from(request.scanned.0.is_some());
+                    assert!(request.scanned_reads_agree(), "{body}");
+                }
                 let Some(object) = read.ok().and_then(|r| r.request?.object) else {
                     continue;
                 };
@@ -453,7 +488,7 @@ mod tests {
                 objects.extend((0..20).map(|_| mutations.mutate(object)));
                 for object in objects {
                     let body = format!(r#"{{"request":{{"object":{object}}}}}"#);
-                    let Some((_, found)) = json_scan::object_span(&body) else {
+                    let Some(found) = json_scan::tests::object_of(&body) else {
                         continue;
                     };
                     assert!(

@@ -1,7 +1,8 @@
 //! A strict JSON scanner for the bytes of an AdmissionReview nobody reads: it checks them and
-//! finds where values end, building nothing, at a fraction of what serde_json spends skipping
-//! them (serde_json skips a value token by token through its generic reader; most of a real
-//! Pod's bytes are `managedFields`, thousands of short tokens). It never decides what a body
+//! finds where values end — noting, for the few it is asked to look into, where their members
+//! are, and building nothing else — at a fraction of what serde_json spends skipping them
+//! (serde_json skips a value token by token through its generic reader; most of a real Pod's
+//! bytes are `managedFields`, thousands of short tokens). It never decides what a body
 //! means: whenever it answers `None` — text it does not accept, or anything unusual — the caller
 //! reads the text with serde_json, whose answer (and error message) is the one that counts.
 //!
@@ -279,13 +280,60 @@ pub(crate) enum Inner<'a> {
 }
 
 impl<'a> Scanned<'a> {
+    /// Whether the value is `null`.
+    pub(crate) fn is_null(&self) -> bool {
+        self.text == "null"
+    }
+
+    /// The value read by serde_json as a derived reader reads an `Option` field (`null` is
+    /// `Some(None)`); `None` when serde_json refuses it.
+    pub(crate) fn read<T: serde::de::DeserializeOwned>(&self) -> Option<Option<T>> {
+        serde_json::from_str(self.text).ok()
+    }
+
     /// The members, when the value is an object the scan looked into.
-    pub(crate) fn members(&self) -> Option<&[(&'a str, Scanned<'a>)]> {
+    pub(crate) fn members(&self) -> Option<impl Iterator<Item = (&'a str, &Scanned<'a>)>> {
         match &self.inner {
-            Inner::Members(members) => Some(members),
-            _ => None,
+            Inner::Members(members) => Some(members.iter().map(|(key, value)| (*key, value))),
+            Inner::Unread => None,
         }
     }
+
+    /// [`Scanned::members`], taken.
+    pub(crate) fn into_members(self) -> Option<Vec<(&'a str, Scanned<'a>)>> {
+        match self.inner {
+            Inner::Members(members) => Some(members),
+            Inner::Unread => None,
+        }
+    }
+}
+
+/// Calls `read` with the index in `names` and the value of each member named there, once each,
+/// as a derived reader takes an object's fields (others are ignored); `None` — the reader is
+/// to be asked — for a key written with escapes (keys are compared as written), a field
+/// written twice (an error for a derived reader), or when `read` says `None`. The members are
+/// given by reference ([`Scanned::members`]) or by value ([`Scanned::into_members`]).
+pub(crate) fn read_fields<'a, V>(
+    members: impl IntoIterator<Item = (&'a str, V)>,
+    names: &[&str],
+    mut read: impl FnMut(usize, V) -> Option<()>,
+) -> Option<()> {
+    debug_assert!(names.len() <= 64);
+    let mut seen = 0u64;
+    for (key, value) in members {
+        if key.contains('\\') {
+            return None;
+        }
+        let Some(field) = names.iter().position(|name| *name == key) else {
+            continue;
+        };
+        if seen & 1 << field != 0 {
+            return None;
+        }
+        seen |= 1 << field;
+        read(field, value)?;
+    }
+    Some(())
 }
 
 /// Where a scan looks into a value (everything else is only checked and skipped).
@@ -295,7 +343,7 @@ pub(crate) enum Look {
     Members(&'static [(&'static str, Look)]),
 }
 
-/// How [`object_span`] looks into `request.object`, as a Pod is read: its members, and those of
+/// How [`review`] looks into `request.object`, as a Pod is read: its members, and those of
 /// its `metadata` and `spec`.
 const POD: Look = Look::Members(&[
     ("metadata", Look::Members(&[])),
@@ -329,36 +377,19 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// Where `request.object`'s value is in an AdmissionReview `body`, once the whole body has been
-/// checked to be JSON, and the object as scanned on the same pass: looked into as a Pod is read
-/// ([`POD`]), so it is never gone through again. `None` when the body is not JSON this scanner
-/// accepts, or has no such object. Only the first `request` and its first `object` are looked
-/// at, by their keys as written (a key spelled with escapes is not recognised): a second one,
-/// or one spelled otherwise, is for serde_json to find (and refuse as a duplicate).
-pub(crate) fn object_span(body: &str) -> Option<(Range<usize>, Scanned<'_>)> {
+/// How [`review`] looks into an AdmissionReview: its members, its request's, and the object's
+/// as a Pod is read ([`POD`]).
+const REVIEW: Look = Look::Members(&[("request", Look::Members(&[("object", POD)]))]);
+
+/// An AdmissionReview `body`, checked whole to be JSON in one pass which also notes where the
+/// members of the review, of its request and of the object are (and those of the object's
+/// `metadata` and `spec`), so that none is gone through again; `None` when the body is not
+/// JSON this scanner accepts.
+pub(crate) fn review(body: &str) -> Option<Scanned<'_>> {
     let mut scanner = Scanner::new(body);
-    let mut found = None;
-    let mut seen_request = false;
-    scanner.object(|s, key| {
-        if key == "request" && !seen_request && s.peek()? == b'{' {
-            seen_request = true;
-            let mut seen_object = false;
-            s.object(|s, key| {
-                if key != "object" || seen_object {
-                    return s.value().map(|_| Step::Next);
-                }
-                seen_object = true;
-                let object = s.scan(&POD)?;
-                found = Some((s.pos - object.text.len()..s.pos, object));
-                Some(Step::Next)
-            })?;
-        } else {
-            s.value()?;
-        }
-        Some(Step::Next)
-    })?;
+    let review = scanner.scan(&REVIEW)?;
     scanner.end()?;
-    found
+    Some(review)
 }
 
 #[cfg(test)]

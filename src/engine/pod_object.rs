@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::Scanned;
+use super::json_scan::{read_fields, Scanned};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -31,7 +31,7 @@ impl PodObject {
     /// Reads a Pod's JSON. The API server always sends metadata; without it the patch's paths
     /// under /metadata would not apply (found by fuzzing), so such an object is refused.
     /// `scanned`: the object as the scanner found it while checking the body
-    /// ([`object_span`](super::json_scan::object_span)): the Pod is then read from what it
+    /// ([`review`](super::json_scan::review)): the Pod is then read from what it
     /// found, without its text being gone through again.
     pub(crate) fn parse(json: &str, scanned: Option<&Scanned>) -> Result<Self, String> {
         let pod = match scanned.and_then(pod_scanned) {
@@ -51,10 +51,9 @@ impl PodObject {
     }
 
     /// A Pod's JSON read for its metadata alone: the spec (and all else) skipped unread, so
-    /// `view.spec` is `None` and there are no pull secrets. The read stops at the end of
-    /// `metadata`: what follows it (spec, status: half a real Pod's bytes) is not even scanned —
-    /// the caller has already checked it is JSON. A second `metadata` after the first is
-    /// therefore not seen.
+    /// `view.spec` is `None` and there are no pull secrets. The first `metadata` is the one
+    /// read (the caller has already checked the whole text is JSON): what follows it is not
+    /// looked at, not even a second `metadata`.
     pub(crate) fn metadata_only(json: &str, scanned: Option<&Scanned>) -> Result<Self, String> {
         let metadata = match scanned.and_then(metadata_scanned) {
             Some(metadata) => metadata,
@@ -195,13 +194,16 @@ fn metadata_first(object: &str) -> Result<Option<MetaIn>, serde_json::Error> {
 /// `metadata_first` reads the object then, and says what is wrong.
 fn metadata_scanned(object: &Scanned) -> Option<Option<MetaIn>> {
     for (key, value) in object.members()? {
-        if field_of(&["metadata"], key)?.is_none() {
+        if key.contains('\\') {
+            return None;
+        }
+        if key != "metadata" {
             continue;
         }
         // The first `metadata` is the one read, as `metadata_first` stops there.
         return match value.members() {
             Some(members) => Some(Some(metadata_members(members)?)),
-            None => null(value).map(|()| None),
+            None => value.is_null().then_some(None),
         };
     }
     Some(None)
@@ -209,30 +211,25 @@ fn metadata_scanned(object: &Scanned) -> Option<Option<MetaIn>> {
 
 /// The members of a `metadata` object, as `MetaIn`'s derived reader reads them (see
 /// [`metadata_scanned`]).
-fn metadata_members(members: &[(&str, Scanned)]) -> Option<MetaIn> {
+fn metadata_members<'s, 'a: 's>(
+    members: impl Iterator<Item = (&'a str, &'s Scanned<'a>)>,
+) -> Option<MetaIn> {
     let mut meta = MetaIn {
         namespace: None,
         labels: None,
         annotations: None,
         owner_references: None,
     };
-    let mut seen = [false; 4];
     let fields = ["namespace", "labels", "annotations", "ownerReferences"];
-    for (key, value) in members {
-        let Some(field) = field_of(&fields, key)? else {
-            continue;
-        };
-        // Twice is an error for the derived reader: it is told there.
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
+    read_fields(members, &fields, |field, value| {
         match field {
-            0 => read_value(value, &mut meta.namespace)?,
-            1 => read_value(value, &mut meta.labels)?,
-            2 => read_value(value, &mut meta.annotations)?,
-            _ => read_value(value, &mut meta.owner_references)?,
+            0 => meta.namespace = value.read()?,
+            1 => meta.labels = value.read()?,
+            2 => meta.annotations = value.read()?,
+            _ => meta.owner_references = value.read()?,
         }
-    }
+        Some(())
+    })?;
     Some(meta)
 }
 
@@ -246,43 +243,22 @@ fn pod_scanned(object: &Scanned) -> Option<PodIn> {
         metadata: None,
         spec: None,
     };
-    let mut seen = [false; 2];
-    for (key, value) in object.members()? {
-        let Some(field) = field_of(&["metadata", "spec"], key)? else {
-            continue;
-        };
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
+    read_fields(object.members()?, &["metadata", "spec"], |field, value| {
         match (field, value.members()) {
-            // Not an object: `null`, or a wrong type the derived reader names.
-            (_, None) => null(value)?,
+            // Not an object: `null`, or anything else, which serde_json decides on.
+            (_, None) => value.is_null().then_some(())?,
             (0, Some(members)) => pod.metadata = Some(metadata_members(members)?),
             (_, Some(members)) => pod.spec = Some(spec_members(members)?),
         }
-    }
+        Some(())
+    })?;
     Some(pod)
 }
 
-/// Which of `fields` `key` is: `Some(None)` for none of them, `None` for a key written with
-/// escapes (keys are compared as written).
-fn field_of(fields: &[&str], key: &str) -> Option<Option<usize>> {
-    (!key.contains('\\')).then(|| fields.iter().position(|name| *name == key))
-}
-
-/// `Some` when `value` is `null`.
-fn null(value: &Scanned) -> Option<()> {
-    (value.text == "null").then_some(())
-}
-
-/// `value` read by serde_json into `slot`, as a derived reader reads an `Option` field.
-fn read_value<T: serde::de::DeserializeOwned>(value: &Scanned, slot: &mut Option<T>) -> Option<()> {
-    *slot = serde_json::from_str::<Option<T>>(value.text).ok()?;
-    Some(())
-}
-
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
-fn spec_members(members: &[(&str, Scanned)]) -> Option<SpecIn> {
+fn spec_members<'s, 'a: 's>(
+    members: impl Iterator<Item = (&'a str, &'s Scanned<'a>)>,
+) -> Option<SpecIn> {
     const FIELDS: [&str; 12] = [
         "containers",
         "initContainers",
@@ -297,32 +273,40 @@ fn spec_members(members: &[(&str, Scanned)]) -> Option<SpecIn> {
         "imagePullSecrets",
         "serviceAccountName",
     ];
-    let mut spec = SpecIn::default();
-    let mut seen = [false; FIELDS.len()];
-    for (key, value) in members {
-        let Some(field) = field_of(&FIELDS, key)? else {
-            continue;
-        };
-        if std::mem::replace(&mut seen[field], true) {
-            return None;
-        }
+    // Every field written out: a field added to `SpecIn` must be read here too.
+    let mut spec = SpecIn {
+        containers: None,
+        init_containers: None,
+        ephemeral_containers: None,
+        volumes: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        os: None,
+        node_name: None,
+        scheduling_gates: None,
+        image_pull_secrets: None,
+        service_account_name: None,
+    };
+    read_fields(members, &FIELDS, |field, value| {
         match field {
             // Read by serde_json: scanning them for their members measured no cheaper (a
             // container's env and probes are most of what is skipped either way).
-            0 => read_value(value, &mut spec.containers)?,
-            1 => read_value(value, &mut spec.init_containers)?,
-            2 => read_value(value, &mut spec.ephemeral_containers)?,
-            3 => read_value(value, &mut spec.volumes)?,
-            4 => read_value(value, &mut spec.node_selector)?,
-            5 => read_value(value, &mut spec.tolerations)?,
-            6 => read_value(value, &mut spec.affinity)?,
-            7 => read_value(value, &mut spec.os)?,
-            8 => read_value(value, &mut spec.node_name)?,
-            9 => read_value(value, &mut spec.scheduling_gates)?,
-            10 => read_value(value, &mut spec.image_pull_secrets)?,
-            _ => read_value(value, &mut spec.service_account_name)?,
+            0 => spec.containers = value.read()?,
+            1 => spec.init_containers = value.read()?,
+            2 => spec.ephemeral_containers = value.read()?,
+            3 => spec.volumes = value.read()?,
+            4 => spec.node_selector = value.read()?,
+            5 => spec.tolerations = value.read()?,
+            6 => spec.affinity = value.read()?,
+            7 => spec.os = value.read()?,
+            8 => spec.node_name = value.read()?,
+            9 => spec.scheduling_gates = value.read()?,
+            10 => spec.image_pull_secrets = value.read()?,
+            _ => spec.service_account_name = value.read()?,
         }
-    }
+        Some(())
+    })?;
     Some(spec)
 }
 
@@ -336,7 +320,7 @@ struct MetaIn {
 }
 
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
-#[derive(Debug, Default, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct SpecIn {
     containers: Option<Vec<ContainerIn>>,
@@ -449,7 +433,7 @@ mod tests {
 
     /// The object's members the scanner finds in `body`.
     fn found(body: &str) -> Scanned<'_> {
-        crate::engine::json_scan::object_span(body).unwrap().1
+        crate::engine::json_scan::tests::object_of(body).unwrap()
     }
 
     /// The recorded v1.36 Pod — its metadata (`managedFields` and all) alone, and whole — is

@@ -101,7 +101,8 @@ fn switched_values() -> Value {
         "config": {
             "server": {"max_connections": 500, "metrics_addr": "0.0.0.0:9191"},
             "policy": {"supported_architectures": ["arm64", "s390x"],
-                       "skip_namespaces": ["kube-system", "batch"],
+                       // As tolerable also takes it: one comma-separated string.
+                       "skip_namespaces": "kube-system, batch,",
                        "preferred_architecture": [{"architecture": "arm64", "weight": 80},
                                                   {"architecture": "amd64", "weight": 20}]},
             "architecture_tolerations": {"arm64": [{"key": "arm64", "value": "true"},

@@ -231,5 +231,13 @@ never waits on itself, nor the control plane on it), webhook.excludeNamespaces, 
 config.policy.skip_namespaces (tolerable would answer their Pods with nothing: a call saved).
 */}}
 {{- define "tolerable.excludedNamespaces" -}}
-{{- concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces (dig "policy" "skip_namespaces" (list) .Values.config) | uniq | toJson -}}
+{{- /* skip_namespaces is read as tolerable reads it: a list, or one comma-separated string; each name trimmed, empty ones dropped. */ -}}
+{{- $skip := dig "policy" "skip_namespaces" (list) .Values.config -}}
+{{- if kindIs "string" $skip }}{{ $skip = splitList "," $skip }}{{ end -}}
+{{- $names := list -}}
+{{- range concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces $skip -}}
+{{- $name := trim (toString .) -}}
+{{- if $name }}{{ $names = append $names $name }}{{ end -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
 {{- end }}

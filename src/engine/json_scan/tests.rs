@@ -177,45 +177,80 @@ fn the_scanner_takes_every_valid_file_of_the_test_data() {
     assert!(scanned(&deep) && !scanned(&deeper) && serde_skips(&deeper));
 }
 
-/// The object's span is the raw text of `request.object` (what serde_json's `RawValue` gives),
-/// found only in a body that is JSON throughout.
+/// The request's object in an AdmissionReview `body`, as [`review`] scans it.
+pub(crate) fn object_of(body: &str) -> Option<Scanned<'_>> {
+    let request = member(review(body)?, "request")?;
+    member(request, "object")
+}
+
+fn member<'a>(value: Scanned<'a>, key: &str) -> Option<Scanned<'a>> {
+    let members = value.into_members()?;
+    members.into_iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
+/// The review is scanned in one pass: checked whole, and looked into where the envelope and a
+/// Pod are read — the review's, the request's and the object's members, and those of the
+/// object's `metadata` and `spec` — nothing deeper, and nothing of a kind not looked for.
 #[test]
-fn the_object_span_is_the_request_object_text() {
+fn the_review_is_scanned_where_it_is_read() {
     let body = r#" {"kind":"AdmissionReview","request": {"uid":"u", "object" : {"a":[1, {}]} ,"x":null}} "#;
-    let (span, object) = object_span(body).unwrap();
-    assert_eq!(&body[span], r#"{"a":[1, {}]}"#);
     let unread = |text| Scanned {
         text,
         inner: Inner::Unread,
     };
-    assert_eq!(object.members(), Some(&[("a", unread("[1, {}]"))][..]));
-    assert_eq!(object_span(&body.replace("null", "nul")), None);
-    assert_eq!(object_span(&format!("{body}x")), None);
-    assert_eq!(object_span(r#"{"request":{"uid":"u"}}"#), None);
-    assert_eq!(object_span(r#"{"request":null,"object":{}}"#), None);
-    let second = r#"{"request":{"object":1,"object":2}}"#;
-    assert_eq!(&second[object_span(second).unwrap().0], "1");
+    let object = object_of(body).unwrap();
+    assert_eq!(object.text, r#"{"a":[1, {}]}"#);
+    let members: Vec<_> = object.members().unwrap().collect();
+    assert_eq!(members, [("a", &unread("[1, {}]"))]);
+    assert_eq!(review(&body.replace("null", "nul")), None);
+    assert_eq!(review(&format!("{body}x")), None);
+    assert_eq!(
+        object_of(r#"{"request":null,"object":{}}"#),
+        None,
+        "only the request's object"
+    );
 
-    // Looked into as a Pod is read: metadata's and spec's members; nothing deeper, and
-    // nothing of a kind not looked for (a second `metadata` that is `null`).
-    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","env":[]}],"x":{"y":1}},"metadata":null}}}"#;
-    let object = object_span(pod).unwrap().1;
-    let members = object.members().unwrap();
+    let pod = r#"{"request":{"object":{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c"}],"x":{"y":1}},"metadata":null}}}"#;
+    let object = object_of(pod).unwrap();
+    let members: Vec<_> = object.members().unwrap().collect();
     let keys: Vec<&str> = members.iter().map(|(key, _)| *key).collect();
     assert_eq!(keys, ["kind", "metadata", "spec", "metadata"]);
-    assert_eq!(members[0].1, unread(r#""Pod""#));
+    assert_eq!(members[0].1, &unread(r#""Pod""#));
+    let metadata: Vec<_> = members[1].1.members().unwrap().collect();
+    assert_eq!(metadata, [("labels", &unread(r#"{"a":"b"}"#))]);
+    let spec: Vec<_> = members[2].1.members().unwrap().collect();
     assert_eq!(
-        members[1].1.members(),
-        Some(&[("labels", unread(r#"{"a":"b"}"#))][..])
+        spec,
+        [
+            ("containers", &unread(r#"[{"name":"c"}]"#)),
+            ("x", &unread(r#"{"y":1}"#))
+        ]
     );
-    let spec = members[2].1.members().unwrap();
-    let containers = r#"[{"name":"c","env":[]}]"#;
-    assert_eq!(spec[0], ("containers", unread(containers)));
-    assert_eq!(spec[1], ("x", unread(r#"{"y":1}"#)));
-    assert_eq!(members[3].1, unread("null"));
+    assert!(members[3].1.is_null() && members[3].1.members().is_none());
+    assert_eq!(
+        object_of(r#"{"request":{"object":null}}"#),
+        Some(unread("null"))
+    );
+}
 
-    let null = object_span(r#"{"request":{"object":null}}"#).unwrap().1;
-    assert_eq!(null, unread("null"));
+/// Fields are read once each, as a derived reader takes them: a field twice, or a key written
+/// with escapes, is left to the reader.
+#[test]
+fn fields_are_read_once_each_and_keys_as_written() {
+    fn read(text: &str) -> Option<Vec<(usize, String)>> {
+        let object = object_of(text)?;
+        let mut got = Vec::new();
+        read_fields(object.members()?, &["a", "b"], |field, value| {
+            got.push((field, value.text.to_owned()));
+            Some(())
+        })?;
+        Some(got)
+    }
+    let wrap = |object: &str| format!(r#"{{"request":{{"object":{object}}}}}"#);
+    let got = read(&wrap(r#"{"b":1,"c":2,"a":3}"#));
+    assert_eq!(got, Some(vec![(1, "1".into()), (0, "3".into())]));
+    assert_eq!(read(&wrap(r#"{"a":1,"a":2}"#)), None);
+    assert_eq!(read(&wrap(r#"{"\u0061":1}"#)), None);
 }
 
 /// An object read member by member stops where asked: what follows is not checked.
