@@ -169,10 +169,25 @@ pub fn describe_image(out: &mut String, image: &str, fact: &ImageFact) {
     if !out.is_empty() {
         out.push_str(", ");
     }
-    let _ = match &fact.artifact {
-        Some(config_type) => write!(out, "{image} (artifact {config_type}: any platform"),
-        None => write!(out, "{image} ({}", comma_list(&fact.platforms)),
-    };
+    // Pushed piece by piece rather than formatted: this runs for every image of every decided
+    // admission.
+    out.push_str(image);
+    out.push_str(" (");
+    match &fact.artifact {
+        Some(config_type) => {
+            out.push_str("artifact ");
+            out.push_str(config_type);
+            out.push_str(": any platform");
+        }
+        None => {
+            for (i, platform) in fact.platforms.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                platform.push_to(out);
+            }
+        }
+    }
     if let Provenance::Credential(source) = &fact.credentials {
         let _ = write!(out, "; credentials from {source}");
     }

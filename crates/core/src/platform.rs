@@ -88,6 +88,20 @@ impl Platform {
     }
 }
 
+impl Platform {
+    /// `os/architecture[/variant]`, as `Display` writes it, appended without a formatter: the
+    /// decision's summary names every image's platforms on every admission.
+    pub fn push_to(&self, out: &mut String) {
+        out.push_str(&self.os);
+        out.push('/');
+        out.push_str(&self.architecture);
+        if let Some(variant) = &self.variant {
+            out.push('/');
+            out.push_str(variant);
+        }
+    }
+}
+
 impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.os, self.architecture)?;
@@ -264,6 +278,23 @@ fn is_label_value(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `push_to` writes what `Display` writes, with and without a variant.
+    #[test]
+    fn pushed_platforms_read_as_displayed() {
+        for text in ["linux/amd64", "linux/arm/v7", "windows/amd64"] {
+            let parts: Vec<&str> = text.split('/').collect();
+            let platform = Platform {
+                os: parts[0].into(),
+                architecture: parts[1].into(),
+                variant: parts.get(2).map(|v| (*v).into()),
+            };
+            let mut pushed = String::from("x ");
+            platform.push_to(&mut pushed);
+            assert_eq!(pushed, format!("x {platform}"));
+            assert_eq!(platform.to_string(), text);
+        }
+    }
 
     #[test]
     fn only_label_values_are_label_safe() {
