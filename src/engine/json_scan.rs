@@ -35,6 +35,32 @@ impl<'a> Scanner<'a> {
         Self { text, pos: 0 }
     }
 
+    /// The text of `range` (from [`Scanner::value`]).
+    pub(crate) fn text(&self, range: Range<usize>) -> &'a str {
+        &self.text[range]
+    }
+
+    /// The elements of the array that starts here: `element` is called before each and must
+    /// consume it, as [`Scanner::object`]'s `member` must.
+    pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        (self.peek()? == b'[').then(|| self.pos += 1)?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// The next byte after whitespace, not consumed.
     pub(crate) fn peek(&mut self) -> Option<u8> {
         self.pos = whitespace(self.text.as_bytes(), self.pos);

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::{read_fields, Scanned};
+use super::json_scan::{read_fields, Scanned, Scanner, Step};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -290,11 +290,9 @@ fn spec_members<'s, 'a: 's>(
     };
     read_fields(members, &FIELDS, |field, value| {
         match field {
-            // Read by serde_json: scanning them for their members measured no cheaper (a
-            // container's env and probes are most of what is skipped either way).
-            0 => spec.containers = value.read()?,
-            1 => spec.init_containers = value.read()?,
-            2 => spec.ephemeral_containers = value.read()?,
+            0 => spec.containers = containers(value)?,
+            1 => spec.init_containers = containers(value)?,
+            2 => spec.ephemeral_containers = containers(value)?,
             3 => spec.volumes = value.read()?,
             4 => spec.node_selector = value.read()?,
             5 => spec.tolerations = value.read()?,
@@ -317,6 +315,56 @@ struct MetaIn {
     labels: Option<BTreeMap<String, String>>,
     annotations: Option<BTreeMap<String, String>>,
     owner_references: Option<Vec<OwnerReference>>,
+}
+
+/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read: walked by the
+/// scanner, which skips each container's env, probes and resources faster than serde_json
+/// does, building nothing for them (only a Pod being decided on is read so far).
+fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
+    if value.is_null() {
+        return Some(None);
+    }
+    let mut scanner = Scanner::new(value.text);
+    let mut list = Vec::new();
+    scanner.array(|s| {
+        list.push(container(s)?);
+        Some(())
+    })?;
+    scanner.end()?;
+    Some(Some(list))
+}
+
+/// The container object that starts here, as `ContainerIn`'s derived reader reads it (its
+/// name is required; a field twice, or a key written with escapes, is left to that reader).
+fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
+    let (mut name, mut image, mut policy) = (None, None, None);
+    let mut seen = 0u8;
+    scanner.object(|s, key| {
+        let field = match key {
+            "name" => 0,
+            "image" => 1,
+            "terminationMessagePolicy" => 2,
+            _ if key.contains('\\') => return None,
+            _ => return s.value().map(|_| Step::Next),
+        };
+        if seen & 1 << field != 0 {
+            return None;
+        }
+        seen |= 1 << field;
+        let value = s.value()?;
+        let text = s.text(value);
+        match field {
+            0 => name = Some(serde_json::from_str::<String>(text).ok()?),
+            1 => image = serde_json::from_str::<Option<String>>(text).ok()?,
+            _ => policy = serde_json::from_str::<Option<String>>(text).ok()?,
+        }
+        Some(Step::Next)
+    })?;
+    Some(ContainerIn {
+        name: name?,
+        image,
+        termination_message_policy: policy,
+    })
 }
 
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
@@ -471,6 +519,9 @@ mod tests {
             r#"{"metadata":{},"metadata":{}}"#,
             r#"{"metadata":{},"spec":{"containers":{}}}"#,
             r#"{"metadata":{},"spec":{"volumes":[{"name":5}]}}"#,
+            r#"{"metadata":{},"spec":{"containers":[{"name":"c","name":"d"}]}}"#,
+            r#"{"metadata":{},"spec":{"initContainers":[{"name":null}]}}"#,
+            r#"{"metadata":{},"spec":{"containers":[5]}}"#,
         ] {
             assert!(serde_json::from_str::<PodIn>(refused).is_err(), "{refused}");
             let body = in_review(refused);
@@ -480,6 +531,7 @@ mod tests {
             r#"{"metadata":null,"spec":null}"#,
             r#"{"kind":"Pod","metadata":{"x":[1,{"y":null}]},"spec":{"containers":null,"dnsPolicy":"x"}}"#,
             r#"{"spec":{"volumes":[{"name":"v","image":{"reference":"r"}}],"nodeName":null}}"#,
+            r#"{"spec":{"containers":[{"env":[{"name":"a"}],"name":"c","image":null},{"name":"d","image":"i","terminationMessagePolicy":"File"}],"initContainers":[]}}"#,
         ] {
             let read = serde_json::from_str::<PodIn>(taken).unwrap();
             let body = in_review(taken);
