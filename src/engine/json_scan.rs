@@ -43,22 +43,7 @@ impl<'a> Scanner<'a> {
     /// The elements of the array that starts here: `element` is called before each and must
     /// consume it, as [`Scanner::object`]'s `member` must.
     pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        (self.peek()? == b'[').then(|| self.pos += 1)?;
-        if self.peek()? == b']' {
-            self.pos += 1;
-            return Some(());
-        }
-        loop {
-            element(self)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b']' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+        self.items(b'[', b']', |s| element(s).map(|()| Step::Next))
     }
 
     /// The next byte after whitespace, not consumed.
@@ -98,19 +83,32 @@ impl<'a> Scanner<'a> {
         &mut self,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<Step>,
     ) -> Option<()> {
-        (self.peek()? == b'{').then(|| self.pos += 1)?;
-        if self.peek()? == b'}' {
+        self.items(b'{', b'}', |s| {
+            let key = s.key()?;
+            member(s, key)
+        })
+    }
+
+    /// The items between `open` and `close` that start here, separated by commas: `item` is
+    /// called before each and must consume it unless it stops.
+    fn items(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<Step>,
+    ) -> Option<()> {
+        (self.peek()? == open).then(|| self.pos += 1)?;
+        if self.peek()? == close {
             self.pos += 1;
             return Some(());
         }
         loop {
-            let key = self.key()?;
-            if member(self, key)? == Step::Stop {
+            if item(self)? == Step::Stop {
                 return Some(());
             }
             match self.peek()? {
                 b',' => self.pos += 1,
-                b'}' => {
+                byte if byte == close => {
                     self.pos += 1;
                     return Some(());
                 }
@@ -341,30 +339,44 @@ impl<'a> Scanned<'a> {
 
 /// Calls `read` with the index in `names` and the value of each member named there, once each,
 /// as a derived reader takes an object's fields (others are ignored); `None` — the reader is
-/// to be asked — for a key written with escapes (keys are compared as written), a field
-/// written twice (an error for a derived reader), or when `read` says `None`. The members are
+/// to be asked — as [`FieldsOnce::field`] says, or when `read` says `None`. The members are
 /// given by reference ([`Scanned::members`]) or by value ([`Scanned::into_members`]).
 pub(crate) fn read_fields<'a, V>(
     members: impl IntoIterator<Item = (&'a str, V)>,
     names: &[&str],
     mut read: impl FnMut(usize, V) -> Option<()>,
 ) -> Option<()> {
-    debug_assert!(names.len() <= 64);
-    let mut seen = 0u64;
+    let mut once = FieldsOnce::default();
     for (key, value) in members {
-        if key.contains('\\') {
-            return None;
+        if let Some(field) = once.field(names, key)? {
+            read(field, value)?;
         }
-        let Some(field) = names.iter().position(|name| *name == key) else {
-            continue;
-        };
-        if seen & 1 << field != 0 {
-            return None;
-        }
-        seen |= 1 << field;
-        read(field, value)?;
     }
     Some(())
+}
+
+/// The fields of one object taken as a derived reader takes them: each named field once.
+#[derive(Default)]
+pub(crate) struct FieldsOnce {
+    seen: u64,
+}
+
+impl FieldsOnce {
+    /// Which of `names` (at most 64) the member `key` is, `Some(None)` for none of them; `None`
+    /// — the reader is to be asked — for a key written with escapes (keys are compared as
+    /// written) or a field written twice (an error for a derived reader).
+    pub(crate) fn field(&mut self, names: &[&str], key: &str) -> Option<Option<usize>> {
+        debug_assert!(names.len() <= 64);
+        // No name has a backslash: only a key that names none is looked at for escapes.
+        let Some(field) = names.iter().position(|name| *name == key) else {
+            return (!key.contains('\\')).then_some(None);
+        };
+        if self.seen & 1 << field != 0 {
+            return None;
+        }
+        self.seen |= 1 << field;
+        Some(Some(field))
+    }
 }
 
 /// Where a scan looks into a value (everything else is only checked and skipped).

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
-use super::json_scan::{read_fields, Scanned, Scanner, Step};
+use super::json_scan::{read_fields, FieldsOnce, Scanned, Scanner, Step};
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -338,19 +338,12 @@ fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
 /// name is required; a field twice, or a key written with escapes, is left to that reader).
 fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
     let (mut name, mut image, mut policy) = (None, None, None);
-    let mut seen = 0u8;
+    let mut once = FieldsOnce::default();
     scanner.object(|s, key| {
-        let field = match key {
-            "name" => 0,
-            "image" => 1,
-            "terminationMessagePolicy" => 2,
-            _ if key.contains('\\') => return None,
-            _ => return s.value().map(|_| Step::Next),
+        let fields = ["name", "image", "terminationMessagePolicy"];
+        let Some(field) = once.field(&fields, key)? else {
+            return s.value().map(|_| Step::Next);
         };
-        if seen & 1 << field != 0 {
-            return None;
-        }
-        seen |= 1 << field;
         let value = s.value()?;
         let text = s.text(value);
         match field {
