@@ -33,6 +33,15 @@ pub(crate) fn cut_warning(warning: &str) -> String {
             ' '
         }
     };
+    // The usual warning is one short line of printable ASCII already: copied, not rebuilt
+    // character by character.
+    if warning.len() <= MAX_WARNING_LEN
+        && warning
+            .bytes()
+            .all(|b| b.is_ascii() && !b.is_ascii_control())
+    {
+        return warning.to_owned();
+    }
     if warning.chars().count() <= MAX_WARNING_LEN {
         return warning.chars().map(ascii).collect();
     }
@@ -345,7 +354,9 @@ impl AdmissionReviewOut {
         self
     }
 
-    /// Adds a JSON Patch; an empty one is not sent at all.
+    /// Adds a JSON Patch; an empty one is not sent at all (the tests' way: the admission
+    /// writes the core's operations with [`Self::with_patch_text`]).
+    #[cfg(test)]
     pub(crate) fn with_patch<T: Serialize>(self, operations: &[T]) -> Self {
         if operations.is_empty() {
             return self;
