@@ -166,14 +166,15 @@ pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
     ops
 }
 
+/// Where the decision annotation is in a Pod: fixed, so not escaped per admission (a test checks
+/// it is [`DECISION_ANNOTATION`] escaped).
+const DECISION_ANNOTATION_PATH: &str = "/metadata/annotations/tolerable.io~1decision";
+
 /// The decision annotation, in the Pod's annotations or as a new map.
 fn add_annotation(ops: &mut Vec<Operation>, pod: &PodView, value: &str) {
     if pod.annotations.is_some() {
         ops.push(add(
-            format!(
-                "/metadata/annotations/{}",
-                pointer_token(DECISION_ANNOTATION)
-            ),
+            DECISION_ANNOTATION_PATH,
             PatchValue::Text(value.to_owned()),
         ));
     } else {
@@ -492,6 +493,13 @@ mod write_tests {
             ));
         }
         operations.push(Operation::add("/m", PatchValue::Map(BTreeMap::new())));
+        assert_eq!(
+            DECISION_ANNOTATION_PATH,
+            format!(
+                "/metadata/annotations/{}",
+                pointer_token(DECISION_ANNOTATION)
+            )
+        );
         for n in [0, 1, operations.len()] {
             let mut written = b"prefix".to_vec();
             write_json(&operations[..n], &mut written);
