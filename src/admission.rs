@@ -194,7 +194,8 @@ pub(crate) fn respond(
     let out = allowed.with_warnings(answer.warnings().iter().chain(shell_warnings));
     match answer.denial() {
         Some(message) => out.deny(message),
-        None => out.with_patch(&answer.patch),
+        None if answer.patch.is_empty() => out,
+        None => out.with_patch_text(|json| mutate::patch::write_json(&answer.patch, json)),
     }
 }
 

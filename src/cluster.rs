@@ -221,50 +221,74 @@ impl Cluster {
     }
 
     async fn account(&self, namespace: &str, name: &str) -> Arc<AccountRead> {
+        if let Some(read) = self.accounts.get(&KeyRef(namespace, name)).await {
+            return read;
+        }
         let key = (namespace.to_owned(), name.to_owned());
-        self.accounts
-            .get_with(key, async {
-                let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
-                let what = format!("serviceaccount {namespace}/{name}");
-                Arc::new(match api.get_opt(name).await {
-                    Ok(Some(account)) => AccountRead::PullSecrets(
-                        account
-                            .image_pull_secrets
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|r| r.name)
-                            .filter(|n| !n.is_empty())
-                            .collect(),
-                    ),
-                    // Admission can run before the ServiceAccount controller creates `default`.
-                    Ok(None) => AccountRead::PullSecrets(Vec::new()),
-                    Err(e) if is_forbidden(&e) => AccountRead::Forbidden,
-                    Err(e) => match classify(&e, &what) {
-                        Ok(problem) => AccountRead::Problem(problem),
-                        Err(transient) => AccountRead::Transient(transient),
-                    },
-                })
+        // Boxed: the API read's future is large, and only a miss needs it.
+        Box::pin(self.accounts.get_with(key, async {
+            let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+            let what = format!("serviceaccount {namespace}/{name}");
+            Arc::new(match api.get_opt(name).await {
+                Ok(Some(account)) => AccountRead::PullSecrets(
+                    account
+                        .image_pull_secrets
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|r| r.name)
+                        .filter(|n| !n.is_empty())
+                        .collect(),
+                ),
+                // Admission can run before the ServiceAccount controller creates `default`.
+                Ok(None) => AccountRead::PullSecrets(Vec::new()),
+                Err(e) if is_forbidden(&e) => AccountRead::Forbidden,
+                Err(e) => match classify(&e, &what) {
+                    Ok(problem) => AccountRead::Problem(problem),
+                    Err(transient) => AccountRead::Transient(transient),
+                },
             })
-            .await
+        }))
+        .await
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Arc<SecretRead> {
+        if let Some(read) = self.secrets.get(&KeyRef(namespace, name)).await {
+            return read;
+        }
         let key = (namespace.to_owned(), name.to_owned());
-        self.secrets
-            .get_with(key, async {
-                let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-                let what = format!("image pull secret {namespace}/{name}");
-                Arc::new(match api.get_opt(name).await {
-                    Ok(Some(secret)) => read_secret(&secret, &what),
-                    Ok(None) => SecretRead::Problem(format!("{what} not found; ignored")),
-                    Err(e) if is_forbidden(&e) => SecretRead::Forbidden,
-                    Err(e) => match classify(&e, &what) {
-                        Ok(problem) => SecretRead::Problem(problem),
-                        Err(transient) => SecretRead::Transient(transient),
-                    },
-                })
+        // Boxed: the API read's future is large, and only a miss needs it.
+        Box::pin(self.secrets.get_with(key, async {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let what = format!("image pull secret {namespace}/{name}");
+            Arc::new(match api.get_opt(name).await {
+                Ok(Some(secret)) => read_secret(&secret, &what),
+                Ok(None) => SecretRead::Problem(format!("{what} not found; ignored")),
+                Err(e) if is_forbidden(&e) => SecretRead::Forbidden,
+                Err(e) => match classify(&e, &what) {
+                    Ok(problem) => SecretRead::Problem(problem),
+                    Err(transient) => SecretRead::Transient(transient),
+                },
             })
-            .await
+        }))
+        .await
+    }
+}
+
+/// A `(namespace, name)` cache key borrowed: a hit (nearly every admission) allocates nothing,
+/// where an owned key costs two Strings and moka's `Arc` of them per read.
+struct KeyRef<'a>(&'a str, &'a str);
+
+impl std::hash::Hash for KeyRef<'_> {
+    /// As the owned tuple hashes (each field in turn), so both find the same entry.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+        self.1.hash(state);
+    }
+}
+
+impl moka::Equivalent<(String, String)> for KeyRef<'_> {
+    fn equivalent(&self, key: &(String, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
     }
 }
 
@@ -320,6 +344,22 @@ fn read_secret(secret: &Secret, what: &str) -> SecretRead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read by the borrowed key finds what the owned key stored, and only that: the two hash
+    /// alike in the caches' own hasher.
+    #[tokio::test]
+    async fn a_borrowed_key_finds_the_entry_of_its_owned_key() {
+        let cache = secret_cache();
+        let read = Arc::new(SecretRead::Problem("not found".into()));
+        cache
+            .insert(("apps".into(), "regcred".into()), read.clone())
+            .await;
+        let hit = cache.get(&KeyRef("apps", "regcred")).await;
+        assert!(hit.is_some_and(|hit| Arc::ptr_eq(&hit, &read)));
+        for (namespace, name) in [("apps", "other"), ("app", "sregcred"), ("regcred", "apps")] {
+            assert!(cache.get(&KeyRef(namespace, name)).await.is_none());
+        }
+    }
 
     /// Large docker configs fill the cache by their size, not by their count: 64 Secrets of
     /// 512 KiB of credentials each are more than the cache may hold, and it keeps within its

@@ -246,9 +246,8 @@ impl Engine {
         let Some(cluster) = &self.cluster else {
             return PodCredentials::default();
         };
-        // Boxed: the Kubernetes client's future is large, and would otherwise be part of (and
-        // moved with) every admission's future, with or without a cluster.
-        let read = Box::pin(cluster.pull_credentials(namespace, refs));
+        // Not boxed: the Kubernetes client's large future is boxed inside, on a cache miss only.
+        let read = cluster.pull_credentials(namespace, refs);
         let share = crate::budget::for_pull_secrets(budget);
         match tokio::time::timeout(share, read).await {
             Ok(found) => {

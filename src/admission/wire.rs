@@ -33,6 +33,15 @@ pub(crate) fn cut_warning(warning: &str) -> String {
             ' '
         }
     };
+    // The usual warning is one short line of printable ASCII already: copied, not rebuilt
+    // character by character.
+    if warning.len() <= MAX_WARNING_LEN
+        && warning
+            .bytes()
+            .all(|b| b.is_ascii() && !b.is_ascii_control())
+    {
+        return warning.to_owned();
+    }
     if warning.chars().count() <= MAX_WARNING_LEN {
         return warning.chars().map(ascii).collect();
     }
@@ -345,14 +354,39 @@ impl AdmissionReviewOut {
         self
     }
 
-    /// Adds a JSON Patch; an empty one is not sent at all.
-    pub(crate) fn with_patch<T: Serialize>(mut self, operations: &[T]) -> Self {
+    /// Adds a JSON Patch; an empty one is not sent at all (the tests' way: the admission
+    /// writes the core's operations with [`Self::with_patch_text`]).
+    #[cfg(test)]
+    pub(crate) fn with_patch<T: Serialize>(self, operations: &[T]) -> Self {
         if operations.is_empty() {
             return self;
         }
-        let mut json = Vec::with_capacity(1024);
-        serde_json::to_writer(&mut json, operations).expect("JSON values serialize");
-        self.response.patch = Some(Base64Json::encode(&json));
+        self.with_patch_text(|json| {
+            serde_json::to_writer(json, operations).expect("JSON values serialize");
+        })
+    }
+
+    /// Adds the JSON Patch whose text `write` appends to the buffer it is given (the caller
+    /// knows it is not empty). The text is needed only until it is base64-encoded, so it is
+    /// written into one buffer per thread, kept between admissions: a fresh one was a ~1 KiB
+    /// allocation per deciding admission, of the size that makes glibc's malloc sort its
+    /// free lists first.
+    pub(crate) fn with_patch_text(mut self, write: impl FnOnce(&mut Vec<u8>)) -> Self {
+        /// A buffer grown past this by a huge patch is not kept.
+        const KEPT: usize = 64 * 1024;
+        thread_local! {
+            static PATCH_TEXT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let patch = PATCH_TEXT.with_borrow_mut(|json| {
+            json.clear();
+            write(json);
+            let patch = Base64Json::encode(json);
+            if json.capacity() > KEPT {
+                *json = Vec::new();
+            }
+            patch
+        });
+        self.response.patch = Some(patch);
         self.response.patch_type = Some("JSONPatch");
         self
     }
@@ -377,47 +411,78 @@ impl AdmissionReviewOut {
         self
     }
 
+    /// The response's JSON text: what its `Serialize` writes (a test compares), written field by
+    /// field so that the patch's base64 text, which needs no escape, is copied as it is rather
+    /// than scanned by the JSON escaper or checked again as a raw JSON value (it is most of an
+    /// answer's bytes).
     pub fn to_json(&self) -> Vec<u8> {
-        let patch = self.response.patch.as_ref().map_or(0, |p| p.0.get().len());
-        let warnings: usize = self.response.warnings.iter().map(String::len).sum();
-        let mut out = Vec::with_capacity(256 + patch + warnings + 4 * self.response.warnings.len());
-        serde_json::to_writer(&mut out, self).expect("an AdmissionReview serializes");
+        use crate::mutate::patch::write_string;
+        fn value(out: &mut Vec<u8>, value: &impl Serialize) {
+            serde_json::to_writer(out, value).expect("an AdmissionReview serializes");
+        }
+        let response = &self.response;
+        let patch = response.patch.as_ref().map_or(0, |p| p.0.len());
+        let warnings: usize = response.warnings.iter().map(String::len).sum();
+        let mut out = Vec::with_capacity(256 + patch + warnings + 4 * response.warnings.len());
+        out.extend_from_slice(br#"{"apiVersion":"#);
+        write_string(&mut out, &self.api_version);
+        out.extend_from_slice(br#","kind":"#);
+        write_string(&mut out, self.kind);
+        out.extend_from_slice(br#","response":{"uid":"#);
+        write_string(&mut out, &response.uid);
+        out.extend_from_slice(match response.allowed {
+            true => br#","allowed":true"#,
+            false => br#","allowed":false"#,
+        });
+        if let Some(status) = &response.status {
+            out.extend_from_slice(br#","status":"#);
+            value(&mut out, status);
+        }
+        if let Some(patch) = &response.patch {
+            out.extend_from_slice(br#","patch":""#);
+            out.extend_from_slice(patch.0.as_bytes());
+            out.push(b'"');
+        }
+        if let Some(patch_type) = response.patch_type {
+            out.extend_from_slice(br#","patchType":"#);
+            write_string(&mut out, patch_type);
+        }
+        for (i, warning) in response.warnings.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { br#","warnings":["# } else { b"," });
+            write_string(&mut out, warning);
+        }
+        if !response.warnings.is_empty() {
+            out.push(b']');
+        }
+        if !response.audit_annotations.is_empty() {
+            out.extend_from_slice(br#","auditAnnotations":"#);
+            value(&mut out, &response.audit_annotations);
+        }
+        out.extend_from_slice(b"}}");
         out
     }
 }
 
-/// Base64 of some bytes, kept as the JSON string it is sent as. Base64's alphabet never needs
-/// escaping, so it is written as is rather than scanned byte by byte by the JSON escaper (a
-/// patch is most of an answer's bytes).
-#[derive(Debug)]
-pub struct Base64Json(Box<RawValue>);
+/// Base64 of some bytes: the text of the JSON string it is sent as (base64's alphabet never
+/// needs escaping: [`AdmissionReviewOut::to_json`] copies it as it is).
+#[derive(Debug, PartialEq)]
+pub struct Base64Json(String);
 
 impl Base64Json {
     pub(crate) fn encode(bytes: &[u8]) -> Self {
-        let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
-        quoted.push('"');
-        base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut quoted);
-        quoted.push('"');
-        Self(RawValue::from_string(quoted).expect("a quoted base64 text is a JSON string"))
+        Self(base64::engine::general_purpose::STANDARD.encode(bytes))
     }
 
     /// The base64 text.
     #[cfg(test)]
     fn as_str(&self) -> &str {
-        let quoted = self.0.get();
-        &quoted[1..quoted.len() - 1]
-    }
-}
-
-impl PartialEq for Base64Json {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.get() == other.0.get()
+        &self.0
     }
 }
 
 impl Serialize for Base64Json {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        serializer.serialize_str(&self.0)
     }
 }
 
@@ -537,6 +602,34 @@ mod tests {
             serde_json::from_slice::<serde_json::Value>(&decoded).unwrap(),
             serde_json::json!(ops)
         );
+    }
+
+    /// `to_json`, written field by field, writes what the derived `Serialize` does: with and
+    /// without each optional field, texts that need escapes, another apiVersion.
+    #[test]
+    fn the_written_response_is_the_serialized_one() {
+        let allowed = |api_version| AdmissionReviewOut::allow_uid(api_version, "u\"1\\");
+        let ops = [serde_json::json!({"op": "add", "path": "/a", "value": "b\"\n"})];
+        let mut audited = allowed(ADMISSION_V1).with_patch(&ops);
+        audited
+            .response
+            .audit_annotations
+            .insert("k\"".into(), "v\t".into());
+        for out in [
+            allowed(ADMISSION_V1),
+            allowed("admission.k8s.io/v1beta1").with_patch(&ops),
+            allowed(ADMISSION_V1).with_warnings(["one", "two \"quoted\" \\"]),
+            allowed(ADMISSION_V1)
+                .with_patch(&ops)
+                .with_warnings(["w"])
+                .deny("no \"common\" architecture\n"),
+            audited,
+        ] {
+            assert_eq!(
+                String::from_utf8(out.to_json()).unwrap(),
+                serde_json::to_string(&out).unwrap()
+            );
+        }
     }
 
     #[test]

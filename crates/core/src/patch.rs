@@ -166,14 +166,15 @@ pub fn operations(pod: &PodView, decision: &Placement) -> Vec<Operation> {
     ops
 }
 
+/// Where the decision annotation is in a Pod: fixed, so not escaped per admission (a test checks
+/// it is [`DECISION_ANNOTATION`] escaped).
+const DECISION_ANNOTATION_PATH: &str = "/metadata/annotations/tolerable.io~1decision";
+
 /// The decision annotation, in the Pod's annotations or as a new map.
 fn add_annotation(ops: &mut Vec<Operation>, pod: &PodView, value: &str) {
     if pod.annotations.is_some() {
         ops.push(add(
-            format!(
-                "/metadata/annotations/{}",
-                pointer_token(DECISION_ANNOTATION)
-            ),
+            DECISION_ANNOTATION_PATH,
             PatchValue::Text(value.to_owned()),
         ));
     } else {
@@ -380,5 +381,131 @@ fn add_preferred(
         }));
     } else {
         ops.push(add(preferred_path, PatchValue::Preferred(preferred)));
+    }
+}
+
+/// The operations' JSON text, byte for byte what `serde_json` writes for them, appended to
+/// `out`. Written by hand because the decision annotation is most of a patch's bytes and
+/// serde_json looks up every byte of a string in its escape table (~10 instructions a byte);
+/// here a text that needs no escape is checked in one pass the compiler vectorizes and copied
+/// whole (about 5k instructions less per deciding admission, by callgrind). Every other value
+/// is serde_json's own.
+pub fn write_json(operations: &[Operation], out: &mut Vec<u8>) {
+    out.push(b'[');
+    for (i, operation) in operations.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(match operation.op {
+            Op::Add => br#"{"op":"add","path":"#,
+            Op::Remove => br#"{"op":"remove","path":"#,
+            Op::Test => br#"{"op":"test","path":"#,
+        });
+        write_string(out, &operation.path);
+        if let Some(value) = &operation.value {
+            out.extend_from_slice(br#","value":"#);
+            write_value(out, value);
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// One value, as serde_json writes it: the texts and string maps through [`write_string`].
+fn write_value(out: &mut Vec<u8>, value: &PatchValue) {
+    let write_map = |out: &mut Vec<u8>, entries: &mut dyn Iterator<Item = (&str, &str)>| {
+        out.push(b'{');
+        for (i, (key, value)) in entries.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_string(out, key);
+            out.push(b':');
+            write_string(out, value);
+        }
+        out.push(b'}');
+    };
+    match value {
+        PatchValue::Text(text) => write_string(out, text),
+        PatchValue::Map(map) => write_map(out, &mut map.iter().map(|(k, v)| (*k, v.as_str()))),
+        PatchValue::Labels(map) => {
+            write_map(out, &mut map.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
+        other => serde_json::to_writer(&mut *out, other).expect("a patch value serializes"),
+    }
+}
+
+/// `text` as a JSON string appended to `out`, as serde_json writes it (it escapes `"`, `\` and
+/// the control characters below U+0020, nothing else): copied whole when there is nothing to
+/// escape. The check has no early exit so that it vectorizes.
+pub fn write_string(out: &mut Vec<u8>, text: &str) {
+    let escapes = text.bytes().fold(false, |any, b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if escapes {
+        serde_json::to_writer(&mut *out, text).expect("a string serializes");
+    } else {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    }
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    /// The hand-written JSON is serde_json's, byte for byte: each operation kind, each value
+    /// kind the writer handles itself (texts, both maps) and one it leaves to serde_json, with
+    /// texts that need every escape, none, or are not ASCII.
+    #[test]
+    fn written_json_is_serde_jsons() {
+        let texts = [
+            "",
+            "plain text; images: a:1 (linux/amd64,linux/arm64)",
+            "quote \" backslash \\ slash / tab \t newline \n nul \u{0} unit \u{1f} del \u{7f}",
+            "ünïcödé 架构 🚀 \u{2028}",
+        ];
+        let mut operations = vec![Operation::remove("/spec/schedulingGates/0")];
+        for text in texts {
+            operations.push(Operation::add(
+                format!("/metadata/annotations/{}", pointer_token(text)),
+                PatchValue::Text(text.to_owned()),
+            ));
+            operations.push(Operation::test("/a", PatchValue::Text(text.to_owned())));
+            operations.push(Operation::add(
+                "/metadata/annotations",
+                PatchValue::Map(BTreeMap::from([
+                    ("b", text.to_owned()),
+                    ("a\"", "x".into()),
+                ])),
+            ));
+            operations.push(Operation::add(
+                "/spec/nodeSelector",
+                PatchValue::Labels(BTreeMap::from([(text.to_owned(), text.to_owned())])),
+            ));
+            operations.push(Operation::add(
+                "/spec/schedulingGates/-",
+                PatchValue::Gate(PodSchedulingGate {
+                    name: text.to_owned(),
+                }),
+            ));
+        }
+        operations.push(Operation::add("/m", PatchValue::Map(BTreeMap::new())));
+        assert_eq!(
+            DECISION_ANNOTATION_PATH,
+            format!(
+                "/metadata/annotations/{}",
+                pointer_token(DECISION_ANNOTATION)
+            )
+        );
+        for n in [0, 1, operations.len()] {
+            let mut written = b"prefix".to_vec();
+            write_json(&operations[..n], &mut written);
+            let mut want = b"prefix".to_vec();
+            serde_json::to_writer(&mut want, &operations[..n]).unwrap();
+            assert_eq!(String::from_utf8(written), String::from_utf8(want));
+        }
     }
 }

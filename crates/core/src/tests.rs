@@ -1267,6 +1267,15 @@ fn distinct_images_keep_first_order_and_limits_apply() {
         distinct,
         (0..7).map(|i| format!("img{i}:1")).collect::<Vec<_>>()
     );
+    // A few images (compared, not hashed) likewise.
+    let few: Vec<ContainerImage> = ["b:1", "a:1", "b:1", "c:1", "a:1"]
+        .iter()
+        .map(|image| ContainerImage {
+            container: "c".into(),
+            image: (*image).into(),
+        })
+        .collect();
+    assert_eq!(distinct_images(&few), ["b:1", "a:1", "c:1"]);
     let mut p = policy();
     let reason = over_limits(&images, &distinct, &p).unwrap();
     assert!(reason.contains("40000 containers"), "{reason}");
