@@ -290,10 +290,10 @@ fn spec_members<'s, 'a: 's>(
     };
     read_fields(members, &FIELDS, |field, value| {
         match field {
-            0 => spec.containers = containers(value)?,
-            1 => spec.init_containers = containers(value)?,
-            2 => spec.ephemeral_containers = containers(value)?,
-            3 => spec.volumes = value.read()?,
+            0 => spec.containers = list_of(value, container)?,
+            1 => spec.init_containers = list_of(value, container)?,
+            2 => spec.ephemeral_containers = list_of(value, container)?,
+            3 => spec.volumes = list_of(value, volume)?,
             4 => spec.node_selector = value.read()?,
             5 => spec.tolerations = value.read()?,
             6 => spec.affinity = value.read()?,
@@ -317,47 +317,78 @@ struct MetaIn {
     owner_references: Option<Vec<OwnerReference>>,
 }
 
-/// A list of containers (or `null`), as `Option<Vec<ContainerIn>>` is read: walked by the
-/// scanner, which skips each container's env, probes and resources faster than serde_json
-/// does, building nothing for them (only a Pod being decided on is read so far).
-fn containers(value: &Scanned) -> Option<Option<Vec<ContainerIn>>> {
+/// A list of objects (or `null`), as `Option<Vec<T>>` is read, each element read by `item`:
+/// walked by the scanner, which skips the members nobody reads (a container's env, probes and
+/// resources; a volume's source) faster than serde_json does, building nothing for them (only
+/// a Pod being decided on is read so far).
+fn list_of<T>(
+    value: &Scanned,
+    mut item: impl FnMut(&mut Scanner) -> Option<T>,
+) -> Option<Option<Vec<T>>> {
     if value.is_null() {
         return Some(None);
     }
     let mut scanner = Scanner::new(value.text);
     let mut list = Vec::new();
     scanner.array(|s| {
-        list.push(container(s)?);
+        list.push(item(s)?);
         Some(())
     })?;
     scanner.end()?;
     Some(Some(list))
 }
 
-/// The container object that starts here, as `ContainerIn`'s derived reader reads it (its
-/// name is required; a field twice, or a key written with escapes, is left to that reader).
-fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
-    let (mut name, mut image, mut policy) = (None, None, None);
+/// The object that starts here, as a derived reader reads a struct whose fields are `names`:
+/// `read` gets each named member's index and text, once each; the others are skipped (a field
+/// twice, or a key written with escapes, is left to that reader).
+fn fields_of(
+    scanner: &mut Scanner,
+    names: &[&str],
+    mut read: impl FnMut(usize, &str) -> Option<()>,
+) -> Option<()> {
     let mut once = FieldsOnce::default();
     scanner.object(|s, key| {
-        let fields = ["name", "image", "terminationMessagePolicy"];
-        let Some(field) = once.field(&fields, key)? else {
+        let Some(field) = once.field(names, key)? else {
             return s.value().map(|_| Step::Next);
         };
         let value = s.value()?;
-        let text = s.text(value);
+        read(field, s.text(value))?;
+        Some(Step::Next)
+    })
+}
+
+/// The container object that starts here, as `ContainerIn`'s derived reader reads it (its
+/// name is required).
+fn container(scanner: &mut Scanner) -> Option<ContainerIn> {
+    let (mut name, mut image, mut policy) = (None, None, None);
+    let fields = ["name", "image", "terminationMessagePolicy"];
+    fields_of(scanner, &fields, |field, text| {
         match field {
             0 => name = Some(serde_json::from_str::<String>(text).ok()?),
             1 => image = serde_json::from_str::<Option<String>>(text).ok()?,
             _ => policy = serde_json::from_str::<Option<String>>(text).ok()?,
         }
-        Some(Step::Next)
+        Some(())
     })?;
     Some(ContainerIn {
         name: name?,
         image,
         termination_message_policy: policy,
     })
+}
+
+/// The volume object that starts here, as `VolumeIn`'s derived reader reads it (its name is
+/// required; its source is skipped unless it is an image).
+fn volume(scanner: &mut Scanner) -> Option<VolumeIn> {
+    let (mut name, mut image) = (None, None);
+    fields_of(scanner, &["name", "image"], |field, text| {
+        match field {
+            0 => name = Some(serde_json::from_str::<String>(text).ok()?),
+            _ => image = serde_json::from_str::<Option<ImageVolumeSource>>(text).ok()?,
+        }
+        Some(())
+    })?;
+    Some(VolumeIn { name: name?, image })
 }
 
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
@@ -501,9 +532,10 @@ mod tests {
         assert!(spec.tolerations.is_some() && spec.service_account_name.is_some());
     }
 
-    /// What the derived reader refuses (a field twice, a container without a name, a list
-    /// that is not one) the scanner leaves to it; what it takes (`null` for a list, unknown
-    /// members) the scanner reads alike.
+    /// What the derived reader refuses (a field twice, a container or volume without a name, a
+    /// list that is not one, an element that is not an object) the scanner leaves to it; what it
+    /// takes (`null` for a list, unknown members, a volume's source other than an image) the
+    /// scanner reads alike.
     #[test]
     fn the_scanner_leaves_what_the_derived_reader_refuses_to_it() {
         for refused in [
@@ -515,6 +547,10 @@ mod tests {
             r#"{"metadata":{},"spec":{"containers":[{"name":"c","name":"d"}]}}"#,
             r#"{"metadata":{},"spec":{"initContainers":[{"name":null}]}}"#,
             r#"{"metadata":{},"spec":{"containers":[5]}}"#,
+            r#"{"metadata":{},"spec":{"volumes":[{"image":{"reference":"r"}}]}}"#,
+            r#"{"metadata":{},"spec":{"volumes":[{"name":"v","name":"w"}]}}"#,
+            r#"{"metadata":{},"spec":{"volumes":[{"name":"v","image":{"reference":5}}]}}"#,
+            r#"{"metadata":{},"spec":{"volumes":[null]}}"#,
         ] {
             assert!(serde_json::from_str::<PodIn>(refused).is_err(), "{refused}");
             let body = in_review(refused);
@@ -524,6 +560,7 @@ mod tests {
             r#"{"metadata":null,"spec":null}"#,
             r#"{"kind":"Pod","metadata":{"x":[1,{"y":null}]},"spec":{"containers":null,"dnsPolicy":"x"}}"#,
             r#"{"spec":{"volumes":[{"name":"v","image":{"reference":"r"}}],"nodeName":null}}"#,
+            r#"{"spec":{"volumes":[{"projected":{"sources":[{"configMap":{"items":[{"key":"k"}]}}]},"name":"p","image":null},{"name":"i","image":{"reference":"r","pullPolicy":"Always"}}]}}"#,
             r#"{"spec":{"containers":[{"env":[{"name":"a"}],"name":"c","image":null},{"name":"d","image":"i","terminationMessagePolicy":"File"}],"initContainers":[]}}"#,
         ] {
             let read = serde_json::from_str::<PodIn>(taken).unwrap();
