@@ -221,12 +221,7 @@ impl Cluster {
     }
 
     async fn account(&self, namespace: &str, name: &str) -> Arc<AccountRead> {
-        if let Some(read) = self.accounts.get(&KeyRef(namespace, name)).await {
-            return read;
-        }
-        let key = (namespace.to_owned(), name.to_owned());
-        // Boxed: the API read's future is large, and only a miss needs it.
-        Box::pin(self.accounts.get_with(key, async {
+        read_through(&self.accounts, namespace, name, || async {
             let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
             let what = format!("serviceaccount {namespace}/{name}");
             Arc::new(match api.get_opt(name).await {
@@ -247,17 +242,12 @@ impl Cluster {
                     Err(transient) => AccountRead::Transient(transient),
                 },
             })
-        }))
+        })
         .await
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Arc<SecretRead> {
-        if let Some(read) = self.secrets.get(&KeyRef(namespace, name)).await {
-            return read;
-        }
-        let key = (namespace.to_owned(), name.to_owned());
-        // Boxed: the API read's future is large, and only a miss needs it.
-        Box::pin(self.secrets.get_with(key, async {
+        read_through(&self.secrets, namespace, name, || async {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
             let what = format!("image pull secret {namespace}/{name}");
             Arc::new(match api.get_opt(name).await {
@@ -269,9 +259,29 @@ impl Cluster {
                     Err(transient) => SecretRead::Transient(transient),
                 },
             })
-        }))
+        })
         .await
     }
+}
+
+/// What `cache` holds for `(namespace, name)`, or what `read` reads on a miss (once for
+/// concurrent callers). A hit — nearly every admission — is looked up by a borrowed key and
+/// allocates nothing; only a miss builds the owned key and the Kubernetes read's future, boxed
+/// because it is large.
+async fn read_through<V, F>(
+    cache: &Cache<(String, String), Arc<V>>,
+    namespace: &str,
+    name: &str,
+    read: impl FnOnce() -> F,
+) -> Arc<V>
+where
+    V: Send + Sync + 'static,
+    F: std::future::Future<Output = Arc<V>>,
+{
+    if let Some(hit) = cache.get(&KeyRef(namespace, name)).await {
+        return hit;
+    }
+    Box::pin(cache.get_with((namespace.to_owned(), name.to_owned()), read())).await
 }
 
 /// A `(namespace, name)` cache key borrowed: a hit (nearly every admission) allocates nothing,
