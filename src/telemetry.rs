@@ -11,7 +11,9 @@
 //! Lines are batched: an event appends its line to one buffer, and a background thread writes
 //! the buffer out [`BATCH_WINDOW`] after its first line — one `write` per batch instead of one
 //! per line (at the shipped `info` level there is a line per admission; BENCHMARKS.md). The
-//! buffer is written out at exit ([`flush`]) and before a panic's message.
+//! buffer is written out at exit ([`flush`]) and before a panic's message. The buffer's lock is
+//! held only to append a line or take the batch, never while it is written: a slow reader of
+//! stderr holds up a thread that logs only once the batch reaches [`MAX_BATCH_BYTES`].
 
 use std::io::Write;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -29,8 +31,12 @@ pub(crate) use admission_line::AdmissionLine;
 /// Longest log line written; the rest is replaced by `…[cut N bytes]`.
 pub(crate) const MAX_LINE_BYTES: usize = 8 << 10;
 
-/// How long the first line of a batch waits for others before the batch is written.
-pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(10);
+/// How long the first line of a batch waits for others before the batch is written. Each batch
+/// wakes the writing thread twice, and on a busy server those wake-ups preempt the thread
+/// answering admissions: at 10 ms they cost a skipped admission ~3 µs of CPU on the real-path
+/// bench (BENCHMARKS.md, session 15); at 100 ms, a tenth of that. A line still reaches stderr
+/// well before anyone reading the log could tell.
+pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// A batch this large is written at once by the thread that fills it (memory stays bounded
 /// however fast lines come).
 const MAX_BATCH_BYTES: usize = 1 << 20;
@@ -80,10 +86,13 @@ impl<'a> MakeWriter<'a> for OneLineStderr {
     }
 }
 
-/// The lines not yet written, and the signal that wakes the writing thread.
+/// The lines not yet written, the signal that wakes the writing thread, and the turn to write:
+/// whoever takes a batch holds `writing` from taking it until it is written, so batches reach
+/// stderr in order.
 struct Batch {
     lines: Mutex<Vec<u8>>,
     first_line: Condvar,
+    writing: Mutex<()>,
 }
 
 /// Set by the first line logged, which also starts the writing thread.
@@ -98,6 +107,7 @@ fn batch() -> &'static Batch {
         Batch {
             lines: Mutex::new(Vec::with_capacity(64 << 10)),
             first_line: Condvar::new(),
+            writing: Mutex::new(()),
         }
     })
 }
@@ -123,9 +133,11 @@ pub(crate) fn flush() {
     let Some(batch) = BATCH.get() else {
         return;
     };
-    let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
-    let taken = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
-    // Written under the lock: batches stay in order.
+    let _writing = batch.writing.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = {
+        let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10))
+    };
     let _ = std::io::stderr().write_all(&taken);
 }
 
@@ -134,7 +146,7 @@ struct BatchedStderr;
 
 impl Write for BatchedStderr {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        append(|lines| lines.extend_from_slice(line))?;
+        append(|lines| lines.extend_from_slice(line));
         Ok(line.len())
     }
 
@@ -146,7 +158,7 @@ impl Write for BatchedStderr {
 /// Appends what `write_line` writes (one event, newline included) to the batch, made one line
 /// by the rule every line follows ([`one_line`]).
 fn append_line(write_line: impl FnOnce(&mut Vec<u8>)) {
-    let _ = append(|lines| append_clean(lines, write_line));
+    append(|lines| append_clean(lines, write_line));
 }
 
 /// Lets `write_line` write at the end of `lines`, then escapes what it wrote if it is not one
@@ -162,20 +174,20 @@ fn append_clean(lines: &mut Vec<u8>, write_line: impl FnOnce(&mut Vec<u8>)) {
 }
 
 /// Lets `append_to` add a line to the batch; a batch grown past [`MAX_BATCH_BYTES`] is written
-/// out at once, and the first line of a batch wakes the writing thread.
-fn append(append_to: impl FnOnce(&mut Vec<u8>)) -> std::io::Result<()> {
+/// out by the thread that filled it (waiting for a batch being written: memory stays bounded
+/// however slowly stderr is read), and the first line of a batch wakes the writing thread.
+fn append(append_to: impl FnOnce(&mut Vec<u8>)) {
     let batch = batch();
     let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
     let first = lines.is_empty();
     append_to(&mut lines);
-    if lines.len() > MAX_BATCH_BYTES {
-        let full = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
-        std::io::stderr().write_all(&full)?;
+    let full = lines.len() > MAX_BATCH_BYTES;
+    drop(lines);
+    if full {
+        flush();
     } else if first {
-        drop(lines);
         batch.first_line.notify_one();
     }
-    Ok(())
 }
 
 /// Writes each buffer it is given as one line: see [`one_line`].
@@ -305,6 +317,27 @@ mod tests {
         fn make_writer(&'a self) -> Self {
             self.clone()
         }
+    }
+
+    /// A batch being written (a slow reader of stderr) holds up no thread that logs a line: the
+    /// line joins the next batch at once.
+    #[test]
+    fn a_line_is_appended_while_a_batch_is_written() {
+        let batch = batch();
+        // The turn to write, as the writing thread holds it while stderr takes a batch.
+        let writing = batch.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let line = b"appended while a batch is written\n";
+        let (appended, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            append_line(|out| out.extend_from_slice(line));
+            appended.send(()).unwrap();
+        });
+        done.recv_timeout(Duration::from_secs(10))
+            .expect("the line waited for the batch being written");
+        let lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(lines.windows(line.len()).any(|w| w == line));
+        drop(lines);
+        drop(writing);
     }
 
     #[test]
