@@ -268,3 +268,89 @@ fn an_object_read_stops_where_asked() {
     });
     assert_eq!((read, seen), (Some(()), vec!["a", "b"]));
 }
+
+/// A Pod as `review` reads it, with `fields` as its one `managedFields` entry's `fieldsV1` and
+/// `containers` as its spec's.
+fn pod_review(fields: &str, containers: &str) -> String {
+    format!(
+        r#"{{"request":{{"object":{{"metadata":{{"name":"p","managedFields":[{{"manager":"m","time":"2026-11-28T01:00:00Z","fieldsV1":{fields}}}]}},"spec":{{"containers":{containers}}}}}}}}}"#
+    )
+}
+
+/// What is remembered is what this thread checked.
+fn remembered() -> Vec<Vec<u8>> {
+    CHECKED.with_borrow(|checked| checked.values.iter().map(|(_, v)| v.to_vec()).collect())
+}
+
+/// A `fieldsV1` and a spec's list checked once are remembered and taken again as they are;
+/// the same bytes with one changed — broken, or cut, or followed by what does not belong —
+/// are checked again, and refused when they are not JSON.
+#[test]
+fn a_value_checked_before_is_taken_again_and_only_the_same_bytes_are() {
+    let fields = format!(
+        r#"{{"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}}}}}},"f:spec":{{{}}}}}"#,
+        (0..8)
+            .map(|i| format!(r#""f:field-{i}":{{".":{{}},"f:x":{{}}}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let containers = format!(
+        r#"[{{"name":"c","image":"registry.test/app:1","args":["{}"]}}]"#,
+        "a".repeat(120)
+    );
+    let body = pod_review(&fields, &containers);
+    let first = review(&body).expect("a Pod");
+    let now = remembered();
+    assert!(now.contains(&fields.as_bytes().to_vec()), "fieldsV1");
+    assert!(
+        now.contains(&containers.as_bytes().to_vec()),
+        "the containers"
+    );
+    assert_eq!(review(&body), Some(first), "taken again as it was");
+
+    let broken = fields.replacen(r#""f:x":{}"#, r#""f:x":{"#, 1);
+    assert_eq!(review(&pod_review(&broken, &containers)), None);
+    let broken = containers.replacen("\"c\"", "\"c\u{1}\"", 1);
+    assert_eq!(review(&pod_review(&fields, &broken)), None);
+    let cut = &fields[..fields.len() - 1];
+    assert_eq!(review(&pod_review(cut, &containers)), None);
+    assert_eq!(
+        review(&pod_review(&format!("{fields}}}"), &containers)),
+        None
+    );
+    assert_eq!(
+        review(&pod_review(&format!("{fields} 1"), &containers)),
+        None
+    );
+    let other = fields.replacen("f:app", "f:web", 1);
+    assert!(review(&pod_review(&other, &containers)).is_some());
+    assert!(
+        remembered().contains(&other.as_bytes().to_vec()),
+        "checked, then remembered"
+    );
+}
+
+/// A thread remembers at most [`REMEMBERED`] values, each of a size in [`REMEMBERED_BYTES`].
+#[test]
+fn what_a_thread_remembers_is_bounded() {
+    let list = |i: usize, len: usize| format!("[{i},\"{}\"]", "a".repeat(len));
+    for i in 0..3 * REMEMBERED {
+        let containers = list(i, 200);
+        assert!(review(&pod_review("{}", &containers)).is_some());
+    }
+    let too_large = list(0, *REMEMBERED_BYTES.end());
+    assert!(review(&pod_review("{}", &too_large)).is_some());
+    let too_small = list(1, 10);
+    assert!(review(&pod_review("{}", &too_small)).is_some());
+    let now = remembered();
+    assert_eq!(now.len(), REMEMBERED);
+    assert!(now.iter().all(|v| REMEMBERED_BYTES.contains(&v.len())));
+    assert!(
+        now.contains(&list(3 * REMEMBERED - 1, 200).into_bytes()),
+        "the newest"
+    );
+    assert!(
+        !now.contains(&list(0, 200).into_bytes()),
+        "the oldest replaced"
+    );
+}
