@@ -44,7 +44,7 @@ const MAX_BATCH_BYTES: usize = 1 << 20;
 pub(crate) fn init(config: &Config) {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        flush();
+        flush_before_panic();
         hook(info);
     }));
     let builder = subscriber(config, OneLineStderr);
@@ -139,6 +139,42 @@ pub(crate) fn flush() {
         std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10))
     };
     let _ = std::io::stderr().write_all(&taken);
+}
+
+/// [`flush`] before a panic's message, unless the batch stays locked: the thread panicking may
+/// hold it itself (a line being formatted), or another may hold the turn to write while it
+/// waits for the lines this thread holds. A panic's message is never held up for more than
+/// ~[`PANIC_FLUSH_WAIT`] by a lock it cannot have.
+fn flush_before_panic() {
+    let Some(batch) = BATCH.get() else {
+        return;
+    };
+    let Some(_writing) = lock_within(&batch.writing, PANIC_FLUSH_WAIT) else {
+        return;
+    };
+    let Some(mut lines) = lock_within(&batch.lines, PANIC_FLUSH_WAIT) else {
+        return;
+    };
+    let taken = std::mem::take(&mut *lines);
+    drop(lines);
+    let _ = std::io::stderr().write_all(&taken);
+}
+
+/// How long a panic waits for each of the batch's locks before its message goes out without
+/// the lines not yet written.
+const PANIC_FLUSH_WAIT: Duration = Duration::from_millis(20);
+
+/// `mutex`, once it is free within about `wait` (a poisoned one is taken as it is).
+fn lock_within<T>(mutex: &Mutex<T>, wait: Duration) -> Option<std::sync::MutexGuard<'_, T>> {
+    const STEP: Duration = Duration::from_millis(1);
+    for _ in 0..=wait.as_millis() {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => std::thread::sleep(STEP),
+        }
+    }
+    None
 }
 
 /// Appends each line to the batch.
@@ -317,6 +353,24 @@ mod tests {
         fn make_writer(&'a self) -> Self {
             self.clone()
         }
+    }
+
+    /// A panic while the batch is locked — by the thread panicking, formatting a line — goes
+    /// on to its message instead of waiting for the lock forever; once the lock is free, the
+    /// lines waiting are written out.
+    #[test]
+    fn a_panic_holding_the_batch_is_not_held_up_by_it() {
+        let batch = batch();
+        let line = b"written before a panic's message\n";
+        let lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let started = std::time::Instant::now();
+        flush_before_panic();
+        assert!(started.elapsed() < Duration::from_secs(5), "held up");
+        drop(lines);
+        append_line(|out| out.extend_from_slice(line));
+        flush_before_panic();
+        let lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!lines.windows(line.len()).any(|w| w == line), "written out");
     }
 
     /// A batch being written (a slow reader of stderr) holds up no thread that logs a line: the
