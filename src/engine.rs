@@ -8,7 +8,6 @@
 mod crash_placement;
 pub(crate) mod json_scan;
 mod pod_object;
-mod recent;
 mod workload_pod;
 
 use std::sync::Arc;

@@ -16,8 +16,6 @@
 
 use std::ops::Range;
 
-use super::recent::Recent;
-
 /// Deeper than this, [`Scanner::value`] gives up (serde_json skips any depth; a real Pod nests
 /// about a dozen levels).
 pub(crate) const MAX_DEPTH: u32 = 64;
@@ -503,7 +501,8 @@ const REMEMBERED_BYTES: std::ops::RangeInclusive<usize> = 128..=16 << 10;
 #[derive(Default)]
 struct Checked {
     /// Each value, and its first eight bytes as a word (compared first).
-    values: Recent<(u64, Box<[u8]>), REMEMBERED>,
+    values: Vec<(u64, Box<[u8]>)>,
+    oldest: usize,
 }
 
 thread_local! {
@@ -525,16 +524,27 @@ impl Checked {
         let first = first_word(rest);
         if let Some((_, value)) = self
             .values
+            .iter()
             .find(|(word, value)| *word == first && rest.starts_with(value))
         {
             return Some(at + value.len());
         }
         let end = skip_value(bytes, at)?;
-        let value = &bytes[at..end];
-        if REMEMBERED_BYTES.contains(&value.len()) {
-            self.values.keep((first_word(value), Box::from(value)));
-        }
+        self.remember(&bytes[at..end]);
         Some(end)
+    }
+
+    fn remember(&mut self, value: &[u8]) {
+        if !REMEMBERED_BYTES.contains(&value.len()) {
+            return;
+        }
+        let entry = (first_word(value), Box::from(value));
+        if self.values.len() < REMEMBERED {
+            self.values.push(entry);
+        } else {
+            self.values[self.oldest] = entry;
+            self.oldest = (self.oldest + 1) % REMEMBERED;
+        }
     }
 }
 

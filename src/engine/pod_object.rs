@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::Deserialize;
 
 use super::json_scan::{read_fields, FieldsOnce, Scanned, Scanner, Step};
-use super::recent::Recent;
 use crate::cluster::PullSecretRefs;
 use crate::mutate::{ImageSlot, PodSpecView, PodView, SlotKind};
 
@@ -258,7 +257,7 @@ fn pod_scanned(object: &Scanned) -> Option<PodIn> {
 
 /// How many specs a thread remembers having read.
 const SPECS_REMEMBERED: usize = 8;
-/// The longest spec remembered (a real Pod's is 1–5 KB).
+/// The longest spec remembered (a real Pod's is 1–5 KB; what is remembered of it is smaller).
 const SPEC_BYTES_REMEMBERED: usize = 8 << 10;
 
 /// The specs this thread read lately, by their text, the oldest replaced first. What is read
@@ -266,7 +265,11 @@ const SPEC_BYTES_REMEMBERED: usize = 8 << 10;
 /// a Job's — have the same spec byte for byte: such a spec is compared, and what was read of
 /// it copied, instead of its containers being walked and its tolerations and affinity read
 /// again.
-type ReadSpecs = Recent<(Box<str>, SpecIn), SPECS_REMEMBERED>;
+#[derive(Default)]
+struct ReadSpecs {
+    specs: Vec<(Box<str>, SpecIn)>,
+    oldest: usize,
+}
 
 thread_local! {
     static READ_SPECS: std::cell::RefCell<ReadSpecs> = std::cell::RefCell::default();
@@ -280,7 +283,7 @@ fn spec_read<'s, 'a: 's>(
 ) -> Option<SpecIn> {
     let text = spec.text;
     let remembered = READ_SPECS.with_borrow(|read| {
-        let (_, spec) = read.find(|(seen, _)| **seen == *text)?;
+        let (_, spec) = read.specs.iter().find(|(seen, _)| **seen == *text)?;
         Some(spec.clone())
     });
     if remembered.is_some() {
@@ -288,7 +291,16 @@ fn spec_read<'s, 'a: 's>(
     }
     let spec = spec_members(members)?;
     if text.len() <= SPEC_BYTES_REMEMBERED {
-        READ_SPECS.with_borrow_mut(|read| read.keep((Box::from(text), spec.clone())));
+        READ_SPECS.with_borrow_mut(|read| {
+            let entry = (Box::from(text), spec.clone());
+            if read.specs.len() < SPECS_REMEMBERED {
+                read.specs.push(entry);
+            } else {
+                let oldest = read.oldest;
+                read.specs[oldest] = entry;
+                read.oldest = (oldest + 1) % SPECS_REMEMBERED;
+            }
+        });
     }
     Some(spec)
 }
@@ -581,7 +593,7 @@ mod tests {
             )
         };
         let read = |object: &str| pod_scanned(&found(&in_review(object))).unwrap();
-        let remembered = || READ_SPECS.with_borrow(|read| read.entries().len());
+        let remembered = || READ_SPECS.with_borrow(|read| read.specs.len());
         let first = read(&object("a:1"));
         assert_eq!(remembered(), 1);
         assert_eq!(read(&object("a:1")), first);

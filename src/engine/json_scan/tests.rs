@@ -279,14 +279,7 @@ fn pod_review(fields: &str, containers: &str) -> String {
 
 /// What is remembered is what this thread checked.
 fn remembered() -> Vec<Vec<u8>> {
-    CHECKED.with_borrow(|checked| {
-        checked
-            .values
-            .entries()
-            .iter()
-            .map(|(_, v)| v.to_vec())
-            .collect()
-    })
+    CHECKED.with_borrow(|checked| checked.values.iter().map(|(_, v)| v.to_vec()).collect())
 }
 
 /// A `fieldsV1` and a spec's list checked once are remembered and taken again as they are;
