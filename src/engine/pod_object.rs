@@ -248,61 +248,11 @@ fn pod_scanned(object: &Scanned) -> Option<PodIn> {
             // Not an object: `null`, or anything else, which serde_json decides on.
             (_, None) => value.is_null().then_some(())?,
             (0, Some(members)) => pod.metadata = Some(metadata_members(members)?),
-            (_, Some(members)) => pod.spec = Some(spec_read(value, members)?),
+            (_, Some(members)) => pod.spec = Some(spec_members(members)?),
         }
         Some(())
     })?;
     Some(pod)
-}
-
-/// How many specs a thread remembers having read.
-const SPECS_REMEMBERED: usize = 8;
-/// The longest spec remembered (a real Pod's is 1–5 KB; what is remembered of it is smaller).
-const SPEC_BYTES_REMEMBERED: usize = 8 << 10;
-
-/// The specs this thread read lately, by their text, the oldest replaced first. What is read
-/// of a spec is a function of its text, and the Pods of one template — a Deployment scaling up,
-/// a Job's — have the same spec byte for byte: such a spec is compared, and what was read of
-/// it copied, instead of its containers being walked and its tolerations and affinity read
-/// again.
-#[derive(Default)]
-struct ReadSpecs {
-    specs: Vec<(Box<str>, SpecIn)>,
-    oldest: usize,
-}
-
-thread_local! {
-    static READ_SPECS: std::cell::RefCell<ReadSpecs> = std::cell::RefCell::default();
-}
-
-/// The spec whose text is `spec` and whose members are `members`, read ([`spec_members`]) or
-/// remembered.
-fn spec_read<'s, 'a: 's>(
-    spec: &Scanned<'a>,
-    members: impl Iterator<Item = (&'a str, &'s Scanned<'a>)>,
-) -> Option<SpecIn> {
-    let text = spec.text;
-    let remembered = READ_SPECS.with_borrow(|read| {
-        let (_, spec) = read.specs.iter().find(|(seen, _)| **seen == *text)?;
-        Some(spec.clone())
-    });
-    if remembered.is_some() {
-        return remembered;
-    }
-    let spec = spec_members(members)?;
-    if text.len() <= SPEC_BYTES_REMEMBERED {
-        READ_SPECS.with_borrow_mut(|read| {
-            let entry = (Box::from(text), spec.clone());
-            if read.specs.len() < SPECS_REMEMBERED {
-                read.specs.push(entry);
-            } else {
-                let oldest = read.oldest;
-                read.specs[oldest] = entry;
-                read.oldest = (oldest + 1) % SPECS_REMEMBERED;
-            }
-        });
-    }
-    Some(spec)
 }
 
 /// The members of a `spec` object, as `SpecIn`'s derived reader reads them.
@@ -442,7 +392,7 @@ fn volume(scanner: &mut Scanner) -> Option<VolumeIn> {
 }
 
 /// The PodSpec fields read: every one a `k8s-openapi` type or built into one.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct SpecIn {
     containers: Option<Vec<ContainerIn>>,
@@ -459,7 +409,7 @@ struct SpecIn {
     service_account_name: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct ContainerIn {
     name: String,
     image: Option<String>,
@@ -467,7 +417,7 @@ struct ContainerIn {
     termination_message_policy: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Debug, Deserialize, PartialEq)]
 struct VolumeIn {
     name: String,
     image: Option<ImageVolumeSource>,
@@ -580,35 +530,6 @@ mod tests {
         assert!(containers.iter().all(|c| c.image.is_some()));
         assert!(spec.init_containers.is_some() && spec.volumes.is_some());
         assert!(spec.tolerations.is_some() && spec.service_account_name.is_some());
-    }
-
-    /// A spec read once is remembered by its text: the same text again is read alike (what
-    /// serde_json reads), without being walked; one that differs is read anew; a thread keeps
-    /// at most [`SPECS_REMEMBERED`].
-    #[test]
-    fn a_spec_read_again_is_remembered_and_a_changed_one_is_read_anew() {
-        let object = |image: &str| {
-            format!(
-                r#"{{"metadata":{{}},"spec":{{"containers":[{{"name":"c","image":"{image}"}}],"tolerations":[{{"key":"k","operator":"Exists"}}]}}}}"#
-            )
-        };
-        let read = |object: &str| pod_scanned(&found(&in_review(object))).unwrap();
-        let remembered = || READ_SPECS.with_borrow(|read| read.specs.len());
-        let first = read(&object("a:1"));
-        assert_eq!(remembered(), 1);
-        assert_eq!(read(&object("a:1")), first);
-        assert_eq!(remembered(), 1, "found, not read and added again");
-        let other = read(&object("b:2")).spec.unwrap().containers.unwrap();
-        assert_eq!(other[0].image.as_deref(), Some("b:2"));
-        for i in 0..2 * SPECS_REMEMBERED {
-            read(&object(&format!("i:{i}")));
-        }
-        assert_eq!(remembered(), SPECS_REMEMBERED);
-        let again = read(&object("a:1"));
-        assert_eq!(
-            again,
-            serde_json::from_str::<PodIn>(&object("a:1")).unwrap()
-        );
     }
 
     /// What the derived reader refuses (a field twice, a container or volume without a name, a
