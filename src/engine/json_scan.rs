@@ -6,10 +6,6 @@
 //! means: whenever it answers `None` — text it does not accept, or anything unusual — the caller
 //! reads the text with serde_json, whose answer (and error message) is the one that counts.
 //!
-//! What the Pods of one template share byte for byte (`managedFields`' `fieldsV1`, the spec's
-//! lists) is checked once per thread and remembered ([`Checked`]): the same bytes again are
-//! the same valid value, and are compared, not checked again.
-//!
 //! What it accepts is a subset of what serde_json accepts (RFC 8259 as serde_json reads it: no
 //! trailing commas, no leading zeros, no control characters in strings, the escapes `\" \\ \/
 //! \b \f \n \r \t \uXXXX`), nested at most [`MAX_DEPTH`] levels below where a skip starts.
@@ -386,92 +382,32 @@ impl FieldsOnce {
 /// Where a scan looks into a value (everything else is only checked and skipped).
 pub(crate) enum Look {
     Nothing,
-    /// Checked, unless it is an object or array byte for byte the same as one this thread
-    /// checked lately ([`Checked`]).
-    Remembered,
-    /// An object's members, noted: those named looked into as said, the others as `others`
-    /// says.
-    Members {
-        named: &'static [(&'static str, Look)],
-        others: &'static Look,
-    },
-    /// An array's objects, checked member by member: those named looked into as said. Nothing
-    /// is noted.
-    Each(&'static [(&'static str, Look)]),
-}
-
-impl Look {
-    /// How a member named `key` is looked into.
-    fn member(
-        named: &'static [(&'static str, Look)],
-        others: &'static Look,
-        key: &str,
-    ) -> &'static Look {
-        named
-            .iter()
-            .find(|(name, _)| *name == key)
-            .map_or(others, |(_, look)| look)
-    }
+    /// An object's members; into those named, as said.
+    Members(&'static [(&'static str, Look)]),
 }
 
 /// How [`review`] looks into `request.object`, as a Pod is read: its members, and those of
-/// its `metadata` and `spec`. What the Pods of one template share byte for byte — each
-/// `managedFields` entry's `fieldsV1` (most of a Pod's tokens; the entry's `time` differs) and
-/// the spec's lists and objects — is remembered, and not checked again when it comes again.
-const POD: Look = Look::Members {
-    named: &[
-        (
-            "metadata",
-            Look::Members {
-                named: &[(
-                    "managedFields",
-                    Look::Each(&[("fieldsV1", Look::Remembered)]),
-                )],
-                others: &Look::Nothing,
-            },
-        ),
-        (
-            "spec",
-            Look::Members {
-                named: &[],
-                others: &Look::Remembered,
-            },
-        ),
-    ],
-    others: &Look::Nothing,
-};
+/// its `metadata` and `spec`.
+const POD: Look = Look::Members(&[
+    ("metadata", Look::Members(&[])),
+    ("spec", Look::Members(&[])),
+]);
 
 impl<'a> Scanner<'a> {
     /// The value that starts here (after whitespace), checked, and looked into as `look` says.
-    fn scan(&mut self, look: &'static Look) -> Option<Scanned<'a>> {
+    fn scan(&mut self, look: &Look) -> Option<Scanned<'a>> {
         let first = self.peek()?;
         let start = self.pos;
         let inner = match (look, first) {
-            (Look::Members { named, others }, b'{') => {
+            (Look::Members(named), b'{') => {
                 // Enough for most of the objects looked into (a request has ~12 members).
                 let mut members = Vec::with_capacity(16);
                 self.object(|s, key| {
-                    members.push((key, s.scan(Look::member(named, others, key))?));
+                    let below = named.iter().find(|(name, _)| *name == key);
+                    members.push((key, s.scan(below.map_or(&Look::Nothing, |(_, l)| l))?));
                     Some(Step::Next)
                 })?;
                 Inner::Members(members)
-            }
-            (Look::Each(named), b'[') => {
-                self.array(|s| {
-                    if s.peek()? != b'{' {
-                        return s.value().map(drop);
-                    }
-                    s.object(|s, key| {
-                        s.scan(Look::member(named, &Look::Nothing, key))?;
-                        Some(Step::Next)
-                    })
-                })?;
-                Inner::Unread
-            }
-            (Look::Remembered, b'{' | b'[') => {
-                let bytes = self.text.as_bytes();
-                self.pos = CHECKED.with_borrow_mut(|checked| checked.value_end(bytes, start))?;
-                Inner::Unread
             }
             _ => {
                 self.value()?;
@@ -485,81 +421,9 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// How many objects and arrays a thread remembers having checked.
-const REMEMBERED: usize = 16;
-/// The sizes remembered: below, checking costs little more than comparing; above, the memory
-/// is not worth it (at most 256 KiB per thread).
-const REMEMBERED_BYTES: std::ops::RangeInclusive<usize> = 128..=16 << 10;
-
-/// The objects and arrays this thread checked lately (in [`REMEMBERED_BYTES`]), the oldest
-/// replaced first. A value byte for byte the same as one of them is the same valid value —
-/// where an object or array ends is written in its own bytes — so it is not checked again:
-/// the Pods of one template (a Deployment scaling up, a Job's) share most of their bytes.
-/// Only what was checked here is remembered, so what is accepted is exactly what checking
-/// accepts; a body that shares nothing with the last ones costs one comparison of a word per
-/// value remembered, and a copy of each large value into the memory.
-#[derive(Default)]
-struct Checked {
-    /// Each value, and its first eight bytes as a word (compared first).
-    values: Vec<(u64, Box<[u8]>)>,
-    oldest: usize,
-}
-
-thread_local! {
-    static CHECKED: std::cell::RefCell<Checked> = std::cell::RefCell::default();
-}
-
-/// The first eight bytes of `bytes` (fewer, zero-padded), as one word.
-fn first_word(bytes: &[u8]) -> u64 {
-    let mut word = [0; 8];
-    let n = bytes.len().min(8);
-    word[..n].copy_from_slice(&bytes[..n]);
-    u64::from_le_bytes(word)
-}
-
-impl Checked {
-    /// Where the object or array at `at` ends, checked ([`skip_value`]) unless remembered.
-    fn value_end(&mut self, bytes: &[u8], at: usize) -> Option<usize> {
-        let rest = &bytes[at..];
-        let first = first_word(rest);
-        if let Some((_, value)) = self
-            .values
-            .iter()
-            .find(|(word, value)| *word == first && rest.starts_with(value))
-        {
-            return Some(at + value.len());
-        }
-        let end = skip_value(bytes, at)?;
-        self.remember(&bytes[at..end]);
-        Some(end)
-    }
-
-    fn remember(&mut self, value: &[u8]) {
-        if !REMEMBERED_BYTES.contains(&value.len()) {
-            return;
-        }
-        let entry = (first_word(value), Box::from(value));
-        if self.values.len() < REMEMBERED {
-            self.values.push(entry);
-        } else {
-            self.values[self.oldest] = entry;
-            self.oldest = (self.oldest + 1) % REMEMBERED;
-        }
-    }
-}
-
 /// How [`review`] looks into an AdmissionReview: its members, its request's, and the object's
 /// as a Pod is read ([`POD`]).
-const REVIEW: Look = Look::Members {
-    named: &[(
-        "request",
-        Look::Members {
-            named: &[("object", POD)],
-            others: &Look::Nothing,
-        },
-    )],
-    others: &Look::Nothing,
-};
+const REVIEW: Look = Look::Members(&[("request", Look::Members(&[("object", POD)]))]);
 
 /// An AdmissionReview `body`, checked whole to be JSON in one pass which also notes where the
 /// members of the review, of its request and of the object are (and those of the object's
