@@ -33,9 +33,9 @@ pub(crate) const MAX_LINE_BYTES: usize = 8 << 10;
 
 /// How long the first line of a batch waits for others before the batch is written. Each batch
 /// wakes the writing thread twice, and on a busy server those wake-ups preempt the thread
-/// answering admissions: at 10 ms they cost a skipped admission ~3 µs of CPU on the real-path
-/// bench (BENCHMARKS.md, session 15); at 100 ms, a tenth of that. A line still reaches stderr
-/// well before anyone reading the log could tell.
+/// answering admissions: at 10 ms the writing thread cost ~2.7 µs of CPU per skipped admission
+/// on the real-path bench, at 100 ms ~0.9 µs, most of it the write itself (BENCHMARKS.md,
+/// session 15). A line still reaches stderr well before anyone reading the log could tell.
 pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// A batch this large is written at once by the thread that fills it (memory stays bounded
 /// however fast lines come).
