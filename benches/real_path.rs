@@ -8,7 +8,8 @@
 //! `BENCH_RATE` per second to whichever connection is free, the request line and headers the
 //! API server sends, and the AdmissionReview a v1.36.3 API server sent for a ReplicaSet's Pod
 //! (`tests/data/admissionreview/v1.36/`, as compact as it was on the wire, 7,363 bytes; its
-//! three images pointed at the local registry's fixtures).
+//! three images pointed at the local registry's fixtures), each request with its own uid and
+//! service-account token volume ([`VARIANTS`]), as the Pods of one template come.
 //!
 //! Three kinds of request on the same connections, by turns in each of `BENCH_ROUNDS` rounds
 //! (`BENCH_SECONDS` each): deciding (the Pod in `default`: a patch), nothing to do (the same
@@ -62,10 +63,50 @@ impl Kind {
     }
 }
 
-/// The two AdmissionReview bodies: the recorded one, and the same Pod in `kube-system`.
+/// How many variants of each body the load cycles through. Each has its own request uid and
+/// its own service-account token volume (`kube-api-access-` and five random characters, which
+/// the ServiceAccount admission plugin gives every Pod: in the spec's volumes, in every
+/// container's volumeMounts and in managedFields), as an API server sends the Pods of one
+/// template — never one body again and again, which a server could answer from memory.
+const VARIANTS: usize = 256;
+
+/// The two AdmissionReview bodies, in [`VARIANTS`] each: the recorded one, and the same Pod in
+/// `kube-system`.
 struct Bodies {
-    deciding: Bytes,
-    nothing_to_do: Bytes,
+    deciding: Vec<Bytes>,
+    nothing_to_do: Vec<Bytes>,
+    sent: AtomicU64,
+}
+
+impl Bodies {
+    /// The next variant of `kind`'s body.
+    fn next(&self, kind: Kind) -> Bytes {
+        let n = self.sent.fetch_add(1, Ordering::Relaxed) as usize % VARIANTS;
+        match kind {
+            Kind::Deciding => self.deciding[n].clone(),
+            _ => self.nothing_to_do[n].clone(),
+        }
+    }
+}
+
+/// The recorded request uid and token volume suffix.
+const RECORDED_UID: &str = "892f6fc9-8f59-4695-9a29-c1c9c245be8c";
+const RECORDED_TOKEN_VOLUME: &str = "kube-api-access-x7k2p";
+
+/// `wire` as the `n`th Pod of its template: its own request uid and token volume (the same
+/// lengths as recorded, so the body's length is too).
+fn variant(wire: &str, n: usize) -> Bytes {
+    // The characters of Kubernetes' random name suffixes (`k8s.io/apimachinery` rand).
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5u32)
+        .map(|i| ALPHABET[n / ALPHABET.len().pow(i) % ALPHABET.len()] as char)
+        .collect();
+    let uid = format!("{}{n:012x}", &RECORDED_UID[..24]);
+    let body = wire
+        .replace(RECORDED_TOKEN_VOLUME, &format!("kube-api-access-{suffix}"))
+        .replace(RECORDED_UID, &uid);
+    assert_eq!(body.len(), wire.len());
+    Bytes::from(body)
 }
 
 /// `json` without the whitespace between tokens, as Go's encoder writes it.
@@ -108,9 +149,12 @@ fn bodies(registry_host: &str) -> Bodies {
     // Deciding in `default`: the recorded Namespaces set no policy there (`team-a` is report
     // only: its answer would be the annotation alone, not the patch a real decision writes).
     let deciding = deciding.replace(team, r#""namespace":"default""#);
+    assert_eq!(deciding.matches(RECORDED_TOKEN_VOLUME).count(), 5);
+    assert_eq!(deciding.matches(RECORDED_UID).count(), 1);
     Bodies {
-        deciding: Bytes::from(deciding),
-        nothing_to_do: Bytes::from(nothing_to_do),
+        deciding: (0..VARIANTS).map(|n| variant(&deciding, n)).collect(),
+        nothing_to_do: (0..VARIANTS).map(|n| variant(&nothing_to_do, n)).collect(),
+        sent: AtomicU64::new(0),
     }
 }
 
@@ -164,10 +208,7 @@ async fn send(sender: &mut SendRequest<Full<Bytes>>, kind: Kind, bodies: &Bodies
             .header("accept", "application/json, */*")
             .header("content-type", "application/json")
             .header("accept-encoding", "gzip")
-            .body(Full::new(match kind {
-                Kind::Deciding => bodies.deciding.clone(),
-                _ => bodies.nothing_to_do.clone(),
-            })),
+            .body(Full::new(bodies.next(kind))),
     }
     .unwrap();
     let response = sender.send_request(request).await.unwrap();
