@@ -134,10 +134,14 @@ pub(crate) fn flush() {
         return;
     };
     let _writing = batch.writing.lock().unwrap_or_else(|e| e.into_inner());
-    let taken = {
-        let mut lines = batch.lines.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10))
-    };
+    write_out(batch.lines.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+/// Takes the batch `lines` guards and writes it to stderr once the lock is let go; the caller
+/// holds the turn to write.
+fn write_out(mut lines: std::sync::MutexGuard<'_, Vec<u8>>) {
+    let taken = std::mem::replace(&mut *lines, Vec::with_capacity(64 << 10));
+    drop(lines);
     let _ = std::io::stderr().write_all(&taken);
 }
 
@@ -152,12 +156,10 @@ fn flush_before_panic() {
     let Some(_writing) = lock_within(&batch.writing, PANIC_FLUSH_WAIT) else {
         return;
     };
-    let Some(mut lines) = lock_within(&batch.lines, PANIC_FLUSH_WAIT) else {
+    let Some(lines) = lock_within(&batch.lines, PANIC_FLUSH_WAIT) else {
         return;
     };
-    let taken = std::mem::take(&mut *lines);
-    drop(lines);
-    let _ = std::io::stderr().write_all(&taken);
+    write_out(lines);
 }
 
 /// How long a panic waits for each of the batch's locks before its message goes out without

@@ -26,20 +26,11 @@ pub(crate) const MAX_WARNING_LEN: usize = 256;
 /// bytes, the one non-ASCII character) when it was cut.
 pub(crate) fn cut_warning(warning: &str) -> String {
     const MORE: char = '…';
-    let ascii = |c: char| {
-        if c.is_ascii() && !c.is_ascii_control() {
-            c
-        } else {
-            ' '
-        }
-    };
+    let printable = |c: char| c.is_ascii() && !c.is_ascii_control();
+    let ascii = |c: char| if printable(c) { c } else { ' ' };
     // The usual warning is one short line of printable ASCII already: copied, not rebuilt
-    // character by character.
-    if warning.len() <= MAX_WARNING_LEN
-        && warning
-            .bytes()
-            .all(|b| b.is_ascii() && !b.is_ascii_control())
-    {
+    // character by character (a byte past ASCII is a char past ASCII, so not printable).
+    if warning.len() <= MAX_WARNING_LEN && warning.bytes().all(|b| printable(b.into())) {
         return warning.to_owned();
     }
     if warning.chars().count() <= MAX_WARNING_LEN {
