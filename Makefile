@@ -1,7 +1,7 @@
 # One task runner. `make` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help run install inspect generate test test-deps fmt lint unit bench fuzz soak
+.PHONY: help run install inspect generate test test-deps fmt lint unit bench bench-shipped fuzz soak
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
@@ -58,6 +58,15 @@ bench: test-deps ## benchmarks: release build, real registry (and redis-server),
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench hostile_registry
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench real_path
 	$(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench crashes
+
+# The benches run the build for this machine (glibc); the amd64 image ships a static musl binary
+# with another allocator, so what it costs is measured by running the benches on that binary.
+SHIPPED := $(CURDIR)/target/shipped/tolerable
+bench-shipped: test-deps ## the real-path and webhook benches on the binary the amd64 image ships (static musl: needs `rustup target add x86_64-unknown-linux-musl`)
+	scripts/build-binary.sh amd64 target/shipped
+	$(CARGO) fetch --locked
+	BENCH_SERVER_BINARY=$(SHIPPED) $(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench real_path
+	BENCH_SERVER_BINARY=$(SHIPPED) $(LOOPBACK_ONLY) $(CARGO) bench --frozen --bench webhook
 
 SOAK_MINUTES ?= 10
 SOAK_RATE ?= 2000

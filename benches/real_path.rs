@@ -18,7 +18,8 @@
 //! printed as min / median / max over the rounds, and each round's ratios to `/healthz` in the
 //! same round. `BENCH_PROFILE=deciding|nothing|healthz` sends only that kind for
 //! `BENCH_SECONDS` (for `perf record -g -p PID`; the PID is printed first);
-//! `BENCH_SERVER_BINARY` runs another build of `tolerable` (an earlier commit's) instead.
+//! `BENCH_SERVER_BINARY` runs another build of `tolerable` (an earlier commit's, or the
+//! image's static musl binary: `make bench-shipped`) instead.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -9,6 +9,8 @@
 //! on 2 shared cores a rate measures the load generator as much as the server); the same at a
 //! fixed rate, warn against info (the log line); p50/p99 at fixed rates (open loop, latency from the scheduled send
 //! time so a stall is not hidden); server RSS idle and after caching 10,000 distinct images.
+//! `BENCH_SERVER_BINARY` measures another build of `tolerable` alike (the image's static musl
+//! binary: `make bench-shipped`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -196,6 +198,12 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
     start_server_at(registry_host, "warn")
 }
 
+/// The `tolerable` measured: this build's, or `BENCH_SERVER_BINARY`.
+fn server_binary() -> String {
+    std::env::var("BENCH_SERVER_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
+}
+
 /// A server logging at `log_level`. Below `warn` its stderr goes to a pipe a thread drains, as
 /// a container runtime reads a container's stderr (and the bench's own output stays readable).
 fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
@@ -204,7 +212,7 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
     // Profiling aid: BENCH_SERVER_WRAPPER="valgrind --tool=callgrind" runs the server under it.
     let wrapper = std::env::var("BENCH_SERVER_WRAPPER").unwrap_or_default();
     let mut wrapper = wrapper.split_whitespace();
-    let binary = env!("CARGO_BIN_EXE_tolerable");
+    let binary = server_binary();
     let mut command = match wrapper.next() {
         Some(program) => {
             let mut command = common::process::serve_command(program, dir.path(), addr);
@@ -459,11 +467,13 @@ fn main() {
     println!("| RSS idle | {:.1} MiB |", idle_rss as f64 / 1024.0);
     runtime.block_on(warm_throughput_and_latency(&server, &warm, run));
     cold_lookups_and_memory(&runtime, registry, &server);
-    let size = std::fs::metadata(env!("CARGO_BIN_EXE_tolerable"))
-        .unwrap()
-        .len();
+    let size = std::fs::metadata(server_binary()).unwrap().len();
+    let which = match std::env::var("BENCH_SERVER_BINARY") {
+        Ok(path) => path,
+        Err(_) => "release, not stripped".to_owned(),
+    };
     println!(
-        "| binary size (release, not stripped) | {:.1} MiB |",
+        "| binary size ({which}) | {:.1} MiB |",
         size as f64 / (1 << 20) as f64
     );
     drop(server);

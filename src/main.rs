@@ -3,6 +3,16 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
+/// The static musl binaries the images ship allocate through mimalloc: musl's own allocator
+/// (mallocng) mapped and unmapped memory about once per admission (an `mmap` and a `munmap`,
+/// with the TLB shootdowns a `munmap` costs) and takes a lock on every call. On the real-path
+/// bench the amd64 build spent ~95 µs per deciding admission with it and ~65 µs with mimalloc
+/// (the glibc build: ~60), at about the same RSS (BENCHMARKS.md, session 16). Builds against
+/// glibc (the tests, the benches, s390x's image) keep glibc's allocator.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // Pin the crypto provider before any TLS client exists: several dependencies would otherwise
     // pull in a second one and rustls would refuse to choose.
