@@ -3,7 +3,7 @@ CARGO ?= cargo
 
 .PHONY: help run install inspect generate test test-deps fmt lint unit bench bench-shipped fuzz soak
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 run: ## build release and run the webhook (tolerable serve; self-signed without certificates)
 	$(CARGO) run --release --locked -- serve
