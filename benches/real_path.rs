@@ -163,9 +163,7 @@ fn bodies(registry_host: &str) -> Bodies {
 /// (the first node list synced).
 fn spawn(kubeconfig: &std::path::Path, registry_host: &str) -> ServerProcess {
     let (dir, addr) = common::process::prepare();
-    // `BENCH_SERVER_BINARY`: another build of tolerable (an earlier commit's), measured alike.
-    let binary = std::env::var("BENCH_SERVER_BINARY")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned());
+    let binary = common::process::server_binary();
     let child = common::process::serve_command(binary, dir.path(), addr)
         .arg("serve")
         .env("KUBECONFIG", kubeconfig)

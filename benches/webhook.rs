@@ -198,12 +198,6 @@ fn start_server(registry_host: &str) -> (Server, Duration) {
     start_server_at(registry_host, "warn")
 }
 
-/// The `tolerable` measured: this build's, or `BENCH_SERVER_BINARY`.
-fn server_binary() -> String {
-    std::env::var("BENCH_SERVER_BINARY")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
-}
-
 /// A server logging at `log_level`. Below `warn` its stderr goes to a pipe a thread drains, as
 /// a container runtime reads a container's stderr (and the bench's own output stays readable).
 fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
@@ -212,7 +206,7 @@ fn start_server_at(registry_host: &str, log_level: &str) -> (Server, Duration) {
     // Profiling aid: BENCH_SERVER_WRAPPER="valgrind --tool=callgrind" runs the server under it.
     let wrapper = std::env::var("BENCH_SERVER_WRAPPER").unwrap_or_default();
     let mut wrapper = wrapper.split_whitespace();
-    let binary = server_binary();
+    let binary = common::process::server_binary();
     let mut command = match wrapper.next() {
         Some(program) => {
             let mut command = common::process::serve_command(program, dir.path(), addr);
@@ -467,7 +461,9 @@ fn main() {
     println!("| RSS idle | {:.1} MiB |", idle_rss as f64 / 1024.0);
     runtime.block_on(warm_throughput_and_latency(&server, &warm, run));
     cold_lookups_and_memory(&runtime, registry, &server);
-    let size = std::fs::metadata(server_binary()).unwrap().len();
+    let size = std::fs::metadata(common::process::server_binary())
+        .unwrap()
+        .len();
     let which = match std::env::var("BENCH_SERVER_BINARY") {
         Ok(path) => path,
         Err(_) => "release, not stripped".to_owned(),

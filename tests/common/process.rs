@@ -31,6 +31,13 @@ pub fn prepare() -> (tempfile::TempDir, SocketAddr) {
     (dir, addr)
 }
 
+/// The `tolerable` a bench measures: this build's, or the build `BENCH_SERVER_BINARY` names (an
+/// earlier commit's, or the image's static musl binary: `make bench-shipped`).
+pub fn server_binary() -> String {
+    std::env::var("BENCH_SERVER_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tolerable").to_owned())
+}
+
 /// `program` (the binary, or a wrapper that runs it) as `tolerable serve` in `dir` on `addr`
 /// with its certificate, and nothing else from this process's environment.
 pub fn serve_command(
