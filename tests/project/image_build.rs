@@ -39,6 +39,100 @@ fn the_build_script_builds_a_working_stripped_binary() {
         String::from_utf8_lossy(&symbols.stderr).contains("no symbols"),
         "binary not stripped"
     );
+    // A glibc build links glibc dynamically and keeps its allocator (src/main.rs): mimalloc is
+    // not in it to answer.
+    assert!(has_interpreter(&std::fs::read(&binary).unwrap()));
+    assert_eq!(mimalloc_verbose(&binary), None);
+    assert_eq!(mimalloc_pages(&binary), None);
+}
+
+/// What `tolerable --version` writes to stderr with `variable=1` in its environment: mimalloc
+/// reads its `MIMALLOC_…` options there itself, so nothing answers them in a binary without it.
+fn stderr_with(binary: &std::path::Path, variable: &str) -> String {
+    let run = Command::new(binary)
+        .arg("--version")
+        .env(variable, "1")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    String::from_utf8_lossy(&run.stderr).into_owned()
+}
+
+/// The first line mimalloc says at start-up when asked to be verbose, if it is there.
+fn mimalloc_verbose(binary: &std::path::Path) -> Option<String> {
+    let stderr = stderr_with(binary, "MIMALLOC_VERBOSE");
+    stderr
+        .lines()
+        .find(|line| line.starts_with("mimalloc:"))
+        .map(str::to_owned)
+}
+
+/// How many pages mimalloc handed out in the whole run (its statistics at exit: the `pages`
+/// row's peak), if it printed them: more than none only when the program's own allocations went
+/// through it, not merely when it was linked in.
+fn mimalloc_pages(binary: &std::path::Path) -> Option<u64> {
+    let stderr = stderr_with(binary, "MIMALLOC_SHOW_STATS");
+    let (_, counts) = stderr
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim() == "pages")?;
+    counts.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether the ELF file has a program interpreter (`PT_INTERP`): a dynamically linked binary
+/// names the loader there; a static one has none.
+fn has_interpreter(elf: &[u8]) -> bool {
+    assert_eq!(&elf[..4], b"\x7fELF");
+    assert_eq!(elf[4], 2, "64-bit");
+    let little = elf[5] == 1;
+    let read = |at: usize, n: usize| {
+        let bytes = &elf[at..at + n];
+        let mut value = 0u64;
+        for i in 0..n {
+            let byte = if little { bytes[n - 1 - i] } else { bytes[i] };
+            value = value << 8 | u64::from(byte);
+        }
+        value as usize
+    };
+    let (table, entry, count) = (read(0x20, 8), read(0x36, 2), read(0x38, 2));
+    (0..count).any(|i| read(table + i * entry, 4) == 3)
+}
+
+/// The binary the image ships for this machine's architecture (a static musl one) allocates
+/// through mimalloc: musl's own allocator mapped and unmapped memory on every admission
+/// (BENCHMARKS.md, session 16), and nothing else would notice it gone. Built by the image's own
+/// step; `make test` adds the Rust target (scripts/install-test-deps.sh).
+#[test]
+fn the_images_static_musl_binary_allocates_through_mimalloc() {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no musl image build is tested on {other}"),
+    };
+    let out = tempfile::tempdir().unwrap();
+    let result = script()
+        .args([arch, out.path().to_str().unwrap()])
+        .env("PROFILE", "dev")
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let binary = out.path().join("tolerable");
+    assert!(
+        !has_interpreter(&std::fs::read(&binary).unwrap()),
+        "the image's binary is static"
+    );
+    let said = mimalloc_verbose(&binary);
+    assert!(
+        said.as_deref().is_some_and(|l| l.contains("process init")),
+        "{said:?}"
+    );
+    let pages = mimalloc_pages(&binary);
+    assert!(pages.is_some_and(|n| n > 0), "{pages:?}");
 }
 
 #[test]
