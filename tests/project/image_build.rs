@@ -12,11 +12,12 @@ fn script() -> Command {
     Command::new(root().join("scripts/build-binary.sh"))
 }
 
-#[test]
-fn the_build_script_builds_a_working_stripped_binary() {
+/// The binary `scripts/build-binary.sh` builds for `arch` (dev profile), in a directory that
+/// lives as long as the first value.
+fn build(arch: &str) -> (tempfile::TempDir, PathBuf) {
     let out = tempfile::tempdir().unwrap();
     let result = script()
-        .args(["native", out.path().to_str().unwrap()])
+        .args([arch, out.path().to_str().unwrap()])
         .env("PROFILE", "dev")
         .output()
         .unwrap();
@@ -27,6 +28,12 @@ fn the_build_script_builds_a_working_stripped_binary() {
         String::from_utf8_lossy(&result.stderr)
     );
     let binary = out.path().join("tolerable");
+    (out, binary)
+}
+
+#[test]
+fn the_build_script_builds_a_working_stripped_binary() {
+    let (_out, binary) = build("native");
     let version = Command::new(&binary).arg("--version").output().unwrap();
     assert!(version.status.success());
     assert_eq!(
@@ -109,19 +116,7 @@ fn the_images_static_musl_binary_allocates_through_mimalloc() {
         "aarch64" => "arm64",
         other => panic!("no musl image build is tested on {other}"),
     };
-    let out = tempfile::tempdir().unwrap();
-    let result = script()
-        .args([arch, out.path().to_str().unwrap()])
-        .env("PROFILE", "dev")
-        .output()
-        .unwrap();
-    assert!(
-        result.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&result.stdout),
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let binary = out.path().join("tolerable");
+    let (_out, binary) = build(arch);
     assert!(
         !has_interpreter(&std::fs::read(&binary).unwrap()),
         "the image's binary is static"
