@@ -461,12 +461,12 @@ fn main() {
     println!("| RSS idle | {:.1} MiB |", idle_rss as f64 / 1024.0);
     runtime.block_on(warm_throughput_and_latency(&server, &warm, run));
     cold_lookups_and_memory(&runtime, registry, &server);
-    let size = std::fs::metadata(common::process::server_binary())
-        .unwrap()
-        .len();
-    let which = match std::env::var("BENCH_SERVER_BINARY") {
-        Ok(path) => path,
-        Err(_) => "release, not stripped".to_owned(),
+    let binary = common::process::server_binary();
+    let size = std::fs::metadata(&binary).unwrap().len();
+    let which = if binary == env!("CARGO_BIN_EXE_tolerable") {
+        "release, not stripped".to_owned()
+    } else {
+        binary
     };
     println!(
         "| binary size ({which}) | {:.1} MiB |",
