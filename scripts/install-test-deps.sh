@@ -57,9 +57,11 @@ fi
 
 # The Rust musl target of this machine's own image architecture: tests/project/image_build.rs
 # builds the binary the image ships (static, musl, mimalloc) with scripts/build-binary.sh.
+# The target is the one the image's build uses (scripts/build-binary.sh --print, as the
+# Dockerfile asks it).
 case $(uname -m) in
-  x86_64) musl=x86_64-unknown-linux-musl ;;
-  aarch64) musl=aarch64-unknown-linux-musl ;;
+  x86_64) musl=$(scripts/build-binary.sh --print amd64 | cut -d' ' -f1) ;;
+  aarch64) musl=$(scripts/build-binary.sh --print arm64 | cut -d' ' -f1) ;;
   *) musl="" ;;
 esac
 if [ -n "$musl" ] && command -v rustup >/dev/null 2>&1 \
